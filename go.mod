@@ -1,0 +1,33 @@
+module github.com/orrery-dev/orrery
+
+go 1.26.0
+
+// go-tpm-tools v0.4.11 asks for a go-eventlog pseudo-version that the module
+// proxy refuses to serve. We only use go-eventlog's TCG log parser, which is
+// the same in the last release.
+replace github.com/google/go-eventlog => github.com/google/go-eventlog v0.0.2
+
+require (
+	github.com/google/go-eventlog v0.0.3-0.20261001001437-1991f15bc4b0
+	github.com/google/go-tpm v0.9.8
+	github.com/google/go-tpm-tools v0.4.11
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	github.com/GoogleCloudPlatform/confidential-space/server v0.0.0-20260915221818-a6c0685fb9fc // indirect
+	github.com/google/go-configfs-tsm v0.3.3 // indirect
+	github.com/google/go-sev-guest v0.14.0 // indirect
+	github.com/google/go-tdx-guest v0.3.2-0.20250814004405-ffb0869e6f4d // indirect
+	github.com/google/logger v1.1.1 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+)

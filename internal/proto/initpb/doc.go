@@ -1,0 +1,9 @@
+// Package initpb is the wire protocol of `orrery init`: the owner's CLI sends
+// the master secret and cluster parameters to the first control-plane node
+// over attested TLS and receives a stream of progress messages that ends with
+// the kubeconfig and cluster ID, or with an error and the node's journal.
+//
+// The messages and their fields are documented in init.proto. The *.pb.go
+// files are generated from it by hack/proto.sh (`make proto`); do not edit
+// them by hand.
+package initpb

@@ -1,0 +1,10 @@
+// Package joinpb is the wire protocol of the join service: an attested node
+// asks for a join ticket (state-disk key, cluster ID secrets, kubelet
+// certificate, kubeadm join parameters) the first time it joins, and for a
+// rejoin ticket (state-disk key, measurement secret) from its initrd on every
+// later boot.
+//
+// The messages and their fields are documented in join.proto. The *.pb.go
+// files are generated from it by hack/proto.sh (`make proto`); do not edit
+// them by hand.
+package joinpb

@@ -1,0 +1,182 @@
+// Package swtpm runs the swtpm software TPM 2.0 and connects Go code to it.
+//
+// It serves two users: unit tests, which need a real TPM without hardware, and
+// the local cloud, which provisions a VM's vTPM (attestation key and its
+// certificate) before the VM boots. Both talk raw TPM 2.0 commands over a Unix
+// socket; Instance.Open hands out one connection at a time, as the kernel's
+// resource manager (/dev/tpmrm0) does for separate processes.
+package swtpm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Binary is the swtpm executable looked up in PATH.
+const Binary = "swtpm"
+
+// Instance is a running swtpm process with its state directory.
+type Instance struct {
+	stateDir string
+	sockPath string
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	waitErr  error
+
+	// conn is held by whoever has the TPM open; swtpm serves one client at
+	// a time, so a second Open waits until the first is closed.
+	conn chan struct{}
+}
+
+// Start launches swtpm with its TPM state in stateDir (created if missing; an
+// existing state, e.g. a provisioned attestation key, is kept) and waits until
+// it accepts connections or ctx ends.
+func Start(ctx context.Context, stateDir string) (*Instance, error) {
+	path, err := exec.LookPath(Binary)
+	if err != nil {
+		return nil, fmt.Errorf("swtpm not found in PATH: install it with 'make deps' (Debian package swtpm): %w", err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create swtpm state directory: %w", err)
+	}
+	// Unix socket paths are limited to 108 bytes; test temp dirs can be long,
+	// so the sockets live in a short private directory of their own.
+	sockDir, err := os.MkdirTemp("", "swtpm-")
+	if err != nil {
+		return nil, fmt.Errorf("create swtpm socket directory: %w", err)
+	}
+	in := &Instance{
+		stateDir: stateDir,
+		sockPath: filepath.Join(sockDir, "tpm.sock"),
+		exited:   make(chan struct{}),
+		conn:     make(chan struct{}, 1),
+	}
+	in.cmd = exec.Command(path, "socket", "--tpm2",
+		"--tpmstate", "dir="+stateDir,
+		"--server", "type=unixio,path="+in.sockPath,
+		"--ctrl", "type=unixio,path="+filepath.Join(sockDir, "ctrl.sock"),
+		"--flags", "not-need-init,startup-clear",
+		"--log", "file="+filepath.Join(stateDir, "swtpm.log"),
+	)
+	// A process group of its own keeps a terminal's Ctrl-C from reaching
+	// swtpm before its owner had a chance to stop it in order.
+	in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := in.cmd.Start(); err != nil {
+		os.RemoveAll(sockDir)
+		return nil, fmt.Errorf("start swtpm: %w", err)
+	}
+	go func() {
+		in.waitErr = in.cmd.Wait()
+		os.RemoveAll(sockDir)
+		close(in.exited)
+	}()
+	if err := in.waitReady(ctx); err != nil {
+		in.Stop()
+		return nil, err
+	}
+	return in, nil
+}
+
+func (in *Instance) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		c, err := net.Dial("unix", in.sockPath)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-in.exited:
+			log, _ := os.ReadFile(filepath.Join(in.stateDir, "swtpm.log"))
+			return fmt.Errorf("swtpm exited during start-up (%v); its log says: %s", in.waitErr, log)
+		case <-ctx.Done():
+			return fmt.Errorf("swtpm did not open %s in time: %w", in.sockPath, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// StateDir is the directory holding the TPM's persistent state.
+func (in *Instance) StateDir() string { return in.stateDir }
+
+// Open connects to the TPM. Only one connection is open at a time: Open
+// blocks until the previous one is closed. Close the returned connection to
+// release it.
+func (in *Instance) Open() (io.ReadWriteCloser, error) {
+	select {
+	case in.conn <- struct{}{}:
+	case <-in.exited:
+		return nil, errors.New("swtpm is not running")
+	}
+	c, err := net.Dial("unix", in.sockPath)
+	if err != nil {
+		<-in.conn
+		return nil, fmt.Errorf("connect to swtpm: %w", err)
+	}
+	return &conn{c: c, release: func() { <-in.conn }}, nil
+}
+
+// Stop terminates swtpm (it saves its state on SIGTERM) and waits for it.
+func (in *Instance) Stop() error {
+	select {
+	case <-in.exited:
+		return nil
+	default:
+	}
+	_ = in.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-in.exited:
+	case <-time.After(5 * time.Second):
+		_ = in.cmd.Process.Kill()
+		<-in.exited
+	}
+	return nil
+}
+
+// conn frames the socket's byte stream into whole TPM responses: go-tpm reads
+// a response with a single Read, which a stream socket may split.
+type conn struct {
+	c       net.Conn
+	once    sync.Once
+	release func()
+}
+
+const headerSize = 10 // tag (2) + size (4) + response code (4)
+
+func (c *conn) Write(p []byte) (int, error) { return c.c.Write(p) }
+
+func (c *conn) Read(p []byte) (int, error) {
+	var hdr [headerSize]byte
+	if _, err := io.ReadFull(c.c, hdr[:]); err != nil {
+		return 0, fmt.Errorf("read TPM response header: %w", err)
+	}
+	size := int(binary.BigEndian.Uint32(hdr[2:6]))
+	if size < headerSize || size > len(p) {
+		return 0, fmt.Errorf("TPM response of %d bytes does not fit a %d-byte buffer", size, len(p))
+	}
+	copy(p, hdr[:])
+	if _, err := io.ReadFull(c.c, p[headerSize:size]); err != nil {
+		return 0, fmt.Errorf("read TPM response body: %w", err)
+	}
+	return size, nil
+}
+
+func (c *conn) Close() error {
+	var err error
+	c.once.Do(func() {
+		err = c.c.Close()
+		c.release()
+	})
+	return err
+}

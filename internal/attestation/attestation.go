@@ -1,0 +1,54 @@
+// Package attestation defines what every attestation variant provides: an
+// issuer that proves what a machine runs, and a validator that checks such a
+// proof without needing any TPM or TEE itself.
+//
+// A proof (an attestation document) always binds two values chosen outside
+// the variant: the verifier's fresh nonce, which makes a captured document
+// useless later, and the attester's user data (in attested TLS, its TLS public
+// key), which makes a document useless to anyone without that key.
+package attestation
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+)
+
+// Issuer produces attestation documents on the machine being attested.
+type Issuer interface {
+	Variant() variant.Variant
+	// Issue returns a document that binds userData and nonce to the
+	// machine's measured state.
+	Issue(ctx context.Context, userData, nonce []byte) ([]byte, error)
+}
+
+// Validator checks attestation documents of one variant.
+type Validator interface {
+	Variant() variant.Variant
+	// Validate checks that doc was produced by a trusted platform in the
+	// expected state for nonce, and returns the user data it binds. The
+	// caller must compare that user data with what it expects.
+	Validate(ctx context.Context, doc, nonce []byte) (userData []byte, err error)
+}
+
+// bindingDomain separates our binding digests from any other use of a quote's
+// qualifying data.
+const bindingDomain = "orrery attestation binding v1"
+
+// BindingDigest is the 32-byte value an attestation commits to: a hash over
+// the nonce and the user data, each length-prefixed so that no two different
+// pairs give the same input.
+func BindingDigest(nonce, userData []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(bindingDomain))
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(nonce)))
+	h.Write(n[:])
+	h.Write(nonce)
+	binary.BigEndian.PutUint64(n[:], uint64(len(userData)))
+	h.Write(n[:])
+	h.Write(userData)
+	return h.Sum(nil)
+}

@@ -1,0 +1,317 @@
+package vtpm
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/go-eventlog/register"
+	"github.com/google/go-eventlog/tcg"
+	attestpb "github.com/google/go-tpm-tools/proto/attest"
+	tpmpb "github.com/google/go-tpm-tools/proto/tpm"
+	"github.com/google/go-tpm-tools/quote"
+	"github.com/google/go-tpm/legacy/tpm2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+)
+
+// ValidatorConfig configures a Validator.
+type ValidatorConfig struct {
+	// Variant is the variant this validator accepts. Required.
+	Variant variant.Variant
+	// Measurements are the expected PCR values. Required; an empty set
+	// would accept any machine, so it is refused.
+	Measurements measurements.M
+	// AKRoots are the CAs that certify attestation keys (for QEMU: the
+	// local cloud's platform CA). Required unless TrustAnyAK is set.
+	AKRoots []*x509.Certificate
+	// TrustAnyAK accepts a quote by any attestation key, certified or not.
+	// Anyone can then forge an attestation with a software TPM: for
+	// development only, and the validator logs a warning each time.
+	TrustAnyAK bool
+	// Logger receives warnings (warn-only PCR mismatches, TrustAnyAK).
+	// Nil discards them.
+	Logger *slog.Logger
+	// Now is the clock for certificate validity. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Validator checks vTPM attestation documents. It needs no TPM.
+type Validator struct {
+	cfg   ValidatorConfig
+	roots *x509.CertPool
+	log   *slog.Logger
+}
+
+// NewValidator returns a validator, or an error if cfg is incomplete.
+func NewValidator(cfg ValidatorConfig) (*Validator, error) {
+	if cfg.Variant == (variant.Variant{}) {
+		return nil, errors.New("vtpm validator: Variant is required")
+	}
+	if len(cfg.Measurements) == 0 {
+		return nil, errors.New("vtpm validator: no expected measurements given; refusing to accept any machine")
+	}
+	if err := cfg.Measurements.Validate(); err != nil {
+		return nil, fmt.Errorf("vtpm validator: %w", err)
+	}
+	if len(cfg.AKRoots) == 0 && !cfg.TrustAnyAK {
+		return nil, errors.New("vtpm validator: no platform CA given to check attestation keys against (set AKRoots, or TrustAnyAK for development)")
+	}
+	v := &Validator{cfg: cfg, roots: x509.NewCertPool(), log: cfg.Logger}
+	for _, c := range cfg.AKRoots {
+		v.roots.AddCert(c)
+	}
+	if v.log == nil {
+		v.log = slog.New(slog.DiscardHandler)
+	}
+	if v.cfg.Now == nil {
+		v.cfg.Now = time.Now
+	}
+	if cfg.TrustAnyAK {
+		v.log.Warn("INSECURE: attestation keys are not checked against any platform CA; any software TPM can impersonate a node",
+			"variant", cfg.Variant.String())
+	}
+	return v, nil
+}
+
+// Variant implements attestation.Validator.
+func (v *Validator) Variant() variant.Variant { return v.cfg.Variant }
+
+// Validate implements attestation.Validator. It checks, in order:
+//   - the document and the TPM attestation inside it decode;
+//   - the AK is a restricted signing key that never leaves its TPM, and
+//     (unless TrustAnyAK) its certificate chains to AKRoots, is valid now
+//     and certifies exactly this key;
+//   - the SHA-256 quote is signed by the AK, starts with TPM_GENERATED,
+//     carries BindingDigest(nonce, user data) as qualifying data, and its
+//     PCR digest matches the PCR values sent with it;
+//   - the firmware event log followed by the userspace measurement log
+//     replays to the quoted value of every PCR they touch;
+//   - the quoted PCRs equal the expected measurements: an enforced
+//     mismatch rejects, naming the PCR, both values and what the logs say
+//     was measured into it; a warn-only mismatch is logged.
+//
+// It returns the user data the document binds; the caller must check it.
+func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, error) {
+	if len(nonce) == 0 {
+		return nil, errors.New("validate attestation: empty nonce")
+	}
+	doc, err := ParseDocument(raw)
+	if err != nil {
+		return nil, err
+	}
+	var att attestpb.Attestation
+	if err := proto.Unmarshal(doc.Attestation, &att); err != nil {
+		return nil, fmt.Errorf("decode TPM attestation: %w", err)
+	}
+	ak, err := v.checkAK(&att)
+	if err != nil {
+		return nil, err
+	}
+	q, err := sha256Quote(&att)
+	if err != nil {
+		return nil, err
+	}
+	if err := quote.Verify(q, ak, attestation.BindingDigest(nonce, doc.UserData)); err != nil {
+		return nil, fmt.Errorf("TPM quote does not verify for this nonce and user data (replayed, relayed or tampered): %w", err)
+	}
+	quoted := q.GetPcrs().GetPcrs()
+
+	userLog, err := measurelog.Parse(doc.MeasurementLog)
+	if err != nil {
+		return nil, fmt.Errorf("userspace measurement log: %w", err)
+	}
+	fwEvents, err := firmwareEvents(att.GetEventLog())
+	if err != nil {
+		return nil, err
+	}
+	if err := replay(fwEvents, userLog, quoted); err != nil {
+		return nil, err
+	}
+
+	warnings, err := v.cfg.Measurements.Compare(quoted)
+	if err != nil {
+		return nil, fmt.Errorf("measurements do not match: %w%s", err, v.explain(err, fwEvents, userLog))
+	}
+	for _, w := range warnings {
+		v.log.Warn("warn-only PCR does not match its expected value",
+			"pcr", w.PCR, "expected", fmt.Sprintf("%x", w.Expected), "actual", fmt.Sprintf("%x", w.Actual),
+			"measured", strings.Join(describe(w.PCR, fwEvents, userLog), "; "))
+	}
+	if v.cfg.TrustAnyAK {
+		v.log.Warn("INSECURE: accepted an attestation without checking its attestation key's certificate",
+			"variant", v.cfg.Variant.String())
+	}
+	return doc.UserData, nil
+}
+
+func (v *Validator) checkAK(att *attestpb.Attestation) (crypto.PublicKey, error) {
+	pub, err := tpm2.DecodePublic(att.GetAkPub())
+	if err != nil {
+		return nil, fmt.Errorf("decode attestation key: %w", err)
+	}
+	const want = tpm2.FlagRestricted | tpm2.FlagSign | tpm2.FlagFixedTPM | tpm2.FlagFixedParent
+	if pub.Attributes&want != want {
+		return nil, fmt.Errorf("attestation key attributes %#x lack restricted/sign/fixedTPM/fixedParent: it could sign data the TPM did not generate", uint32(pub.Attributes))
+	}
+	key, err := pub.Key()
+	if err != nil {
+		return nil, fmt.Errorf("attestation key: %w", err)
+	}
+	if v.cfg.TrustAnyAK {
+		return key, nil
+	}
+	if len(att.GetAkCert()) == 0 {
+		return nil, errors.New("attestation key has no certificate: the platform did not certify it (is the vTPM provisioned by the cloud?)")
+	}
+	cert, err := x509.ParseCertificate(att.GetAkCert())
+	if err != nil {
+		return nil, fmt.Errorf("parse attestation key certificate: %w", err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{
+		Roots:       v.roots,
+		CurrentTime: v.cfg.Now(),
+		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}); err != nil {
+		return nil, fmt.Errorf("attestation key certificate is not signed by the platform CA: %w", err)
+	}
+	eq, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !eq.Equal(key) {
+		return nil, errors.New("attestation key certificate certifies a different key than the one that signed the quote")
+	}
+	return key, nil
+}
+
+func sha256Quote(att *attestpb.Attestation) (*tpmpb.Quote, error) {
+	for _, q := range att.GetQuotes() {
+		if q.GetPcrs().GetHash() == tpmpb.HashAlgo_SHA256 {
+			return q, nil
+		}
+	}
+	return nil, errors.New("attestation has no quote of the SHA-256 PCR bank")
+}
+
+// event is one measurement from either log, reduced to what replay needs.
+type event struct {
+	pcr         uint32
+	digest      []byte // nil for a StartupLocality marker
+	locality    byte   // for a StartupLocality marker: PCR 0's reset value ends in it
+	description string
+}
+
+func firmwareEvents(raw []byte) ([]event, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	el, err := tcg.ParseEventLog(raw, tcg.ParseOpts{AllowPadding: true})
+	if err != nil {
+		return nil, fmt.Errorf("parse firmware event log: %w", err)
+	}
+	var out []event
+	for _, e := range el.Events(register.HashSHA256) {
+		if e.Index < 0 || e.Index > 23 {
+			return nil, fmt.Errorf("firmware event log: event for PCR %d out of range", e.Index)
+		}
+		if e.Type == tcg.NoAction {
+			// Not extended; on PCR 0 it may set the start locality.
+			if e.Index == 0 && len(e.Data) == 17 && strings.HasPrefix(string(e.Data), "StartupLocality") {
+				out = append(out, event{pcr: 0, locality: e.Data[16], description: "firmware: startup locality"})
+			}
+			continue
+		}
+		if len(e.Digest) != crypto.SHA256.Size() {
+			return nil, fmt.Errorf("firmware event log: event %d (PCR %d) has no SHA-256 digest", e.Num(), e.Index)
+		}
+		out = append(out, event{pcr: uint32(e.Index), digest: e.Digest, description: describeFirmwareEvent(e)})
+	}
+	return out, nil
+}
+
+func describeFirmwareEvent(e tcg.Event) string {
+	name, _ := e.Type.KnownName()
+	if name == "" {
+		name = fmt.Sprintf("event type %#x", uint32(e.Type))
+	}
+	return "firmware: " + name
+}
+
+// replay recomputes every PCR the logs touch, firmware events first, and
+// compares the result with the quoted values.
+func replay(fw []event, user []measurelog.Entry, quoted map[uint32][]byte) error {
+	pcrs := map[uint32][]byte{}
+	for _, e := range fw {
+		if e.digest == nil {
+			start := make([]byte, crypto.SHA256.Size())
+			start[len(start)-1] = e.locality
+			pcrs[0] = start
+			continue
+		}
+		pcrs[e.pcr] = measurelog.Extend(crypto.SHA256, pcrs[e.pcr], e.digest)
+	}
+	pcrs, err := measurelog.Replay(user, crypto.SHA256, pcrs)
+	if err != nil {
+		return fmt.Errorf("replay userspace measurement log: %w", err)
+	}
+	for pcr, want := range pcrs {
+		got, ok := quoted[pcr]
+		if !ok {
+			return fmt.Errorf("event logs measure PCR %d but the quote does not cover it", pcr)
+		}
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("event logs do not replay to the quoted PCR %d (replayed %x, quoted %x): a log was altered or is incomplete", pcr, want, got)
+		}
+	}
+	return nil
+}
+
+func describe(pcr uint32, fw []event, user []measurelog.Entry) []string {
+	var out []string
+	for _, e := range fw {
+		if e.pcr == pcr && e.digest != nil {
+			out = append(out, e.description)
+		}
+	}
+	return append(out, measurelog.Describe(user, pcr)...)
+}
+
+// explain lists, for each enforced PCR that differs, what the logs say was
+// measured into it, so an operator can tell which component changed.
+func (v *Validator) explain(err error, fw []event, user []measurelog.Entry) string {
+	var b strings.Builder
+	for _, pcr := range mismatchedPCRs(err) {
+		what := describe(pcr, fw, user)
+		if len(what) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\nPCR %d was measured from: %s", pcr, strings.Join(what, "; "))
+	}
+	return b.String()
+}
+
+// mismatchedPCRs collects the PCRs of every *measurements.MismatchError in
+// err's tree (Compare joins one per PCR).
+func mismatchedPCRs(err error) []uint32 {
+	var out []uint32
+	var m *measurements.MismatchError
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			out = append(out, mismatchedPCRs(inner)...)
+		}
+	default:
+		if errors.As(err, &m) {
+			out = append(out, m.PCR)
+		}
+	}
+	return out
+}

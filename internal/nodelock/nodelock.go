@@ -1,0 +1,86 @@
+// Package nodelock decides, once per boot and for good, which cluster a node
+// belongs to. The first TryLock wins: it extends PCR 15 with the cluster ID,
+// which no one can undo short of a reboot, and every attestation the node
+// gives from then on shows it. Init and join race for the lock in
+// bootstrapperd; the loser stops.
+//
+// The lock's state lives in the TPM, not in memory: a restarted daemon reads
+// it back from PCR 15.
+package nodelock
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/google/go-tpm/legacy/tpm2"
+
+	"github.com/orrery-dev/orrery/internal/measurelog"
+)
+
+// PCR is the PCR the lock extends. It is zero at boot and no boot component
+// measures into it.
+const PCR = 15
+
+// Lock is the node lock.
+type Lock struct {
+	openTPM func() (io.ReadWriteCloser, error)
+	log     *measurelog.Log
+
+	// mu orders TryLock calls within this process; the TPM's PCR 15 is the
+	// source of truth across processes and restarts.
+	mu sync.Mutex
+}
+
+// New returns the node lock. log records the extend for verifiers.
+func New(openTPM func() (io.ReadWriteCloser, error), log *measurelog.Log) *Lock {
+	return &Lock{openTPM: openTPM, log: log}
+}
+
+// TryLock locks the node to clusterID. It returns true if this call took
+// the lock, false if the node was already locked (by this process, an
+// earlier run of it, or anyone else since boot).
+func (l *Lock) TryLock(clusterID []byte) (bool, error) {
+	if len(clusterID) == 0 {
+		return false, errors.New("node lock: empty cluster ID")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rw, err := l.openTPM()
+	if err != nil {
+		return false, fmt.Errorf("node lock: open TPM: %w", err)
+	}
+	defer rw.Close()
+	locked, err := isLocked(rw)
+	if err != nil {
+		return false, err
+	}
+	if locked {
+		return false, nil
+	}
+	if err := l.log.Measure(rw, PCR, clusterID, "node lock: cluster ID "+hex.EncodeToString(clusterID)); err != nil {
+		return false, fmt.Errorf("node lock: %w", err)
+	}
+	return true, nil
+}
+
+// IsLocked reports whether the node is locked to a cluster since boot.
+func (l *Lock) IsLocked() (bool, error) {
+	rw, err := l.openTPM()
+	if err != nil {
+		return false, fmt.Errorf("node lock: open TPM: %w", err)
+	}
+	defer rw.Close()
+	return isLocked(rw)
+}
+
+func isLocked(rw io.ReadWriter) (bool, error) {
+	v, err := tpm2.ReadPCR(rw, PCR, tpm2.AlgSHA256)
+	if err != nil {
+		return false, fmt.Errorf("node lock: read PCR %d: %w", PCR, err)
+	}
+	return !bytes.Equal(v, make([]byte, len(v))), nil
+}

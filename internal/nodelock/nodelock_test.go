@@ -1,0 +1,93 @@
+package nodelock_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-tpm/legacy/tpm2"
+
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+)
+
+func TestExactlyOneOfManyWins(t *testing.T) {
+	tpm := swtpmtest.Start(t)
+	log := &measurelog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}
+	lock := nodelock.New(tpm.Open, log)
+
+	const racers = 50
+	var wins atomic.Int32
+	var winner atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < racers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			id := sha256.Sum256([]byte{byte(i)})
+			ok, err := lock.TryLock(id[:])
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				wins.Add(1)
+				winner.Store(int32(i))
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d goroutines took the lock, want exactly 1", wins.Load())
+	}
+
+	// PCR 15 = SHA-256(zeros || SHA-256(cluster ID)), computed here
+	// without the code under test.
+	id := sha256.Sum256([]byte{byte(winner.Load())})
+	digest := sha256.Sum256(id[:])
+	want := sha256.Sum256(append(make([]byte, 32), digest[:]...))
+	rw := swtpmtest.Open(t, tpm)
+	got, err := tpm2.ReadPCR(rw, 15, tpm2.AlgSHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw.Close()
+	if !bytes.Equal(got, want[:]) {
+		t.Fatalf("PCR 15 = %x, want %x", got, want)
+	}
+
+	entries, err := measurelog.Read(log.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].PCR != 15 {
+		t.Fatalf("measurement log = %+v, want one PCR 15 entry", entries)
+	}
+
+	// A new process (a new Lock on the same TPM) sees the lock.
+	again := nodelock.New(tpm.Open, log)
+	if locked, err := again.IsLocked(); err != nil || !locked {
+		t.Fatalf("IsLocked after restart = %v, %v; want true", locked, err)
+	}
+	if ok, err := again.TryLock(id[:]); err != nil || ok {
+		t.Fatalf("TryLock after restart = %v, %v; want false", ok, err)
+	}
+}
+
+func TestFreshNodeIsUnlocked(t *testing.T) {
+	tpm := swtpmtest.Start(t)
+	lock := nodelock.New(tpm.Open, &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
+	if locked, err := lock.IsLocked(); err != nil || locked {
+		t.Fatalf("IsLocked on a fresh TPM = %v, %v", locked, err)
+	}
+	if _, err := lock.TryLock(nil); err == nil {
+		t.Fatal("empty cluster ID accepted")
+	}
+}

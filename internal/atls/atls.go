@@ -100,7 +100,7 @@ type creds struct {
 }
 
 func (c *creds) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "atls", SecurityVersion: "1"}
+	return credentials.ProtocolInfo{SecurityProtocol: "atls"}
 }
 
 func (c *creds) Clone() credentials.TransportCredentials { cp := *c; return &cp }

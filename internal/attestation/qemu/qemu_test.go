@@ -485,5 +485,4 @@ func mutateAttestation(t testing.TB, raw []byte, fn func(*attestpb.Attestation))
 	})
 }
 
-
 func quoteGo(b []byte) string { return strconv.Quote(string(b)) }

@@ -1,0 +1,64 @@
+# Orrery's build. 'make test' is the test command (CI runs it through
+# .ci/run); 'make help' lists the targets. Every target first runs
+# 'make deps', which installs what is missing, so a fresh Debian 12 machine
+# needs nothing else.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+BIN := build/bin
+TOOLS := build/tools
+# How long each fuzz target runs: short in 'make test', longer on demand
+# ('make fuzz FUZZTIME=10m').
+FUZZTIME ?= 10s
+
+.PHONY: help all deps build test unit fuzz lint proto proto-check bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
+
+all: build
+
+deps: ## install missing Debian packages and pinned Go tools (idempotent)
+	@hack/deps.sh
+
+build: deps ## build every program into build/bin/
+	@mkdir -p $(BIN)
+	@for dir in $$($(GO) list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./...); do \
+		name=$$(basename $$dir); [[ $$name == cli ]] && name=orrery; \
+		echo "build $(BIN)/$$name"; \
+		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$name $$dir; \
+	done
+
+test: deps proto-check build unit ## all tests that need no OS image: unit tests, then a short run of every fuzz target
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+unit: deps ## go test with the race detector (TPM tests run against swtpm)
+	$(GO) test -race -count=1 ./...
+
+fuzz: deps ## run every fuzz target for FUZZTIME each
+	@grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do \
+		pkg=./$$(dirname $${file#./}); \
+		for target in $$(sed -nE 's/^func (Fuzz[A-Za-z0-9_]+)\(.*/\1/p' $$file); do \
+			echo "fuzz $$pkg $$target for $(FUZZTIME)"; \
+			$(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s $$pkg; \
+		done; \
+	done
+
+bench: deps ## benchmarks: attestation issue/verify, attested TLS handshake + RPC
+	$(GO) test -run='^$$' -bench=. -benchmem ./internal/...
+
+lint: deps ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOLS)/staticcheck ./...
+
+proto: deps ## regenerate the protobuf code with the pinned tools
+	hack/proto.sh gen
+
+proto-check: deps ## fail if the generated protobuf code is stale
+	hack/proto.sh check
+
+clean: ## remove build outputs
+	rm -rf build

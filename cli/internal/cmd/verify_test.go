@@ -1,0 +1,124 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/pem"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+)
+
+// startNode serves attested TLS from a provisioned swtpm, as bootstrapperd
+// does, with no gRPC service registered. It returns the address and the
+// platform CA certificate file.
+func startNode(t *testing.T) (string, string) {
+	t.Helper()
+	tpm := swtpmtest.Start(t)
+	ca, err := platformca.New("test cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := swtpmtest.Open(t, tpm)
+	if _, err := ca.ProvisionAK(rw); err != nil {
+		t.Fatal(err)
+	}
+	log := &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")}
+	if err := log.Measure(rw, 11, []byte("enter-initrd"), "initrd"); err != nil {
+		t.Fatal(err)
+	}
+	rw.Close()
+	iss, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpm.Open, MeasurementLog: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := atls.NewCredentials(atls.Config{Issuer: iss})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	caPath := filepath.Join(t.TempDir(), "platform-ca.crt")
+	if err := os.WriteFile(caPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return lis.Addr().String(), caPath
+}
+
+func writeMeasurements(t *testing.T, pcr11 []byte) string {
+	t.Helper()
+	zero := make([]byte, 32)
+	m := measurements.M{4: {Expected: zero}, 11: {Expected: pcr11}, 15: {Expected: zero}}
+	raw, err := m.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "measurements.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestVerify(t *testing.T) {
+	addr, caPath := startNode(t)
+	d := sha256.Sum256([]byte("enter-initrd"))
+	pcr11 := sha256.Sum256(append(make([]byte, 32), d[:]...))
+
+	tests := map[string]struct {
+		args     []string
+		wantCode int
+		wantOut  string
+		wantErr  string
+	}{
+		"matching node": {
+			args:    []string{"--measurements", writeMeasurements(t, pcr11[:]), "--platform-ca", caPath},
+			wantOut: "OK: " + addr + " attested as qemu-vtpm",
+		},
+		"wrong PCR 11": {
+			args:     []string{"--measurements", writeMeasurements(t, bytes.Repeat([]byte{9}, 32)), "--platform-ca", caPath},
+			wantCode: 1, wantErr: "PCR 11 mismatch",
+		},
+		"no platform CA": {
+			args:     []string{"--measurements", writeMeasurements(t, pcr11[:])},
+			wantCode: 1, wantErr: "no --platform-ca given",
+		},
+		"missing measurements file": {
+			args:     []string{"--measurements", "/nonexistent/measurements.json", "--platform-ca", caPath},
+			wantCode: 1, wantErr: "load measurements",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			args := append([]string{"verify", "--node", addr, "--timeout", "20s"}, tc.args...)
+			code := Execute(context.Background(), args, &out, &errOut)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d; stderr: %s", code, tc.wantCode, errOut.String())
+			}
+			if !strings.Contains(out.String(), tc.wantOut) {
+				t.Errorf("stdout %q does not contain %q", out.String(), tc.wantOut)
+			}
+			if !strings.Contains(errOut.String(), tc.wantErr) {
+				t.Errorf("stderr %q does not contain %q", errOut.String(), tc.wantErr)
+			}
+		})
+	}
+}

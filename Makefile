@@ -23,9 +23,9 @@ all: build
 deps: ## install missing Debian packages and pinned Go tools (idempotent)
 	@hack/deps.sh
 
-build: deps ## build every program into build/bin/
+build: deps ## build every program into build/bin/ (test-only programs under internal/ are built by their tests)
 	@mkdir -p $(BIN)
-	@for dir in $$($(GO) list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./...); do \
+	@for dir in $$($(GO) list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./... | grep -v /internal/); do \
 		name=$$(basename $$dir); [[ $$name == cli ]] && name=orrery; \
 		echo "build $(BIN)/$$name"; \
 		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$name $$dir; \

@@ -12,6 +12,9 @@ readonly PACKAGES=(
 	swtpm            # the TPM 2.0 every TPM test runs against
 	swtpm-tools      # swtpm_setup, for vTPMs of VMs
 	protobuf-compiler # protoc 3.21.12 for 'make proto' and its staleness check
+	qemu-system-x86 qemu-utils ovmf # the local cloud's VMs (TCG when KVM does not work)
+	linux-image-cloud-amd64 # the kernel the local cloud's tests boot
+	iproute2         # namespaces, bridges and taps of the local cloud
 	git ca-certificates make
 )
 

@@ -1,0 +1,290 @@
+package cmd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-dev/orrery/internal/cloud"
+)
+
+// miniOptions are the flags of 'orrery mini up' (and of the supervisor it
+// starts, which receives the same flags).
+type miniOptions struct {
+	dir           string
+	controlPlanes int
+	workers       int
+	cpus          int
+	memoryMiB     int
+	stateDiskMiB  int
+	image         string
+	// Development and test flags: boot a kernel instead of the image, in
+	// a network namespace.
+	kernel, initrd, cmdline, netns string
+	shutdownTimeout                time.Duration
+}
+
+func newMiniCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "mini",
+		Short: "Run a local Orrery cluster in QEMU VMs with vTPMs on this machine",
+		Long: `mini runs a local cloud on this machine: QEMU VMs booting the Orrery image
+(UEFI, a swtpm vTPM each, certified by a local platform CA), a bridge
+network with DHCP and a metadata API. Everything lives in one state
+directory (./orrery-mini by default): logs, state, the init secret and the
+platform CA certificate. It needs root (bridges, taps).`,
+	}
+	c.AddCommand(newMiniUpCmd(), newMiniDownCmd(), newMiniStatusCmd(), newMiniServeCmd())
+	return c
+}
+
+func addDirFlag(c *cobra.Command, dir *string) {
+	c.Flags().StringVar(dir, "dir", "orrery-mini", "state directory of the local cloud")
+}
+
+func addUpFlags(c *cobra.Command, o *miniOptions) {
+	f := c.Flags()
+	addDirFlag(c, &o.dir)
+	f.IntVar(&o.controlPlanes, "control-planes", 1, "number of control-plane VMs")
+	f.IntVar(&o.workers, "workers", 1, "number of worker VMs")
+	f.IntVar(&o.cpus, "cpus", 2, "virtual CPUs per VM")
+	f.IntVar(&o.memoryMiB, "memory", 2048, "memory per VM in MiB")
+	f.IntVar(&o.stateDiskMiB, "state-disk-size", 10240, "size of each VM's blank state disk in MiB")
+	f.StringVar(&o.image, "image", "build/image/disk.qcow2", "OS image the VMs boot (built by 'make image')")
+	f.StringVar(&o.kernel, "kernel", "", "boot this kernel directly instead of the image (development)")
+	f.StringVar(&o.initrd, "initrd", "", "initrd for --kernel")
+	f.StringVar(&o.cmdline, "cmdline", "console=ttyS0", "kernel command line for --kernel")
+	f.StringVar(&o.netns, "netns", "", "run the cloud in this new network namespace (tests)")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long 'down' waits for a VM to power off before killing it")
+	for _, hidden := range []string{"kernel", "initrd", "cmdline", "netns", "shutdown-timeout"} {
+		_ = f.MarkHidden(hidden)
+	}
+}
+
+func (o miniOptions) spec(progress io.Writer) cloud.Spec {
+	s := cloud.Spec{
+		Dir:             o.dir,
+		ControlPlanes:   o.controlPlanes,
+		Workers:         o.workers,
+		CPUs:            o.cpus,
+		MemoryMiB:       o.memoryMiB,
+		StateDiskMiB:    o.stateDiskMiB,
+		Namespace:       o.netns,
+		ShutdownTimeout: o.shutdownTimeout,
+		Progress:        progress,
+	}
+	if o.kernel != "" {
+		s.Kernel, s.Initrd, s.Cmdline = o.kernel, o.initrd, o.cmdline
+	} else {
+		s.Image = o.image
+	}
+	return s
+}
+
+func (o miniOptions) args() []string {
+	return []string{
+		"--dir", o.dir,
+		"--control-planes", strconv.Itoa(o.controlPlanes), "--workers", strconv.Itoa(o.workers),
+		"--cpus", strconv.Itoa(o.cpus), "--memory", strconv.Itoa(o.memoryMiB),
+		"--state-disk-size", strconv.Itoa(o.stateDiskMiB), "--image", o.image,
+		"--kernel", o.kernel, "--initrd", o.initrd, "--cmdline", o.cmdline, "--netns", o.netns,
+		"--shutdown-timeout", o.shutdownTimeout.String(),
+	}
+}
+
+func newMiniUpCmd() *cobra.Command {
+	var o miniOptions
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Start the local cloud's VMs",
+		Example: `  sudo orrery mini up
+  sudo orrery mini up --control-planes 1 --workers 2 --memory 3072`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runMiniUp(cmd.Context(), cmd.OutOrStdout(), o) },
+	}
+	addUpFlags(c, &o)
+	return c
+}
+
+// runMiniUp starts a supervisor process (orrery mini serve) that runs the
+// cloud's services in the background, follows its progress, and returns
+// once every VM runs.
+func runMiniUp(ctx context.Context, out io.Writer, o miniOptions) error {
+	abs, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	o.dir = abs
+	if err := cloud.Preflight(o.spec(nil)); err != nil {
+		return fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
+	}
+	if st, err := cloud.ReadState(o.dir); err == nil && st.Live() {
+		return fmt.Errorf("a local cloud from %s is running: 'orrery mini status' shows it, 'orrery mini down' stops it", o.dir)
+	}
+	if err := os.MkdirAll(o.dir, 0o700); err != nil {
+		return err
+	}
+	logPath := filepath.Join(o.dir, "supervisor.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("create supervisor log: %w", err)
+	}
+	defer logFile.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	sup := exec.Command(self, append([]string{"mini", "serve"}, o.args()...)...)
+	sup.Stdout, sup.Stderr = logFile, logFile
+	// Its own session: the supervisor outlives this command and a Ctrl-C
+	// in this terminal, which this command turns into an orderly stop.
+	sup.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := sup.Start(); err != nil {
+		return fmt.Errorf("start supervisor: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- sup.Wait() }()
+
+	fmt.Fprintf(out, "Starting the local cloud in %s (log: %s)\n", o.dir, logPath)
+	follow, err := os.Open(logPath)
+	if err != nil {
+		return err
+	}
+	defer follow.Close()
+	lines := bufio.NewReader(follow)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for {
+			line, err := lines.ReadString('\n')
+			if err != nil {
+				// A partial line stays for the next round.
+				if len(line) > 0 {
+					_, _ = follow.Seek(-int64(len(line)), io.SeekCurrent)
+					lines.Reset(follow)
+				}
+				break
+			}
+			fmt.Fprint(out, "  ", line)
+		}
+		if st, err := cloud.ReadState(o.dir); err == nil && st.Phase == cloud.PhaseUp {
+			printNodes(out, st)
+			fmt.Fprintf(out, "\nThe local cloud runs. Platform CA: %s; init secret: %s\nStop it with: sudo orrery mini down --dir %s\n",
+				filepath.Join(o.dir, cloud.PlatformCACert), filepath.Join(o.dir, cloud.InitSecretFile), o.dir)
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the supervisor stopped before the cloud was up (%v); see %s", err, logPath)
+		case <-ctx.Done():
+			fmt.Fprintln(out, "Interrupted: stopping the local cloud and removing what it created...")
+			_ = sup.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(60 * time.Second):
+				_ = sup.Process.Kill()
+			}
+			if err := cloud.Cleanup(context.Background(), o.dir); err != nil {
+				return fmt.Errorf("interrupted; cleaning up failed: %w", err)
+			}
+			return errors.New("interrupted; everything the local cloud created was removed")
+		case <-tick.C:
+		}
+	}
+}
+
+func newMiniServeCmd() *cobra.Command {
+	var o miniOptions
+	c := &cobra.Command{
+		Use:    "serve",
+		Short:  "Run the local cloud in the foreground (started by 'mini up')",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// SIGTERM from 'mini down' or 'mini up' on Ctrl-C ends it in order.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			c, err := cloud.Up(ctx, o.spec(cmd.OutOrStdout()))
+			if err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return c.Down(context.Background())
+		},
+	}
+	addUpFlags(c, &o)
+	return c
+}
+
+func newMiniDownCmd() *cobra.Command {
+	var dir string
+	c := &cobra.Command{
+		Use:     "down",
+		Short:   "Stop the local cloud and remove everything it created",
+		Long:    "down stops the VMs, the network and the services of the local cloud in --dir, also after a crash, and removes their files (the serial logs stay).",
+		Example: "  sudo orrery mini down",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := cloud.ReadState(dir); errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintf(cmd.OutOrStdout(), "No local cloud recorded in %s: nothing to do.\n", dir)
+				return nil
+			}
+			if err := cloud.Cleanup(cmd.Context(), dir); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "The local cloud is down.")
+			return nil
+		},
+	}
+	addDirFlag(c, &dir)
+	return c
+}
+
+func newMiniStatusCmd() *cobra.Command {
+	var dir string
+	c := &cobra.Command{
+		Use:     "status",
+		Short:   "Show the local cloud's VMs, roles, addresses and uptime",
+		Example: "  orrery mini status",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := cloud.ReadState(dir)
+			if errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("no local cloud in %s: start one with 'sudo orrery mini up'", dir)
+			}
+			if err != nil {
+				return err
+			}
+			printNodes(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	addDirFlag(c, &dir)
+	return c
+}
+
+func printNodes(out io.Writer, st cloud.State) {
+	fmt.Fprintf(out, "\nAccelerator: %s; started %s\n", st.Accel, st.Started.Format(time.RFC3339))
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tROLE\tIP\tSTATE\tUPTIME\tSERIAL LOG")
+	for _, n := range st.Nodes {
+		state, uptime := "stopped", "-"
+		if d, ok := n.Uptime(); ok {
+			state, uptime = "running", d.Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, n.IP, state, uptime, n.SerialLog())
+	}
+	w.Flush()
+}

@@ -1,0 +1,106 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/cloud/cloudtest"
+)
+
+// TestMiniUpStatusDown drives the local cloud through the CLI as an owner
+// would, with test guests instead of the OS image, in a network namespace.
+func TestMiniUpStatusDown(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("orrery mini needs root: run as root (CI does)")
+	}
+	t.Setenv("ORRERY_CMD_TEST_AS_ORRERY", "1")
+	kernel, initrd := cloudtest.Guest(t)
+	dir := filepath.Join(t.TempDir(), "orrery-mini")
+	ns := fmt.Sprintf("orrcli-%d", os.Getpid())
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Execute(context.Background(), args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	t.Cleanup(func() { cloud.Cleanup(context.Background(), dir) })
+
+	code, out, errOut := run("mini", "up", "--dir", dir, "--workers", "1", "--cpus", "1", "--memory", "256",
+		"--state-disk-size", "64", "--kernel", kernel, "--initrd", initrd, "--cmdline", "console=ttyS0 panic=-1",
+		"--netns", ns, "--shutdown-timeout", "500ms")
+	if code != 0 {
+		t.Fatalf("mini up: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	t.Logf("mini up said:\n%s", out)
+	for _, want := range []string{"The local cloud runs", "cp-0", "worker-0", "10.42.1.100", "10.42.2.100", "running"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mini up output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, f := range []string{cloud.PlatformCACert, cloud.InitSecretFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("mini up did not write %s: %v", f, err)
+		}
+	}
+
+	code, _, errOut = run("mini", "up", "--dir", dir, "--kernel", kernel, "--initrd", initrd, "--netns", ns)
+	if code == 0 || !strings.Contains(errOut, "is running") {
+		t.Errorf("second mini up: exit %d, stderr %q; want a refusal", code, errOut)
+	}
+
+	code, out, _ = run("mini", "status", "--dir", dir)
+	if code != 0 || strings.Count(out, "running") != 2 || !strings.Contains(out, "tcg") {
+		t.Errorf("mini status: exit %d:\n%s", code, out)
+	}
+
+	st, err := cloud.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, out, errOut = run("mini", "down", "--dir", dir)
+	if code != 0 || !strings.Contains(out, "is down") {
+		t.Fatalf("mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	t.Logf("mini down took %s", time.Since(start).Round(time.Millisecond))
+	for _, n := range st.Nodes {
+		if pids := cloud.ProcessesUsing(n.Dir); len(pids) > 0 {
+			t.Errorf("processes %v of %s survive mini down", pids, n.Name)
+		}
+	}
+	if nsList, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(nsList), ns) {
+		t.Errorf("namespace %s survives mini down", ns)
+	}
+	if syscallAlive(st.SupervisorPID) {
+		t.Errorf("supervisor %d survives mini down", st.SupervisorPID)
+	}
+	code, out, _ = run("mini", "down", "--dir", dir)
+	if code != 0 || !strings.Contains(out, "nothing to do") {
+		t.Errorf("second mini down: exit %d: %s", code, out)
+	}
+	code, _, errOut = run("mini", "status", "--dir", dir)
+	if code == 0 || !strings.Contains(errOut, "no local cloud") {
+		t.Errorf("status after down: exit %d: %s", code, errOut)
+	}
+}
+
+func syscallAlive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	// Signal 0 checks existence; a zombie still counts, so look at /proc.
+	if p.Signal(syscall.Signal(0)) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(stat), ") Z ")
+}

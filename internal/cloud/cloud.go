@@ -1,0 +1,496 @@
+// Package cloud is the local cloud: QEMU VMs with swtpm vTPMs on a bridge
+// network, with the services a cloud provider runs for its VMs (DHCP, the
+// metadata API, vTPM attestation keys certified by a platform CA). `orrery
+// mini` and the end-to-end suites drive it.
+//
+// Up creates everything and Down removes it again; Up removes what it
+// created when it fails or its context is cancelled. A crashed run's
+// leftovers are listed in the state file and removed by Cleanup (which
+// `orrery mini down` calls).
+package cloud
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/cloud/dhcpd"
+	"github.com/orrery-dev/orrery/internal/cloud/metadata"
+	"github.com/orrery-dev/orrery/internal/cloud/netenv"
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
+)
+
+// Roles of nodes.
+const (
+	ControlPlane = "control-plane"
+	Worker       = "worker"
+)
+
+// The cloud's network plan: control planes and workers get addresses from
+// distinct ranges, so an address tells the role.
+var (
+	Gateway       = netip.MustParsePrefix("10.42.0.1/16")
+	MetadataIP    = netip.MustParseAddr("169.254.169.254")
+	firstCP       = netip.MustParseAddr("10.42.1.100")
+	firstWorker   = netip.MustParseAddr("10.42.2.100")
+	DefaultBridge = "orrery0"
+)
+
+// Files in the state directory.
+const (
+	StateFile      = "state.json"
+	LockFile       = "lock"
+	InitSecretFile = "init-secret"
+	PlatformCACert = platformca.CertFile
+)
+
+// Spec describes a cloud to bring up.
+type Spec struct {
+	// Dir is the state directory: state file, lock, platform CA, init
+	// secret, one directory per VM (disks, vTPM, serial log). Required.
+	Dir string
+	// ControlPlanes and Workers are the node counts (ControlPlanes >= 1).
+	ControlPlanes, Workers int
+	// CPUs and MemoryMiB size each VM. Zero means 2 CPUs, 2048 MiB.
+	CPUs, MemoryMiB int
+	// StateDiskMiB is the size of each VM's blank state disk; zero, none.
+	StateDiskMiB int
+	// Image is the disk image VMs boot with UEFI. Alternatively Kernel,
+	// Initrd and Cmdline boot a kernel directly (tests).
+	Image                   string
+	Kernel, Initrd, Cmdline string
+	// Namespace, if set, puts the network and the VMs in a network
+	// namespace of that name (the test suites do); empty uses the host's,
+	// so the owner can reach the nodes.
+	Namespace string
+	// Bridge names the bridge; empty means DefaultBridge.
+	Bridge string
+	// Accel forces an accelerator; the zero value probes for KVM.
+	Accel vm.Accel
+	// ShutdownTimeout is how long Down waits for a VM to power off after
+	// the ACPI power button before it kills it. Zero means 30 s.
+	ShutdownTimeout time.Duration
+	// KeepLogs keeps the VMs' serial logs in Dir after Down.
+	KeepLogs bool
+	// Progress receives one line per step; nil discards.
+	Progress io.Writer
+}
+
+// Node is one VM of the cloud.
+type Node struct {
+	Name string     `json:"name"`
+	Role string     `json:"role"`
+	IP   netip.Addr `json:"ip"`
+	MAC  string     `json:"mac"`
+	Tap  string     `json:"tap"`
+	Dir  string     `json:"dir"`
+	PID  int        `json:"pid"`
+
+	vm *vm.VM
+}
+
+// SerialLog is the path of the node's serial console log.
+func (n *Node) SerialLog() string { return filepath.Join(n.Dir, "serial.log") }
+
+// VM is the node's VM, for control through QMP.
+func (n *Node) VM() *vm.VM { return n.vm }
+
+// Cloud is a running local cloud.
+type Cloud struct {
+	spec    Spec
+	accel   vm.Accel
+	why     string
+	started time.Time
+	lock    *os.File
+	network *netenv.Network
+	dhcp    *dhcpd.Server
+	meta    *http.Server
+	nodes   []*Node
+
+	phase  string
+	mu     sync.Mutex
+	leases map[string]bool
+	leased chan struct{}
+}
+
+// Up brings up the cloud described by spec.
+func Up(ctx context.Context, spec Spec) (c *Cloud, err error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	if spec.Bridge == "" {
+		spec.Bridge = DefaultBridge
+	}
+	if spec.CPUs == 0 {
+		spec.CPUs = 2
+	}
+	if spec.MemoryMiB == 0 {
+		spec.MemoryMiB = 2048
+	}
+	if spec.ShutdownTimeout == 0 {
+		spec.ShutdownTimeout = 30 * time.Second
+	}
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	c = &Cloud{spec: spec, started: time.Now(), phase: PhaseStarting, leases: map[string]bool{}, leased: make(chan struct{})}
+	if err := c.takeLock(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.progress("bring-up failed, removing what was created: %v", err)
+			_ = c.Down(context.Background())
+		}
+	}()
+
+	ca, err := c.platformCA()
+	if err != nil {
+		return nil, err
+	}
+	hash, err := c.initSecret()
+	if err != nil {
+		return nil, err
+	}
+	c.planNodes()
+
+	c.accel, c.why = spec.Accel, "forced"
+	if c.accel == "" {
+		c.accel, c.why = vm.Probe(ctx, spec.probeKernel())
+	}
+	c.progress("accelerator: %s (%s)", c.accel, c.why)
+
+	c.progress("network: bridge %s %s (namespace %q)", spec.Bridge, Gateway, spec.Namespace)
+	c.network, err = netenv.Create(ctx, netenv.Config{Namespace: spec.Namespace, Bridge: spec.Bridge, Gateway: Gateway, MetadataIP: MetadataIP})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeState(); err != nil {
+		return nil, err
+	}
+	for _, n := range c.nodes {
+		if err := c.network.AddTap(ctx, n.Tap); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.startServices(hash); err != nil {
+		return nil, err
+	}
+	if err := c.writeState(); err != nil {
+		return nil, err
+	}
+
+	for _, n := range c.nodes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		c.progress("vm %s (%s, %s): starting", n.Name, n.Role, n.IP)
+		mac, _ := net.ParseMAC(n.MAC)
+		n.vm, err = vm.Start(ctx, vm.Config{
+			Name:         n.Name,
+			Dir:          n.Dir,
+			CPUs:         spec.CPUs,
+			MemoryMiB:    spec.MemoryMiB,
+			Accel:        c.accel,
+			Image:        spec.Image,
+			Firmware:     vm.DefaultFirmware(),
+			Kernel:       spec.Kernel,
+			Initrd:       spec.Initrd,
+			Cmdline:      spec.Cmdline,
+			StateDiskMiB: spec.StateDiskMiB,
+			Net:          &vm.NetConfig{Tap: n.Tap, MAC: mac},
+			ExecPrefix:   c.network.ExecPrefix(),
+			ProvisionTPM: func(rw io.ReadWriter) error { _, err := ca.ProvisionAK(rw); return err },
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start VM %s: %w", n.Name, err)
+		}
+		n.PID = n.vm.PID()
+		if err := c.writeState(); err != nil {
+			return nil, err
+		}
+	}
+	c.phase = PhaseUp
+	if err := c.writeState(); err != nil {
+		return nil, err
+	}
+	c.progress("up: %d VMs in %s", len(c.nodes), time.Since(c.started).Round(100*time.Millisecond))
+	return c, nil
+}
+
+func (s Spec) validate() error {
+	switch {
+	case s.Dir == "":
+		return errors.New("cloud: no state directory given")
+	case s.ControlPlanes < 1:
+		return errors.New("cloud: at least one control-plane node is needed")
+	case s.Workers < 0:
+		return errors.New("cloud: negative number of workers")
+	case s.ControlPlanes > 50 || s.Workers > 50:
+		return errors.New("cloud: at most 50 control planes and 50 workers")
+	case s.Image == "" && s.Kernel == "":
+		return errors.New("cloud: neither an image nor a kernel to boot")
+	case s.Image != "" && s.Kernel != "":
+		return errors.New("cloud: give an image or a kernel, not both")
+	}
+	return nil
+}
+
+// probeKernel is what the KVM probe boots: the test kernel, or the host's
+// cloud kernel for image boots.
+func (s Spec) probeKernel() string {
+	if s.Kernel != "" {
+		return s.Kernel
+	}
+	k, _ := vm.DefaultKernel()
+	return k
+}
+
+func (c *Cloud) progress(format string, args ...any) {
+	if c.spec.Progress == nil {
+		return
+	}
+	fmt.Fprintf(c.spec.Progress, "[%5.1fs] %s\n", time.Since(c.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (c *Cloud) takeLock() error {
+	f, err := os.OpenFile(filepath.Join(c.spec.Dir, LockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return fmt.Errorf("a local cloud is already running from %s: run 'orrery mini down' first", c.spec.Dir)
+	}
+	if st, err := readState(c.spec.Dir); err == nil && st.live() {
+		f.Close()
+		return fmt.Errorf("%s lists VMs of an earlier run that are still running: run 'orrery mini down' first", filepath.Join(c.spec.Dir, StateFile))
+	}
+	c.lock = f
+	return nil
+}
+
+func (c *Cloud) platformCA() (*platformca.CA, error) {
+	if ca, err := platformca.Load(c.spec.Dir); err == nil {
+		return ca, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("platform CA in %s: %w", c.spec.Dir, err)
+	}
+	ca, err := platformca.New("Orrery local cloud platform CA")
+	if err != nil {
+		return nil, err
+	}
+	return ca, ca.Save(c.spec.Dir)
+}
+
+// initSecret creates the init secret the owner will present to `orrery
+// init`, and returns the bcrypt hash the metadata API publishes.
+func (c *Cloud) initSecret() ([]byte, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	secret := []byte(base64.RawURLEncoding.EncodeToString(raw))
+	if err := os.WriteFile(filepath.Join(c.spec.Dir, InitSecretFile), append(bytes.Clone(secret), '\n'), 0o600); err != nil {
+		return nil, fmt.Errorf("write init secret: %w", err)
+	}
+	return bcrypt.GenerateFromPassword(secret, bcrypt.DefaultCost)
+}
+
+func (c *Cloud) planNodes() {
+	add := func(role, prefix string, count int, first netip.Addr, roleByte byte, tapTag string) {
+		ip := first
+		for i := 0; i < count; i++ {
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			c.nodes = append(c.nodes, &Node{
+				Name: name,
+				Role: role,
+				IP:   ip,
+				MAC:  fmt.Sprintf("52:54:00:42:%02x:%02x", roleByte, i),
+				Tap:  fmt.Sprintf("%s%s%d", tapPrefix(c.spec.Bridge), tapTag, i),
+				Dir:  filepath.Join(c.spec.Dir, name),
+			})
+			ip = ip.Next()
+		}
+	}
+	add(ControlPlane, "cp", c.spec.ControlPlanes, firstCP, 1, "c")
+	add(Worker, "worker", c.spec.Workers, firstWorker, 2, "w")
+}
+
+func (c *Cloud) startServices(initSecretHash []byte) error {
+	var leases []dhcpd.Lease
+	var instances []metadata.Instance
+	for _, n := range c.nodes {
+		mac, _ := net.ParseMAC(n.MAC)
+		leases = append(leases, dhcpd.Lease{MAC: mac, IP: n.IP, Hostname: n.Name})
+		instances = append(instances, metadata.Instance{Name: n.Name, Role: n.Role, IP: n.IP})
+	}
+	handler, err := metadata.NewHandler(metadata.Config{Instances: instances, InitSecretHash: initSecretHash})
+	if err != nil {
+		return err
+	}
+	return c.network.Do(func() error {
+		var err error
+		c.dhcp, err = dhcpd.Start(dhcpd.Config{
+			Interface: c.spec.Bridge,
+			ServerIP:  Gateway.Addr(),
+			Prefix:    Gateway.Masked(),
+			Router:    Gateway.Addr(),
+			LeaseTime: time.Hour,
+			Leases:    leases,
+			OnLease:   c.onLease,
+		})
+		if err != nil {
+			return fmt.Errorf("start DHCP server: %w", err)
+		}
+		lis, err := net.Listen("tcp", netip.AddrPortFrom(MetadataIP, 80).String())
+		if err != nil {
+			return fmt.Errorf("start metadata API: %w", err)
+		}
+		c.meta = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		go c.meta.Serve(lis)
+		return nil
+	})
+}
+
+func (c *Cloud) onLease(l dhcpd.Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leases[l.MAC.String()] {
+		return
+	}
+	c.leases[l.MAC.String()] = true
+	c.progress("dhcp: %s got %s", l.Hostname, l.IP)
+	if len(c.leases) == len(c.nodes) {
+		close(c.leased)
+	}
+}
+
+// WaitLeases waits until every VM has received its DHCP lease.
+func (c *Cloud) WaitLeases(ctx context.Context) error {
+	select {
+	case <-c.leased:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for DHCP leases: %w", ctx.Err())
+	}
+}
+
+// Nodes lists the cloud's nodes, control planes first.
+func (c *Cloud) Nodes() []*Node { return c.nodes }
+
+// Accel is the accelerator the VMs run with and why it was chosen.
+func (c *Cloud) Accel() (vm.Accel, string) { return c.accel, c.why }
+
+// Network is the cloud's network, e.g. to run a command inside its
+// namespace.
+func (c *Cloud) Network() *netenv.Network { return c.network }
+
+// Down stops every VM (gracefully within a short timeout, then by force),
+// stops the services and removes the network and the VMs' files. It
+// collects all errors and always does as much as it can.
+func (c *Cloud) Down(ctx context.Context) error {
+	var (
+		errs []error
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+	)
+	for _, n := range c.nodes {
+		if n.vm == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.vm.PowerDown(ctx, c.spec.ShutdownTimeout); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("stop VM %s: %w", n.Name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if c.meta != nil {
+		_ = c.meta.Close()
+	}
+	if c.dhcp != nil {
+		_ = c.dhcp.Close()
+	}
+	if c.network != nil {
+		if err := c.network.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, n := range c.nodes {
+		errs = append(errs, removeNodeDir(n.Dir, c.spec.KeepLogs))
+	}
+	errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, StateFile)))
+	if c.lock != nil {
+		c.lock.Close()
+		errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, LockFile)))
+	}
+	c.progress("down")
+	return errors.Join(errs...)
+}
+
+func removeNodeDir(dir string, keepLogs bool) error {
+	if !keepLogs {
+		return os.RemoveAll(dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) == ".log" {
+			continue
+		}
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Abandon stops the cloud's in-process services and releases its lock
+// without stopping the VMs or removing anything, as a crash would. Tests
+// use it to check that Cleanup finds the leftovers.
+func (c *Cloud) Abandon() {
+	if c.meta != nil {
+		c.meta.Close()
+	}
+	if c.dhcp != nil {
+		c.dhcp.Close()
+	}
+	if c.lock != nil {
+		c.lock.Close()
+	}
+}
+
+// tapPrefix starts the names of a cloud's taps, so leftovers can be found
+// by name.
+func tapPrefix(bridge string) string { return bridge + "-" }

@@ -1,0 +1,248 @@
+package cloud_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/cloud/cloudtest"
+)
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the local cloud creates network namespaces, bridges and taps: run as root (CI does)")
+	}
+}
+
+func testSpec(t testing.TB, dir string, cps, workers int) cloud.Spec {
+	kernel, initrd := cloudtest.Guest(t)
+	return cloud.Spec{
+		Dir:           dir,
+		ControlPlanes: cps,
+		Workers:       workers,
+		CPUs:          1,
+		MemoryMiB:     256,
+		Kernel:        kernel,
+		Initrd:        initrd,
+		Cmdline:       "console=ttyS0 panic=-1 quiet",
+		Namespace:     fmt.Sprintf("orrtest-%d-%d", os.Getpid(), time.Now().UnixNano()%100000),
+		Bridge:        "orrtest0",
+		Progress:      testWriter{t},
+		// The test guest ignores the ACPI power button.
+		ShutdownTimeout: 500 * time.Millisecond,
+	}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// guestReports reads the "ORRERY-GUEST key value" lines of a serial log.
+func guestReports(path string) map[string][]string {
+	out := map[string][]string{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.Index(line, "ORRERY-GUEST ")
+		if i < 0 {
+			continue
+		}
+		key, value, _ := strings.Cut(line[i+len("ORRERY-GUEST "):], " ")
+		out[key] = append(out[key], strings.TrimSpace(value))
+	}
+	return out
+}
+
+func waitReport(t *testing.T, ctx context.Context, n *cloud.Node, key string, count int) []string {
+	t.Helper()
+	for {
+		r := guestReports(n.SerialLog())
+		if e := r["error"]; len(e) > 0 {
+			t.Fatalf("%s reports an error: %v", n.Name, e)
+		}
+		if len(r[key]) >= count {
+			return r[key]
+		}
+		select {
+		case <-ctx.Done():
+			log, _ := os.ReadFile(n.SerialLog())
+			t.Fatalf("%s: no %d×%q report in time; serial log:\n%s", n.Name, count, key, log)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// TestTwoVMs boots two guests on the cloud's network and checks what a
+// node relies on: DHCP, the metadata API, reaching its peer, a vTPM with a
+// platform-certified AK, and QMP control; then that Down leaves nothing.
+func TestTwoVMs(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	spec := testSpec(t, dir, 1, 1)
+	c, err := cloud.Up(ctx, spec)
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	downed := false
+	defer func() {
+		if !downed {
+			c.Down(context.Background())
+		}
+	}()
+
+	// A second Up from the same directory is refused while this one runs.
+	if _, err := cloud.Up(ctx, spec); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Fatalf("second Up: err = %v, want 'already running'", err)
+	}
+
+	ca, err := platformca.LoadCert(filepath.Join(dir, cloud.PlatformCACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+
+	nodes := c.Nodes()
+	for _, n := range nodes {
+		waitReport(t, ctx, n, "ready", 1)
+		r := guestReports(n.SerialLog())
+		if got := r["ip"][0]; got != n.IP.String() {
+			t.Errorf("%s: DHCP gave %s, want %s", n.Name, got, n.IP)
+		}
+		if got, want := r["self"][0], fmt.Sprintf("%s %s %s", n.Name, n.Role, n.IP); got != want {
+			t.Errorf("%s: metadata self = %q, want %q", n.Name, got, want)
+		}
+		if got := r["peers"][0]; got != "cp-0,worker-0" {
+			t.Errorf("%s: metadata peers = %q, want cp-0,worker-0", n.Name, got)
+		}
+		other := nodes[0].Name
+		if n == nodes[0] {
+			other = nodes[1].Name
+		}
+		if got := r["reached"]; len(got) != 1 || got[0] != other {
+			t.Errorf("%s: reached %v, want [%s]", n.Name, got, other)
+		}
+		tpm := r["tpm"][0]
+		der, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(tpm, "akcert:"))
+		if !strings.HasPrefix(tpm, "akcert:") || err != nil {
+			t.Fatalf("%s: TPM report %q, want an AK certificate", n.Name, tpm)
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Errorf("%s: AK certificate does not verify against the platform CA: %v", n.Name, err)
+		}
+	}
+
+	// A hard reset through QMP reboots the guest.
+	if err := nodes[1].VM().Reset(ctx); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	waitReport(t, ctx, nodes[1], "boot", 2)
+	waitReport(t, ctx, nodes[1], "ready", 2)
+
+	st, err := cloud.ReadState(dir)
+	if err != nil || len(st.Nodes) != 2 {
+		t.Fatalf("state file: %+v, %v", st, err)
+	}
+	if err := c.Down(ctx); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+	downed = true
+	assertNothingLeft(t, spec, st)
+}
+
+func assertNothingLeft(t *testing.T, spec cloud.Spec, st cloud.State) {
+	t.Helper()
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	if strings.Contains(string(out), spec.Namespace) {
+		t.Errorf("namespace %s is left: %s", spec.Namespace, out)
+	}
+	for _, n := range st.Nodes {
+		if _, err := os.Stat(n.Dir); err == nil {
+			t.Errorf("VM directory %s is left", n.Dir)
+		}
+		if pids := cloud.ProcessesUsing(n.Dir); len(pids) > 0 {
+			t.Errorf("processes %v of %s are left", pids, n.Name)
+		}
+	}
+	for _, f := range []string{cloud.StateFile, cloud.LockFile} {
+		if _, err := os.Stat(filepath.Join(spec.Dir, f)); err == nil {
+			t.Errorf("%s is left", f)
+		}
+	}
+}
+
+// TestCleanupAfterCrash simulates a supervisor that died without Down: the
+// state file is all that is left to find the leftovers by.
+func TestCleanupAfterCrash(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	spec := testSpec(t, dir, 1, 0)
+	c, err := cloud.Up(ctx, spec)
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	st, err := cloud.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Abandon() // the supervisor "crashes": its services stop, its VMs and network stay
+	if pids := cloud.ProcessesUsing(st.Nodes[0].Dir); len(pids) == 0 {
+		t.Fatal("VM processes should still run after the crash")
+	}
+	if err := cloud.Cleanup(ctx, dir); err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	assertNothingLeft(t, spec, st)
+}
+
+// BenchmarkUpToLeases measures the time from Up to every VM holding its
+// DHCP lease, for 3 small VMs.
+func BenchmarkUpToLeases(b *testing.B) {
+	requireRoot(b)
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		spec := testSpec(b, b.TempDir(), 1, 2)
+		spec.Progress = nil
+		start := time.Now()
+		c, err := cloud.Up(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.WaitLeases(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "s-to-leases")
+		b.StopTimer()
+		c.Down(context.Background())
+		cancel()
+		b.StartTimer()
+	}
+}

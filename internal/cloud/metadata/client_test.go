@@ -1,0 +1,232 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// asCaller makes every request to h look as if it came from remote, as
+// the real server sees a VM's address.
+func asCaller(h http.Handler, remote string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.RemoteAddr = remote
+		h.ServeHTTP(w, r)
+	})
+}
+
+func newTestClient(t *testing.T, h http.Handler) *Client {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &Client{BaseURL: srv.URL, HTTP: srv.Client()}
+}
+
+func TestClient(t *testing.T) {
+	h := testHandler(t)
+	ctx := t.Context()
+	c := newTestClient(t, asCaller(h, "10.42.0.12:50000"))
+
+	self, err := c.Self(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := testInstances[0]; self != want {
+		t.Errorf("Self() = %+v, want %+v", self, want)
+	}
+
+	peers, err := c.Peers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range peers {
+		names = append(names, p.Name)
+	}
+	if want := []string{"cp-0", "cp-1", "worker-0", "worker-1"}; !slices.Equal(names, want) {
+		t.Errorf("Peers() names = %q, want %q", names, want)
+	}
+
+	ep, err := c.Endpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := netip.MustParseAddrPort("10.42.0.11:6443"); ep != want {
+		t.Errorf("Endpoint() = %s, want %s", ep, want)
+	}
+
+	hash, err := c.InitSecretHash(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(hash) != string(testHash()) {
+		t.Errorf("InitSecretHash() = %q, want %q", hash, testHash())
+	}
+
+	// A trailing slash on the base URL is fine.
+	c.BaseURL += "/"
+	if _, err := c.Self(ctx); err != nil {
+		t.Errorf("Self() with a trailing slash: %v", err)
+	}
+}
+
+func TestClientUnknownCaller(t *testing.T) {
+	c := newTestClient(t, asCaller(testHandler(t), "10.42.0.99:50000"))
+	_, err := c.Self(t.Context())
+	var se *StatusError
+	if !errors.As(err, &se) {
+		t.Fatalf("Self() = %v, want a *StatusError", err)
+	}
+	if se.StatusCode != http.StatusNotFound || se.Body != "unknown caller" || se.Path != "/self" {
+		t.Errorf("Self() = %+v, want 404 for /self with body %q", se, "unknown caller")
+	}
+	if !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), "unknown caller") {
+		t.Errorf("error %q does not name status and reason", err)
+	}
+}
+
+// fixed answers every request with one response.
+func fixed(status int, contentType, body string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if contentType != "" {
+			w.Header().Set("Content-Type", contentType)
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	})
+}
+
+func TestClientBadAnswers(t *testing.T) {
+	const js = "application/json"
+	goodSelf := `{"name":"cp-0","role":"control-plane","ip":"10.42.0.10"}`
+	tests := map[string]struct {
+		h       http.Handler
+		call    func(context.Context, *Client) error
+		wantErr string
+	}{
+		"HTML error page": {
+			h:       fixed(502, "text/html", "<html><body>Bad Gateway\x00\x01</body></html>"),
+			call:    callSelf,
+			wantErr: `502 Bad Gateway: "<html><body>Bad Gateway  </body></html>"`,
+		},
+		"long error body is cut": {
+			h:       fixed(500, "text/plain", strings.Repeat("e", 1000)),
+			call:    callSelf,
+			wantErr: strings.Repeat("e", 200) + `..."`,
+		},
+		"wrong content type": {
+			h:       fixed(200, "text/html", goodSelf),
+			call:    callSelf,
+			wantErr: `content type "text/html"`,
+		},
+		"no content type": {
+			h:       fixed(200, "", goodSelf),
+			call:    callSelf,
+			wantErr: "want application/json",
+		},
+		"content type with charset": {
+			h:    fixed(200, "application/json; charset=utf-8", goodSelf),
+			call: callSelf,
+		},
+		"answer over 1 MiB": {
+			h:       fixed(200, js, `{"name":"`+strings.Repeat("a", maxResponse)+`"}`),
+			call:    callSelf,
+			wantErr: "larger than 1048576 bytes",
+		},
+		"not JSON": {
+			h:       fixed(200, js, "name=cp-0"),
+			call:    callSelf,
+			wantErr: "decode metadata /self",
+		},
+		"trailing data": {
+			h:       fixed(200, js, goodSelf+`{}`),
+			call:    callSelf,
+			wantErr: "trailing data",
+		},
+		"bad role": {
+			h:       fixed(200, js, `{"name":"cp-0","role":"admin","ip":"10.42.0.10"}`),
+			call:    callSelf,
+			wantErr: "invalid role",
+		},
+		"missing ip": {
+			h:       fixed(200, js, `{"name":"cp-0","role":"worker"}`),
+			call:    callSelf,
+			wantErr: "invalid address",
+		},
+		"duplicate peers": {
+			h:       fixed(200, js, "["+goodSelf+","+goodSelf+"]"),
+			call:    callPeers,
+			wantErr: "appears twice",
+		},
+		"null peers": {
+			h:       fixed(200, js, "null"),
+			call:    callPeers,
+			wantErr: "no peer list",
+		},
+		"endpoint without port": {
+			h:       fixed(200, js, `{"endpoint":"10.42.0.10"}`),
+			call:    callEndpoint,
+			wantErr: "invalid endpoint",
+		},
+		"endpoint port zero": {
+			h:       fixed(200, js, `{"endpoint":"10.42.0.10:0"}`),
+			call:    callEndpoint,
+			wantErr: "invalid endpoint",
+		},
+		"hash not bcrypt": {
+			h:       fixed(200, js, `{"hash":"secret"}`),
+			call:    callHash,
+			wantErr: "not a bcrypt hash",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := newTestClient(t, tc.h)
+			err := tc.call(t.Context(), c)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("error = %v, want none", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func callSelf(ctx context.Context, c *Client) error     { _, err := c.Self(ctx); return err }
+func callPeers(ctx context.Context, c *Client) error    { _, err := c.Peers(ctx); return err }
+func callEndpoint(ctx context.Context, c *Client) error { _, err := c.Endpoint(ctx); return err }
+func callHash(ctx context.Context, c *Client) error     { _, err := c.InitSecretHash(ctx); return err }
+
+func TestClientBadBaseURL(t *testing.T) {
+	tests := map[string]string{
+		"empty":       "",
+		"no scheme":   "169.254.169.254",
+		"ftp":         "ftp://169.254.169.254",
+		"no host":     "http://",
+		"not parsing": "http://[::1",
+	}
+	for name, base := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := &Client{BaseURL: base}
+			if _, err := c.Self(t.Context()); err == nil || !strings.Contains(err.Error(), "invalid metadata base URL") {
+				t.Errorf("Self() = %v, want an invalid base URL error", err)
+			}
+		})
+	}
+}
+
+func TestClientCanceled(t *testing.T) {
+	c := newTestClient(t, asCaller(testHandler(t), "10.42.0.10:1"))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := c.Self(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Self() = %v, want %v", err, context.Canceled)
+	}
+}

@@ -1,0 +1,180 @@
+package metadata
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// maxRequestBody is how much of a request body the handler reads to tell
+// an empty body from a non-empty one; larger ones are refused unread.
+const maxRequestBody = 4 << 10
+
+// Config configures the handler.
+type Config struct {
+	// Instances are the VMs; at least one must be a control-plane.
+	Instances []Instance
+	// InitSecretHash is the bcrypt hash of the init secret.
+	InitSecretHash []byte
+	// APIServerPort is the control plane's API server port. Zero means
+	// DefaultAPIServerPort.
+	APIServerPort int
+	// Logger receives a line per request; nil discards them.
+	Logger *slog.Logger
+}
+
+// handler serves the API. Every answer is encoded up front, so serving
+// cannot fail.
+type handler struct {
+	self     map[netip.Addr][]byte // /self answer by caller address
+	names    map[netip.Addr]string // for the log
+	peers    []byte
+	endpoint []byte
+	hash     []byte
+	log      *slog.Logger
+}
+
+// NewHandler checks cfg (valid and unique names and addresses, valid
+// roles, at least one control-plane, a bcrypt hash, a valid port) and
+// returns the API's handler. The control-plane endpoint is the first
+// control-plane instance in cfg.Instances.
+func NewHandler(cfg Config) (http.Handler, error) {
+	if err := checkInstances(cfg.Instances); err != nil {
+		return nil, err
+	}
+	if _, err := bcrypt.Cost(cfg.InitSecretHash); err != nil {
+		return nil, fmt.Errorf("init secret hash is not a bcrypt hash (%w): pass the output of bcrypt.GenerateFromPassword", err)
+	}
+	port := cmp.Or(cfg.APIServerPort, DefaultAPIServerPort)
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("invalid API server port %d: want 1-65535", cfg.APIServerPort)
+	}
+	cp := slices.IndexFunc(cfg.Instances, func(in Instance) bool { return in.Role == RoleControlPlane })
+	if cp < 0 {
+		return nil, errNoControlPlane
+	}
+	h := &handler{
+		self:  make(map[netip.Addr][]byte, len(cfg.Instances)),
+		names: make(map[netip.Addr]string, len(cfg.Instances)),
+		log:   cfg.Logger,
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	for _, in := range cfg.Instances {
+		h.self[in.IP] = mustJSON(in)
+		h.names[in.IP] = in.Name
+	}
+	peers := slices.Clone(cfg.Instances)
+	slices.SortFunc(peers, func(a, b Instance) int {
+		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.Name, b.Name))
+	})
+	h.peers = mustJSON(peers)
+	h.endpoint = mustJSON(endpointBody{Endpoint: netip.AddrPortFrom(cfg.Instances[cp].IP, uint16(port)).String()})
+	h.hash = mustJSON(hashBody{Hash: string(cfg.InitSecretHash)})
+	return h, nil
+}
+
+// mustJSON encodes values whose encoding cannot fail (no channels, funcs
+// or cyclic data).
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("metadata: encode %T: %v", v, err))
+	}
+	return append(b, '\n')
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	log := h.log.With("method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+	switch r.URL.Path {
+	case pathSelf, pathPeers, pathEndpoint, pathInitSecretHash:
+	default:
+		h.fail(w, log, http.StatusNotFound, "no such endpoint")
+		return
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		h.fail(w, log, http.StatusMethodNotAllowed, "only GET is allowed")
+		return
+	}
+	if r.URL.RawQuery != "" || r.URL.ForceQuery {
+		h.fail(w, log, http.StatusBadRequest, "endpoints take no query")
+		return
+	}
+	if status, msg := checkNoBody(w, r); status != 0 {
+		h.fail(w, log, status, msg)
+		return
+	}
+	addr, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		// net/http always sets ip:port; anything else means a listener
+		// or proxy in front that hides who calls, so nobody is known.
+		log.Error("cannot tell the caller's address", "error", err)
+		h.fail(w, log, http.StatusNotFound, "unknown caller")
+		return
+	}
+	// A dual-stack listener reports IPv4 callers as ::ffff:a.b.c.d.
+	caller := addr.Addr().Unmap()
+	self, ok := h.self[caller]
+	if !ok {
+		log.Warn("metadata request from unknown caller")
+		h.fail(w, log, http.StatusNotFound, "unknown caller")
+		return
+	}
+	var body []byte
+	switch r.URL.Path {
+	case pathSelf:
+		body = self
+	case pathPeers:
+		body = h.peers
+	case pathEndpoint:
+		body = h.endpoint
+	case pathInitSecretHash:
+		body = h.hash
+	}
+	log.Debug("metadata request served", "instance", h.names[caller])
+	writeJSON(w, http.StatusOK, body)
+}
+
+// checkNoBody returns a status and message if r has a body.
+func checkNoBody(w http.ResponseWriter, r *http.Request) (int, string) {
+	if r.ContentLength > maxRequestBody {
+		return http.StatusRequestEntityTooLarge, "request body too large; endpoints take no body"
+	}
+	// A chunked body has no length up front: read a bounded part of it.
+	n, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, maxRequestBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, "request body too large; endpoints take no body"
+	case err != nil:
+		return http.StatusBadRequest, "cannot read request body"
+	case n > 0:
+		return http.StatusBadRequest, "endpoints take no body"
+	}
+	return 0, ""
+}
+
+func (h *handler) fail(w http.ResponseWriter, log *slog.Logger, status int, msg string) {
+	log.Debug("metadata request refused", "status", status, "reason", msg)
+	writeJSON(w, status, mustJSON(errorBody{Error: msg}))
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	// Answers depend on the caller, so no cache may share them.
+	hdr.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(body)
+}

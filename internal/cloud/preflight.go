@@ -1,0 +1,119 @@
+package cloud
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
+)
+
+// Preflight checks that this machine can run spec and returns every
+// problem found, each saying what to do, joined into one error.
+func Preflight(spec Spec) error {
+	var problems []error
+	if !hasNetAdmin() {
+		problems = append(problems, errors.New("creating the cloud's bridge and taps needs root or CAP_NET_ADMIN: run with sudo"))
+	}
+	for _, tool := range []struct{ bin, pkg string }{
+		{"qemu-system-x86_64", "qemu-system-x86"},
+		{"qemu-img", "qemu-utils"},
+		{"swtpm", "swtpm"},
+		{"ip", "iproute2"},
+	} {
+		if _, err := exec.LookPath(tool.bin); err != nil {
+			problems = append(problems, fmt.Errorf("%s is missing: install Debian's %s package (make deps installs it)", tool.bin, tool.pkg))
+		}
+	}
+	if spec.Image != "" {
+		if _, err := os.Stat(spec.Image); err != nil {
+			problems = append(problems, fmt.Errorf("OS image %s not found: build it with 'make image'", spec.Image))
+		}
+		fw := vm.DefaultFirmware()
+		for _, f := range []string{fw.Code, fw.Vars} {
+			if _, err := os.Stat(f); err != nil {
+				problems = append(problems, fmt.Errorf("UEFI firmware %s is missing: install Debian's ovmf package", f))
+			}
+		}
+	}
+	if spec.Kernel != "" {
+		if _, err := os.Stat(spec.Kernel); err != nil {
+			problems = append(problems, fmt.Errorf("kernel %s not found", spec.Kernel))
+		}
+	}
+	vms := spec.ControlPlanes + spec.Workers
+	mem := spec.MemoryMiB
+	if mem == 0 {
+		mem = 2048
+	}
+	if avail, err := memAvailableMiB(); err == nil && avail < vms*mem+512 {
+		problems = append(problems, fmt.Errorf("%d VMs of %d MiB need %d MiB of memory but only %d MiB are available: use fewer VMs or --memory", vms, mem, vms*mem+512, avail))
+	}
+	// Overlays grow while VMs run; leave room for them and the state disks.
+	needMiB := uint64(vms) * uint64(spec.StateDiskMiB+2048)
+	dir := spec.Dir
+	for dir != "/" {
+		if _, err := os.Stat(dir); err == nil {
+			break
+		}
+		dir = parent(dir)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil {
+		if free := st.Bavail * uint64(st.Bsize) >> 20; free < needMiB {
+			problems = append(problems, fmt.Errorf("%s has %d MiB free, the VMs need about %d MiB: free some space or use another --dir", dir, free, needMiB))
+		}
+	}
+	return errors.Join(problems...)
+}
+
+func parent(p string) string {
+	i := strings.LastIndex(strings.TrimSuffix(p, "/"), "/")
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
+
+// hasNetAdmin reports whether this process has CAP_NET_ADMIN (bit 12 of
+// the effective capabilities).
+func hasNetAdmin() bool {
+	if os.Geteuid() == 0 {
+		return true
+	}
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_NET_ADMIN) != 0
+		}
+	}
+	return false
+}
+
+func memAvailableMiB() (int, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return kb / 1024, err
+		}
+	}
+	return 0, errors.New("no MemAvailable in /proc/meminfo")
+}

@@ -1,0 +1,199 @@
+package cloud
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/orrery-dev/orrery/internal/cloud/netenv"
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
+)
+
+// State is what the state file records of a running cloud: enough for
+// `orrery mini status`, and for Cleanup to find everything a crashed run
+// left behind.
+type State struct {
+	Namespace string    `json:"namespace,omitempty"`
+	Bridge    string    `json:"bridge"`
+	Accel     vm.Accel  `json:"accel"`
+	Started   time.Time `json:"started"`
+	Nodes     []*Node   `json:"nodes"`
+	// SupervisorPID is the process that runs the cloud's services.
+	SupervisorPID int `json:"supervisorPID"`
+	// Phase is PhaseStarting until every VM runs, then PhaseUp.
+	Phase string `json:"phase"`
+	// KeepLogs says the owner asked to keep the serial logs.
+	KeepLogs bool `json:"keepLogs,omitempty"`
+}
+
+// Phases of a cloud in the state file.
+const (
+	PhaseStarting = "starting"
+	PhaseUp       = "up"
+)
+
+// Live reports whether any VM process of the recorded cloud still runs.
+func (st State) Live() bool { return st.live() }
+
+func (c *Cloud) writeState() error {
+	st := State{
+		Namespace:     c.spec.Namespace,
+		Bridge:        c.spec.Bridge,
+		Accel:         c.accel,
+		Started:       c.started,
+		Nodes:         c.nodes,
+		SupervisorPID: os.Getpid(),
+		Phase:         c.phase,
+		KeepLogs:      c.spec.KeepLogs,
+	}
+	raw, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(c.spec.Dir, StateFile)
+	if err := os.WriteFile(path+".tmp", raw, 0o600); err != nil {
+		return fmt.Errorf("write state file: %w", err)
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// ReadState reads the state file in dir.
+func ReadState(dir string) (State, error) { return readState(dir) }
+
+func readState(dir string) (State, error) {
+	var st State
+	raw, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return st, fmt.Errorf("state file %s is damaged (%v): remove it after checking no VM of it runs", filepath.Join(dir, StateFile), err)
+	}
+	return st, nil
+}
+
+// live reports whether any process of the recorded cloud still runs.
+func (st State) live() bool {
+	for _, n := range st.Nodes {
+		if len(processesUsing(n.Dir)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// processesUsing lists the PIDs whose command line mentions dir: the QEMU
+// and swtpm processes of a VM all name files in the VM's directory.
+func processesUsing(dir string) []int {
+	if dir == "" {
+		return nil
+	}
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, arg := range bytes.Split(cmdline, []byte{0}) {
+			if strings.Contains(string(arg), dir+"/") || string(arg) == dir {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// Cleanup removes what a cloud recorded in dir's state file: its VMs'
+// processes (asking its supervisor to stop first), the network and the
+// VMs' files. It is what `orrery mini down` does, and it works after a
+// crash as well. A directory without a state file has nothing to clean.
+func Cleanup(ctx context.Context, dir string) error {
+	st, err := readState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// A live supervisor tears down in order itself; give it the chance.
+	if st.SupervisorPID > 0 && st.SupervisorPID != os.Getpid() && syscall.Kill(st.SupervisorPID, syscall.SIGTERM) == nil {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) && syscall.Kill(st.SupervisorPID, 0) == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if _, err := os.Stat(filepath.Join(dir, StateFile)); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
+	var errs []error
+	for _, n := range st.Nodes {
+		for _, pid := range processesUsing(n.Dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	for _, n := range st.Nodes {
+		for i := 0; i < 50 && len(processesUsing(n.Dir)) > 0; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if pids := processesUsing(n.Dir); len(pids) > 0 {
+			errs = append(errs, fmt.Errorf("processes %v of VM %s survive SIGKILL", pids, n.Name))
+		}
+	}
+	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range st.Nodes {
+		errs = append(errs, removeNodeDir(n.Dir, st.KeepLogs))
+	}
+	errs = append(errs, removeIfExists(filepath.Join(dir, StateFile)), removeIfExists(filepath.Join(dir, LockFile)))
+	return errors.Join(errs...)
+}
+
+// ProcessesUsing lists the processes whose command line names dir or a
+// file in it (a VM's QEMU and swtpm).
+func ProcessesUsing(dir string) []int { return processesUsing(dir) }
+
+// Uptime is how long the node's QEMU process has run; false if it does
+// not run.
+func (n *Node) Uptime() (time.Duration, bool) {
+	if n.PID <= 0 || !slices.Contains(processesUsing(n.Dir), n.PID) {
+		return 0, false
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(n.PID), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	// Field 22 (starttime, in clock ticks since boot) follows the command
+	// name, which may contain spaces but ends at the last ')'.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 20 {
+		return 0, false
+	}
+	ticks, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	var info unix.Sysinfo_t
+	if err := unix.Sysinfo(&info); err != nil {
+		return 0, false
+	}
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(info.Uptime)*time.Second - time.Duration(ticks)*time.Second/clockTicks, true
+}

@@ -129,7 +129,7 @@ type Cloud struct {
 }
 
 // Up brings up the cloud described by spec.
-func Up(ctx context.Context, spec Spec) (c *Cloud, err error) {
+func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func Up(ctx context.Context, spec Spec) (c *Cloud, err error) {
 	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	c = &Cloud{spec: spec, started: time.Now(), phase: PhaseStarting, leases: map[string]bool{}, leased: make(chan struct{})}
+	c := &Cloud{spec: spec, started: time.Now(), phase: PhaseStarting, leases: map[string]bool{}, leased: make(chan struct{})}
 	if err := c.takeLock(); err != nil {
 		return nil, err
 	}

@@ -246,3 +246,58 @@ func BenchmarkUpToLeases(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestFailedUpRemovesEverything makes the second VM fail to start, after
+// the network and the first VM exist, and checks Up leaves nothing behind.
+func TestFailedUpRemovesEverything(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	spec := testSpec(t, dir, 1, 1)
+	// The worker's directory is a file: its VM cannot be created.
+	if err := os.WriteFile(filepath.Join(dir, "worker-0"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cloud.Up(ctx, spec)
+	if err == nil {
+		c.Down(context.Background())
+		t.Fatal("Up succeeded although a VM could not start")
+	}
+	t.Logf("Up failed as intended: %v", err)
+	os.Remove(filepath.Join(dir, "worker-0"))
+	assertNothingLeft(t, spec, cloud.State{Nodes: []*cloud.Node{{Name: "cp-0", Dir: filepath.Join(dir, "cp-0")}}})
+}
+
+// TestCancelledUpRemovesEverything cancels Up while it starts VMs.
+func TestCancelledUpRemovesEverything(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	spec := testSpec(t, dir, 1, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	spec.Progress = cancelOn{t: t, substr: "vm worker-0", cancel: cancel}
+	c, err := cloud.Up(ctx, spec)
+	if err == nil {
+		c.Down(context.Background())
+		t.Fatal("Up succeeded although its context was cancelled")
+	}
+	assertNothingLeft(t, spec, cloud.State{Nodes: []*cloud.Node{
+		{Name: "cp-0", Dir: filepath.Join(dir, "cp-0")},
+		{Name: "worker-0", Dir: filepath.Join(dir, "worker-0")},
+	}})
+}
+
+// cancelOn cancels a context when a progress line mentions substr.
+type cancelOn struct {
+	t      testing.TB
+	substr string
+	cancel func()
+}
+
+func (c cancelOn) Write(p []byte) (int, error) {
+	c.t.Log(strings.TrimRight(string(p), "\n"))
+	if strings.Contains(string(p), c.substr) {
+		c.cancel()
+	}
+	return len(p), nil
+}

@@ -13,7 +13,7 @@ TOOLS := build/tools
 # ('make fuzz FUZZTIME=10m').
 FUZZTIME ?= 10s
 
-.PHONY: help all deps build test unit fuzz lint proto proto-check bench clean
+.PHONY: help all deps build test unit fuzz lint proto proto-check bench clean components initrd image boot-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -59,6 +59,18 @@ proto: deps ## regenerate the protobuf code with the pinned tools
 
 proto-check: deps ## fail if the generated protobuf code is stale
 	hack/proto.sh check
+
+components: deps ## build Kubernetes, containerd, runc, CNI and container images from Go modules into build/components/
+	image/components/build.sh build/components
+
+initrd: deps ## build the node's initrd into build/initrd/
+	initrd/build.sh build/initrd
+
+image: deps ## build the node's OS image and its predicted measurements into build/image/ (DEBUG=1: debug variant)
+	image/build.sh build/image
+
+boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and bootstrapperd
+	image/boot-test.sh build/image
 
 clean: ## remove build outputs
 	rm -rf build

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
+)
+
+type config struct {
+	listen             string
+	measurementLog     string
+	firmwareLog        string
+	bootstrappedMarker string
+	openTPM            func() (io.ReadWriteCloser, error)
+}
+
+func defaultConfig() config {
+	return config{
+		measurementLog:     measurelog.DefaultPath,
+		firmwareLog:        vtpm.DefaultFirmwareEventLogPath,
+		bootstrappedMarker: "/var/lib/orrery/bootstrapped",
+		openTPM:            tpmdev.Open,
+	}
+}
+
+// StatusWaiting is what the daemon tells systemd and the journal while the
+// node belongs to no cluster.
+const StatusWaiting = "waiting for init or join"
+
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	start := time.Now()
+	mlog := &measurelog.Log{Path: cfg.measurementLog}
+	lock := nodelock.New(cfg.openTPM, mlog)
+	locked, err := lock.IsLocked()
+	if err != nil {
+		return fmt.Errorf("read node lock: %w", err)
+	}
+	if _, err := os.Stat(cfg.bootstrappedMarker); err == nil || locked {
+		log.Info("node is already part of a cluster; nothing to do", "phase", "bootstrapped")
+		notify("READY=1\nSTATUS=bootstrapped")
+		return nil
+	}
+
+	lis, err := listener(cfg.listen)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, lis, log, start)
+}
+
+// serve runs the attested-TLS gRPC server on lis until ctx ends.
+func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, start time.Time) error {
+	mlog := &measurelog.Log{Path: cfg.measurementLog}
+	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{
+		OpenTPM:              cfg.openTPM,
+		FirmwareEventLogPath: cfg.firmwareLog,
+		MeasurementLog:       mlog,
+	})
+	if err != nil {
+		return err
+	}
+	creds, err := atls.NewCredentials(atls.Config{Issuer: issuer})
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	log.Info(StatusWaiting, "phase", "wait", "listen", lis.Addr().String(), "startup", time.Since(start).Round(time.Millisecond))
+	notify("READY=1\nSTATUS=" + StatusWaiting)
+
+	select {
+	case <-ctx.Done():
+		log.Info("stopping", "phase", "stop")
+		notify("STOPPING=1")
+		srv.GracefulStop()
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	}
+}
+
+// listener takes the socket systemd passes, or listens on addr.
+func listener(addr string) (net.Listener, error) {
+	if addr != "" {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		return lis, nil
+	}
+	lis, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("sockets from systemd: %w", err)
+	}
+	if len(lis) != 1 || lis[0] == nil {
+		return nil, errors.New("expected exactly one listening socket from systemd (bootstrapperd.socket); start it through systemd or pass --listen")
+	}
+	return lis[0], nil
+}
+
+func notify(state string) {
+	// Outside systemd there is no notify socket; that is fine.
+	_, _ = daemon.SdNotify(false, state)
+}
+
+func slogTo(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, nil)).With("component", "bootstrapperd")
+}

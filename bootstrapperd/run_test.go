@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServesAttestedTLSUntilCancelled(t *testing.T) {
+	tpm := swtpmtest.Start(t)
+	ca, err := platformca.New("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := swtpmtest.Open(t, tpm)
+	if _, err := ca.ProvisionAK(rw); err != nil {
+		t.Fatal(err)
+	}
+	rw.Close()
+	dir := t.TempDir()
+	cfg := defaultConfig()
+	cfg.openTPM = tpm.Open
+	cfg.measurementLog = filepath.Join(dir, "measurements.log")
+	cfg.firmwareLog = filepath.Join(dir, "none")
+	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
+	var logs syncBuffer
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, lis, slogTo(&logs), time.Now()) }()
+
+	zero := make([]byte, 32)
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{
+		Measurements: measurements.M{11: {Expected: zero}, 15: {Expected: zero}},
+		PlatformCAs:  []*x509.Certificate{ca.Cert},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{v}})
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer ccancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("health check over attested TLS: %v", err)
+	}
+	if !strings.Contains(logs.String(), StatusWaiting) {
+		t.Errorf("log does not say %q:\n%s", StatusWaiting, logs.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
+
+func TestLockedNodeExitsAtOnce(t *testing.T) {
+	tpm := swtpmtest.Start(t)
+	dir := t.TempDir()
+	mlog := &measurelog.Log{Path: filepath.Join(dir, "measurements.log")}
+	if ok, err := nodelock.New(tpm.Open, mlog).TryLock([]byte("cluster")); err != nil || !ok {
+		t.Fatalf("TryLock: %v %v", ok, err)
+	}
+	cfg := defaultConfig()
+	cfg.openTPM = tpm.Open
+	cfg.measurementLog = mlog.Path
+	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
+	cfg.listen = "127.0.0.1:0"
+	var logs syncBuffer
+	if err := run(context.Background(), cfg, slogTo(&logs)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "already part of a cluster") {
+		t.Errorf("log: %s", logs.String())
+	}
+}

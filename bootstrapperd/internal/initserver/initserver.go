@@ -1,0 +1,351 @@
+// Package initserver is bootstrapperd's side of `orrery init`: it turns a
+// node that belongs to no cluster into the first control-plane node of a
+// new one.
+//
+// The order matters and is the point of no return: the request is checked
+// completely first (nothing changes on a bad request or a wrong init
+// secret); then the node lock binds the node to the cluster ID for good;
+// then the state disk is re-keyed to the key derived from the master
+// secret, kubeadm runs, and the master secret is stored for the key service.
+// The work continues if the owner's connection drops, and an owner who
+// retries with the same master secret gets the result instead of an error.
+package initserver
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
+)
+
+// Locker is the node lock.
+type Locker interface {
+	TryLock(clusterID []byte) (bool, error)
+}
+
+// StateDisk is the node's encrypted state disk.
+type StateDisk interface {
+	// UUID is the LUKS UUID the disk key is bound to.
+	UUID(ctx context.Context) (string, error)
+	// Rekey replaces the first-boot passphrase with newKey and removes
+	// the first-boot key file.
+	Rekey(ctx context.Context, newKey []byte) error
+}
+
+// Cluster runs kubeadm and talks to the new cluster.
+type Cluster interface {
+	// Init runs kubeadm init and returns the admin kubeconfig. Output of
+	// the tools goes to out.
+	Init(ctx context.Context, p ClusterParams, out io.Writer) (kubeconfig []byte, err error)
+	// StoreMasterSecret puts the master secret and the measurement salt
+	// into the cluster for the key service.
+	StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, measurementSalt []byte) error
+}
+
+// ClusterParams is what kubeadm init needs from the request.
+type ClusterParams struct {
+	KubernetesVersion string
+	ClusterName       string
+	APIServerSANs     []string
+	ServiceCIDR       string
+	ClusterID         []byte
+}
+
+// Config wires the server to the node.
+type Config struct {
+	Lock    Locker
+	Disk    StateDisk
+	Cluster Cluster
+	// InitSecretHash returns the bcrypt hash of the init secret, from the
+	// metadata service.
+	InitSecretHash func(ctx context.Context) ([]byte, error)
+	// Supported checks a Kubernetes version against what the image ships.
+	Supported func(version string) error
+	// Journal returns the node's journal for a failure report; nil means
+	// none.
+	Journal func(ctx context.Context) ([]byte, error)
+	// ResultPath stores the result of a finished init (on the state
+	// disk), so a retry by the same owner gets it again.
+	ResultPath string
+	// Bootstrapped is called once the node is the first node of a
+	// cluster.
+	Bootstrapped func()
+	Logger       *slog.Logger
+}
+
+// Server implements initpb.InitServiceServer.
+type Server struct {
+	initpb.UnimplementedInitServiceServer
+	cfg Config
+	log *slog.Logger
+
+	mu  sync.Mutex
+	job *job // the one init this node ever runs, once started
+}
+
+// New returns an init server.
+func New(cfg Config) *Server {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, log: log.With("component", "initserver")}
+}
+
+// job is an init in progress or done. Events go to whoever watches; a
+// retrying client attaches and gets the final event.
+type job struct {
+	clusterID []byte
+	done      chan struct{}
+	result    *initpb.InitResponse // final message, set before done closes
+
+	mu       sync.Mutex
+	watchers []chan *initpb.InitResponse
+}
+
+func (j *job) emit(r *initpb.InitResponse) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, w := range j.watchers {
+		select {
+		case w <- r:
+		default: // a slow watcher misses progress, never the result
+		}
+	}
+}
+
+func (j *job) watch() chan *initpb.InitResponse {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	c := make(chan *initpb.InitResponse, 64)
+	j.watchers = append(j.watchers, c)
+	return c
+}
+
+// Init implements initpb.InitServiceServer.
+func (s *Server) Init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
+	ctx := stream.Context()
+	if err := validate(req, s.cfg.Supported); err != nil {
+		return status.Errorf(codes.InvalidArgument, "invalid init request: %v", err)
+	}
+	hash, err := s.cfg.InitSecretHash(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "read the init secret's hash from the metadata service: %v", err)
+	}
+	if bcrypt.CompareHashAndPassword(hash, req.GetInitSecret()) != nil {
+		s.log.Warn("init refused: wrong init secret", "phase", "check-request")
+		return status.Error(codes.PermissionDenied, "wrong init secret: use the one generated when this VM was created")
+	}
+	ms := keys.MasterSecret{Key: req.GetMasterSecret(), Salt: req.GetMasterSecretSalt()}
+	measurementSecret, err := ms.MeasurementSecret()
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	clusterID, err := keys.ClusterID(measurementSecret, req.GetMeasurementSalt())
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+
+	j, events, err := s.startOrAttach(req, ms, clusterID)
+	if err != nil {
+		return err
+	}
+	for {
+		select {
+		case ev := <-events:
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		case <-j.done:
+			for drained := false; !drained; {
+				select {
+				case ev := <-events:
+					if err := stream.Send(ev); err != nil {
+						return err
+					}
+				default:
+					drained = true
+				}
+			}
+			return stream.Send(j.result)
+		case <-ctx.Done():
+			// The owner went away; the job goes on and a retry attaches.
+			return ctx.Err()
+		}
+	}
+}
+
+// startOrAttach starts the node's init, or attaches to the one that runs
+// or ran, if it is for the same cluster. The returned channel carries the
+// job's progress from the moment of attaching.
+func (s *Server) startOrAttach(req *initpb.InitRequest, ms keys.MasterSecret, clusterID []byte) (*job, chan *initpb.InitResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.job == nil {
+		if r, ok := s.loadResult(); ok {
+			s.job = &job{clusterID: r.ClusterID, done: make(chan struct{}), result: done(r.Kubeconfig, r.ClusterID)}
+			close(s.job.done)
+		}
+	}
+	if s.job != nil {
+		if string(s.job.clusterID) != string(clusterID) {
+			return nil, nil, status.Error(codes.FailedPrecondition, "this node is already initialised as part of another cluster")
+		}
+		s.log.Info("init retried by the owner; returning its result", "phase", "attach", "clusterID", hex.EncodeToString(clusterID))
+		return s.job, s.job.watch(), nil
+	}
+	locked, err := s.cfg.Lock.TryLock(clusterID)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Internal, "take the node lock: %v", err)
+	}
+	if !locked {
+		return nil, nil, status.Error(codes.FailedPrecondition, "this node already belongs to a cluster (it joined one or was initialised): create a new VM to start another cluster")
+	}
+	j := &job{clusterID: clusterID, done: make(chan struct{})}
+	s.job = j
+	events := j.watch()
+	go s.run(j, req, ms)
+	return j, events, nil
+}
+
+func done(kubeconfig, clusterID []byte) *initpb.InitResponse {
+	return &initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{Kubeconfig: kubeconfig, ClusterId: clusterID}}}
+}
+
+func progress(phase, msg string) *initpb.InitResponse {
+	return &initpb.InitResponse{Kind: &initpb.InitResponse_Progress{Progress: &initpb.Progress{Phase: phase, Message: msg}}}
+}
+
+// run does the work after the lock. It runs on its own context: a dropped
+// connection must not leave a half-initialised node.
+func (s *Server) run(j *job, req *initpb.InitRequest, ms keys.MasterSecret) {
+	ctx := context.Background()
+	start := time.Now()
+	log := s.log.With("clusterID", hex.EncodeToString(j.clusterID))
+	phase := func(name, msg string) {
+		log.Info(msg, "phase", name, "elapsed", time.Since(start).Round(time.Millisecond))
+		j.emit(progress(name, msg))
+	}
+	fail := func(what string, err error) {
+		log.Error("init failed", "phase", what, "error", err)
+		var journal []byte
+		if s.cfg.Journal != nil {
+			journal, _ = s.cfg.Journal(ctx)
+		}
+		j.result = &initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{
+			ErrorMessage: fmt.Sprintf("%s: %v", what, err), Journal: journal,
+		}}}
+		close(j.done)
+	}
+
+	phase("node-lock", "node locked to the new cluster")
+	phase("rekey-state-disk", "re-keying the state disk with the key derived from the master secret")
+	uuid, err := s.cfg.Disk.UUID(ctx)
+	if err != nil {
+		fail("read the state disk's UUID", err)
+		return
+	}
+	diskKey, err := ms.DiskKey(uuid)
+	if err != nil {
+		fail("derive the disk key", err)
+		return
+	}
+	if err := s.cfg.Disk.Rekey(ctx, diskKey); err != nil {
+		fail("re-key the state disk", err)
+		return
+	}
+
+	phase("kubeadm-init", "running kubeadm init (this takes a few minutes)")
+	out := &chunkWriter{emit: j.emit, source: "kubeadm"}
+	kubeconfig, err := s.cfg.Cluster.Init(ctx, ClusterParams{
+		KubernetesVersion: req.GetKubernetesVersion(),
+		ClusterName:       req.GetClusterName(),
+		APIServerSANs:     req.GetApiServerCertSans(),
+		ServiceCIDR:       req.GetServiceCidr(),
+		ClusterID:         j.clusterID,
+	}, out)
+	if err != nil {
+		fail("run kubeadm init", err)
+		return
+	}
+
+	phase("store-master-secret", "storing the master secret for the key service")
+	if err := s.cfg.Cluster.StoreMasterSecret(ctx, ms, req.GetMeasurementSalt()); err != nil {
+		fail("store the master secret in the cluster", err)
+		return
+	}
+	if err := s.saveResult(result{ClusterID: j.clusterID, Kubeconfig: kubeconfig}); err != nil {
+		fail("save the init result", err)
+		return
+	}
+	log.Info("bootstrapped", "phase", "done", "duration", time.Since(start).Round(time.Second))
+	j.result = done(kubeconfig, j.clusterID)
+	close(j.done)
+	if s.cfg.Bootstrapped != nil {
+		s.cfg.Bootstrapped()
+	}
+}
+
+// result is what a finished init leaves on the state disk (mode 0600:
+// the kubeconfig is the cluster's admin credential).
+type result struct {
+	ClusterID  []byte `json:"clusterID"`
+	Kubeconfig []byte `json:"kubeconfig"`
+}
+
+func (s *Server) saveResult(r result) error {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(s.cfg.ResultPath), 0o700); err != nil {
+		return err
+	}
+	tmp := s.cfg.ResultPath + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.cfg.ResultPath)
+}
+
+func (s *Server) loadResult() (result, bool) {
+	var r result
+	raw, err := os.ReadFile(s.cfg.ResultPath)
+	if err != nil {
+		return r, false
+	}
+	if err := json.Unmarshal(raw, &r); err != nil || len(r.ClusterID) == 0 {
+		s.log.Error("ignoring a damaged init result file", "path", s.cfg.ResultPath, "error", err)
+		return r, false
+	}
+	return r, true
+}
+
+// chunkWriter turns tool output into LogChunk messages of at most 64 KiB.
+type chunkWriter struct {
+	emit   func(*initpb.InitResponse)
+	source string
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	for off := 0; off < len(p); off += 64 << 10 {
+		end := min(off+64<<10, len(p))
+		data := append([]byte(nil), p[off:end]...)
+		w.emit(&initpb.InitResponse{Kind: &initpb.InitResponse_Log{Log: &initpb.LogChunk{Source: w.source, Data: data}}})
+	}
+	return len(p), nil
+}
+

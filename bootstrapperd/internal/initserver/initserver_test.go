@@ -1,0 +1,312 @@
+package initserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-tpm/legacy/tpm2"
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/swtpm"
+	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+)
+
+const diskUUID = "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f"
+
+type fakeDisk struct {
+	mu     sync.Mutex
+	rekeys [][]byte
+	err    error
+}
+
+func (d *fakeDisk) UUID(context.Context) (string, error) { return diskUUID, nil }
+func (d *fakeDisk) Rekey(_ context.Context, k []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.rekeys = append(d.rekeys, k)
+	return d.err
+}
+
+type fakeCluster struct {
+	release chan struct{} // if set, Init waits for it
+	err     error
+	mu      sync.Mutex
+	inits   int
+	stored  []keys.MasterSecret
+}
+
+func (c *fakeCluster) Init(ctx context.Context, p ClusterParams, out io.Writer) ([]byte, error) {
+	c.mu.Lock()
+	c.inits++
+	c.mu.Unlock()
+	io.WriteString(out, "[init] Using Kubernetes version: "+p.KubernetesVersion+"\n")
+	if c.release != nil {
+		<-c.release
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return []byte("apiVersion: v1\nkind: Config\n# " + p.ClusterName + "\n"), nil
+}
+
+func (c *fakeCluster) StoreMasterSecret(_ context.Context, ms keys.MasterSecret, _ []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stored = append(c.stored, ms)
+	return nil
+}
+
+type env struct {
+	tpm          *swtpm.Instance
+	disk         *fakeDisk
+	cluster      *fakeCluster
+	client       initpb.InitServiceClient
+	resultPath   string
+	bootstrapped chan struct{}
+}
+
+const initSecret = "the-init-secret"
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{tpm: swtpmtest.Start(t), disk: &fakeDisk{}, cluster: &fakeCluster{}, bootstrapped: make(chan struct{}, 1)}
+	dir := t.TempDir()
+	e.resultPath = filepath.Join(dir, "state", "init-result.json")
+	hash, err := bcrypt.GenerateFromPassword([]byte(initSecret), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(Config{
+		Lock:           nodelock.New(e.tpm.Open, &measurelog.Log{Path: filepath.Join(dir, "m.log")}),
+		Disk:           e.disk,
+		Cluster:        e.cluster,
+		InitSecretHash: func(context.Context) ([]byte, error) { return hash, nil },
+		Supported: func(v string) error {
+			if v != "v1.36.3" {
+				return errors.New("Kubernetes " + v + " is not supported by this image; supported: v1.36.3")
+			}
+			return nil
+		},
+		Journal:      func(context.Context) ([]byte, error) { return []byte("journal lines\n"), nil },
+		ResultPath:   e.resultPath,
+		Bootstrapped: func() { e.bootstrapped <- struct{}{} },
+	})
+	g := grpc.NewServer()
+	initpb.RegisterInitServiceServer(g, srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	e.client = initpb.NewInitServiceClient(conn)
+	return e
+}
+
+func request(seed byte) *initpb.InitRequest {
+	return &initpb.InitRequest{
+		MasterSecret:      bytes.Repeat([]byte{seed}, 32),
+		MasterSecretSalt:  bytes.Repeat([]byte{seed + 1}, 32),
+		MeasurementSalt:   bytes.Repeat([]byte{seed + 2}, 32),
+		KubernetesVersion: "v1.36.3",
+		InitSecret:        []byte(initSecret),
+		ClusterName:       "demo",
+		ApiServerCertSans: []string{"10.42.1.100", "api.example.org"},
+		ServiceCidr:       "10.96.0.0/12",
+	}
+}
+
+// collect runs Init and returns every message and the final status.
+func (e *env) collect(ctx context.Context, req *initpb.InitRequest) ([]*initpb.InitResponse, error) {
+	stream, err := e.client.Init(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var msgs []*initpb.InitResponse
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			return msgs, nil
+		}
+		if err != nil {
+			return msgs, err
+		}
+		msgs = append(msgs, m)
+	}
+}
+
+func (e *env) pcr15(t *testing.T) []byte {
+	t.Helper()
+	rw := swtpmtest.Open(t, e.tpm)
+	defer rw.Close()
+	v, err := tpm2.ReadPCR(rw, 15, tpm2.AlgSHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestBadRequestsChangeNothing(t *testing.T) {
+	e := newEnv(t)
+	tests := map[string]struct {
+		mutate   func(*initpb.InitRequest)
+		wantCode codes.Code
+		wantMsg  string
+	}{
+		"short master secret":     {func(r *initpb.InitRequest) { r.MasterSecret = r.MasterSecret[:16] }, codes.InvalidArgument, "master key has 16 bytes"},
+		"missing salt":            {func(r *initpb.InitRequest) { r.MasterSecretSalt = nil }, codes.InvalidArgument, "master salt has 0 bytes"},
+		"measurement salt reused": {func(r *initpb.InitRequest) { r.MeasurementSalt = r.MasterSecretSalt }, codes.InvalidArgument, "generated separately"},
+		"unsupported version":     {func(r *initpb.InitRequest) { r.KubernetesVersion = "v1.35.0" }, codes.InvalidArgument, "not supported by this image"},
+		"bad cluster name":        {func(r *initpb.InitRequest) { r.ClusterName = "Demo_1" }, codes.InvalidArgument, "not a DNS label"},
+		"bad SAN":                 {func(r *initpb.InitRequest) { r.ApiServerCertSans = []string{"not a name"} }, codes.InvalidArgument, "neither an IP address"},
+		"bad CIDR":                {func(r *initpb.InitRequest) { r.ServiceCidr = "10.96.0.0/33" }, codes.InvalidArgument, "service CIDR"},
+		"CIDR with host bits":     {func(r *initpb.InitRequest) { r.ServiceCidr = "10.96.0.1/12" }, codes.InvalidArgument, "did you mean 10.96.0.0/12"},
+		"no init secret":          {func(r *initpb.InitRequest) { r.InitSecret = nil }, codes.InvalidArgument, "init secret has 0 bytes"},
+		"wrong init secret":       {func(r *initpb.InitRequest) { r.InitSecret = []byte("guess") }, codes.PermissionDenied, "wrong init secret"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			req := request(1)
+			tc.mutate(req)
+			msgs, err := e.collect(context.Background(), req)
+			st := status.Convert(err)
+			if st.Code() != tc.wantCode || !strings.Contains(st.Message(), tc.wantMsg) {
+				t.Fatalf("status %v %q, want %v containing %q", st.Code(), st.Message(), tc.wantCode, tc.wantMsg)
+			}
+			if len(msgs) != 0 {
+				t.Fatalf("a refused request received %d messages", len(msgs))
+			}
+		})
+	}
+	if !bytes.Equal(e.pcr15(t), make([]byte, 32)) || len(e.disk.rekeys) != 0 || e.cluster.inits != 0 {
+		t.Fatal("a refused request changed the node")
+	}
+}
+
+func TestInitSucceedsAndIsIdempotentForItsOwner(t *testing.T) {
+	e := newEnv(t)
+	req := request(1)
+	e.cluster.release = make(chan struct{})
+
+	// The owner's connection drops while kubeadm runs.
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := e.client.Init(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var phases []string
+	for len(phases) < 3 {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("recv: %v", err)
+		}
+		if p := m.GetProgress(); p != nil {
+			phases = append(phases, p.GetPhase())
+		}
+	}
+	cancel()
+	if strings.Join(phases, ",") != "node-lock,rekey-state-disk,kubeadm-init" {
+		t.Fatalf("phases %v", phases)
+	}
+
+	// Someone else cannot take over the node meanwhile.
+	_, err = e.collect(context.Background(), request(7))
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("init for another cluster: %v, want FailedPrecondition", err)
+	}
+
+	// The owner retries and gets the result once kubeadm finishes.
+	time.AfterFunc(100*time.Millisecond, func() { close(e.cluster.release) })
+	msgs, err := e.collect(context.Background(), req)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	final := msgs[len(msgs)-1].GetDone()
+	if final == nil {
+		t.Fatalf("retry ended with %v, want success", msgs[len(msgs)-1])
+	}
+	ms := keys.MasterSecret{Key: req.MasterSecret, Salt: req.MasterSecretSalt}
+	msec, _ := ms.MeasurementSecret()
+	wantID, _ := keys.ClusterID(msec, req.MeasurementSalt)
+	if !bytes.Equal(final.GetClusterId(), wantID) || !strings.Contains(string(final.GetKubeconfig()), "demo") {
+		t.Fatalf("result: cluster ID %x (want %x), kubeconfig %q", final.GetClusterId(), wantID, final.GetKubeconfig())
+	}
+	<-e.bootstrapped
+	wantKey, _ := ms.DiskKey(diskUUID)
+	if len(e.disk.rekeys) != 1 || !bytes.Equal(e.disk.rekeys[0], wantKey) {
+		t.Fatal("state disk was not re-keyed exactly once with the derived disk key")
+	}
+	if e.cluster.inits != 1 || len(e.cluster.stored) != 1 {
+		t.Fatalf("kubeadm ran %d times, secret stored %d times; want 1 and 1", e.cluster.inits, len(e.cluster.stored))
+	}
+	if st, err := os.Stat(e.resultPath); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("result file: %v, %v", st, err)
+	}
+
+	// After a daemon restart, the stored result still answers the owner.
+	srv := New(Config{Lock: nil, ResultPath: e.resultPath, Supported: func(string) error { return nil },
+		InitSecretHash: func(context.Context) ([]byte, error) { return bcrypt.GenerateFromPassword([]byte(initSecret), bcrypt.MinCost) }})
+	j, _, err := srv.startOrAttach(req, ms, wantID)
+	if err != nil || j.result.GetDone() == nil {
+		t.Fatalf("after restart: %v, %v", j, err)
+	}
+}
+
+func TestLockedNodeRefusesInit(t *testing.T) {
+	e := newEnv(t)
+	lock := nodelock.New(e.tpm.Open, &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
+	if ok, err := lock.TryLock([]byte("joined another cluster")); err != nil || !ok {
+		t.Fatal(err)
+	}
+	_, err := e.collect(context.Background(), request(1))
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "already belongs to a cluster") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(e.disk.rekeys) != 0 {
+		t.Fatal("disk re-keyed on a locked node")
+	}
+}
+
+func TestKubeadmFailureReportsJournal(t *testing.T) {
+	e := newEnv(t)
+	e.cluster.err = errors.New("exit status 1")
+	msgs, err := e.collect(context.Background(), request(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := msgs[len(msgs)-1].GetFailed()
+	if f == nil || !strings.Contains(f.GetErrorMessage(), "run kubeadm init: exit status 1") || string(f.GetJournal()) != "journal lines\n" {
+		t.Fatalf("final message %v, want a failure with the journal", msgs[len(msgs)-1])
+	}
+	var sawLog bool
+	for _, m := range msgs {
+		if l := m.GetLog(); l != nil && l.GetSource() == "kubeadm" {
+			sawLog = true
+		}
+	}
+	if !sawLog {
+		t.Error("kubeadm output was not streamed")
+	}
+}

@@ -348,4 +348,3 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-

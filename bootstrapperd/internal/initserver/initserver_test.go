@@ -267,7 +267,9 @@ func TestInitSucceedsAndIsIdempotentForItsOwner(t *testing.T) {
 
 	// After a daemon restart, the stored result still answers the owner.
 	srv := New(Config{Lock: nil, ResultPath: e.resultPath, Supported: func(string) error { return nil },
-		InitSecretHash: func(context.Context) ([]byte, error) { return bcrypt.GenerateFromPassword([]byte(initSecret), bcrypt.MinCost) }})
+		InitSecretHash: func(context.Context) ([]byte, error) {
+			return bcrypt.GenerateFromPassword([]byte(initSecret), bcrypt.MinCost)
+		}})
 	j, _, err := srv.startOrAttach(req, ms, wantID)
 	if err != nil || j.result.GetDone() == nil {
 		t.Fatalf("after restart: %v, %v", j, err)

@@ -83,6 +83,17 @@ func NewCredentials(cfg Config) (credentials.TransportCredentials, error) {
 	return &creds{cfg: cfg}, nil
 }
 
+// RejectedError is returned by the client handshake when the server's
+// attestation does not pass: unlike a network error, retrying will not
+// help until the server runs something else.
+type RejectedError struct{ Err error }
+
+func (e *RejectedError) Error() string {
+	return "atls: server's attestation rejected: " + e.Err.Error()
+}
+
+func (e *RejectedError) Unwrap() error { return e.Err }
+
 // AuthInfo is what a gRPC handler learns about its peer (peer.FromContext).
 type AuthInfo struct {
 	credentials.CommonAuthInfo
@@ -221,7 +232,7 @@ func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 		v, err := c.validate(ctx, reply, hello.Nonce, exporter, state)
 		if err != nil {
 			_ = writeMessage(conn, message{Error: truncate("client rejected the server's attestation: " + err.Error())})
-			return nil, fmt.Errorf("atls: server's attestation rejected: %w", err)
+			return nil, &RejectedError{Err: err}
 		}
 		info.PeerVariant = v
 	}

@@ -1,0 +1,341 @@
+package cmd
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
+)
+
+// Files `orrery init` writes in its output directory.
+const (
+	MasterSecretFile = "orrery-master-secret.json"
+	StateFile        = "orrery-state.json"
+	KubeconfigFile   = "orrery-admin.conf"
+	JournalFile      = "orrery-init-failure.log"
+)
+
+type initOptions struct {
+	miniDir           string
+	node              string
+	measurementsPath  string
+	platformCAPath    string
+	initSecretPath    string
+	outDir            string
+	kubernetesVersion string
+	clusterName       string
+	sans              []string
+	serviceCIDR       string
+	timeout           time.Duration
+	verbose           bool
+}
+
+func newInitCmd() *cobra.Command {
+	var o initOptions
+	c := &cobra.Command{
+		Use:   "init",
+		Short: "Initialise a cluster on a node that has attested itself",
+		Long: `init connects to the first control-plane node over attested TLS, checks its
+measurements, and sends it the cluster's master secret (generated and saved
+to orrery-master-secret.json, mode 0600, unless that file exists) with the
+cluster's settings. The node locks itself to the new cluster, re-keys its
+state disk, runs kubeadm init and returns the admin kubeconfig, which init
+writes to orrery-admin.conf.
+
+Keep orrery-master-secret.json safe: it is the only way to recover the
+cluster's disks.`,
+		Example: `  # a cluster on 'orrery mini': node, platform CA and init secret come from ./orrery-mini
+  orrery init --measurements build/image/measurements.json
+
+  # an explicit node
+  orrery init --node 10.42.1.100 --measurements build/image/measurements.json \
+    --platform-ca orrery-mini/platform-ca.crt --init-secret-file orrery-mini/init-secret`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runInit(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini'; supplies defaults for --node, --platform-ca and --init-secret-file")
+	f.StringVar(&o.node, "node", "", "first control-plane node, HOST or HOST:PORT (default: the first control plane of 'orrery mini')")
+	f.StringVar(&o.measurementsPath, "measurements", "build/image/measurements.json", "the image's expected measurements")
+	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys")
+	f.StringVar(&o.initSecretPath, "init-secret-file", "", "file holding the init secret created with the VM")
+	f.StringVar(&o.outDir, "out-dir", ".", "where to write the master secret, kubeconfig and state files")
+	f.StringVar(&o.kubernetesVersion, "kubernetes-version", "v1.36.3", "Kubernetes version to install")
+	f.StringVar(&o.clusterName, "cluster-name", "orrery", "cluster name (a DNS label)")
+	f.StringSliceVar(&o.sans, "api-server-san", nil, "extra name or IP for the API server certificate (repeatable)")
+	f.StringVar(&o.serviceCIDR, "service-cidr", "10.96.0.0/12", "IP range of Kubernetes services")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long to wait for the node and for kubeadm")
+	f.BoolVar(&o.verbose, "verbose", false, "show kubeadm's output")
+	return c
+}
+
+// initState is what the owner keeps about a cluster besides its secrets.
+type initState struct {
+	Node            string `json:"node"`
+	ClusterName     string `json:"clusterName"`
+	MeasurementSalt []byte `json:"measurementSalt"`
+	ClusterID       []byte `json:"clusterID,omitempty"`
+}
+
+func (o *initOptions) applyMiniDefaults() error {
+	st, err := cloud.ReadState(o.miniDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if o.node == "" {
+			return errors.New("no --node given and no 'orrery mini' state in " + o.miniDir + ": pass --node")
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if o.node == "" {
+		for _, n := range st.Nodes {
+			if n.Role == cloud.ControlPlane {
+				o.node = n.IP.String()
+				break
+			}
+		}
+	}
+	if o.platformCAPath == "" {
+		o.platformCAPath = filepath.Join(o.miniDir, cloud.PlatformCACert)
+	}
+	if o.initSecretPath == "" {
+		o.initSecretPath = filepath.Join(o.miniDir, cloud.InitSecretFile)
+	}
+	return nil
+}
+
+func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
+	if err := o.applyMiniDefaults(); err != nil {
+		return err
+	}
+	if o.platformCAPath == "" {
+		return errors.New("no --platform-ca given: pass the CA that certifies the nodes' attestation keys")
+	}
+	if o.initSecretPath == "" {
+		return errors.New("no --init-secret-file given: pass the file with the init secret created with the VM")
+	}
+	m, err := measurements.Load(o.measurementsPath)
+	if err != nil {
+		return fmt.Errorf("load measurements: %w (build the image with 'make image')", err)
+	}
+	ca, err := platformca.LoadCert(o.platformCAPath)
+	if err != nil {
+		return err
+	}
+	initSecret, err := os.ReadFile(o.initSecretPath)
+	if err != nil {
+		return fmt.Errorf("read init secret: %w", err)
+	}
+	initSecret = []byte(strings.TrimSpace(string(initSecret)))
+
+	if err := os.MkdirAll(o.outDir, 0o700); err != nil {
+		return err
+	}
+	ms, created, err := loadOrCreateMasterSecret(filepath.Join(o.outDir, MasterSecretFile))
+	if err != nil {
+		return err
+	}
+	if created {
+		fmt.Fprintf(out, "Generated the master secret: %s (keep it safe: it recovers the cluster's disks)\n", filepath.Join(o.outDir, MasterSecretFile))
+	}
+	addr := o.node
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		addr = net.JoinHostPort(addr, DefaultNodePort)
+	}
+	// A retry must send the same measurement salt, or the node derives
+	// another cluster ID and refuses.
+	st, err := loadOrCreateState(filepath.Join(o.outDir, StateFile), addr, o.clusterName)
+	if err != nil {
+		return err
+	}
+
+	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	if err != nil {
+		return err
+	}
+	creds, err := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{v}})
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	req := &initpb.InitRequest{
+		MasterSecret:      ms.Key,
+		MasterSecretSalt:  ms.Salt,
+		MeasurementSalt:   st.MeasurementSalt,
+		KubernetesVersion: o.kubernetesVersion,
+		InitSecret:        initSecret,
+		ClusterName:       o.clusterName,
+		ApiServerCertSans: o.sans,
+		ServiceCidr:       o.serviceCIDR,
+	}
+	fmt.Fprintf(out, "Initialising the cluster %q on %s\n", o.clusterName, addr)
+	start := time.Now()
+	if err := waitForNode(ctx, out, addr, creds); err != nil {
+		return err
+	}
+	var stream initpb.InitService_InitClient
+	for attempt := 1; ; attempt++ {
+		stream, err = initpb.NewInitServiceClient(conn).Init(ctx, req)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || attempt == 5 || ctx.Err() != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err == io.EOF {
+			return errors.New("init: the node closed the stream without a result")
+		}
+		if err != nil {
+			st := status.Convert(err)
+			return fmt.Errorf("init on %s: %s (%s); if the connection dropped, run the same command again: the node returns its result", addr, st.Message(), st.Code())
+		}
+		switch k := resp.GetKind().(type) {
+		case *initpb.InitResponse_Progress:
+			fmt.Fprintf(out, "  [%6.1fs] %s\n", time.Since(start).Seconds(), k.Progress.GetMessage())
+		case *initpb.InitResponse_Log:
+			if o.verbose {
+				out.Write(k.Log.GetData())
+			}
+		case *initpb.InitResponse_Failed:
+			path := filepath.Join(o.outDir, JournalFile)
+			if err := os.WriteFile(path, k.Failed.GetJournal(), 0o600); err != nil {
+				path = "(could not save the node's journal: " + err.Error() + ")"
+			}
+			return fmt.Errorf("init failed on the node: %s\nthe node's journal is in %s", k.Failed.GetErrorMessage(), path)
+		case *initpb.InitResponse_Done:
+			kubeconfig := filepath.Join(o.outDir, KubeconfigFile)
+			if err := os.WriteFile(kubeconfig, k.Done.GetKubeconfig(), 0o600); err != nil {
+				return fmt.Errorf("write kubeconfig: %w", err)
+			}
+			st.ClusterID = k.Done.GetClusterId()
+			if err := writeJSON(filepath.Join(o.outDir, StateFile), st); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "The cluster is initialised (%s). Cluster ID: %x\nKubeconfig: %s\n", time.Since(start).Round(time.Second), st.ClusterID, kubeconfig)
+			return nil
+		}
+	}
+}
+
+func loadOrCreateMasterSecret(path string) (keys.MasterSecret, bool, error) {
+	ms, err := keys.ReadMasterSecretFile(path)
+	if err == nil {
+		return ms, false, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return ms, false, err
+	}
+	ms, err = keys.GenerateMasterSecret(rand.Reader)
+	if err != nil {
+		return ms, false, err
+	}
+	return ms, true, keys.WriteMasterSecretFile(path, ms)
+}
+
+func loadOrCreateState(path, node, clusterName string) (initState, error) {
+	var st initState
+	raw, err := os.ReadFile(path)
+	if err == nil {
+		if err := json.Unmarshal(raw, &st); err != nil || len(st.MeasurementSalt) != keys.SaltSize {
+			return st, fmt.Errorf("%s is damaged: restore it from a backup (it holds the cluster's measurement salt)", path)
+		}
+		return st, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return st, err
+	}
+	salt, err := keys.GenerateSalt(rand.Reader)
+	if err != nil {
+		return st, err
+	}
+	st = initState{Node: node, ClusterName: clusterName, MeasurementSalt: salt}
+	return st, writeJSON(path, st)
+}
+
+func writeJSON(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(raw, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// waitForNode waits until the node at addr accepts connections and then
+// checks its attestation once. A node that is not up yet is waited for; a
+// node whose attestation is rejected fails at once, since waiting cannot
+// change what it runs.
+func waitForNode(ctx context.Context, out io.Writer, addr string, creds credentials.TransportCredentials) error {
+	var d net.Dialer
+	for attempt := 1; ; attempt++ {
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			var tlsConn net.Conn
+			tlsConn, _, err = creds.Clone().ClientHandshake(hctx, addr, conn)
+			cancel()
+			if err == nil {
+				tlsConn.Close()
+				return nil
+			}
+			conn.Close()
+			var rejected *atls.RejectedError
+			if errors.As(err, &rejected) {
+				return fmt.Errorf("the node at %s is not running the expected image: %w", addr, rejected.Err)
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the node at %s did not answer in time: %v", addr, err)
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			fmt.Fprintf(out, "  waiting for %s: %v\n", addr, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+}

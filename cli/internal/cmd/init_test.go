@@ -1,0 +1,230 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+)
+
+// fakeNode answers Init like a node: it derives the cluster ID from what it
+// receives, so the test checks what the CLI sends.
+type fakeNode struct {
+	initpb.UnimplementedInitServiceServer
+	mu       sync.Mutex
+	requests []*initpb.InitRequest
+	fail     bool
+}
+
+func (f *fakeNode) Init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	f.mu.Unlock()
+	if string(req.GetInitSecret()) != "s3cret" {
+		return status.Error(codes.PermissionDenied, "wrong init secret")
+	}
+	stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Progress{Progress: &initpb.Progress{Phase: "kubeadm-init", Message: "running kubeadm init"}}})
+	if f.fail {
+		return stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{ErrorMessage: "run kubeadm init: exit status 1", Journal: []byte("journal")}}})
+	}
+	ms := keys.MasterSecret{Key: req.GetMasterSecret(), Salt: req.GetMasterSecretSalt()}
+	msec, err := ms.MeasurementSecret()
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	id, err := keys.ClusterID(msec, req.GetMeasurementSalt())
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{Kubeconfig: []byte("kubeconfig"), ClusterId: id}}})
+}
+
+// startInitNode serves fakeNode over attested TLS from a provisioned swtpm
+// and returns its address, the platform CA file and a measurements file
+// that matches it.
+func startInitNode(t *testing.T, node *fakeNode) (addr, caPath, measPath string) {
+	t.Helper()
+	return startInitNodeAt(t, node, "127.0.0.1:0", 0)
+}
+
+// startInitNodeAt starts the node on addr after delay (a node still
+// booting), returning before it is up.
+func startInitNodeAt(t *testing.T, node *fakeNode, addr string, delay time.Duration) (string, string, string) {
+	t.Helper()
+	tpm := swtpmtest.Start(t)
+	ca, err := platformca.New("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := swtpmtest.Open(t, tpm)
+	if _, err := ca.ProvisionAK(rw); err != nil {
+		t.Fatal(err)
+	}
+	rw.Close()
+	iss, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpm.Open, MeasurementLog: &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := atls.NewCredentials(atls.Config{Issuer: iss})
+	srv := grpc.NewServer(grpc.Creds(creds))
+	initpb.RegisterInitServiceServer(srv, node)
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = lis.Addr().String()
+	if delay > 0 {
+		lis.Close()
+		time.AfterFunc(delay, func() {
+			lis, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			go srv.Serve(lis)
+		})
+	} else {
+		go srv.Serve(lis)
+	}
+	t.Cleanup(srv.Stop)
+	dir := t.TempDir()
+	caPath := filepath.Join(dir, "platform-ca.crt")
+	os.WriteFile(caPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}), 0o644)
+	return addr, caPath, writeMeasurements(t, make([]byte, 32))
+}
+
+func TestInitWaitsForBootingNode(t *testing.T) {
+	node := &fakeNode{}
+	addr, caPath, measPath := startInitNodeAt(t, node, "127.0.0.1:0", 3*time.Second)
+	dir := t.TempDir()
+	secretPath := filepath.Join(dir, "init-secret")
+	os.WriteFile(secretPath, []byte("s3cret"), 0o600)
+	var stdout, stderr bytes.Buffer
+	code := Execute(context.Background(), []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr,
+		"--measurements", measPath, "--platform-ca", caPath, "--init-secret-file", secretPath,
+		"--out-dir", filepath.Join(dir, "out"), "--timeout", "30s"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("init: exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "waiting for "+addr) {
+		t.Errorf("init did not say it waits for the node:\n%s", stdout.String())
+	}
+}
+
+func TestInit(t *testing.T) {
+	node := &fakeNode{}
+	addr, caPath, measPath := startInitNode(t, node)
+	dir := t.TempDir()
+	secretPath := filepath.Join(dir, "init-secret")
+	os.WriteFile(secretPath, []byte("s3cret\n"), 0o600)
+	out := filepath.Join(dir, "out")
+	args := []string{"init", "--mini-dir", filepath.Join(dir, "no-mini"), "--node", addr, "--measurements", measPath,
+		"--platform-ca", caPath, "--init-secret-file", secretPath, "--out-dir", out, "--timeout", "30s",
+		"--cluster-name", "demo", "--api-server-san", "api.example.org"}
+
+	var stdout, stderr bytes.Buffer
+	if code := Execute(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("init: exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"Generated the master secret", "running kubeadm init", "The cluster is initialised"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	ms, err := keys.ReadMasterSecretFile(filepath.Join(out, MasterSecretFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := node.requests[0]
+	if !bytes.Equal(req.GetMasterSecret(), ms.Key) || req.GetClusterName() != "demo" || req.GetApiServerCertSans()[0] != "api.example.org" || req.GetServiceCidr() != "10.96.0.0/12" {
+		t.Fatalf("request does not carry the owner's settings: %v", req)
+	}
+	if bytes.Equal(req.GetMeasurementSalt(), ms.Salt) {
+		t.Fatal("measurement salt equals the master salt")
+	}
+	for _, f := range []string{MasterSecretFile, KubeconfigFile, StateFile} {
+		st, err := os.Stat(filepath.Join(out, f))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, %v; want mode 0600", f, st, err)
+		}
+	}
+	var state initState
+	raw, _ := os.ReadFile(filepath.Join(out, StateFile))
+	json.Unmarshal(raw, &state)
+	msec, _ := ms.MeasurementSecret()
+	wantID, _ := keys.ClusterID(msec, state.MeasurementSalt)
+	if !bytes.Equal(state.ClusterID, wantID) {
+		t.Fatalf("state cluster ID %x, want %x", state.ClusterID, wantID)
+	}
+
+	// A second run (a retry) sends the same master secret and salt.
+	if code := Execute(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("second init: exit %d: %s", code, stderr.String())
+	}
+	if !bytes.Equal(node.requests[1].GetMeasurementSalt(), req.GetMeasurementSalt()) || !bytes.Equal(node.requests[1].GetMasterSecret(), req.GetMasterSecret()) {
+		t.Fatal("a retry sent different secrets: the node would derive another cluster ID")
+	}
+}
+
+func TestInitErrors(t *testing.T) {
+	node := &fakeNode{}
+	addr, caPath, measPath := startInitNode(t, node)
+	dir := t.TempDir()
+	secret := func(s string) string {
+		p := filepath.Join(t.TempDir(), "init-secret")
+		os.WriteFile(p, []byte(s), 0o600)
+		return p
+	}
+	tests := map[string]struct {
+		args    []string
+		fail    bool
+		wantErr string
+		wantLog bool
+	}{
+		"wrong init secret": {args: []string{"--init-secret-file", secret("guess")}, wantErr: "wrong init secret"},
+		"wrong measurements": {args: []string{"--init-secret-file", secret("s3cret"), "--measurements", writeMeasurements(t, bytes.Repeat([]byte{1}, 32))},
+			wantErr: "PCR 11 mismatch"},
+		"kubeadm fails": {args: []string{"--init-secret-file", secret("s3cret")}, fail: true, wantErr: "run kubeadm init: exit status 1", wantLog: true},
+		"no node":       {args: []string{"--node", "", "--init-secret-file", secret("s3cret")}, wantErr: "pass --node"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			node.fail = tc.fail
+			out := filepath.Join(t.TempDir(), "out")
+			args := append([]string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr, "--measurements", measPath,
+				"--platform-ca", caPath, "--out-dir", out, "--timeout", "20s"}, tc.args...)
+			var stdout, stderr bytes.Buffer
+			if code := Execute(context.Background(), args, &stdout, &stderr); code == 0 {
+				t.Fatalf("init succeeded: %s", stdout.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantErr) {
+				t.Fatalf("stderr %q lacks %q", stderr.String(), tc.wantErr)
+			}
+			if _, err := os.Stat(filepath.Join(out, JournalFile)); (err == nil) != tc.wantLog {
+				t.Errorf("journal file present = %v, want %v", err == nil, tc.wantLog)
+			}
+			if _, err := os.Stat(filepath.Join(out, KubeconfigFile)); err == nil {
+				t.Error("a failed init wrote a kubeconfig")
+			}
+		})
+	}
+}

@@ -25,13 +25,15 @@ const (
 // service for each ticket it issues.
 type GetDataKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// data_key_id is the purpose string of the key, used verbatim as the HKDF
-	// info, e.g. "disk:0f8fad5b-d9cb-469f-a165-70867728950e" for a node's
-	// state-disk key (the disk's canonical LUKS2 UUID after "disk:"). Distinct
-	// IDs give independent keys; it must not be empty.
+	// data_key_id is the purpose string of the key, appended to the HKDF info
+	// prefix, e.g. "disk:0f8fad5b-d9cb-469f-a165-70867728950e" for a node's
+	// state-disk key (the disk's canonical LUKS2 UUID after "disk:"), or the
+	// reserved "measurement-secret". Distinct IDs give independent keys; it
+	// must not be empty.
 	DataKeyId string `protobuf:"bytes,1,opt,name=data_key_id,json=dataKeyId,proto3" json:"data_key_id,omitempty"`
-	// length is the key size in bytes, 1 to 8160 (HKDF-SHA256's output limit,
-	// 255 * 32). The join service asks for 32.
+	// length is the key size in bytes, 16 to 64 (shorter keys are too weak,
+	// longer ones hide a caller's mistake); 32 for "measurement-secret". The
+	// join service asks for 32.
 	Length        uint32 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -31,7 +31,11 @@ const (
 // same key.
 type KeyServiceClient interface {
 	// GetDataKey derives length bytes with HKDF-SHA256 from the master secret
-	// and its salt, with data_key_id as the HKDF info string.
+	// and its salt, with "orrery/v1/data-key/" + data_key_id as the HKDF info
+	// string (internal/keys.DeriveKey). The reserved ID "measurement-secret"
+	// returns the cluster's 32-byte measurement secret instead
+	// (internal/keys.MeasurementSecret), which the join service hands to
+	// joining nodes.
 	GetDataKey(ctx context.Context, in *GetDataKeyRequest, opts ...grpc.CallOption) (*GetDataKeyResponse, error)
 }
 
@@ -62,7 +66,11 @@ func (c *keyServiceClient) GetDataKey(ctx context.Context, in *GetDataKeyRequest
 // same key.
 type KeyServiceServer interface {
 	// GetDataKey derives length bytes with HKDF-SHA256 from the master secret
-	// and its salt, with data_key_id as the HKDF info string.
+	// and its salt, with "orrery/v1/data-key/" + data_key_id as the HKDF info
+	// string (internal/keys.DeriveKey). The reserved ID "measurement-secret"
+	// returns the cluster's 32-byte measurement secret instead
+	// (internal/keys.MeasurementSecret), which the join service hands to
+	// joining nodes.
 	GetDataKey(context.Context, *GetDataKeyRequest) (*GetDataKeyResponse, error)
 	mustEmbedUnimplementedKeyServiceServer()
 }

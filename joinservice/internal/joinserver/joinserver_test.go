@@ -1,0 +1,227 @@
+package joinserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+)
+
+var master = keys.MasterSecret{Key: bytes.Repeat([]byte{1}, 32), Salt: bytes.Repeat([]byte{2}, 32)}
+
+type localKeys struct{}
+
+func (localKeys) GetDataKey(_ context.Context, id string, n int) ([]byte, error) {
+	if id == MeasurementSecretID {
+		return master.MeasurementSecret()
+	}
+	return master.DeriveKey(id, n)
+}
+
+type tokens struct{ ttl time.Duration }
+
+func (t *tokens) CreateToken(_ context.Context, ttl time.Duration) (string, error) {
+	t.ttl = ttl
+	return "abcdef.0123456789abcdef", nil
+}
+
+func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return cert, key
+}
+
+func csr(t *testing.T, cn string, org []string) []byte {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: cn, Organization: org}, DNSNames: []string{"worker-0"}, IPAddresses: []net.IP{net.ParseIP("10.42.2.100")},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}
+
+type env struct {
+	ca       *x509.Certificate
+	tokens   *tokens
+	attested joinpb.JoinServiceClient
+	plain    joinpb.JoinServiceClient
+}
+
+// newEnv serves the join service twice: over attested TLS (the node's
+// swtpm attests) and, to check the server's own guard, without it.
+func newEnv(t *testing.T) *env {
+	ca, caKey := newCA(t)
+	pki := t.TempDir()
+	for _, f := range ControlPlaneFiles {
+		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
+		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
+	}
+	e := &env{ca: ca, tokens: &tokens{}}
+	srv, err := New(Config{
+		Keys: localKeys{}, Tokens: e.tokens, CA: ca, CAKey: caKey, PKIDir: pki,
+		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
+		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tpm := swtpmtest.Start(t)
+	pca, _ := platformca.New("test")
+	rw := swtpmtest.Open(t, tpm)
+	if _, err := pca.ProvisionAK(rw); err != nil {
+		t.Fatal(err)
+	}
+	rw.Close()
+	iss, _ := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpm.Open, MeasurementLog: &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")}})
+	val, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: measurements.M{15: {Expected: make([]byte, 32)}}, PlatformCAs: []*x509.Certificate{pca.Cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCreds, _ := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{val}})
+	clientCreds, _ := atls.NewCredentials(atls.Config{Issuer: iss})
+
+	serve := func(opts ...grpc.ServerOption) string {
+		g := grpc.NewServer(opts...)
+		joinpb.RegisterJoinServiceServer(g, srv)
+		lis, _ := net.Listen("tcp", "127.0.0.1:0")
+		go g.Serve(lis)
+		t.Cleanup(g.Stop)
+		return lis.Addr().String()
+	}
+	dial := func(addr string, opt grpc.DialOption) joinpb.JoinServiceClient {
+		conn, err := grpc.NewClient(addr, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return joinpb.NewJoinServiceClient(conn)
+	}
+	e.attested = dial(serve(grpc.Creds(serverCreds)), grpc.WithTransportCredentials(clientCreds))
+	e.plain = dial(serve(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return e
+}
+
+const uuid = "0B5C1F3E-8D2A-4C6B-9E7F-1A2B3C4D5E6F"
+
+func TestJoinTicket(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, cp := range []bool{false, true} {
+		resp, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
+			DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}), IsControlPlane: cp,
+		})
+		if err != nil {
+			t.Fatalf("control plane %v: %v", cp, err)
+		}
+		wantDisk, _ := master.DiskKey(strings.ToLower(uuid))
+		wantMS, _ := master.MeasurementSecret()
+		if !bytes.Equal(resp.GetStateDiskKey(), wantDisk) || !bytes.Equal(resp.GetMeasurementSecret(), wantMS) {
+			t.Fatal("ticket carries the wrong disk key or measurement secret")
+		}
+		cert, err := x509.ParseCertificate(resp.GetKubeletCert())
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AddCert(e.ca)
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "worker-0", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Fatalf("kubelet certificate: %v", err)
+		}
+		sum := sha256.Sum256(e.ca.RawSubjectPublicKeyInfo)
+		if resp.GetDiscoveryTokenCaCertHash() != "sha256:"+hex.EncodeToString(sum[:]) || resp.GetToken() == "" || resp.GetApiServerEndpoint() != "10.42.1.100:6443" {
+			t.Fatalf("ticket: %v", resp)
+		}
+		if got := len(resp.GetControlPlaneFiles()); (got > 0) != cp || (cp && got != len(ControlPlaneFiles)) {
+			t.Fatalf("control plane %v: %d files", cp, got)
+		}
+	}
+	if e.tokens.ttl > MaxTokenTTL || e.tokens.ttl == 0 {
+		t.Fatalf("token TTL %s", e.tokens.ttl)
+	}
+}
+
+func TestJoinRefusals(t *testing.T) {
+	e := newEnv(t)
+	good := csr(t, "system:node:worker-0", []string{"system:nodes"})
+	tests := map[string]struct {
+		client   joinpb.JoinServiceClient
+		req      *joinpb.IssueJoinTicketRequest
+		wantCode codes.Code
+		wantMsg  string
+	}{
+		"unattested caller": {e.plain, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: good}, codes.PermissionDenied, "did not attest"},
+		"bad disk UUID":     {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: "nope", CertificateRequest: good}, codes.InvalidArgument, "malformed"},
+		"no CSR":            {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid}, codes.InvalidArgument, "missing"},
+		"garbage CSR":       {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: []byte("garbage")}, codes.InvalidArgument, "not a DER"},
+		"truncated CSR":     {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: good[:len(good)/2]}, codes.InvalidArgument, "not a DER"},
+		"wrong CN": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csr(t, "admin", []string{"system:nodes"})},
+			codes.InvalidArgument, "system:node:"},
+		"wrong group": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csr(t, "system:node:x", []string{"system:masters"})},
+			codes.InvalidArgument, "organization"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := tc.client.IssueJoinTicket(context.Background(), tc.req)
+			if status.Code(err) != tc.wantCode || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("err = %v, want %v containing %q", err, tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+	if _, err := e.plain.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("unattested rejoin: %v", err)
+	}
+}
+
+func TestRejoinTicket(t *testing.T) {
+	e := newEnv(t)
+	resp, err := e.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := master.DiskKey(uuid)
+	if !bytes.Equal(resp.GetStateDiskKey(), want) {
+		t.Fatal("rejoin ticket has another disk key than the join ticket")
+	}
+}
+
+func TestTokenTTLBounded(t *testing.T) {
+	if _, err := New(Config{TokenTTL: time.Hour}); err == nil {
+		t.Fatal("a one-hour bootstrap token was allowed")
+	}
+}

@@ -1,0 +1,176 @@
+// Package kubeadm drives kubeadm and kubectl on a node: it writes kubeadm's
+// configuration (API kubeadm.k8s.io/v1beta4) from what the owner asked for,
+// runs `kubeadm init` or `kubeadm join`, and stores the cluster's secrets
+// for the key service. The exec code is kept to one seam (Runner) so the
+// logic around it is tested without a cluster; the real tools run in the
+// end-to-end suite.
+package kubeadm
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Node-wide settings every Orrery node shares.
+const (
+	CRISocket     = "unix:///run/containerd/containerd.sock"
+	APIServerPort = 6443
+	// PodSubnet is flannel's default network.
+	PodSubnet = "10.244.0.0/16"
+)
+
+// InitParams are the inputs of `kubeadm init`.
+type InitParams struct {
+	NodeName          string
+	NodeIP            netip.Addr
+	KubernetesVersion string
+	ClusterName       string
+	ServiceCIDR       string
+	CertSANs          []string
+}
+
+type arg struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+type nodeRegistration struct {
+	Name             string `json:"name"`
+	CRISocket        string `json:"criSocket"`
+	ImagePullPolicy  string `json:"imagePullPolicy"`
+	KubeletExtraArgs []arg  `json:"kubeletExtraArgs,omitempty"`
+}
+
+type initConfiguration struct {
+	APIVersion       string           `json:"apiVersion"`
+	Kind             string           `json:"kind"`
+	NodeRegistration nodeRegistration `json:"nodeRegistration"`
+	LocalAPIEndpoint struct {
+		AdvertiseAddress string `json:"advertiseAddress"`
+		BindPort         int    `json:"bindPort"`
+	} `json:"localAPIEndpoint"`
+}
+
+type clusterConfiguration struct {
+	APIVersion           string `json:"apiVersion"`
+	Kind                 string `json:"kind"`
+	KubernetesVersion    string `json:"kubernetesVersion"`
+	ClusterName          string `json:"clusterName"`
+	ControlPlaneEndpoint string `json:"controlPlaneEndpoint"`
+	Networking           struct {
+		ServiceSubnet string `json:"serviceSubnet"`
+		PodSubnet     string `json:"podSubnet"`
+	} `json:"networking"`
+	APIServer struct {
+		CertSANs []string `json:"certSANs,omitempty"`
+	} `json:"apiServer"`
+}
+
+type kubeletConfiguration struct {
+	APIVersion   string `json:"apiVersion"`
+	Kind         string `json:"kind"`
+	CgroupDriver string `json:"cgroupDriver"`
+	// Every image is baked in and pinned; garbage collection must never
+	// need a registry to get one back.
+	ImageGCHighThresholdPercent int `json:"imageGCHighThresholdPercent"`
+}
+
+func nodeReg(name string, ip netip.Addr) nodeRegistration {
+	return nodeRegistration{
+		Name:      name,
+		CRISocket: CRISocket,
+		// There is no registry: images come from the OS image.
+		ImagePullPolicy:  "Never",
+		KubeletExtraArgs: []arg{{Name: "node-ip", Value: ip.String()}},
+	}
+}
+
+// InitConfig renders the configuration file for `kubeadm init --config`.
+func InitConfig(p InitParams) ([]byte, error) {
+	if p.NodeName == "" || !p.NodeIP.IsValid() {
+		return nil, fmt.Errorf("kubeadm init config: node name and IP are required")
+	}
+	ic := initConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "InitConfiguration", NodeRegistration: nodeReg(p.NodeName, p.NodeIP)}
+	// Without a default route the API server cannot pick an address itself.
+	ic.LocalAPIEndpoint.AdvertiseAddress = p.NodeIP.String()
+	ic.LocalAPIEndpoint.BindPort = APIServerPort
+
+	cc := clusterConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "ClusterConfiguration",
+		KubernetesVersion: p.KubernetesVersion, ClusterName: p.ClusterName,
+		ControlPlaneEndpoint: netip.AddrPortFrom(p.NodeIP, APIServerPort).String()}
+	cc.Networking.ServiceSubnet = p.ServiceCIDR
+	cc.Networking.PodSubnet = PodSubnet
+	cc.APIServer.CertSANs = p.CertSANs
+
+	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100}
+	return documents(ic, cc, kc)
+}
+
+// JoinParams are the inputs of `kubeadm join`.
+type JoinParams struct {
+	NodeName     string
+	NodeIP       netip.Addr
+	Endpoint     string
+	Token        string
+	CACertHash   string
+	ControlPlane bool
+}
+
+type joinConfiguration struct {
+	APIVersion       string           `json:"apiVersion"`
+	Kind             string           `json:"kind"`
+	NodeRegistration nodeRegistration `json:"nodeRegistration"`
+	Discovery        struct {
+		BootstrapToken struct {
+			APIServerEndpoint string   `json:"apiServerEndpoint"`
+			Token             string   `json:"token"`
+			CACertHashes      []string `json:"caCertHashes"`
+		} `json:"bootstrapToken"`
+	} `json:"discovery"`
+	ControlPlane *struct {
+		LocalAPIEndpoint struct {
+			AdvertiseAddress string `json:"advertiseAddress"`
+			BindPort         int    `json:"bindPort"`
+		} `json:"localAPIEndpoint"`
+	} `json:"controlPlane,omitempty"`
+}
+
+// JoinConfig renders the configuration file for `kubeadm join --config`.
+func JoinConfig(p JoinParams) ([]byte, error) {
+	if p.NodeName == "" || !p.NodeIP.IsValid() || p.Endpoint == "" || p.Token == "" || p.CACertHash == "" {
+		return nil, fmt.Errorf("kubeadm join config: node name, IP, endpoint, token and CA hash are required")
+	}
+	jc := joinConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "JoinConfiguration", NodeRegistration: nodeReg(p.NodeName, p.NodeIP)}
+	jc.Discovery.BootstrapToken.APIServerEndpoint = p.Endpoint
+	jc.Discovery.BootstrapToken.Token = p.Token
+	jc.Discovery.BootstrapToken.CACertHashes = []string{p.CACertHash}
+	if p.ControlPlane {
+		jc.ControlPlane = &struct {
+			LocalAPIEndpoint struct {
+				AdvertiseAddress string `json:"advertiseAddress"`
+				BindPort         int    `json:"bindPort"`
+			} `json:"localAPIEndpoint"`
+		}{}
+		jc.ControlPlane.LocalAPIEndpoint.AdvertiseAddress = p.NodeIP.String()
+		jc.ControlPlane.LocalAPIEndpoint.BindPort = APIServerPort
+	}
+	return documents(jc)
+}
+
+func documents(docs ...any) ([]byte, error) {
+	var b bytes.Buffer
+	for i, d := range docs {
+		y, err := yaml.Marshal(d)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		b.Write(y)
+	}
+	return b.Bytes(), nil
+}

@@ -1,0 +1,135 @@
+package kubeadm
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/orrery-dev/orrery/internal/keys"
+)
+
+// Names of what init stores in the cluster for the join and key services.
+const (
+	Namespace          = "kube-system"
+	MasterSecretName   = "orrery-master-secret"
+	MasterSecretKey    = "master-secret.json"
+	JoinConfigName     = "orrery-join-config"
+	MeasurementSaltKey = "measurementSalt"
+)
+
+// Runner runs a tool: the one seam to kubeadm and kubectl.
+type Runner interface {
+	Run(ctx context.Context, name string, args []string, stdin io.Reader, out io.Writer) error
+}
+
+// ExecRunner runs tools with os/exec.
+type ExecRunner struct{}
+
+// Run implements Runner.
+func (ExecRunner) Run(ctx context.Context, name string, args []string, stdin io.Reader, out io.Writer) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, out, out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w", name, args[0], err)
+	}
+	return nil
+}
+
+// Tool runs kubeadm and kubectl on this node.
+type Tool struct {
+	Runner Runner
+	// ConfigDir receives kubeadm's configuration files (a tmpfs: a join
+	// configuration holds a bootstrap token).
+	ConfigDir string
+	// AdminKubeconfig is where kubeadm init writes the admin kubeconfig.
+	AdminKubeconfig string
+}
+
+// Init runs kubeadm init and returns the admin kubeconfig.
+func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, error) {
+	cfg, err := InitConfig(p)
+	if err != nil {
+		return nil, err
+	}
+	path, err := t.writeConfig("kubeadm-init.yaml", cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The token kubeadm would print is useless here: nodes join with
+	// short-lived tokens from the join service.
+	if err := t.Runner.Run(ctx, "kubeadm", []string{"init", "--config", path, "--skip-token-print"}, nil, out); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := os.ReadFile(t.AdminKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("read the admin kubeconfig kubeadm wrote: %w", err)
+	}
+	return kubeconfig, nil
+}
+
+// Join runs kubeadm join.
+func (t *Tool) Join(ctx context.Context, p JoinParams, out io.Writer) error {
+	cfg, err := JoinConfig(p)
+	if err != nil {
+		return err
+	}
+	path, err := t.writeConfig("kubeadm-join.yaml", cfg)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	return t.Runner.Run(ctx, "kubeadm", []string{"join", "--config", path}, nil, out)
+}
+
+func (t *Tool) writeConfig(name string, data []byte) (string, error) {
+	if err := os.MkdirAll(t.ConfigDir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(t.ConfigDir, name)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("write kubeadm configuration: %w", err)
+	}
+	return path, nil
+}
+
+// StoreMasterSecret stores the master secret as a Secret only the key
+// service mounts, and the measurement salt (not a secret) in a ConfigMap
+// for the join service. The manifest goes to kubectl on stdin, so the
+// secret never lands in a file.
+func (t *Tool) StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, measurementSalt []byte) error {
+	manifest, err := secretManifests(ms, measurementSalt)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	err = t.Runner.Run(ctx, "kubectl", []string{"--kubeconfig", t.AdminKubeconfig, "apply", "--server-side", "-f", "-"}, bytes.NewReader(manifest), &out)
+	if err != nil {
+		// kubectl's output names objects, never their data.
+		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(out.Bytes()))
+	}
+	return nil
+}
+
+func secretManifests(ms keys.MasterSecret, salt []byte) ([]byte, error) {
+	file, err := json.Marshal(ms)
+	if err != nil {
+		return nil, err
+	}
+	secret := map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+		"metadata": map[string]any{"name": MasterSecretName, "namespace": Namespace},
+		"data":     map[string]string{MasterSecretKey: base64.StdEncoding.EncodeToString(file)},
+	}
+	cm := map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": JoinConfigName, "namespace": Namespace},
+		"data":     map[string]string{MeasurementSaltKey: base64.StdEncoding.EncodeToString(salt)},
+	}
+	return documents(secret, cm)
+}

@@ -1,0 +1,185 @@
+package kubeadm
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/orrery-dev/orrery/internal/keys"
+)
+
+// splitDocs parses a multi-document YAML file into generic maps.
+func splitDocs(t *testing.T, raw []byte) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("document does not parse: %v\n%s", err, doc)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func get(m map[string]any, path ...string) any {
+	var cur any = m
+	for _, p := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[p]
+	}
+	return cur
+}
+
+func TestInitConfig(t *testing.T) {
+	raw, err := InitConfig(InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"), KubernetesVersion: "v1.36.3",
+		ClusterName: "demo", ServiceCIDR: "10.96.0.0/12", CertSANs: []string{"api.example.org"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := splitDocs(t, raw)
+	if len(docs) != 3 {
+		t.Fatalf("%d documents, want 3", len(docs))
+	}
+	checks := []struct {
+		doc  int
+		path []string
+		want any
+	}{
+		{0, []string{"kind"}, "InitConfiguration"},
+		{0, []string{"apiVersion"}, "kubeadm.k8s.io/v1beta4"},
+		{0, []string{"localAPIEndpoint", "advertiseAddress"}, "10.42.1.100"},
+		{0, []string{"nodeRegistration", "imagePullPolicy"}, "Never"},
+		{0, []string{"nodeRegistration", "criSocket"}, CRISocket},
+		{1, []string{"kind"}, "ClusterConfiguration"},
+		{1, []string{"kubernetesVersion"}, "v1.36.3"},
+		{1, []string{"clusterName"}, "demo"},
+		{1, []string{"controlPlaneEndpoint"}, "10.42.1.100:6443"},
+		{1, []string{"networking", "serviceSubnet"}, "10.96.0.0/12"},
+		{1, []string{"networking", "podSubnet"}, PodSubnet},
+		{2, []string{"cgroupDriver"}, "systemd"},
+	}
+	for _, c := range checks {
+		if got := get(docs[c.doc], c.path...); got != c.want {
+			t.Errorf("doc %d %v = %v, want %v", c.doc, c.path, got, c.want)
+		}
+	}
+	if sans := get(docs[1], "apiServer", "certSANs").([]any); len(sans) != 1 || sans[0] != "api.example.org" {
+		t.Errorf("certSANs = %v", sans)
+	}
+	if _, err := InitConfig(InitParams{}); err == nil {
+		t.Error("empty params accepted")
+	}
+}
+
+func TestJoinConfig(t *testing.T) {
+	p := JoinParams{NodeName: "w-0", NodeIP: netip.MustParseAddr("10.42.2.100"), Endpoint: "10.42.1.100:6443",
+		Token: "abcdef.0123456789abcdef", CACertHash: "sha256:00"}
+	raw, err := JoinConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := splitDocs(t, raw)[0]
+	if get(doc, "discovery", "bootstrapToken", "token") != p.Token || get(doc, "controlPlane") != nil {
+		t.Fatalf("worker join config: %s", raw)
+	}
+	p.ControlPlane = true
+	raw, _ = JoinConfig(p)
+	if get(splitDocs(t, raw)[0], "controlPlane", "localAPIEndpoint", "advertiseAddress") != "10.42.2.100" {
+		t.Fatalf("control-plane join config: %s", raw)
+	}
+}
+
+type call struct {
+	name  string
+	args  []string
+	stdin []byte
+}
+
+type fakeRunner struct {
+	calls  []call
+	onRun  func(call) error
+	output string
+}
+
+func (f *fakeRunner) Run(_ context.Context, name string, args []string, stdin io.Reader, out io.Writer) error {
+	c := call{name: name, args: args}
+	if stdin != nil {
+		c.stdin, _ = io.ReadAll(stdin)
+	}
+	f.calls = append(f.calls, c)
+	io.WriteString(out, f.output)
+	if f.onRun != nil {
+		return f.onRun(c)
+	}
+	return nil
+}
+
+func TestInitRunsKubeadmAndReturnsKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	admin := filepath.Join(dir, "admin.conf")
+	r := &fakeRunner{output: "[init] Using Kubernetes version: v1.36.3\n", onRun: func(c call) error {
+		// kubeadm writes the admin kubeconfig.
+		return os.WriteFile(admin, []byte("kubeconfig"), 0o600)
+	}}
+	tool := &Tool{Runner: r, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: admin}
+	var out bytes.Buffer
+	kc, err := tool.Init(context.Background(), InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"), KubernetesVersion: "v1.36.3", ServiceCIDR: "10.96.0.0/12"}, &out)
+	if err != nil || string(kc) != "kubeconfig" {
+		t.Fatalf("Init = %q, %v", kc, err)
+	}
+	if len(r.calls) != 1 || r.calls[0].name != "kubeadm" || r.calls[0].args[0] != "init" || !strings.Contains(out.String(), "Using Kubernetes") {
+		t.Fatalf("calls %v, output %q", r.calls, out.String())
+	}
+	st, err := os.Stat(r.calls[0].args[2])
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("config file: %v %v", st, err)
+	}
+
+	r.onRun = func(call) error { return errors.New("kubeadm init: exit status 1") }
+	if _, err := tool.Init(context.Background(), InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100")}, io.Discard); err == nil {
+		t.Fatal("kubeadm failure not reported")
+	}
+}
+
+func TestStoreMasterSecret(t *testing.T) {
+	r := &fakeRunner{}
+	tool := &Tool{Runner: r, AdminKubeconfig: "/etc/kubernetes/admin.conf"}
+	ms := keys.MasterSecret{Key: bytes.Repeat([]byte{1}, 32), Salt: bytes.Repeat([]byte{2}, 32)}
+	salt := bytes.Repeat([]byte{3}, 32)
+	if err := tool.StoreMasterSecret(context.Background(), ms, salt); err != nil {
+		t.Fatal(err)
+	}
+	c := r.calls[0]
+	if c.name != "kubectl" || strings.Join(c.args, " ") != "--kubeconfig /etc/kubernetes/admin.conf apply --server-side -f -" {
+		t.Fatalf("call %v", c)
+	}
+	for _, a := range c.args {
+		if strings.Contains(a, base64.StdEncoding.EncodeToString(ms.Key)[:10]) {
+			t.Fatal("the master secret is on the command line")
+		}
+	}
+	docs := splitDocs(t, c.stdin)
+	file, _ := base64.StdEncoding.DecodeString(get(docs[0], "data", MasterSecretKey).(string))
+	path := filepath.Join(t.TempDir(), "ms.json")
+	os.WriteFile(path, file, 0o600)
+	got, err := keys.ReadMasterSecretFile(path)
+	if err != nil || !bytes.Equal(got.Key, ms.Key) || !bytes.Equal(got.Salt, ms.Salt) {
+		t.Fatalf("Secret does not hold the master secret in the key service's file format: %v", err)
+	}
+	if s, _ := base64.StdEncoding.DecodeString(get(docs[1], "data", MeasurementSaltKey).(string)); !bytes.Equal(s, salt) {
+		t.Fatal("ConfigMap does not hold the measurement salt")
+	}
+}

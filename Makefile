@@ -23,12 +23,16 @@ all: build
 deps: ## install missing Debian packages and pinned Go tools (idempotent)
 	@hack/deps.sh
 
-build: deps ## build every program into build/bin/ (test-only programs under internal/ are built by their tests)
+# The programs: directory -> binary name.
+PROGRAMS := cli:orrery bootstrapperd:bootstrapperd joinservice:joinservice
+
+build: deps ## build every program into build/bin/
 	@mkdir -p $(BIN)
-	@for dir in $$($(GO) list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./... | grep -v /internal/); do \
-		name=$$(basename $$dir); [[ $$name == cli ]] && name=orrery; \
+	@for p in $(PROGRAMS); do \
+		dir=$${p%%:*}; name=$${p##*:}; \
+		[[ -n $$(ls $$dir/*.go 2>/dev/null) ]] || continue; \
 		echo "build $(BIN)/$$name"; \
-		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$name $$dir; \
+		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$name ./$$dir; \
 	done
 
 test: deps proto-check build unit ## all tests that need no OS image: unit tests, then a short run of every fuzz target

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds the node's initrd: initrd/build.sh OUTDIR -> OUTDIR/initrd.cpio.zst
+# (reproducible; see initrd/README.md). Needs Go, cryptsetup-bin, e2fsprogs
+# and linux-image-cloud-amd64 (make deps installs them).
+set -euo pipefail
+if [[ $# -ne 1 ]]; then
+	echo "usage: $0 OUTDIR" >&2
+	exit 2
+fi
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin CGO_ENABLED=0
+exec go run ./initrd/mkinitrd "$1"

@@ -1,0 +1,281 @@
+// Command init is the node's initrd /init (PID 1 until the switch to the
+// OS). It loads the kernel modules it needs, measures "enter-initrd" into
+// PCR 11, opens the dm-verity root filesystem with the root hash from the
+// measured kernel command line, prepares the encrypted state disk,
+// measures "leave-initrd" and switches root to /sbin/init of the root
+// filesystem.
+//
+// Every step logs one line "orrery-init: <step>: ..." to the console. A
+// failed step logs why and powers off or reboots (orrery.onfailure); there
+// is never a shell. See README.md for the contract with the image.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/orrery-dev/orrery/initrd/internal/cmdline"
+	"github.com/orrery-dev/orrery/initrd/internal/disks"
+	"github.com/orrery-dev/orrery/initrd/internal/modules"
+	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
+	"github.com/orrery-dev/orrery/initrd/internal/verity"
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/u-root/u-root/pkg/mount"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	sysroot = "/sysroot"
+	// measurePCR is the PCR of the initrd's phase markers.
+	measurePCR = 11
+	tpmDevice  = "/dev/tpmrm0"
+	// Timeouts for devices to appear after their drivers load.
+	tpmTimeout  = 5 * time.Second
+	diskTimeout = 10 * time.Second
+)
+
+// Phase markers measured into PCR 11.
+const (
+	EnterInitrd = "enter-initrd"
+	LeaveInitrd = "leave-initrd"
+)
+
+// errWaitRejoin is returned when the state disk is initialised: the node
+// waits for rejoin or recovery instead of failing.
+var errWaitRejoin = errors.New("state disk is initialised")
+
+func main() {
+	c := &console{start: time.Now()}
+	onFailure := cmdline.PowerOff
+	err := run(c, &onFailure)
+	if errors.Is(err, errWaitRejoin) {
+		c.log("state", "state disk is initialised; waiting for rejoin or recovery (not implemented yet)")
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	// run returns only on failure: on success it has exec'd the OS's init.
+	if err == nil {
+		err = errors.New("switch root returned")
+	}
+	fail(c, err, onFailure)
+}
+
+// stepError names the step that failed.
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func step(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stepError{name, err}
+}
+
+func run(c *console, onFailure *cmdline.OnFailure) error {
+	// The kernel starts /init without PATH; the tools are in /usr/sbin.
+	os.Setenv("PATH", "/usr/sbin:/usr/bin")
+	if err := mountEarly(); err != nil {
+		return step("mount", err)
+	}
+	c.log("start", "orrery initrd, kernel up for %s", uptime())
+
+	raw, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return step("cmdline", err)
+	}
+	cfg, err := cmdline.Parse(string(raw))
+	if cfg.OnFailure != "" {
+		*onFailure = cfg.OnFailure
+	}
+	if err != nil {
+		return step("cmdline", err)
+	}
+	c.log("cmdline", "root hash %s, on failure %s", cfg.RootHashHex(), cfg.OnFailure)
+
+	t := time.Now()
+	n, err := modules.Load()
+	if err != nil {
+		return step("modules", err)
+	}
+	c.log("modules", "loaded %d modules and their dependencies in %s", n, since(t))
+
+	ctx := context.Background()
+	mlog := &measurelog.Log{Path: measurelog.DefaultPath}
+	tpm, err := openTPM(ctx)
+	if err != nil {
+		return step("tpm", err)
+	}
+	defer tpm.Close()
+	t = time.Now()
+	if err := mlog.Measure(tpm, measurePCR, []byte(EnterInitrd), EnterInitrd); err != nil {
+		return step("measure", err)
+	}
+	c.log("measure", "extended PCR %d with %q in %s", measurePCR, EnterInitrd, since(t))
+
+	tool := &cryptsetup.Tool{}
+	if err := openRoot(ctx, c, tool, cfg); err != nil {
+		return step("root", err)
+	}
+
+	if err := prepareState(ctx, c, tool); err != nil {
+		return step("state", err)
+	}
+
+	t = time.Now()
+	if err := mlog.Measure(tpm, measurePCR, []byte(LeaveInitrd), LeaveInitrd); err != nil {
+		return step("measure", err)
+	}
+	c.log("measure", "extended PCR %d with %q in %s", measurePCR, LeaveInitrd, since(t))
+	tpm.Close()
+
+	c.log("switch-root", "initrd done in %s; starting /sbin/init of the root filesystem", since(c.start))
+	return step("switch-root", mount.SwitchRoot(sysroot, "/sbin/init"))
+}
+
+// mountEarly mounts the kernel's filesystems and a tmpfs on /run, which
+// moves into the OS (the measurement log and the first-boot key live
+// there).
+func mountEarly() error {
+	for _, m := range []struct {
+		source, target, fstype string
+		flags                  uintptr
+		data                   string
+	}{
+		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
+		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
+	} {
+		if err := os.MkdirAll(m.target, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.source, m.target, m.fstype, m.flags, m.data); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.target, err)
+		}
+	}
+	// cryptsetup keeps its locks here and warns without it.
+	return os.MkdirAll("/run/cryptsetup", 0o700)
+}
+
+// openTPM waits for the TPM's resource manager device to appear.
+func openTPM(ctx context.Context) (*os.File, error) {
+	_, err := disks.Wait(ctx, tpmTimeout, 50*time.Millisecond, func() (string, error) {
+		if _, err := os.Stat(tpmDevice); err != nil {
+			return "", fmt.Errorf("%s: %w", tpmDevice, disks.ErrNotFound)
+		}
+		return tpmDevice, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no TPM (a node needs a TPM 2.0 or vTPM): %w", err)
+	}
+	return os.OpenFile(tpmDevice, os.O_RDWR, 0)
+}
+
+func openRoot(ctx context.Context, c *console, tool *cryptsetup.Tool, cfg cmdline.Config) error {
+	t := time.Now()
+	var data, hash string
+	var err error
+	for _, p := range []struct {
+		dev  *string
+		name string
+	}{{&data, verity.RootPartName}, {&hash, verity.VerityPartName}} {
+		*p.dev, err = disks.Wait(ctx, diskTimeout, 50*time.Millisecond, func() (string, error) {
+			return disks.ByPartName("/sys", p.name)
+		})
+		if err != nil {
+			return fmt.Errorf("find the root filesystem: %w (the boot disk needs GPT partitions %q and %q)", err, verity.RootPartName, verity.VerityPartName)
+		}
+	}
+	if err := os.MkdirAll(sysroot, 0o755); err != nil {
+		return err
+	}
+	root := &verity.Root{Tool: tool, Mount: unix.Mount, Probe: "sbin/init"}
+	if err := root.Open(ctx, data, hash, cfg.RootHashHex(), sysroot); err != nil {
+		return err
+	}
+	c.log("root", "%s (hash tree %s) verified and mounted read-only on %s in %s", data, hash, sysroot, since(t))
+	return nil
+}
+
+func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool) error {
+	dev, err := disks.Wait(ctx, diskTimeout, 50*time.Millisecond, func() (string, error) {
+		return disks.BySerial("/sys", statedisk.Serial)
+	})
+	if errors.Is(err, disks.ErrNotFound) {
+		return fmt.Errorf("no state disk: attach a blank virtual disk with serial %q", statedisk.Serial)
+	}
+	if err != nil {
+		return err
+	}
+	c.log("state", "state disk is %s", dev)
+	p := &statedisk.Preparer{LUKS: tool, Mkfs: statedisk.E2fs{}, Mount: unix.Mount, Sysroot: sysroot}
+	res, err := p.Prepare(ctx, dev)
+	if errors.Is(err, statedisk.ErrInitialised) {
+		return errWaitRejoin
+	}
+	if err != nil {
+		return err
+	}
+	c.log("state", "first boot: formatted LUKS2 in %s, opened in %s, created ext4 in %s; mounted on %s/var, writable /etc overlay; passphrase in %s",
+		res.FormatTime.Round(time.Millisecond), res.OpenTime.Round(time.Millisecond), res.MkfsTime.Round(time.Millisecond), sysroot, statedisk.DefaultKeyFile)
+	return nil
+}
+
+// fail reports err and powers off or reboots. It never returns and never
+// starts a shell.
+func fail(c *console, err error, action cmdline.OnFailure) {
+	name := "boot"
+	var se *stepError
+	if errors.As(err, &se) {
+		name, err = se.step, se.err
+	}
+	c.log(name, "FAILED: %s", strings.ReplaceAll(err.Error(), "\n", " "))
+	c.log("failure", "%s in 2 s (orrery.onfailure=%s)", action, action)
+	unix.Sync()
+	time.Sleep(2 * time.Second)
+	cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
+	if action == cmdline.Reboot {
+		cmd = unix.LINUX_REBOOT_CMD_RESTART
+	}
+	if err := unix.Reboot(cmd); err != nil {
+		c.log("failure", "%s failed: %v; halting", action, err)
+	}
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// console writes the initrd's log lines to the console (PID 1's stdout),
+// each with the time since /init started.
+type console struct{ start time.Time }
+
+func (c *console) log(step, format string, args ...any) {
+	fmt.Fprintf(os.Stdout, "orrery-init: %s: %s [+%.3fs]\n", step, fmt.Sprintf(format, args...), time.Since(c.start).Seconds())
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
+
+// uptime is the kernel's uptime from /proc/uptime: the time from kernel
+// start to /init.
+func uptime() string {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0] + "s"
+}

@@ -1,0 +1,215 @@
+// Package statedisk prepares the node's state disk in the initrd: the one
+// writable disk, encrypted with LUKS2, that holds everything the node
+// keeps across reboots (/var, and the writable layer of /etc).
+//
+// On first boot the disk is blank: Prepare formats it with a random
+// passphrase, which it leaves in KeyFile for the bootstrapper (which later
+// re-keys the disk to a key derived from the cluster's master secret).
+// A disk that is already LUKS belongs to a node that must rejoin its
+// cluster or be recovered: Prepare returns ErrInitialised and touches
+// nothing.
+package statedisk
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
+)
+
+// Serial is the serial of the state disk (/sys/block/<dev>/serial).
+const Serial = "state"
+
+// Defaults for Preparer's fields.
+const (
+	DefaultKeyFile = "/run/orrery/first-boot-key"
+	DefaultSysroot = "/sysroot"
+	MapperName     = "state"
+	// Label is the LUKS2 and ext4 label of the state disk.
+	Label = "orrery-state"
+	// EtcDir holds the upper and work directories of the /etc overlay,
+	// relative to the state filesystem (mounted on /var).
+	EtcDir = "lib/orrery/etc"
+)
+
+// blankCheckSize is how much of a disk must be zero for it to count as
+// blank: a LUKS header or any filesystem signature lies within it.
+const blankCheckSize = 1 << 20
+
+// ErrInitialised means the state disk is already a LUKS volume.
+var ErrInitialised = errors.New("state disk is initialised")
+
+// luksTool is what Prepare needs of cryptsetup (internal/cryptsetup.Tool).
+type luksTool interface {
+	IsLUKS(ctx context.Context, dev string) (bool, error)
+	FormatLUKS2(ctx context.Context, dev, keyFile string, o cryptsetup.FormatOpts) error
+	OpenLUKS(ctx context.Context, dev, name, keyFile string) error
+}
+
+// mkfsTool makes the filesystem on the opened volume (E2fs).
+type mkfsTool interface {
+	MakeExt4(ctx context.Context, dev, label string) error
+}
+
+// MountFunc is unix.Mount's signature.
+type MountFunc func(source, target, fstype string, flags uintptr, data string) error
+
+// Preparer prepares the state disk. LUKS, Mkfs and Mount are required.
+type Preparer struct {
+	LUKS  luksTool
+	Mkfs  mkfsTool
+	Mount MountFunc
+	// Rand is the source of the passphrase; nil means crypto/rand.
+	Rand io.Reader
+	// KeyFile receives the first-boot passphrase (32 raw bytes, mode
+	// 0400); "" means DefaultKeyFile. It must be on a tmpfs.
+	KeyFile string
+	// Sysroot is where the root filesystem is mounted; "" means
+	// DefaultSysroot. The state filesystem is mounted on Sysroot/var and
+	// an overlay on Sysroot/etc.
+	Sysroot string
+	// MapperDir is where device-mapper devices appear; "" means /dev/mapper.
+	MapperDir string
+}
+
+// Result tells what Prepare did.
+type Result struct {
+	Device     string        // the opened volume, /dev/mapper/state
+	FormatTime time.Duration // spent in luksFormat
+	MkfsTime   time.Duration // spent in mke2fs
+	OpenTime   time.Duration // spent opening the volume
+}
+
+// Prepare sets up the blank state disk dev on first boot. It returns
+// ErrInitialised, having changed nothing, if dev is a LUKS volume already,
+// and an error without touching dev if dev is neither LUKS nor blank.
+func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
+	var res Result
+	isLUKS, err := p.LUKS.IsLUKS(ctx, dev)
+	if err != nil {
+		return res, fmt.Errorf("check for a LUKS header on %s: %w", dev, err)
+	}
+	if isLUKS {
+		return res, ErrInitialised
+	}
+	blank, err := IsBlank(dev)
+	if err != nil {
+		return res, err
+	}
+	if !blank {
+		return res, fmt.Errorf("%s is neither blank nor a LUKS volume: refusing to format a disk that holds data; attach a blank disk with serial %q", dev, Serial)
+	}
+
+	keyFile := p.KeyFile
+	if keyFile == "" {
+		keyFile = DefaultKeyFile
+	}
+	if err := writeKey(keyFile, p.Rand); err != nil {
+		return res, err
+	}
+	// The passphrase is 32 bytes from crypto/rand: guessing it is out of
+	// reach whatever the key derivation costs, so a slow, memory-hard
+	// PBKDF would only cost boot time (minutes under emulation). PBKDF2
+	// with the minimum iteration count is enough. The bootstrapper
+	// re-keys the disk to a derived key later.
+	opts := cryptsetup.FormatOpts{PBKDF: "pbkdf2", Iterations: 1000, Label: Label}
+	start := time.Now()
+	if err := p.LUKS.FormatLUKS2(ctx, dev, keyFile, opts); err != nil {
+		return res, fmt.Errorf("format state disk: %w", err)
+	}
+	res.FormatTime = time.Since(start)
+
+	start = time.Now()
+	if err := p.LUKS.OpenLUKS(ctx, dev, MapperName, keyFile); err != nil {
+		return res, fmt.Errorf("open state disk: %w", err)
+	}
+	res.OpenTime = time.Since(start)
+	mapperDir := p.MapperDir
+	if mapperDir == "" {
+		mapperDir = "/dev/mapper"
+	}
+	res.Device = filepath.Join(mapperDir, MapperName)
+
+	start = time.Now()
+	if err := p.Mkfs.MakeExt4(ctx, res.Device, Label); err != nil {
+		return res, fmt.Errorf("create filesystem on state disk: %w", err)
+	}
+	res.MkfsTime = time.Since(start)
+	return res, p.mountState(res.Device)
+}
+
+// mountState mounts the state filesystem on Sysroot/var and the /etc
+// overlay on Sysroot/etc.
+func (p *Preparer) mountState(dev string) error {
+	sysroot := p.Sysroot
+	if sysroot == "" {
+		sysroot = DefaultSysroot
+	}
+	varDir := filepath.Join(sysroot, "var")
+	if err := p.Mount(dev, varDir, "ext4", 0, ""); err != nil {
+		return fmt.Errorf("mount state disk on %s (the root filesystem must have an empty /var): %w", varDir, err)
+	}
+	upper := filepath.Join(varDir, EtcDir, "upper")
+	work := filepath.Join(varDir, EtcDir, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create /etc overlay directories: %w", err)
+		}
+	}
+	etc := filepath.Join(sysroot, "etc")
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", etc, upper, work)
+	if err := p.Mount("overlay", etc, "overlay", 0, data); err != nil {
+		return fmt.Errorf("mount writable overlay on /etc: %w", err)
+	}
+	return nil
+}
+
+// IsBlank reports whether the first MiB of dev (or all of it, if smaller)
+// is zero.
+func IsBlank(dev string) (bool, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return false, fmt.Errorf("open state disk: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, blankCheckSize)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("read state disk %s: %w", dev, err)
+	}
+	return n > 0 && bytes.Count(buf[:n], []byte{0}) == n, nil
+}
+
+// writeKey writes a new random 32-byte passphrase to path, readable by
+// root only. It refuses to overwrite an existing file.
+func writeKey(path string, r io.Reader) error {
+	if r == nil {
+		r = rand.Reader
+	}
+	key := make([]byte, 32)
+	if _, err := io.ReadFull(r, key); err != nil {
+		return fmt.Errorf("generate state disk passphrase: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create directory for the state disk passphrase: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
+	if err != nil {
+		return fmt.Errorf("write state disk passphrase: %w", err)
+	}
+	_, err = f.Write(key)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write state disk passphrase: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package statedisk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
+)
+
+// fakeLUKS records what Prepare asks of cryptsetup.
+type fakeLUKS struct {
+	isLUKS    bool
+	failOpen  bool
+	formatted cryptsetup.FormatOpts
+	keySeen   []byte
+	calls     []string
+}
+
+func (f *fakeLUKS) IsLUKS(_ context.Context, dev string) (bool, error) {
+	f.calls = append(f.calls, "isLuks "+dev)
+	return f.isLUKS, nil
+}
+
+func (f *fakeLUKS) FormatLUKS2(_ context.Context, dev, keyFile string, o cryptsetup.FormatOpts) error {
+	f.calls = append(f.calls, "luksFormat "+dev)
+	f.formatted = o
+	var err error
+	f.keySeen, err = os.ReadFile(keyFile)
+	return err
+}
+
+func (f *fakeLUKS) OpenLUKS(_ context.Context, dev, name, keyFile string) error {
+	f.calls = append(f.calls, "open "+dev+" "+name)
+	if f.failOpen {
+		return errors.New("no key available with this passphrase")
+	}
+	return nil
+}
+
+type fakeMkfs struct{ dev string }
+
+func (f *fakeMkfs) MakeExt4(_ context.Context, dev, label string) error {
+	f.dev = dev
+	return nil
+}
+
+type mount struct{ source, target, fstype, data string }
+
+func disk(t *testing.T, content []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "disk")
+	if err := os.WriteFile(p, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestIsBlank(t *testing.T) {
+	withHeader := make([]byte, 4<<20)
+	copy(withHeader, "LUKS\xba\xbe")
+	lateData := make([]byte, 4<<20)
+	lateData[blankCheckSize-1] = 1
+	beyond := make([]byte, 4<<20)
+	beyond[blankCheckSize] = 1
+	tests := map[string]struct {
+		content []byte
+		want    bool
+	}{
+		"zero":                     {make([]byte, 4<<20), true},
+		"small zero":               {make([]byte, 4096), true},
+		"empty":                    {nil, false},
+		"header":                   {withHeader, false},
+		"data in the first MiB":    {lateData, false},
+		"data after the first MiB": {beyond, true},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := IsBlank(disk(t, tt.content))
+			if err != nil || got != tt.want {
+				t.Fatalf("IsBlank() = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := IsBlank(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("IsBlank(missing) succeeded")
+	}
+}
+
+func TestPrepare(t *testing.T) {
+	tests := map[string]struct {
+		content  []byte
+		luks     fakeLUKS
+		wantErr  string
+		wantIs   error
+		wantKey  bool
+		wantMnts int
+	}{
+		"first boot":  {content: make([]byte, 2<<20), wantKey: true, wantMnts: 2},
+		"initialised": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true}, wantIs: ErrInitialised},
+		"holds data":  {content: append([]byte("XFSB"), make([]byte, 2<<20)...), wantErr: "neither blank nor a LUKS volume"},
+		"open fails":  {content: make([]byte, 2<<20), luks: fakeLUKS{failOpen: true}, wantErr: "open state disk", wantKey: true},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			sysroot := filepath.Join(dir, "sysroot")
+			keyFile := filepath.Join(dir, "run", "orrery", "first-boot-key")
+			var mounts []mount
+			luks := tt.luks
+			mkfs := &fakeMkfs{}
+			p := &Preparer{
+				LUKS: &luks,
+				Mkfs: mkfs,
+				Mount: func(source, target, fstype string, _ uintptr, data string) error {
+					mounts = append(mounts, mount{source, target, fstype, data})
+					return nil
+				},
+				Rand:    bytes.NewReader(bytes.Repeat([]byte{7}, 32)),
+				KeyFile: keyFile,
+				Sysroot: sysroot,
+			}
+			dev := disk(t, tt.content)
+			_, err := p.Prepare(context.Background(), dev)
+			switch {
+			case tt.wantIs != nil:
+				if !errors.Is(err, tt.wantIs) {
+					t.Fatalf("Prepare() = %v, want %v", err, tt.wantIs)
+				}
+			case tt.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Prepare() = %v, want an error containing %q", err, tt.wantErr)
+				}
+			case err != nil:
+				t.Fatal(err)
+			}
+			key, kerr := os.ReadFile(keyFile)
+			if !tt.wantKey {
+				if kerr == nil {
+					t.Fatal("key file written")
+				}
+				if len(luks.calls) > 1 {
+					t.Fatalf("touched the disk: %v", luks.calls)
+				}
+				return
+			}
+			if !bytes.Equal(key, bytes.Repeat([]byte{7}, 32)) || !bytes.Equal(luks.keySeen, key) {
+				t.Fatalf("key file holds %x, cryptsetup saw %x", key, luks.keySeen)
+			}
+			if fi, err := os.Stat(keyFile); err != nil || fi.Mode().Perm() != 0o400 {
+				t.Fatalf("key file mode: %v, %v", fi.Mode(), err)
+			}
+			if luks.formatted.PBKDF != "pbkdf2" || luks.formatted.Iterations != 1000 {
+				t.Errorf("formatted with %+v", luks.formatted)
+			}
+			if len(mounts) != tt.wantMnts {
+				t.Fatalf("mounts = %+v, want %d", mounts, tt.wantMnts)
+			}
+			if tt.wantMnts == 0 {
+				return
+			}
+			if mkfs.dev != "/dev/mapper/state" {
+				t.Errorf("mkfs on %q", mkfs.dev)
+			}
+			if m := mounts[0]; m.source != "/dev/mapper/state" || m.target != filepath.Join(sysroot, "var") || m.fstype != "ext4" {
+				t.Errorf("state mount = %+v", m)
+			}
+			upper := filepath.Join(sysroot, "var", EtcDir, "upper")
+			if m := mounts[1]; m.target != filepath.Join(sysroot, "etc") || m.fstype != "overlay" ||
+				m.data != "lowerdir="+filepath.Join(sysroot, "etc")+",upperdir="+upper+",workdir="+filepath.Join(sysroot, "var", EtcDir, "work") {
+				t.Errorf("etc mount = %+v", m)
+			}
+			if _, err := os.Stat(upper); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestKeyFileNotOverwritten: a second Prepare in the same boot must not
+// replace the passphrase the first one formatted with.
+func TestKeyFileNotOverwritten(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte("old"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	p := &Preparer{LUKS: &fakeLUKS{}, Mkfs: &fakeMkfs{}, KeyFile: keyFile,
+		Mount: func(string, string, string, uintptr, string) error { return nil }}
+	if _, err := p.Prepare(context.Background(), disk(t, make([]byte, 4096))); err == nil {
+		t.Fatal("Prepare() overwrote an existing key file")
+	}
+}

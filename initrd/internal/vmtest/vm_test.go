@@ -1,0 +1,402 @@
+package vmtest
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/initrd/internal/initrdbuild"
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+)
+
+// bootTimeout bounds one boot under TCG, first-boot disk formatting
+// included.
+const bootTimeout = 3 * time.Minute
+
+// fixture is what every boot shares: kernel, initrd, root disk.
+type fixture struct {
+	kernel, initrd string
+	rootDisk       string // GPT: orrery-root (erofs) + orrery-verity
+	rootHash       string
+	rootStart      int64 // byte offset of the root partition
+}
+
+var (
+	setupOnce sync.Once
+	shared    fixture
+	setupErr  error
+	setupDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if setupDir != "" {
+		os.RemoveAll(setupDir)
+	}
+	os.Exit(code)
+}
+
+func setup(t *testing.T) fixture {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots VMs; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (device nodes in the guest's disks, swtpm)")
+	}
+	for _, tool := range []string{vm.QEMUBinary, "qemu-img", "swtpm", "cryptsetup", "veritysetup", "mkfs.erofs", "sfdisk", "mke2fs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (make deps): %v", tool, err)
+		}
+	}
+	setupOnce.Do(func() { shared, setupErr = build() })
+	if setupErr != nil {
+		t.Fatal(setupErr)
+	}
+	return shared
+}
+
+func build() (f fixture, err error) {
+	if setupDir, err = os.MkdirTemp("", "orrery-initrd-vmtest-"); err != nil {
+		return f, err
+	}
+	var release string
+	if f.kernel, release, err = initrdbuild.NewestCloudKernel(); err != nil {
+		return f, err
+	}
+	var log bytes.Buffer
+	start := time.Now()
+	res, err := initrdbuild.Build(filepath.Join(setupDir, "initrd"), initrdbuild.Options{Release: release, Log: &log})
+	if err != nil {
+		return f, fmt.Errorf("build initrd: %w\n%s", err, log.String())
+	}
+	fmt.Printf("initrd: %.1f MB, built in %s\n", float64(res.Size)/1e6, time.Since(start).Round(time.Millisecond))
+	f.initrd = res.Path
+
+	// The root filesystem: testroot as /sbin/init and the mount points
+	// the initrd needs.
+	tree := filepath.Join(setupDir, "tree")
+	for _, d := range []string{"sbin", "dev", "proc", "sys", "run", "var", "etc", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(tree, d), 0o755); err != nil {
+			return f, err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tree, "etc", "hostname"), []byte("orrery-test\n"), 0o644); err != nil {
+		return f, err
+	}
+	if err := run("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(tree, "sbin", "init"),
+		"github.com/orrery-dev/orrery/initrd/internal/vmtest/testroot"); err != nil {
+		return f, err
+	}
+	rootImg := filepath.Join(setupDir, "root.erofs")
+	verityImg := filepath.Join(setupDir, "root.verity")
+	if err := run("mkfs.erofs", "--quiet", "--all-root", rootImg, tree); err != nil {
+		return f, err
+	}
+	out, err := output("veritysetup", "format", rootImg, verityImg)
+	if err != nil {
+		return f, err
+	}
+	m := regexp.MustCompile(`Root hash:\s+([0-9a-f]{64})`).FindStringSubmatch(out)
+	if m == nil {
+		return f, fmt.Errorf("no root hash in veritysetup output:\n%s", out)
+	}
+	f.rootHash = m[1]
+	f.rootDisk = filepath.Join(setupDir, "root.img")
+	f.rootStart, err = gptDisk(f.rootDisk, rootImg, verityImg)
+	return f, err
+}
+
+// gptDisk writes a GPT disk with partitions orrery-root and orrery-verity
+// holding the two images and returns the root partition's byte offset.
+func gptDisk(path, rootImg, verityImg string) (int64, error) {
+	const sector, align = 512, 1 << 20
+	roundUp := func(n int64) int64 { return (n + align - 1) / align * align }
+	sizeOf := func(p string) (int64, error) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return 0, err
+		}
+		return roundUp(fi.Size()), nil
+	}
+	rootSize, err := sizeOf(rootImg)
+	if err != nil {
+		return 0, err
+	}
+	veritySize, err := sizeOf(verityImg)
+	if err != nil {
+		return 0, err
+	}
+	rootStart := int64(align)
+	verityStart := rootStart + rootSize
+	total := verityStart + veritySize + align
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		return 0, err
+	}
+	if err := os.Truncate(path, total); err != nil {
+		return 0, err
+	}
+	script := fmt.Sprintf("label: gpt\nstart=%d, size=%d, name=\"orrery-root\"\nstart=%d, size=%d, name=\"orrery-verity\"\n",
+		rootStart/sector, rootSize/sector, verityStart/sector, veritySize/sector)
+	cmd := exec.Command("sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", path)
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("sfdisk: %v\n%s", err, out)
+	}
+	disk, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer disk.Close()
+	for _, p := range []struct {
+		img string
+		at  int64
+	}{{rootImg, rootStart}, {verityImg, verityStart}} {
+		b, err := os.ReadFile(p.img)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := disk.WriteAt(b, p.at); err != nil {
+			return 0, err
+		}
+	}
+	return rootStart, disk.Close()
+}
+
+func run(name string, args ...string) error {
+	_, err := output(name, args...)
+	return err
+}
+
+func output(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// boot starts a VM with the fixture's kernel and initrd, the given root
+// disk (if any) and a state disk of stateMiB (0: none), in dir.
+func boot(t *testing.T, f fixture, dir, rootDisk string, stateMiB int) *vm.VM {
+	t.Helper()
+	cfg := vm.Config{
+		Name:         "initrd-" + filepath.Base(dir),
+		Dir:          dir,
+		Kernel:       f.kernel,
+		Initrd:       f.initrd,
+		Cmdline:      "console=ttyS0 panic=-1 orrery.roothash=" + f.rootHash + " orrery.onfailure=poweroff",
+		StateDiskMiB: stateMiB,
+	}
+	if rootDisk != "" {
+		// vm.Config attaches no extra disks; a shell in front of QEMU
+		// appends the root disk to its command line and execs it.
+		cfg.ExecPrefix = []string{"/bin/sh", "-c",
+			`exec "$@" -drive if=none,id=rootdisk,format=raw,readonly=on,file=` + rootDisk +
+				` -device virtio-blk-pci,drive=rootdisk`, "sh"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := vm.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Kill() })
+	return v
+}
+
+// waitExit waits for the guest to power off and returns its console.
+func waitExit(t *testing.T, v *vm.VM) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	err := v.Wait(ctx)
+	console := readConsole(t, v)
+	if err != nil {
+		t.Fatalf("VM did not power off: %v\nconsole:\n%s", err, console)
+	}
+	return console
+}
+
+// waitFor waits until the console shows want.
+func waitFor(t *testing.T, v *vm.VM, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(bootTimeout)
+	for time.Now().Before(deadline) {
+		if c := readConsole(t, v); strings.Contains(c, want) {
+			return c
+		}
+		select {
+		case <-v.Exited():
+			t.Fatalf("VM ended before printing %q; console:\n%s", want, readConsole(t, v))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no %q on the console after %s:\n%s", want, bootTimeout, readConsole(t, v))
+	return ""
+}
+
+func readConsole(t *testing.T, v *vm.VM) string {
+	b, err := os.ReadFile(v.SerialLog())
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// initLines returns the console lines of /init.
+func initLines(console string) []string {
+	var out []string
+	for _, l := range strings.Split(console, "\n") {
+		if i := strings.Index(l, "orrery-init: "); i >= 0 {
+			out = append(out, strings.TrimRight(l[i:], "\r"))
+		}
+	}
+	return out
+}
+
+// rootReports returns the values of the test root's "ORRERY-ROOT key"
+// lines.
+func rootReports(console, key string) []string {
+	var out []string
+	prefix := "ORRERY-ROOT " + key + " "
+	for _, l := range strings.Split(console, "\n") {
+		if i := strings.Index(l, prefix); i >= 0 {
+			out = append(out, strings.TrimRight(l[i+len(prefix):], "\r"))
+		}
+	}
+	return out
+}
+
+// TestFirstBootThenInitialised boots with a blank state disk (first boot:
+// LUKS2, key, switch to the root), checks the disk and PCR 11 from
+// outside, then boots again with the same disk, which must wait for
+// rejoin or recovery.
+func TestFirstBootThenInitialised(t *testing.T) {
+	f := setup(t)
+	dir := filepath.Join(t.TempDir(), "vm")
+	start := time.Now()
+	v := boot(t, f, dir, f.rootDisk, 256)
+	console := waitExit(t, v)
+	wall := time.Since(start)
+	lines := initLines(console)
+	t.Logf("first boot: %s wall\n%s", wall.Round(time.Millisecond), strings.Join(lines, "\n"))
+
+	for _, want := range []string{
+		"orrery-init: start: ", "orrery-init: cmdline: root hash " + f.rootHash,
+		"orrery-init: modules: loaded", `orrery-init: measure: extended PCR 11 with "enter-initrd"`,
+		"orrery-init: root: ", "orrery-init: state: first boot: formatted LUKS2",
+		`orrery-init: measure: extended PCR 11 with "leave-initrd"`, "orrery-init: switch-root: ",
+		"ORRERY-ROOT done",
+	} {
+		if !strings.Contains(console, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+	if errs := rootReports(console, "error"); len(errs) > 0 {
+		t.Errorf("test root reported errors: %q", errs)
+	}
+	if got := rootReports(console, "key"); len(got) != 1 || got[0] != "32 400" {
+		t.Errorf("first-boot key = %q, want 32 bytes, mode 400", got)
+	}
+	if got := rootReports(console, "writable"); len(got) != 2 {
+		t.Errorf("writable = %q, want /etc and /var", got)
+	}
+
+	// PCR 11: as the guest read it, as the log replays, and as computed
+	// here from the phase markers alone.
+	entries, err := measurelog.Parse([]byte(strings.Join(rootReports(console, "log"), "\n") + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := measurelog.Replay(entries, crypto.SHA256, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 32)
+	for _, marker := range []string{"enter-initrd", "leave-initrd"} {
+		d := sha256.Sum256([]byte(marker))
+		s := sha256.Sum256(append(want, d[:]...))
+		want = s[:]
+	}
+	got := rootReports(console, "pcr11")
+	if len(got) != 1 || got[0] != hex.EncodeToString(want) || hex.EncodeToString(replayed[11]) != got[0] {
+		t.Errorf("PCR 11: guest %q, log replay %x, expected %x", got, replayed[11], want)
+	}
+	if d := measurelog.Describe(entries, 11); strings.Join(d, ",") != "enter-initrd,leave-initrd" {
+		t.Errorf("log describes PCR 11 as %q", d)
+	}
+
+	// The state disk, from the host: LUKS2.
+	raw := filepath.Join(t.TempDir(), "state.raw")
+	if err := run("qemu-img", "convert", "-O", "raw", filepath.Join(dir, vm.StateFile), raw); err != nil {
+		t.Fatal(err)
+	}
+	dump, err := output("cryptsetup", "luksDump", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^Version:\s+2$`).MatchString(dump) || !strings.Contains(dump, "pbkdf2") {
+		t.Errorf("state disk is not LUKS2 with a pbkdf2 keyslot:\n%s", dump)
+	}
+
+	// Second boot: the disk is initialised; the initrd waits.
+	if err := os.Remove(v.SerialLog()); err != nil {
+		t.Fatal(err)
+	}
+	v2 := boot(t, f, dir, f.rootDisk, 256)
+	console = waitFor(t, v2, "waiting for rejoin or recovery")
+	if strings.Contains(console, "FAILED") || strings.Contains(console, "switch-root") {
+		t.Errorf("second boot went on:\n%s", strings.Join(initLines(console), "\n"))
+	}
+	v2.Kill()
+}
+
+// TestNoStateDisk: without a state disk the initrd says what to attach
+// and powers off.
+func TestNoStateDisk(t *testing.T) {
+	f := setup(t)
+	v := boot(t, f, filepath.Join(t.TempDir(), "vm"), f.rootDisk, 0)
+	console := waitExit(t, v)
+	t.Logf("console:\n%s", strings.Join(initLines(console), "\n"))
+	if !strings.Contains(console, "orrery-init: state: FAILED: no state disk: attach a blank virtual disk with serial \"state\"") ||
+		!strings.Contains(console, "orrery-init: failure: poweroff") {
+		t.Errorf("console:\n%s", strings.Join(initLines(console), "\n"))
+	}
+}
+
+// TestTamperedRoot: one changed byte in the root partition stops the boot
+// with a dm-verity message.
+func TestTamperedRoot(t *testing.T) {
+	f := setup(t)
+	b, err := os.ReadFile(f.rootDisk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[f.rootStart+1024+64] ^= 0xff // inside the erofs superblock
+	tampered := filepath.Join(t.TempDir(), "root.img")
+	if err := os.WriteFile(tampered, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := boot(t, f, filepath.Join(t.TempDir(), "vm"), tampered, 256)
+	console := waitExit(t, v)
+	t.Logf("console:\n%s", strings.Join(initLines(console), "\n"))
+	if !strings.Contains(console, "orrery-init: root: FAILED: dm-verity: root filesystem does not match the measured root hash") ||
+		strings.Contains(console, "orrery-init: state:") {
+		t.Errorf("console:\n%s", strings.Join(initLines(console), "\n"))
+	}
+}

@@ -1,0 +1,131 @@
+// Package cryptsetup runs Debian's cryptsetup and veritysetup (package
+// cryptsetup-bin): the one place where Orrery executes them. Consumers
+// declare the small interface they need and take a *Tool.
+//
+// Keys are always passed in key files, never on a command line, and no
+// method logs anything: errors carry the tool's own error output, which
+// never contains key material.
+package cryptsetup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// Tool runs cryptsetup and veritysetup. The zero value looks both up in PATH.
+type Tool struct {
+	// Cryptsetup and Veritysetup are the executables; empty means
+	// "cryptsetup" and "veritysetup" in PATH.
+	Cryptsetup, Veritysetup string
+}
+
+// FormatOpts are the parameters of a new LUKS2 volume. The zero value is
+// aes-xts-plain64 with a 512-bit key and cryptsetup's default (slow,
+// memory-hard) argon2id key derivation.
+type FormatOpts struct {
+	// PBKDF is the keyslot's key derivation: "pbkdf2", "argon2id" or
+	// "argon2i"; empty means cryptsetup's default.
+	PBKDF string
+	// Iterations, if > 0, fixes the PBKDF's iteration (time) cost instead
+	// of letting cryptsetup benchmark the machine.
+	Iterations int
+	// MemoryKiB, if > 0, is the memory cost of an argon2 PBKDF.
+	MemoryKiB int
+	// Label is the LUKS2 label; empty means none.
+	Label string
+}
+
+// IsLUKS reports whether dev starts with a LUKS header. An error means
+// cryptsetup could not tell (for example, the device cannot be read).
+func (t *Tool) IsLUKS(ctx context.Context, dev string) (bool, error) {
+	_, err := t.run(ctx, t.cryptsetup(), "isLuks", dev)
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		// cryptsetup exits 1 for "not a LUKS device" and 4 for I/O errors.
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// FormatLUKS2 creates a LUKS2 volume on dev whose first keyslot opens
+// with the contents of keyFile. It destroys whatever dev held.
+func (t *Tool) FormatLUKS2(ctx context.Context, dev, keyFile string, o FormatOpts) error {
+	args := []string{"luksFormat", "--batch-mode", "--type", "luks2",
+		"--cipher", "aes-xts-plain64", "--key-size", "512", "--key-file", keyFile}
+	if o.PBKDF != "" {
+		args = append(args, "--pbkdf", o.PBKDF)
+	}
+	if o.Iterations > 0 {
+		args = append(args, "--pbkdf-force-iterations", strconv.Itoa(o.Iterations))
+	}
+	if o.MemoryKiB > 0 {
+		args = append(args, "--pbkdf-memory", strconv.Itoa(o.MemoryKiB))
+	}
+	if o.Label != "" {
+		args = append(args, "--label", o.Label)
+	}
+	_, err := t.run(ctx, t.cryptsetup(), append(args, dev)...)
+	return err
+}
+
+// OpenLUKS maps the LUKS volume on dev as /dev/mapper/<name>, unlocked
+// with the contents of keyFile.
+func (t *Tool) OpenLUKS(ctx context.Context, dev, name, keyFile string) error {
+	_, err := t.run(ctx, t.cryptsetup(), "open", "--type", "luks", "--key-file", keyFile, dev, name)
+	return err
+}
+
+// Close removes the mapping /dev/mapper/<name> (LUKS or verity).
+func (t *Tool) Close(ctx context.Context, name string) error {
+	_, err := t.run(ctx, t.cryptsetup(), "close", name)
+	return err
+}
+
+// OpenVerity maps dataDev, checked against the hash tree on hashDev and
+// rootHash (hex), as the read-only /dev/mapper/<name>. The kernel checks
+// every block on read; a block that does not match fails with EIO.
+func (t *Tool) OpenVerity(ctx context.Context, dataDev, name, hashDev, rootHash string) error {
+	_, err := t.run(ctx, t.veritysetup(), "open", dataDev, name, hashDev, rootHash)
+	return err
+}
+
+func (t *Tool) cryptsetup() string {
+	if t.Cryptsetup != "" {
+		return t.Cryptsetup
+	}
+	return "cryptsetup"
+}
+
+func (t *Tool) veritysetup() string {
+	if t.Veritysetup != "" {
+		return t.Veritysetup
+	}
+	return "veritysetup"
+}
+
+// run runs bin with args; the error wraps the exit status and carries the
+// tool's error output.
+func (t *Tool) run(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = strings.TrimSpace(stdout.String())
+		}
+		if msg != "" {
+			return nil, fmt.Errorf("%s %s: %w: %s", bin, args[0], err, msg)
+		}
+		return nil, fmt.Errorf("%s %s: %w", bin, args[0], err)
+	}
+	return stdout.Bytes(), nil
+}

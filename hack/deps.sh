@@ -17,6 +17,7 @@ readonly PACKAGES=(
 	iproute2         # namespaces, bridges and taps of the local cloud
 	cryptsetup-bin e2fsprogs # LUKS2 and ext4 for the state disk (initrd and its tests)
 	erofs-utils fdisk # the read-only root and its GPT in the initrd's VM test
+	mkosi systemd-boot-efi dosfstools mtools cpio busybox-static # 'make image': OS tree, UKI stub, ESP
 	git ca-certificates make
 )
 

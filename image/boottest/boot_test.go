@@ -1,0 +1,189 @@
+//go:build boottest
+
+// Package boottest boots the built node image on the local cloud (OVMF +
+// swtpm, TCG where KVM does not work) and checks it from outside. Run it
+// with 'make boot-test' (image/boot-test.sh), as root.
+package boottest
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/cloud"
+)
+
+var (
+	imageDir = flag.String("image-dir", "build/image", "directory of the built image")
+	orrery   = flag.String("orrery", "build/bin/orrery", "the orrery CLI")
+	bootWait = flag.Duration("boot-timeout", 6*time.Minute, "how long the node may take to listen on port 9000")
+)
+
+const (
+	namespace = "orrery-boottest"
+	port      = 9000
+	// waiting is what bootstrapperd prints once it serves init and join.
+	waiting = "waiting for init or join"
+)
+
+func TestBoot(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the boot test needs root (network namespace, bridge, taps)")
+	}
+	image, _ := filepath.Abs(filepath.Join(*imageDir, "disk.qcow2"))
+	want, err := measurements.Load(filepath.Join(*imageDir, "measurements.json"))
+	if err != nil {
+		t.Fatalf("%v: run 'make image' first", err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), *bootWait+5*time.Minute)
+	defer cancel()
+
+	powerOn := time.Now()
+	c, err := cloud.Up(ctx, cloud.Spec{
+		Dir: dir, ControlPlanes: 1, Image: image, StateDiskMiB: 2048,
+		MemoryMiB: 2048, Namespace: namespace, KeepLogs: true, Progress: testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("bring up the cloud: %v", err)
+	}
+	node := c.Nodes()[0]
+	defer func() {
+		if t.Failed() {
+			serial, _ := os.ReadFile(node.SerialLog())
+			t.Logf("serial console of %s:\n%s", node.Name, tail(serial, 150))
+		}
+		if err := c.Down(context.Background()); err != nil {
+			t.Errorf("cloud down: %v", err)
+		}
+	}()
+	accel, why := c.Accel()
+	t.Logf("node %s at %s, accelerator %s (%s)", node.Name, node.IP, accel, why)
+	addr := netip.AddrPortFrom(node.IP, port).String()
+
+	// bootstrapperd.socket accepts connections from the host.
+	deadline := time.Now().Add(*bootWait)
+	for {
+		if err := inNamespace(ctx, "bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", node.IP, port)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %s after %v", addr, *bootWait)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("TIMING power-on to port %d listening: %.1fs", port, time.Since(powerOn).Seconds())
+
+	t.Run("PCRs on the console equal measurements.json", func(t *testing.T) {
+		got := consolePCRs(t, node.SerialLog(), 2*time.Minute)
+		for _, pcr := range []uint32{4, 9, 11, 12, 13, 15} {
+			if !bytes.Equal(got[pcr], want[pcr].Expected) {
+				t.Errorf("PCR %d on the console is %x, measurements.json expects %x", pcr, got[pcr], want[pcr].Expected)
+			}
+		}
+	})
+	t.Run("orrery verify", func(t *testing.T) {
+		out, err := inNamespaceOutput(ctx, *orrery, "verify", "--node", addr,
+			"--measurements", filepath.Join(*imageDir, "measurements.json"),
+			"--platform-ca", filepath.Join(dir, "platform-ca.crt"))
+		t.Logf("orrery verify:\n%s", out)
+		if err != nil {
+			t.Errorf("orrery verify: %v", err)
+		}
+	})
+	t.Run("bootstrapperd waits for init or join", func(t *testing.T) {
+		if !waitFor(node.SerialLog(), waiting, time.Minute) {
+			t.Errorf("the console never says %q", waiting)
+		}
+	})
+	t.Run("state disk is LUKS2", func(t *testing.T) {
+		out, err := exec.CommandContext(ctx, "qemu-io", "-U", "-r", "-f", "qcow2", "-c", "read -v 0 16",
+			filepath.Join(node.Dir, "state.qcow2")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("qemu-io: %v: %s", err, out)
+		}
+		// "LUKS\xba\xbe" then the version, big-endian: 2.
+		if !strings.Contains(string(out), "4c 55 4b 53 ba be 00 02") {
+			t.Errorf("state disk does not start with a LUKS2 header:\n%s", out)
+		}
+	})
+}
+
+// consolePCRs reads PCR values from the console: lines
+// "PCR[11] sha256=<hex>" (orrery-pcrs.service) or
+// "orrery-pcr after-initrd 11 <HEX>" (the stand-in initrd). The last value
+// of each PCR wins.
+func consolePCRs(t *testing.T, path string, timeout time.Duration) map[uint32][]byte {
+	re := regexp.MustCompile(`PCR\[(\d{1,2})\] sha256=([0-9a-f]{64})`)
+	standin := regexp.MustCompile(`orrery-pcr after-initrd (\d+) ([0-9A-F]{64})`)
+	deadline := time.Now().Add(timeout)
+	for {
+		raw, _ := os.ReadFile(path)
+		got := map[uint32][]byte{}
+		for _, line := range strings.Split(string(raw), "\n") {
+			m := standin.FindStringSubmatch(line)
+			if m == nil {
+				m = re.FindStringSubmatch(line)
+			}
+			if m == nil {
+				continue
+			}
+			n, _ := strconv.Atoi(m[1])
+			v, _ := hex.DecodeString(strings.ToLower(m[2]))
+			got[uint32(n)] = v
+		}
+		if len(got[11]) > 0 || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func waitFor(path, text string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if raw, _ := os.ReadFile(path); bytes.Contains(raw, []byte(text)) {
+			return true
+		}
+		time.Sleep(time.Second)
+	}
+	return false
+}
+
+func inNamespace(ctx context.Context, args ...string) error {
+	_, err := inNamespaceOutput(ctx, args...)
+	return err
+}
+
+func inNamespaceOutput(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", namespace}, args...)...).CombinedOutput()
+}
+
+func tail(b []byte, lines int) string {
+	l := strings.Split(string(b), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

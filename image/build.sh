@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# build.sh OUTDIR: builds the node image and its predicted measurements.
+# 'make image' runs it as 'image/build.sh build/image'; DEBUG=1 builds the
+# debug variant into OUTDIR-debug instead (root autologin on ttyS0, other
+# measurements). See image/README.md for the phases and the caches.
+set -euo pipefail
+export LC_ALL=C
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+readonly repo=$PWD
+
+out=${1:?usage: image/build.sh OUTDIR}
+variant=production
+if [[ ${DEBUG:-0} == 1 ]]; then
+	variant=debug
+	out=${out%/}-debug
+fi
+readonly cache=$repo/build/cache/image
+readonly stub=/usr/lib/systemd/boot/efi/linuxx64.efi.stub
+export PATH=$PATH:/usr/local/go/bin
+
+started=$(date +%s.%N)
+phase_start=$started
+phase_name=
+phase() {
+	local now
+	now=$(date +%s.%N)
+	[[ -n $phase_name ]] && awk -v n="$phase_name" -v a="$phase_start" -v b="$now" 'BEGIN{printf "image: %-11s done in %5.1fs\n", n, b-a}'
+	phase_name=$1 phase_start=$now
+	[[ -n $1 ]] && printf 'image: %-11s %s\n' "$1" "$2"
+	return 0
+}
+die() {
+	printf 'image: error: %s\n' "$*" >&2
+	exit 1
+}
+
+# --- preflight --------------------------------------------------------------
+[[ $(id -u) == 0 ]] || die "building the image needs root (mkosi, file ownership in the root file system): run 'sudo make image'"
+missing=()
+need() { command -v "$1" >/dev/null || missing+=("$1 (Debian package $2)"); }
+need mkosi mkosi
+need mkfs.erofs erofs-utils
+need veritysetup cryptsetup-bin
+need mkfs.fat dosfstools
+need mcopy mtools
+need qemu-img qemu-utils
+need cpio cpio
+need busybox busybox-static
+need go "Go 1.26, see hack/deps.sh"
+[[ -f $stub ]] || missing+=("$stub (Debian package systemd-boot-efi)")
+kernel=$(ls /boot/vmlinuz-*-cloud-amd64 2>/dev/null | sort -V | tail -n1 || true)
+[[ -n $kernel ]] || missing+=("/boot/vmlinuz-*-cloud-amd64 (Debian package linux-image-cloud-amd64)")
+if ((${#missing[@]})); then
+	printf 'image: missing: %s\n' "${missing[@]}" >&2
+	die "run 'make deps' to install what is missing"
+fi
+kver=${kernel#/boot/vmlinuz-}
+[[ -d /lib/modules/$kver ]] || die "no modules for kernel $kver in /lib/modules: reinstall linux-image-$kver ('make deps')"
+mkdir -p "$cache" "$out"
+# Everything that ends up in the image is dated at the commit's time.
+SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
+export SOURCE_DATE_EPOCH
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+printf 'image: %s variant into %s (kernel %s, commit %s)\n' "$variant" "$out" "$kver" "$commit"
+
+# --- the OS tree (mkosi), cached by the hash of mkosi.conf ------------------
+key=$( (cat mkosi.conf; mkosi --version) | sha256sum | cut -c1-16)
+tree=$cache/tree-$key
+if [[ -f $tree.done ]]; then
+	phase tree "cached ($tree)"
+else
+	phase tree "mkosi builds the Debian tree (about a minute; cached by the hash of mkosi.conf)"
+	rm -rf "$tree" "$tree.tmp" "$tree.manifest"
+	# mkosi's own package cache makes a changed mkosi.conf cheaper.
+	mkdir -p "$cache/mkosi-packages"
+	mkosi --force --cache="$cache/mkosi-packages" --output="$tree.tmp" build >"$cache/mkosi.log" 2>&1 ||
+		die "mkosi failed; its log: $cache/mkosi.log"
+	mv "$tree.tmp" "$tree"
+	mv "$tree.tmp.manifest" "$tree.manifest"
+	# Drop trees of older mkosi.conf versions.
+	for old in "$cache"/tree-*.done; do
+		[[ $old == "$tree.done" ]] || rm -rf "${old%.done}" "$old" "${old%.done}.manifest"
+	done
+	touch "$tree.done"
+fi
+
+# --- initrd -----------------------------------------------------------------
+# INITRD=standin forces the development stand-in (see standin-initrd.sh).
+if [[ -x initrd/build.sh && ${INITRD:-} != standin ]]; then
+	phase initrd "initrd/build.sh build/initrd"
+	initrd/build.sh build/initrd
+	initrd=
+	for f in build/initrd/initrd.cpio.zst build/initrd/initrd.cpio.gz; do
+		[[ -f $f ]] && initrd=$f && break
+	done
+	[[ -n $initrd ]] || die "initrd/build.sh wrote no build/initrd/initrd.cpio.{zst,gz}"
+	initrd_kind=orrery
+else
+	phase initrd "development stand-in (image/standin-initrd.sh: no dm-verity, no state disk!)"
+	image/standin-initrd.sh "$cache/standin" "$kver"
+	initrd=$cache/standin/initrd.cpio.gz
+	initrd_kind=standin
+fi
+
+# --- Orrery's programs ------------------------------------------------------
+phase programs "build bootstrapperd and imagetool"
+mkdir -p build/bin
+CGO_ENABLED=0 go build -trimpath -o "$cache/imagetool" ./image/imagetool
+have_bootstrapperd=no
+if [[ -n $(go list -f '{{if eq .Name "main"}}main{{end}}' ./bootstrapperd 2>/dev/null) ]]; then
+	CGO_ENABLED=0 go build -trimpath -o build/bin/bootstrapperd ./bootstrapperd
+	have_bootstrapperd=yes
+else
+	printf 'image: bootstrapperd/ has no main package yet: the image has no bootstrapperd\n'
+fi
+
+# --- the root file system ---------------------------------------------------
+phase rootfs "stage the tree with Orrery's files ($variant)"
+root=$cache/rootfs-$variant
+rm -rf "$root"
+# Package-manager state, docs, man pages and locales: not needed at
+# runtime. /var stays empty (the initrd mounts the state disk there), so
+# dpkg's and apt's state go with it; manifest.json lists the packages.
+mkdir -p "$root/var"
+chmod 0755 "$root" "$root/var"
+find "$tree" -mindepth 1 -maxdepth 1 ! -name var -exec cp -a {} "$root/" \;
+rm -rf "$root"/usr/share/{doc,man,info,locale,lintian,linda,bug,doc-base,menu} "$root"/boot/*
+mkdir -p "$root/usr/share/doc" "$root/usr/share/man"
+# The kernel's modules, for the one kernel in the UKI.
+mkdir -p "$root/usr/lib/modules"
+cp -a "/lib/modules/$kver" "$root/usr/lib/modules/"
+# Defaults of the image: /etc/hosts, /etc/fstab.
+cp -r --no-preserve=ownership image/rootfs/. "$root/"
+
+# units/ (see units/README.md): system/* -> /usr/lib/systemd/system/,
+# etc/** -> /etc/, enable.list names the units to enable.
+enable=()
+if [[ -d units ]]; then
+	for f in units/*; do
+		case ${f#units/} in
+		README.md | enable.list) ;;
+		system) cp -r --no-preserve=ownership units/system/. "$root/usr/lib/systemd/system/" ;;
+		etc) cp -r --no-preserve=ownership units/etc/. "$root/etc/" ;;
+		*) die "$f: image/build.sh does not know where it goes (units/README.md lists what units/ may hold)" ;;
+		esac
+	done
+	if [[ -f units/enable.list ]]; then
+		while read -r u _; do
+			[[ -z $u || $u == \#* ]] || enable+=("$u")
+		done <units/enable.list
+	else
+		# Without a list: every unit with an [Install] section.
+		for f in units/system/*; do
+			[[ -f $f ]] && grep -q '^\[Install\]' "$f" && enable+=("${f##*/}")
+		done
+	fi
+fi
+enable+=(systemd-networkd.service systemd-resolved.service)
+systemctl --root="$root" enable "${enable[@]}" >"$cache/systemctl.log" 2>&1 ||
+	die "systemctl enable ${enable[*]} in the image failed: check units/enable.list ($(tail -n1 "$cache/systemctl.log"))"
+# systemd-pcrphase would extend PCR 11 with "sysinit" and "ready" while
+# bootstrapperd may already attest: PCR 11 would depend on timing. The
+# initrd measures Orrery's phases instead. No apt, so no apt timers.
+mask=(systemd-pcrphase.service systemd-pcrphase-sysinit.service systemd-pcrphase-initrd.service
+	apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer getty@tty1.service)
+if [[ $variant == debug ]]; then
+	# Root on the serial console without a password.
+	mkdir -p "$root/usr/lib/systemd/system/serial-getty@ttyS0.service.d"
+	cat >"$root/usr/lib/systemd/system/serial-getty@ttyS0.service.d/10-orrery-debug-autologin.conf" <<-'EOF'
+		# Debug image only: root shell on the serial console.
+		[Service]
+		ExecStart=
+		ExecStart=-/sbin/agetty -o '-p -f -- \\u' --noclear --autologin root --keep-baud 115200,57600,38400,9600 - $TERM
+	EOF
+else
+	# No login on a production node; and a getty's vhangup() would silence
+	# what bootstrapperd writes to the console.
+	mask+=(serial-getty@ttyS0.service)
+fi
+systemctl --root="$root" mask "${mask[@]}" >/dev/null 2>&1 || die "systemctl mask failed"
+
+if [[ $have_bootstrapperd == yes ]]; then
+	install -m 0755 build/bin/bootstrapperd "$root/usr/bin/bootstrapperd"
+fi
+# build/components (image/components/build.sh) counts once its manifest.json
+# exists: it is written last.
+have_components=no
+if [[ -f build/components/manifest.json ]]; then
+	have_components=yes
+	shopt -s nullglob
+	bins=(build/components/bin/*) cnis=(build/components/cni/bin/*)
+	shopt -u nullglob
+	((${#bins[@]} == 0)) || install -m 0755 -t "$root/usr/bin" "${bins[@]}"
+	((${#cnis[@]} == 0)) || { mkdir -p "$root/opt/cni/bin" && install -m 0755 -t "$root/opt/cni/bin" "${cnis[@]}"; }
+	if [[ -d build/components/images ]]; then
+		mkdir -p "$root/usr/share/orrery/images" && cp -r --no-preserve=ownership build/components/images/. "$root/usr/share/orrery/images/"
+	fi
+else
+	printf 'image: no build/components/manifest.json (make components): the image has no Kubernetes components\n'
+fi
+
+# os-release of the image, also the UKI's .osrel.
+version=$(awk -F= '$1=="VERSION_ID"{gsub(/"/,"",$2); print $2}' "$tree/usr/lib/os-release")
+{
+	printf 'NAME="Orrery"\nID=orrery\nID_LIKE=debian\nPRETTY_NAME="Orrery node (Debian %s)"\n' "$version"
+	printf 'VERSION_ID=%s\nIMAGE_ID=orrery-node\nIMAGE_VERSION=%s\nVARIANT_ID=%s\n' "$version" "$commit" "$variant"
+	printf 'HOME_URL="https://github.com/orrery-dev/orrery"\n'
+} >"$cache/os-release"
+install -m 0644 "$cache/os-release" "$root/usr/lib/os-release"
+ln -sf ../usr/lib/os-release "$root/etc/os-release"
+# /sbin/init as a relative link, so that it resolves inside the mounted root
+# too (the initrd checks it before switch_root).
+[[ $(readlink "$root/usr/sbin/init") == /lib/systemd/systemd ]] && ln -sfn ../lib/systemd/systemd "$root/usr/sbin/init"
+# First boot sets the machine ID (in the writable /etc overlay).
+printf 'uninitialized\n' >"$root/etc/machine-id"
+[[ -z $(find "$root/var" -mindepth 1 -print -quit) ]] || die "/var is not empty in the image"
+
+# --- erofs + dm-verity ------------------------------------------------------
+phase erofs "mkfs.erofs (lz4hc) and veritysetup format"
+rm -f "$cache/root.erofs" "$cache/root.verity"
+mkfs.erofs --quiet -zlz4hc -T "$SOURCE_DATE_EPOCH" -U 6f727265-7279-4000-8000-726f6f746673 \
+	"$cache/root.erofs" "$root"
+# Salt and UUID follow from the file system, so the hash tree is
+# reproducible.
+fs_sum=$(sha256sum "$cache/root.erofs" | cut -d' ' -f1)
+verity_uuid=$(printf '%s-%s-4%s-8%s-%s' "${fs_sum:0:8}" "${fs_sum:8:4}" "${fs_sum:13:3}" "${fs_sum:17:3}" "${fs_sum:20:12}")
+veritysetup format --hash=sha256 --data-block-size=4096 --hash-block-size=4096 \
+	--salt="$fs_sum" --uuid="$verity_uuid" "$cache/root.erofs" "$cache/root.verity" >"$cache/verity.txt"
+roothash=$(awk '/^Root hash:/{print $3}' "$cache/verity.txt")
+[[ $roothash =~ ^[0-9a-f]{64}$ ]] || die "veritysetup printed no root hash: $(cat "$cache/verity.txt")"
+
+# --- UKI, ESP, disk ---------------------------------------------------------
+phase uki "UKI: systemd-stub + kernel + initrd + command line + os-release"
+cmdline="console=ttyS0 orrery.roothash=$roothash orrery.onfailure=poweroff"
+[[ $variant == debug ]] && cmdline+=" orrery.debug=1"
+printf '%s' "$cmdline" >"$cache/cmdline"
+"$cache/imagetool" uki -stub "$stub" -kernel "$kernel" -initrd "$initrd" \
+	-cmdline "$cache/cmdline" -osrel "$cache/os-release" -out "$cache/uki.efi"
+
+phase disk "ESP (FAT32), GPT disk, qcow2"
+uki_mib=$(($(stat -c %s "$cache/uki.efi") / 1048576 + 1))
+esp_mib=$((uki_mib + uki_mib / 4 + 8))
+((esp_mib >= 40)) || esp_mib=40 # FAT32 needs at least 65525 clusters
+rm -f "$cache/esp.img"
+mkfs.fat -C -F 32 -S 512 -s 1 -n ESP -i 4f525259 --invariant "$cache/esp.img" $((esp_mib * 1024)) >/dev/null
+touch -d "@$SOURCE_DATE_EPOCH" "$cache/uki.efi"
+mmd -i "$cache/esp.img" ::EFI ::EFI/BOOT
+mcopy -m -i "$cache/esp.img" "$cache/uki.efi" ::EFI/BOOT/BOOTX64.EFI
+"$cache/imagetool" disk -esp "$cache/esp.img" -root "$cache/root.erofs" -verity "$cache/root.verity" \
+	-roothash "$roothash" -out "$cache/disk.raw"
+qemu-img convert -f raw -O qcow2 "$cache/disk.raw" "$cache/disk.qcow2"
+
+# --- measurements and outputs -------------------------------------------------
+phase measure "predict PCRs 4, 9, 11; manifest"
+"$cache/imagetool" measure -uki "$cache/uki.efi" -firmware image/firmware-pcrs.json \
+	-out "$cache/measurements.json" -events "$cache/measurements.log"
+rm -rf "$out.tmp"
+mkdir -p "$out.tmp"
+for f in uki.efi disk.raw disk.qcow2 cmdline os-release measurements.json measurements.log; do
+	mv "$cache/$f" "$out.tmp/$f"
+done
+cp "$kernel" "$out.tmp/vmlinuz"
+cp "$initrd" "$out.tmp/initrd"
+components_manifest=()
+[[ -f build/components/manifest.json ]] && components_manifest=(-components build/components/manifest.json)
+"$cache/imagetool" manifest -dir "$out.tmp" -packages "$tree.manifest" "${components_manifest[@]}" \
+	-info "variant=$variant" -info "commit=$commit" -info "kernel=$kver" -info "roothash=$roothash" \
+	-info "initrd=$initrd_kind" -info "bootstrapperd=$have_bootstrapperd" -info "components=$have_components" \
+	-info "systemd-stub=$(dpkg-query -W -f='${Version}' systemd-boot-efi 2>/dev/null || echo unknown)" \
+	-info "kernel-package=$(dpkg-query -S "$kernel" 2>/dev/null | cut -d: -f1)" \
+	-out "$out.tmp/manifest.json"
+rm -rf "$out"
+mv "$out.tmp" "$out"
+phase "" ""
+printf 'image: done in %.0fs: %s (disk %s MiB, root %s MiB, UKI %s MiB, initrd: %s)\n' \
+	"$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN{print b-a}')" "$out" \
+	$(($(stat -c %s "$out/disk.raw") / 1048576)) $(($(stat -c %s "$cache/root.erofs") / 1048576)) \
+	$(($(stat -c %s "$out/uki.efi") / 1048576)) "$initrd_kind"

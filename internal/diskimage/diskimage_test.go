@@ -1,0 +1,100 @@
+package diskimage
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/partition/gpt"
+)
+
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	contents := map[string][]byte{
+		"esp":    bytes.Repeat([]byte{1}, 3<<20),
+		"root":   bytes.Repeat([]byte{2}, 1<<20+5),
+		"verity": []byte("hash tree"),
+	}
+	var parts []Partition
+	for _, name := range []string{"esp", "root", "verity"} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, contents[name], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, Partition{Name: "p-" + name, Type: TypeRootX86_64, GUID: GUID([]byte(name), "test"), Contents: path})
+	}
+	spec := Spec{GUID: GUID([]byte("disk"), "test"), Partitions: parts}
+	out := filepath.Join(dir, "disk.raw")
+	if err := Write(out, spec); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := os.ReadFile(out)
+	if err := Write(out, spec); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(out)
+	if !bytes.Equal(first, second) {
+		t.Error("two writes of the same spec differ")
+	}
+	// 1 MiB head + 3 + 2 + 1 MiB partitions + 1 MiB tail.
+	if len(first) != 8<<20 {
+		t.Errorf("disk is %d bytes, want %d", len(first), 8<<20)
+	}
+
+	d, err := diskfs.Open(out, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	table, err := d.GetPartitionTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := table.(*gpt.Table)
+	if !strings.EqualFold(g.GUID, spec.GUID) {
+		t.Errorf("disk GUID %s, want %s", g.GUID, spec.GUID)
+	}
+	for i, p := range g.Partitions[:3] {
+		name := []string{"esp", "root", "verity"}[i]
+		if p.Name != "p-"+name || !strings.EqualFold(p.GUID, parts[i].GUID) || p.Start*512%(1<<20) != 0 {
+			t.Errorf("partition %d = %+v, want name p-%s, GUID %s, 1 MiB aligned", i+1, p, name, parts[i].GUID)
+		}
+		start := int(p.Start * 512)
+		if !bytes.Equal(first[start:start+len(contents[name])], contents[name]) {
+			t.Errorf("partition %s does not hold its contents", name)
+		}
+	}
+}
+
+func TestWriteErrors(t *testing.T) {
+	dir := t.TempDir()
+	testCases := map[string]struct {
+		spec    Spec
+		wantErr string
+	}{
+		"no partitions": {spec: Spec{GUID: GUID(nil, "x")}, wantErr: "at least one partition"},
+		"no GUID":       {spec: Spec{GUID: GUID(nil, "x"), Partitions: []Partition{{Name: "a", Type: TypeESP, Contents: "x"}}}, wantErr: "GUID"},
+		"missing file":  {spec: Spec{GUID: GUID(nil, "x"), Partitions: []Partition{{Name: "a", Type: TypeESP, GUID: GUID(nil, "a"), Contents: filepath.Join(dir, "nope")}}}, wantErr: "no such file"},
+	}
+	for name, tc := range testCases {
+		t.Run(name, func(t *testing.T) {
+			err := Write(filepath.Join(dir, "d.raw"), tc.spec)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Write() error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestGUID(t *testing.T) {
+	a, b := GUID([]byte("seed"), "root"), GUID([]byte("seed"), "verity")
+	if a == b || a != GUID([]byte("seed"), "root") {
+		t.Errorf("GUID() = %s and %s: want stable and distinct per purpose", a, b)
+	}
+	if len(a) != 36 || a[14] != '4' {
+		t.Errorf("GUID() = %s, want a version 4 GUID", a)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -186,4 +187,92 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestTamperedRootStops boots a copy of the image whose root partition has
+// one byte changed (in the erofs superblock, which every boot reads): dm-verity
+// must refuse it, the console must say why, and the node must power off
+// without ever starting bootstrapperd.
+func TestTamperedRootStops(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the boot test needs root (network namespace, bridge, taps)")
+	}
+	dir := t.TempDir()
+	tampered := filepath.Join(dir, "tampered.raw")
+	if out, err := exec.Command("cp", "--sparse=always", filepath.Join(*imageDir, "disk.raw"), tampered).CombinedOutput(); err != nil {
+		t.Fatalf("copy image: %v: %s", err, out)
+	}
+	offset := rootPartitionOffset(t, tampered)
+	f, err := os.OpenFile(tampered, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	f.ReadAt(b[:], offset+1100)
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b[:], offset+1100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), *bootWait)
+	defer cancel()
+	c, err := cloud.Up(ctx, cloud.Spec{
+		Dir: filepath.Join(dir, "cloud"), ControlPlanes: 1, Image: tampered, StateDiskMiB: 256,
+		MemoryMiB: 1024, Namespace: namespace, Progress: testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("bring up the cloud: %v", err)
+	}
+	defer c.Down(context.Background())
+	node := c.Nodes()[0]
+	select {
+	case <-node.VM().Exited():
+	case <-ctx.Done():
+		serial, _ := os.ReadFile(node.SerialLog())
+		t.Fatalf("the node with a tampered root did not power off; console:\n%s", tail(serial, 60))
+	}
+	serial, _ := os.ReadFile(node.SerialLog())
+	if !bytes.Contains(serial, []byte("dm-verity: root filesystem does not match the measured root hash")) {
+		t.Errorf("the console does not say the root failed dm-verity:\n%s", tail(serial, 60))
+	}
+	if bytes.Contains(serial, []byte("bootstrapperd")) {
+		t.Error("bootstrapperd started from a tampered root")
+	}
+	for _, line := range strings.Split(string(serial), "\n") {
+		if strings.Contains(line, "orrery-init: root") || strings.Contains(line, "failure:") {
+			t.Logf("console: %s", strings.TrimSpace(line))
+		}
+	}
+}
+
+// rootPartitionOffset finds the orrery-root partition with sfdisk.
+func rootPartitionOffset(t *testing.T, disk string) int64 {
+	out, err := exec.Command("sfdisk", "--json", disk).Output()
+	if err != nil {
+		t.Fatalf("sfdisk: %v", err)
+	}
+	var table struct {
+		PartitionTable struct {
+			SectorSize int64 `json:"sectorsize"`
+			Partitions []struct {
+				Start int64  `json:"start"`
+				Name  string `json:"name"`
+			} `json:"partitions"`
+		} `json:"partitiontable"`
+	}
+	if err := json.Unmarshal(out, &table); err != nil {
+		t.Fatal(err)
+	}
+	ss := table.PartitionTable.SectorSize
+	if ss == 0 {
+		ss = 512
+	}
+	for _, p := range table.PartitionTable.Partitions {
+		if p.Name == "orrery-root" {
+			return p.Start * ss
+		}
+	}
+	t.Fatalf("no orrery-root partition in %s", disk)
+	return 0
 }

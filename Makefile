@@ -38,8 +38,10 @@ build: deps ## build every program into build/bin/
 test: deps proto-check build unit ## all tests that need no OS image: unit tests, then a short run of every fuzz target
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
-unit: deps ## go test with the race detector (TPM tests run against swtpm)
+unit: deps ## go test with the race detector (TPM tests run against swtpm), also in the components' own modules
 	$(GO) test -race -count=1 ./...
+	cd image/components && $(GO) test -count=1 ./...
+	cd image/components/cni && $(GO) test -count=1 ./cmd/...
 
 fuzz: deps ## run every fuzz target for FUZZTIME each
 	@grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do \

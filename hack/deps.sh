@@ -18,6 +18,7 @@ readonly PACKAGES=(
 	cryptsetup-bin e2fsprogs # LUKS2 and ext4 for the state disk (initrd and its tests)
 	erofs-utils fdisk # the read-only root and its GPT in the initrd's VM test
 	mkosi systemd-boot-efi dosfstools mtools cpio busybox-static # 'make image': OS tree, UKI stub, ESP
+	gcc libc6-dev libseccomp-dev iptables nftables jq # 'make components': runc and flanneld (cgo), iptables/nft in images
 	git ca-certificates make
 )
 

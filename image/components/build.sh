@@ -1,0 +1,298 @@
+#!/usr/bin/env bash
+# build.sh OUTDIR: builds the node's upstream components from Go modules pinned
+# in the modules beside this script, and the container images kubeadm needs.
+#
+#   OUTDIR/bin/        kubeadm kubelet kubectl containerd containerd-shim-runc-v2 ctr runc
+#   OUTDIR/cni/bin/    bridge host-local loopback portmap flannel
+#   OUTDIR/images/     one OCI image archive per image (ctr -n k8s.io images import)
+#   OUTDIR/manifest.json  every binary and image: version, path, install path, sha256, digest
+#   OUTDIR/timings.txt    seconds per component of the last run
+#
+# Idempotent and cached: a component is rebuilt only when its cache key (Go
+# version, its module's go.mod and go.sum, its build recipe; for an image: the
+# bytes of every file that goes into it) changed or its output is missing.
+#
+# Environment:
+#   ORRERY_UPDATE_VERSIONS=1  also copy manifest.json to internal/versions/ (the
+#                             data the main module embeds); without it, a
+#                             difference is reported as a warning.
+set -euo pipefail
+
+readonly HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly REPO=$(cd "$HERE/../.." && pwd)
+export PATH=$PATH:/usr/local/go/bin
+export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
+
+# The Kubernetes version this tree builds, and what kubeadm of that version
+# expects (constants in k8s.io/kubernetes/cmd/kubeadm/app/constants; check with
+# `kubeadm config images list --kubernetes-version $K8S_VERSION`).
+readonly K8S_VERSION=v1.36.3
+readonly ETCD_TAG=3.6.8-0 # image tag; the module is etcd/go.mod's go.etcd.io/etcd/server/v3
+readonly COREDNS_TAG=v1.14.2
+readonly PAUSE_TAG=3.10.2
+readonly FLANNEL_REF=ghcr.io/flannel-io/flannel:v0.28.4
+readonly REGISTRY=registry.k8s.io
+# Fixed install locations on the node.
+readonly NODE_BIN=/usr/bin NODE_CNI=/opt/cni/bin NODE_IMAGES=/usr/share/orrery/images
+
+usage() { echo "usage: $0 OUTDIR" >&2; exit 2; }
+(($# == 1)) || usage
+mkdir -p "$1"
+OUT=$(cd "$1" && pwd)
+readonly OUT
+mkdir -p "$OUT/bin" "$OUT/cni/bin" "$OUT/images" "$OUT/imagebin" "$OUT/.cache" "$OUT/.work"
+
+log() { printf 'components: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+for tool in go jq gcc ldd sha256sum dpkg-query; do
+	command -v "$tool" >/dev/null || die "$tool not found: run 'make deps' (as root) first"
+done
+[[ -f /usr/lib/x86_64-linux-gnu/libseccomp.a ]] || die "libseccomp.a missing (runc links it statically): apt-get install libseccomp-dev"
+[[ -x /usr/sbin/xtables-nft-multi && -x /usr/sbin/nft ]] || die "iptables/nft missing (copied into kube-proxy and flannel images): apt-get install iptables nftables"
+{ ldd /bin/busybox 2>&1 || true; } | grep -q 'not a dynamic' || die "static busybox missing (the flannel image's shell): apt-get install busybox-static"
+
+readonly GOVERSION=$(go env GOVERSION)
+TIMINGS=()
+START_ALL=$(date +%s)
+
+# modinfo DIR MODULE: "<version> <commit> <commit time>" of MODULE as pinned in
+# the module at DIR, from the module proxy's .info record.
+modinfo() {
+	local dir=$1 mod=$2 ver js
+	ver=$(cd "$HERE/$dir" && go list -m -f '{{.Version}}' "$mod")
+	js=$(cd "$HERE/$dir" && go mod download -json "$mod@$ver")
+	local info hash time
+	info=$(jq -r '.Info' <<<"$js")
+	hash=$(jq -r '.Origin.Hash // empty' "$info")
+	time=$(jq -r '.Time' "$info")
+	[[ -n $hash ]] || hash=unknown
+	echo "$ver $hash $time"
+}
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+# cached NAME KEY OUTPUT...: true (skip) when NAME was last built with KEY
+# and every OUTPUT exists.
+cached() {
+	local name=$1 key=$2 f
+	shift 2
+	[[ -f $OUT/.cache/$name.key && $(<"$OUT/.cache/$name.key") == "$key" ]] || return 1
+	for f in "$@"; do [[ -e $f ]] || return 1; done
+}
+
+# srcsum DIR PKG: for a package of ours (./...), the sha256 of its files.
+srcsum() {
+	[[ $2 == ./* ]] || return 0
+	(cd "$HERE/$1/$2" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+}
+
+# gobuild NAME DIR PKG OUTPUT CGO TAGS LDFLAGS [EXTRA GO FLAGS...]
+gobuild() {
+	local name=$1 dir=$2 pkg=$3 output=$4 cgo=$5 tags=$6 ldflags=$7
+	shift 7
+	local key
+	key=$(printf '%s\n' "$GOVERSION" "$pkg" "$cgo" "$tags" "$ldflags" "$*" \
+		"$(cat "$HERE/$dir/go.mod" "$HERE/$dir/go.sum" 2>/dev/null)" \
+		"$( ((cgo)) && dpkg-query -W -f='${Package}=${Version}\n' libc6-dev libseccomp-dev gcc-12 || true)" \
+		"$(srcsum "$dir" "$pkg")" |
+		sha256sum | cut -d' ' -f1)
+	local t0=$(date +%s)
+	if cached "$name" "$key" "$output"; then
+		log "$name: up to date"
+	else
+		log "$name: building $pkg"
+		(cd "$HERE/$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "$tags" -ldflags "$ldflags" "$@" -o "$output.tmp" "$pkg") ||
+			die "$name: go build $pkg failed"
+		mv "$output.tmp" "$output"
+		echo "$key" >"$OUT/.cache/$name.key"
+	fi
+	local dt=$(($(date +%s) - t0))
+	TIMINGS+=("$name $dt")
+	log "$name: ${dt}s $(du -h "$output" | cut -f1)"
+}
+
+# ---------------------------------------------------------------- binaries
+
+read -r K8S_VER K8S_COMMIT K8S_TIME < <(modinfo kubernetes k8s.io/kubernetes)
+[[ $K8S_VER == "$K8S_VERSION" ]] || die "kubernetes/go.mod pins $K8S_VER, build.sh says $K8S_VERSION"
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	minor=${K8S_VERSION#v1.}
+	minor=${minor%%.*}
+	k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+	k8s_ldflags+=" -X $pkg.gitCommit=$K8S_COMMIT -X $pkg.gitTreeState=clean -X $pkg.buildDate=$K8S_TIME"
+done
+for c in kubeadm kubelet kubectl; do
+	gobuild "$c" kubernetes "k8s.io/kubernetes/cmd/$c" "$OUT/bin/$c" 0 "" "$k8s_ldflags"
+done
+for c in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+	gobuild "$c" kubernetes "k8s.io/kubernetes/cmd/$c" "$OUT/imagebin/$c" 0 "" "$k8s_ldflags"
+done
+
+read -r CTRD_VER CTRD_COMMIT _ < <(modinfo containerd github.com/containerd/containerd/v2)
+ctrd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD_VER -X github.com/containerd/containerd/v2/version.Revision=$CTRD_COMMIT -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
+gobuild containerd containerd github.com/containerd/containerd/v2/cmd/containerd "$OUT/bin/containerd" 0 "" "$ctrd_ldflags"
+gobuild containerd-shim-runc-v2 containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$OUT/bin/containerd-shim-runc-v2" 0 "no_grpc" "$ctrd_ldflags"
+gobuild ctr containerd github.com/containerd/containerd/v2/cmd/ctr "$OUT/bin/ctr" 0 "" "$ctrd_ldflags"
+
+# runc needs cgo (libcontainer/nsenter) and libseccomp; linked as a static PIE
+# so the node needs no libseccomp. Upstream's "libpathrs" tag (a Rust library)
+# is left out: runc then uses its Go implementation of the same path handling.
+read -r RUNC_VER RUNC_COMMIT _ < <(modinfo runc github.com/opencontainers/runc)
+gobuild runc runc github.com/opencontainers/runc "$OUT/bin/runc" 1 "seccomp urfave_cli_no_docs netgo osusergo" \
+	"-s -w -X main.gitCommit=$RUNC_COMMIT -linkmode external -extldflags -static-pie" -buildmode=pie
+
+read -r CNI_VER _ _ < <(modinfo cni github.com/containernetworking/plugins)
+cni_ldflags="-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_VER"
+gobuild cni-bridge cni github.com/containernetworking/plugins/plugins/main/bridge "$OUT/cni/bin/bridge" 0 "" "$cni_ldflags"
+gobuild cni-host-local cni github.com/containernetworking/plugins/plugins/ipam/host-local "$OUT/cni/bin/host-local" 0 "" "$cni_ldflags"
+gobuild cni-loopback cni github.com/containernetworking/plugins/plugins/main/loopback "$OUT/cni/bin/loopback" 0 "" "$cni_ldflags"
+gobuild cni-portmap cni github.com/containernetworking/plugins/plugins/meta/portmap "$OUT/cni/bin/portmap" 0 "" "$cni_ldflags"
+if [[ -d $HERE/cni/cmd/flannel ]]; then
+	gobuild cni-flannel cni ./cmd/flannel "$OUT/cni/bin/flannel" 0 "" "-s -w -X main.pluginVersion=orrery-$CNI_VER"
+fi
+
+read -r FLANNEL_VER _ _ < <(modinfo flannel github.com/flannel-io/flannel)
+# flannel's UDP backend is C (cgo), as upstream builds it; linked statically so
+# the image needs no libc for it.
+gobuild flanneld flannel github.com/flannel-io/flannel "$OUT/imagebin/flanneld" 1 "netgo osusergo" \
+	"-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VER -linkmode external -extldflags -static"
+
+read -r ETCD_VER ETCD_COMMIT _ < <(modinfo etcd go.etcd.io/etcd/server/v3)
+[[ ${ETCD_TAG%-*} == "${ETCD_VER#v}" ]] || die "etcd/go.mod pins $ETCD_VER, kubeadm expects $ETCD_TAG"
+gobuild etcd etcd ./cmd/etcd "$OUT/imagebin/etcd" 0 "" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_COMMIT:0:9}"
+
+read -r COREDNS_VER COREDNS_COMMIT _ < <(modinfo coredns github.com/coredns/coredns)
+gobuild coredns coredns github.com/coredns/coredns "$OUT/imagebin/coredns" 0 "" \
+	"-s -w -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_COMMIT:0:7}"
+
+gobuild pause . ./cmd/pause "$OUT/imagebin/pause" 0 "" "-s -w -X main.version=orrery-$PAUSE_TAG"
+gobuild mkimage . ./cmd/mkimage "$OUT/.work/mkimage" 0 "" "-s -w"
+
+# ------------------------------------------------------------------ images
+
+# netfilter_userspace: mkimage arguments that put Debian's iptables (nft
+# backend) and nft, with every shared library they load, into an image in
+# Debian's merged-/usr layout.
+netfilter_userspace() {
+	local -a files=(/usr/sbin/xtables-nft-multi /usr/sbin/nft)
+	local -a objs=("${files[@]}" /usr/lib/x86_64-linux-gnu/xtables/*.so)
+	local f lib
+	for f in "${files[@]}"; do echo "-add" "$f:$f"; done
+	echo "-add" "/usr/lib/x86_64-linux-gnu/xtables:/usr/lib/x86_64-linux-gnu/xtables"
+	for tool in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore \
+		iptables-nft iptables-nft-save iptables-nft-restore ip6tables-nft ip6tables-nft-save ip6tables-nft-restore; do
+		echo "-link" "/usr/sbin/$tool:xtables-nft-multi"
+	done
+	for lib in $(ldd "${objs[@]}" 2>/dev/null | awk '/=> \//{print $3} /^[ \t]*\/lib64\//{print $1}' | sort -u); do
+		case $lib in
+		/lib64/*) echo "-add" "$(readlink -f "$lib"):/usr/lib/x86_64-linux-gnu/$(basename "$(readlink -f "$lib")")"
+			echo "-link" "/usr/lib64/$(basename "$lib"):../lib/x86_64-linux-gnu/$(basename "$(readlink -f "$lib")")" ;;
+		*) echo "-add" "$(readlink -f "$lib"):/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ;;
+		esac
+	done
+	echo "-link" "/lib:usr/lib" "-link" "/lib64:usr/lib64" "-link" "/sbin:usr/sbin" "-link" "/bin:usr/bin"
+	echo "-add" "/etc/protocols:/etc/protocols" "-add" "/etc/services:/etc/services"
+}
+
+IMAGES_JSON=()
+# mkimage NAME VERSION REF PINNED ARGS...: build OUTDIR/images/NAME.tar.
+mkimage() {
+	local name=$1 version=$2 ref=$3 pinned=$4
+	shift 4
+	local out=$OUT/images/$name.tar meta=$OUT/.cache/$name.image.json t0 key a src prev=
+	t0=$(date +%s)
+	# The key covers the arguments and the bytes of every file -add copies.
+	key=$( {
+		echo "$ref" "$K8S_TIME" "$*"
+		sha "$OUT/.work/mkimage"
+		for a in "$@"; do
+			if [[ $prev == -add ]]; then
+				src=${a%%:*}
+				if [[ -d $src ]]; then find "$src" -type f -print0 | sort -z | xargs -0 sha256sum; else sha "$src"; fi
+			fi
+			prev=$a
+		done
+	} | sha256sum | cut -d' ' -f1)
+	if cached "image-$name" "$key" "$out" "$meta"; then
+		log "image $name: up to date"
+	else
+		log "image $name: $ref"
+		"$OUT/.work/mkimage" -ref "$ref" -out "$out" -created "$K8S_TIME" "$@" >"$meta.tmp" || die "image $name failed"
+		mv "$meta.tmp" "$meta"
+		echo "$key" >"$OUT/.cache/image-$name.key"
+	fi
+	IMAGES_JSON+=("$(jq -c --arg name "$name" --arg version "$version" --arg path "images/$name.tar" \
+		--arg install "$NODE_IMAGES/$name.tar" --argjson pinned "$pinned" \
+		'{name: $name, version: $version, ref: .ref, path: $path, installPath: $install, sha256: .sha256, size: .size, digest: .digest, configDigest: .config, pinned: $pinned}' "$meta")")
+	local dt=$(($(date +%s) - t0))
+	TIMINGS+=("image-$name $dt")
+	log "image $name: ${dt}s $(du -h "$out" | cut -f1)"
+}
+
+for c in kube-apiserver kube-controller-manager kube-scheduler; do
+	mkimage "$c" "$K8S_VERSION" "$REGISTRY/$c:$K8S_VERSION" true \
+		-add "$OUT/imagebin/$c:/usr/local/bin/$c" -entrypoint "[\"/usr/local/bin/$c\"]"
+done
+mapfile -t NETFILTER < <(netfilter_userspace | tr ' ' '\n')
+mkimage kube-proxy "$K8S_VERSION" "$REGISTRY/kube-proxy:$K8S_VERSION" true \
+	-add "$OUT/imagebin/kube-proxy:/usr/local/bin/kube-proxy" -entrypoint '["/usr/local/bin/kube-proxy"]' "${NETFILTER[@]}"
+mkimage etcd "$ETCD_VER" "$REGISTRY/etcd:$ETCD_TAG" true \
+	-add "$OUT/imagebin/etcd:/usr/local/bin/etcd" -entrypoint '["/usr/local/bin/etcd"]'
+mkimage coredns "$COREDNS_VER" "$REGISTRY/coredns/coredns:$COREDNS_TAG" true \
+	-add "$OUT/imagebin/coredns:/coredns" -entrypoint '["/coredns"]'
+mkimage pause "$PAUSE_TAG" "$REGISTRY/pause:$PAUSE_TAG" true \
+	-add "$OUT/imagebin/pause:/pause" -entrypoint '["/pause"]'
+BUSYBOX=()
+for t in sh cp mkdir cat ls rm mv ln; do BUSYBOX+=(-link "/usr/bin/$t:busybox"); done
+mkimage flannel "$FLANNEL_VER" "$FLANNEL_REF" true \
+	-add "$OUT/imagebin/flanneld:/opt/bin/flanneld" -entrypoint '["/opt/bin/flanneld"]' "${NETFILTER[@]}" \
+	-add /bin/busybox:/usr/bin/busybox "${BUSYBOX[@]}"
+
+# ---------------------------------------------------------------- manifest
+
+BINARIES_JSON=()
+bin_entry() { # NAME VERSION MODULE PATH INSTALLPATH
+	BINARIES_JSON+=("$(jq -nc --arg name "$1" --arg version "$2" --arg mod "$3" --arg path "$4" \
+		--arg install "$5" --arg sha "$(sha "$OUT/$4")" --argjson size "$(stat -c %s "$OUT/$4")" \
+		'{name: $name, version: $version, module: $mod, path: $path, installPath: $install, sha256: $sha, size: $size}')")
+}
+for c in kubeadm kubelet kubectl; do bin_entry "$c" "$K8S_VERSION" k8s.io/kubernetes "bin/$c" "$NODE_BIN/$c"; done
+for c in containerd containerd-shim-runc-v2 ctr; do bin_entry "$c" "$CTRD_VER" github.com/containerd/containerd/v2 "bin/$c" "$NODE_BIN/$c"; done
+bin_entry runc "$RUNC_VER" github.com/opencontainers/runc bin/runc "$NODE_BIN/runc"
+for c in bridge host-local loopback portmap; do bin_entry "$c" "$CNI_VER" github.com/containernetworking/plugins "cni/bin/$c" "$NODE_CNI/$c"; done
+if [[ -f $OUT/cni/bin/flannel ]]; then
+	bin_entry flannel "$CNI_VER" github.com/orrery-dev/orrery/image/components/cni "cni/bin/flannel" "$NODE_CNI/flannel"
+fi
+
+HOST_PACKAGES=$(dpkg-query -W -f='${Package}=${Version}\n' libc6 libc6-dev gcc-12 libseccomp-dev iptables nftables busybox-static |
+	jq -R . | jq -sc 'map(split("=") | {(.[0]): .[1]}) | add')
+jq -n --arg k8s "$K8S_VERSION" --arg go "$GOVERSION" --arg etcd "$ETCD_TAG" --arg coredns "$COREDNS_TAG" \
+	--arg pause "$PAUSE_TAG" --arg flannel "$FLANNEL_VER" --arg containerd "$CTRD_VER" --arg runc "$RUNC_VER" \
+	--arg cni "$CNI_VER" --argjson host "$HOST_PACKAGES" \
+	--argjson binaries "$(printf '%s\n' "${BINARIES_JSON[@]}" | jq -s .)" \
+	--argjson images "$(printf '%s\n' "${IMAGES_JSON[@]}" | jq -s .)" '{
+	kubernetesVersion: $k8s,
+	etcdVersion: $etcd, corednsVersion: $coredns, pauseVersion: $pause, flannelVersion: $flannel,
+	containerdVersion: $containerd, runcVersion: $runc, cniPluginsVersion: $cni,
+	goVersion: $go,
+	hostPackages: $host,
+	pinLabel: "io.cri-containerd.pinned=pinned",
+	binaries: $binaries,
+	images: $images
+}' >"$OUT/manifest.json.tmp"
+mv "$OUT/manifest.json.tmp" "$OUT/manifest.json"
+
+total=$(($(date +%s) - START_ALL))
+printf '%s\n' "${TIMINGS[@]}" "total $total" >"$OUT/timings.txt"
+log "manifest: $OUT/manifest.json"
+log "total: ${total}s"
+
+versions_file=$REPO/internal/versions/versions_$K8S_VERSION.json
+if [[ ${ORRERY_UPDATE_VERSIONS:-} == 1 ]]; then
+	cp "$OUT/manifest.json" "$versions_file"
+	log "wrote $versions_file"
+elif ! cmp -s "$OUT/manifest.json" "$versions_file"; then
+	log "warning: $versions_file differs from this build's manifest; run with ORRERY_UPDATE_VERSIONS=1 to update it"
+fi

@@ -72,7 +72,7 @@ components: deps ## build Kubernetes, containerd, runc, CNI and container images
 initrd: deps ## build the node's initrd into build/initrd/
 	initrd/build.sh build/initrd
 
-image: deps ## build the node's OS image and its predicted measurements into build/image/ (DEBUG=1: debug variant)
+image: deps components ## build the node's OS image and its predicted measurements into build/image/ (DEBUG=1: debug variant)
 	image/build.sh build/image
 
 boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and bootstrapperd

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/initrd/internal/cmdline"
-	"github.com/orrery-dev/orrery/initrd/internal/disks"
+	"github.com/orrery-dev/orrery/internal/disks"
 	"github.com/orrery-dev/orrery/initrd/internal/modules"
 	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
 	"github.com/orrery-dev/orrery/initrd/internal/verity"

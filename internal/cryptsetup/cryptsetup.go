@@ -97,6 +97,44 @@ func (t *Tool) OpenVerity(ctx context.Context, dataDev, name, hashDev, rootHash 
 	return err
 }
 
+// UUID returns the UUID in the LUKS header of dev.
+func (t *Tool) UUID(ctx context.Context, dev string) (string, error) {
+	out, err := t.run(ctx, t.cryptsetup(), "luksUUID", dev)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// AddKey adds a keyslot for the key in newKeyFile, authorised by the key
+// in keyFile. The new keyslot uses PBKDF2 with few iterations, like the
+// first one: keys are 32 random bytes, so a slow derivation buys nothing.
+func (t *Tool) AddKey(ctx context.Context, dev, keyFile, newKeyFile string) error {
+	_, err := t.run(ctx, t.cryptsetup(), "luksAddKey", "--batch-mode", "--key-file", keyFile,
+		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", dev, newKeyFile)
+	return err
+}
+
+// RemoveKey removes the keyslot that the key in keyFile opens.
+func (t *Tool) RemoveKey(ctx context.Context, dev, keyFile string) error {
+	_, err := t.run(ctx, t.cryptsetup(), "luksRemoveKey", "--batch-mode", dev, keyFile)
+	return err
+}
+
+// TestKey reports whether the key in keyFile opens dev, without opening it.
+func (t *Tool) TestKey(ctx context.Context, dev, keyFile string) (bool, error) {
+	_, err := t.run(ctx, t.cryptsetup(), "open", "--test-passphrase", "--key-file", keyFile, dev)
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 2 {
+		// Exit code 2: no keyslot opens with this key.
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 func (t *Tool) cryptsetup() string {
 	if t.Cryptsetup != "" {
 		return t.Cryptsetup

@@ -1,4 +1,5 @@
-// Package disks finds the block devices the initrd needs in sysfs: a
+// Package disks finds a node's block devices in sysfs (the initrd and
+// bootstrapperd both need them): a
 // virtio disk by its serial, a GPT partition by its name. Every function
 // takes the sysfs mount point, so tests run against a fake tree.
 package disks

@@ -117,4 +117,3 @@ func (d *Disk) Rekey(ctx context.Context, newKey []byte) error {
 	}
 	return nil
 }
-

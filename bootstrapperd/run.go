@@ -63,11 +63,19 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, cfg, lis, log, start)
+	ctx, bootstrapped := context.WithCancel(ctx)
+	defer bootstrapped()
+	return serve(ctx, cfg, lis, log, start, func(srv *grpc.Server) {
+		registerNodeServices(cfg, srv, func() {
+			log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
+			notify("STATUS=bootstrapped")
+			bootstrapped()
+		})
+	})
 }
 
 // serve runs the attested-TLS gRPC server on lis until ctx ends.
-func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, start time.Time) error {
+func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, start time.Time, register func(*grpc.Server)) error {
 	mlog := &measurelog.Log{Path: cfg.measurementLog}
 	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{
 		OpenTPM:              cfg.openTPM,
@@ -83,6 +91,9 @@ func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, 
 	}
 	srv := grpc.NewServer(grpc.Creds(creds))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	if register != nil {
+		register(srv)
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()

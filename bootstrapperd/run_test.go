@@ -65,7 +65,7 @@ func TestServesAttestedTLSUntilCancelled(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, lis, slogTo(&logs), time.Now()) }()
+	go func() { done <- serve(ctx, cfg, lis, slogTo(&logs), time.Now(), nil) }()
 
 	zero := make([]byte, 32)
 	v, err := qemu.NewValidator(qemu.ValidatorConfig{

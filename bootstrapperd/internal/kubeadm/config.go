@@ -76,6 +76,9 @@ type kubeletConfiguration struct {
 	// Every image is baked in and pinned; garbage collection must never
 	// need a registry to get one back.
 	ImageGCHighThresholdPercent int `json:"imageGCHighThresholdPercent"`
+	// /etc/resolv.conf points at systemd-resolved's stub, which pods
+	// cannot reach; kubelet hands them the real upstream servers.
+	ResolvConf string `json:"resolvConf"`
 }
 
 func nodeReg(name string, ip netip.Addr) nodeRegistration {
@@ -105,7 +108,8 @@ func InitConfig(p InitParams) ([]byte, error) {
 	cc.Networking.PodSubnet = PodSubnet
 	cc.APIServer.CertSANs = p.CertSANs
 
-	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100}
+	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100,
+		ResolvConf: "/run/systemd/resolve/resolv.conf"}
 	return documents(ic, cc, kc)
 }
 

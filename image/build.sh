@@ -130,6 +130,9 @@ mkdir -p "$root/usr/share/doc" "$root/usr/share/man"
 # The kernel's modules, for the one kernel in the UKI.
 mkdir -p "$root/usr/lib/modules"
 cp -a "/lib/modules/$kver" "$root/usr/lib/modules/"
+# kubeadm's preflight reads the kernel's configuration from /boot.
+mkdir -p "$root/boot"
+cp "/boot/config-$kver" "$root/boot/"
 # Defaults of the image: /etc/hosts, /etc/fstab.
 cp -r --no-preserve=ownership image/rootfs/. "$root/"
 

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/versions"
+	"github.com/orrery-dev/orrery/joinservice/internal/bootstraptoken"
+	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
+	"github.com/orrery-dev/orrery/joinservice/internal/watchvalidator"
+)
+
+// Port is where the join service listens on every control-plane node.
+const Port = 30090
+
+func runJoin(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("joinservice join", flag.ExitOnError)
+	listen := fs.String("listen", fmt.Sprintf(":%d", Port), "address to serve attested TLS on")
+	keys := fs.String("key-service", DefaultKeyServiceAddr, "the key service beside this one")
+	measurementsPath := fs.String("measurements", "/etc/orrery/measurements/measurements.json", "expected measurements (a ConfigMap; re-read when it changes)")
+	caPath := fs.String("platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
+	pki := fs.String("pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
+	saltPath := fs.String("measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
+	endpoint := fs.String("endpoint", "", "API server endpoint handed to joining nodes, host:port")
+	version := fs.String("kubernetes-version", versions.Default, "Kubernetes version of the cluster")
+	_ = fs.Parse(args)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "joinservice")
+	if *endpoint == "" {
+		return errors.New("--endpoint is required (the API server's host:port)")
+	}
+
+	ca, err := platformca.LoadCert(*caPath)
+	if err != nil {
+		return err
+	}
+	validator, err := watchvalidator.New(*measurementsPath, variant.QEMUVTPM, func(m measurements.M) (attestation.Validator, error) {
+		return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	}, log)
+	if err != nil {
+		return err
+	}
+	clusterCA, clusterKey, err := loadClusterCA(*pki)
+	if err != nil {
+		return err
+	}
+	release, err := versions.Get(*version)
+	if err != nil {
+		return err
+	}
+	var components []*joinpb.KubernetesComponent
+	for _, b := range release.Binaries {
+		components = append(components, &joinpb.KubernetesComponent{Url: "file://" + b.InstallPath, Hash: "sha256:" + b.SHA256, InstallPath: b.InstallPath})
+	}
+	kc, err := dialKeys(*keys)
+	if err != nil {
+		return err
+	}
+	tokens, err := bootstraptoken.InCluster()
+	if err != nil {
+		return err
+	}
+	js, err := joinserver.New(joinserver.Config{
+		Keys: kc, Tokens: tokens, CA: clusterCA, CAKey: clusterKey, PKIDir: *pki,
+		Endpoint: *endpoint, KubernetesVersion: *version, Components: components,
+		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(*saltPath) },
+		Logger:          log,
+	})
+	if err != nil {
+		return err
+	}
+	creds, err := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{validator}})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	joinpb.RegisterJoinServiceServer(srv, js)
+	go func() { <-ctx.Done(); srv.GracefulStop() }()
+	log.Info("join service listening", "addr", lis.Addr().String())
+	return srv.Serve(lis)
+}
+
+func readSalt(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return base64.StdEncoding.DecodeString(string(bytes.TrimSpace(raw)))
+}
+
+func loadClusterCA(dir string) (*x509.Certificate, crypto.Signer, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read cluster CA: %w", err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read cluster CA key: %w", err)
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, fmt.Errorf("cluster CA files in %s are not PEM", dir)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	var key any
+	switch kb.Type {
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(kb.Bytes)
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(kb.Bytes)
+	default:
+		key, err = x509.ParsePKCS8PrivateKey(kb.Bytes)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse cluster CA key: %w", err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, nil, errors.New("cluster CA key cannot sign")
+	}
+	return cert, signer, nil
+}

@@ -1,0 +1,43 @@
+// Command joinservice runs Orrery's in-cluster services on control-plane
+// nodes, as two containers of one host-network pod:
+//
+//	joinservice join   admits attested nodes (port 30090, attested TLS)
+//	joinservice keys   derives keys from the master secret (127.0.0.1 only)
+//
+// The join service asks the key service on the same node, over loopback,
+// so keys never cross the network between them.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "join":
+		err = runJoin(ctx, os.Args[2:])
+	case "keys":
+		err = runKeys(ctx, os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "joinservice %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: joinservice join|keys [flags] (-h for the flags of each)")
+	os.Exit(2)
+}

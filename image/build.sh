@@ -62,6 +62,8 @@ mkdir -p "$cache" "$out"
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 export SOURCE_DATE_EPOCH
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# The join and key services' image; the cluster services' manifests name it.
+JOINSERVICE_REF=localhost/orrery/joinservice:v1
 printf 'image: %s variant into %s (kernel %s, commit %s)\n' "$variant" "$out" "$kver" "$commit"
 
 # --- the OS tree (mkosi), cached by the hash of mkosi.conf ------------------
@@ -198,6 +200,15 @@ if [[ -f build/components/manifest.json ]]; then
 	((${#cnis[@]} == 0)) || { mkdir -p "$root/opt/cni/bin" && install -m 0755 -t "$root/opt/cni/bin" "${cnis[@]}"; }
 	if [[ -d build/components/images ]]; then
 		mkdir -p "$root/usr/share/orrery/images" && cp -r --no-preserve=ownership build/components/images/. "$root/usr/share/orrery/images/"
+	fi
+	# Orrery's own cluster services, as an image beside the upstream ones:
+	# the join service and the key service (one binary, two containers).
+	if [[ -x build/components/.work/mkimage && -n $(go list -f '{{if eq .Name "main"}}main{{end}}' ./joinservice 2>/dev/null) ]]; then
+		CGO_ENABLED=0 go build -trimpath -o "$cache/joinservice" ./joinservice
+		build/components/.work/mkimage -ref "$JOINSERVICE_REF" -out "$root/usr/share/orrery/images/joinservice.tar" \
+			-created "$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)" \
+			-add "$cache/joinservice:/joinservice" -entrypoint '["/joinservice"]' >"$cache/joinservice-image.json"
+		printf 'image: join service image %s\n' "$JOINSERVICE_REF"
 	fi
 else
 	printf 'image: no build/components/manifest.json (make components): the image has no Kubernetes components\n'

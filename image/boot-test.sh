@@ -13,5 +13,7 @@ dir=${1:?usage: image/boot-test.sh IMAGEDIR}
 [[ -f $dir/disk.qcow2 && -f $dir/measurements.json ]] || { echo "boot-test: no image in $dir: run 'make image' first" >&2; exit 1; }
 mkdir -p build/bin
 CGO_ENABLED=0 go build -trimpath -o build/bin/orrery ./cli
+debug=()
+[[ -f ${dir%/}-debug/disk.qcow2 ]] && debug=(-debug-image-dir "$PWD/${dir%/}-debug")
 exec go test -tags boottest -count=1 -timeout 30m -v ./image/boottest \
-	-args -image-dir "$PWD/$dir" -orrery "$PWD/build/bin/orrery"
+	-args -image-dir "$PWD/$dir" -orrery "$PWD/build/bin/orrery" "${debug[@]}"

@@ -276,3 +276,59 @@ func rootPartitionOffset(t *testing.T, disk string) int64 {
 	t.Fatalf("no orrery-root partition in %s", disk)
 	return 0
 }
+
+var debugImageDir = flag.String("debug-image-dir", "", "directory of the debug image ('make image DEBUG=1'); empty skips TestDebugImage")
+
+// TestDebugImage boots the debug variant: its console logs root in
+// automatically, its own measurements pass, and the production
+// measurements refuse it, so a debug node can never join a production
+// cluster.
+func TestDebugImage(t *testing.T) {
+	if *debugImageDir == "" {
+		t.Skip("no -debug-image-dir given (build it with 'make image DEBUG=1')")
+	}
+	if os.Getuid() != 0 {
+		t.Skip("the boot test needs root (network namespace, bridge, taps)")
+	}
+	image, _ := filepath.Abs(filepath.Join(*debugImageDir, "disk.qcow2"))
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), *bootWait+5*time.Minute)
+	defer cancel()
+	c, err := cloud.Up(ctx, cloud.Spec{Dir: dir, ControlPlanes: 1, Image: image, StateDiskMiB: 1024,
+		MemoryMiB: 2048, Namespace: namespace, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Down(context.Background())
+	node := c.Nodes()[0]
+	addr := netip.AddrPortFrom(node.IP, port).String()
+	deadline := time.Now().Add(*bootWait)
+	for !waitFor(node.SerialLog(), waiting, 2*time.Second) {
+		select {
+		case <-node.VM().Exited():
+		default:
+			if time.Now().Before(deadline) {
+				continue
+			}
+		}
+		serial, _ := os.ReadFile(node.SerialLog())
+		t.Fatalf("the debug node never waits for init or join:\n%s", tail(serial, 80))
+	}
+	if !waitFor(node.SerialLog(), "root@", 2*time.Minute) {
+		serial, _ := os.ReadFile(node.SerialLog())
+		t.Errorf("no automatic root login on the debug console:\n%s", tail(serial, 40))
+	}
+	verify := func(measurementsDir string) ([]byte, error) {
+		return inNamespaceOutput(ctx, *orrery, "verify", "--node", addr, "--timeout", "2m",
+			"--measurements", filepath.Join(measurementsDir, "measurements.json"),
+			"--platform-ca", filepath.Join(dir, "platform-ca.crt"))
+	}
+	if out, err := verify(*debugImageDir); err != nil {
+		t.Errorf("debug node against its own measurements: %v\n%s", err, out)
+	}
+	out, err := verify(*imageDir)
+	if err == nil || !bytes.Contains(out, []byte("mismatch")) {
+		t.Errorf("debug node against production measurements: err %v, want a PCR mismatch\n%s", err, out)
+	}
+	t.Logf("production measurements refuse the debug node:\n%s", out)
+}

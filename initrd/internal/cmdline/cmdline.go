@@ -15,6 +15,10 @@ import (
 const (
 	ParamRootHash  = "orrery.roothash"
 	ParamOnFailure = "orrery.onfailure"
+	// ParamDebug marks the debug image (orrery.debug=1). It changes what
+	// is measured, so a debug node never passes a production attestation;
+	// the initrd itself behaves the same.
+	ParamDebug = "orrery.debug"
 )
 
 // MaxLen bounds the command line; the kernel's own limit on x86 is 2048.
@@ -34,6 +38,8 @@ type Config struct {
 	RootHash []byte
 	// OnFailure is what to do when a step fails; PowerOff unless given.
 	OnFailure OnFailure
+	// Debug is set on the debug image.
+	Debug bool
 }
 
 // RootHashHex returns the root hash as veritysetup takes it.
@@ -77,6 +83,14 @@ func Parse(line string) (Config, error) {
 				cfg.OnFailure = OnFailure(value)
 			default:
 				return cfg, fmt.Errorf("%s must be %s or %s, got %q", key, PowerOff, Reboot, truncate(value))
+			}
+		case ParamDebug:
+			switch value {
+			case "1":
+				cfg.Debug = true
+			case "0":
+			default:
+				return cfg, fmt.Errorf("%s must be 0 or 1, got %q", key, truncate(value))
 			}
 		default:
 			return cfg, fmt.Errorf("unknown parameter %s", truncate(key))

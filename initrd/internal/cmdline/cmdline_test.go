@@ -32,7 +32,9 @@ func TestParse(t *testing.T) {
 		"no value":           {line: "orrery.roothash", wantErr: "needs a value"},
 		"twice":              {line: "orrery.roothash=" + hash + " orrery.roothash=" + hash, wantErr: "more than once"},
 		"bad failure action": {line: "orrery.roothash=" + hash + " orrery.onfailure=shell", wantErr: "poweroff or reboot"},
-		"unknown parameter":  {line: "orrery.roothash=" + hash + " orrery.debug=1", wantErr: "unknown parameter orrery.debug"},
+		"unknown parameter":  {line: "orrery.roothash=" + hash + " orrery.shell=1", wantErr: "unknown parameter orrery.shell"},
+		"debug image":        {line: "orrery.roothash=" + hash + " orrery.debug=1", want: Config{OnFailure: PowerOff, Debug: true}},
+		"bad debug value":    {line: "orrery.roothash=" + hash + " orrery.debug=yes", wantErr: "0 or 1"},
 		"unterminated quote": {line: `orrery.roothash=` + hash + ` "x`, wantErr: "unterminated quote"},
 		"too long":           {line: strings.Repeat("a", MaxLen+1), wantErr: "more than"},
 	}

@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/initrd/internal/cmdline"
-	"github.com/orrery-dev/orrery/internal/disks"
 	"github.com/orrery-dev/orrery/initrd/internal/modules"
 	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
 	"github.com/orrery-dev/orrery/initrd/internal/verity"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disks"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/u-root/u-root/pkg/mount"
 	"golang.org/x/sys/unix"

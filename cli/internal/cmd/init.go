@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/orrery-dev/orrery/cli/internal/charts"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -53,6 +54,7 @@ type initOptions struct {
 	serviceCIDR       string
 	timeout           time.Duration
 	verbose           bool
+	skipServices      bool
 }
 
 func newInitCmd() *cobra.Command {
@@ -93,6 +95,8 @@ cluster's disks.`,
 	f.StringVar(&o.serviceCIDR, "service-cidr", "10.96.0.0/12", "IP range of Kubernetes services")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long to wait for the node and for kubeadm")
 	f.BoolVar(&o.verbose, "verbose", false, "show kubeadm's output")
+	f.BoolVar(&o.skipServices, "skip-services", false, "do not install the cluster services (tests of the init protocol)")
+	_ = f.MarkHidden("skip-services")
 	return c
 }
 
@@ -251,9 +255,34 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 			if err := writeJSON(filepath.Join(o.outDir, StateFile), st); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "The cluster is initialised (%s). Cluster ID: %x\nKubeconfig: %s\n", time.Since(start).Round(time.Second), st.ClusterID, kubeconfig)
+			fmt.Fprintf(out, "The cluster is initialised (%s). Cluster ID: %x\n", time.Since(start).Round(time.Second), st.ClusterID)
+			if !o.skipServices {
+				fmt.Fprintln(out, "Installing the cluster services (pod network, join service, key service)")
+				if err := installServices(ctx, out, kubeconfig, o.serviceReleases(addr), 15*time.Minute); err != nil {
+					return fmt.Errorf("%w\nthe cluster runs; run the same 'orrery init' again to retry installing its services", err)
+				}
+			}
+			fmt.Fprintf(out, "Done in %s. Kubeconfig: %s\n", time.Since(start).Round(time.Second), kubeconfig)
 			return nil
 		}
+	}
+}
+
+// podCIDR is the pod network; kubeadm's podSubnet on the node matches it.
+const podCIDR = "10.244.0.0/16"
+
+func (o initOptions) serviceReleases(nodeAddr string) []serviceRelease {
+	host, _, _ := net.SplitHostPort(nodeAddr)
+	meas, _ := os.ReadFile(o.measurementsPath)
+	ca, _ := os.ReadFile(o.platformCAPath)
+	return []serviceRelease{
+		{name: "flannel", chart: charts.Flannel, values: map[string]any{"podCIDR": podCIDR}},
+		{name: "orrery-services", chart: charts.OrreryServices, values: map[string]any{
+			"endpoint":          net.JoinHostPort(host, "6443"),
+			"kubernetesVersion": o.kubernetesVersion,
+			"measurements":      string(meas),
+			"platformCA":        string(ca),
+		}},
 	}
 }
 

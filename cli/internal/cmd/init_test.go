@@ -121,7 +121,7 @@ func TestInitWaitsForBootingNode(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := Execute(context.Background(), []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr,
 		"--measurements", measPath, "--platform-ca", caPath, "--init-secret-file", secretPath,
-		"--out-dir", filepath.Join(dir, "out"), "--timeout", "30s"}, &stdout, &stderr)
+		"--out-dir", filepath.Join(dir, "out"), "--timeout", "30s", "--skip-services"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("init: exit %d: %s", code, stderr.String())
 	}
@@ -139,7 +139,7 @@ func TestInit(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	args := []string{"init", "--mini-dir", filepath.Join(dir, "no-mini"), "--node", addr, "--measurements", measPath,
 		"--platform-ca", caPath, "--init-secret-file", secretPath, "--out-dir", out, "--timeout", "30s",
-		"--cluster-name", "demo", "--api-server-san", "api.example.org"}
+		"--cluster-name", "demo", "--api-server-san", "api.example.org", "--skip-services"}
 
 	var stdout, stderr bytes.Buffer
 	if code := Execute(context.Background(), args, &stdout, &stderr); code != 0 {
@@ -211,7 +211,7 @@ func TestInitErrors(t *testing.T) {
 			node.fail = tc.fail
 			out := filepath.Join(t.TempDir(), "out")
 			args := append([]string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr, "--measurements", measPath,
-				"--platform-ca", caPath, "--out-dir", out, "--timeout", "20s"}, tc.args...)
+				"--platform-ca", caPath, "--out-dir", out, "--timeout", "20s", "--skip-services"}, tc.args...)
 			var stdout, stderr bytes.Buffer
 			if code := Execute(context.Background(), args, &stdout, &stderr); code == 0 {
 				t.Fatalf("init succeeded: %s", stdout.String())

@@ -351,6 +351,10 @@ func (c *Cloud) startServices(initSecretHash []byte) error {
 			ServerIP:  Gateway.Addr(),
 			Prefix:    Gateway.Masked(),
 			Router:    Gateway.Addr(),
+			// The local cloud resolves no names; the gateway stands in as
+			// the upstream server so that CoreDNS starts (it refuses to
+			// run without one) and serves the cluster's names.
+			DNS:       []netip.Addr{Gateway.Addr()},
 			LeaseTime: time.Hour,
 			Leases:    leases,
 			OnLease:   c.onLease,

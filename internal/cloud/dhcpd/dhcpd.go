@@ -57,6 +57,10 @@ type Config struct {
 	// MetadataIP gets a host route through Router. Zero means
 	// DefaultMetadataIP.
 	MetadataIP netip.Addr
+	// DNS are the name servers clients are given; empty means none. A
+	// node needs at least one: CoreDNS refuses to start without an
+	// upstream to forward to.
+	DNS []netip.Addr
 	// LeaseTime is the lease time clients are given. Zero means
 	// DefaultLeaseTime.
 	LeaseTime time.Duration
@@ -370,6 +374,13 @@ func (s *Server) reply(req *dhcpv4.DHCPv4, typ dhcpv4.MessageType, lease Lease, 
 		)
 		if lease.Hostname != "" {
 			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(lease.Hostname)))
+		}
+		if len(s.cfg.DNS) > 0 {
+			var dns []net.IP
+			for _, a := range s.cfg.DNS {
+				dns = append(dns, a.AsSlice())
+			}
+			mods = append(mods, dhcpv4.WithDNS(dns...))
 		}
 		// RFC 2131 4.3.5: an answer to INFORM carries no address and no
 		// lease time, as the client configured its address itself.

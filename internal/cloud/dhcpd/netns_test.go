@@ -111,6 +111,7 @@ func TestServeInNamespace(t *testing.T) {
 			ServerIP:  netip.MustParseAddr("10.233.0.1"),
 			Prefix:    netip.MustParsePrefix("10.233.0.0/24"),
 			LeaseTime: 10 * time.Minute,
+			DNS:       []netip.Addr{netip.MustParseAddr("10.233.0.1")},
 			Leases:    []Lease{lease},
 			OnLease:   func(l Lease) { leased <- l },
 			Logger:    slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -152,6 +153,9 @@ func TestServeInNamespace(t *testing.T) {
 		}
 		if got := ack.Router(); len(got) != 1 || !got[0].Equal(net.IPv4(10, 233, 0, 1)) {
 			t.Errorf("router = %v, want [10.233.0.1]", got)
+		}
+		if got := ack.DNS(); len(got) != 1 || !got[0].Equal(net.IPv4(10, 233, 0, 1)) {
+			t.Errorf("DNS = %v, want [10.233.0.1]", got)
 		}
 		if got := ack.HostName(); got != "cp-0" {
 			t.Errorf("hostname = %q, want cp-0", got)

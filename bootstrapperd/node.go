@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,14 +13,19 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/joinclient"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/cloud/metadata"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 
@@ -30,32 +36,111 @@ const (
 	runDir      = "/run/orrery"
 )
 
-// registerNodeServices adds the init service, wired to this node's TPM,
-// state disk, metadata service and kubeadm. done is called once the node
-// is bootstrapped.
-func registerNodeServices(cfg config, srv *grpc.Server, done func()) {
+// registerNodeServices adds the init service and starts the join client
+// beside it, both wired to this node's TPM, state disk, metadata service
+// and kubeadm. done is called once the node is bootstrapped either way.
+func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, done func()) {
 	meta := &metadata.Client{BaseURL: metadataURL}
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: runDir, AdminKubeconfig: "/etc/kubernetes/admin.conf"}
+	// One lock and one disk for both paths: the lock's mutex orders them.
+	lock := nodelock.New(cfg.openTPM, &measurelog.Log{Path: cfg.measurementLog})
+	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: statedisk.DefaultFirstBootKey, TmpDir: runDir}
+	log := slogTo(os.Stderr)
+	finish := func() {
+		if err := markBootstrapped(cfg.bootstrappedMarker); err != nil {
+			log.Error("cannot mark the node bootstrapped", "error", err)
+		}
+		done()
+	}
 	init := initserver.New(initserver.Config{
-		Lock:           nodelock.New(cfg.openTPM, &measurelog.Log{Path: cfg.measurementLog}),
-		Disk:           &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: statedisk.DefaultFirstBootKey, TmpDir: runDir},
+		Lock:           lock,
+		Disk:           disk,
 		Cluster:        &cluster{tool: tool, meta: meta},
 		InitSecretHash: meta.InitSecretHash,
 		Supported: func(v string) error {
 			_, err := versions.Get(v)
 			return err
 		},
-		Journal:    journal,
-		ResultPath: filepath.Join(stateDir, "init-result.json"),
-		Bootstrapped: func() {
-			if err := markBootstrapped(cfg.bootstrappedMarker); err != nil {
-				fmt.Fprintf(os.Stderr, "bootstrapperd: %v\n", err)
-			}
-			done()
-		},
-		Logger: slogTo(os.Stderr),
+		Journal:      journal,
+		ResultPath:   filepath.Join(stateDir, "init-result.json"),
+		Bootstrapped: finish,
+		Logger:       log,
 	})
 	initpb.RegisterInitServiceServer(srv, init)
+
+	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: cfg.openTPM, FirmwareEventLogPath: cfg.firmwareLog, MeasurementLog: &measurelog.Log{Path: cfg.measurementLog}})
+	if err != nil {
+		log.Error("join client disabled", "error", err)
+		return
+	}
+	go func() {
+		err := joinclient.Run(ctx, joinclient.Config{
+			Metadata:      metadataAdapter{meta},
+			Dial:          attestedDialer(issuer),
+			Lock:          lock,
+			Disk:          disk,
+			Joiner:        &joiner{tool: tool},
+			StateDir:      stateDir,
+			KubeletPKIDir: "/var/lib/kubelet/pki",
+			PKIDir:        "/etc/kubernetes/pki",
+			Logger:        log,
+			Status:        func(s string) { notify("STATUS=" + s) },
+		})
+		switch {
+		case err == nil:
+			log.Info("joined the cluster", "phase", "joined")
+			finish()
+		case errors.Is(err, joinclient.ErrLockLost), errors.Is(err, context.Canceled):
+			// Initialised by the owner, or stopping: the init path decides.
+		default:
+			log.Error("join failed", "phase", "join", "error", err)
+		}
+	}()
+}
+
+// metadataAdapter gives the join client the metadata service's view.
+type metadataAdapter struct{ c *metadata.Client }
+
+func (m metadataAdapter) Self(ctx context.Context) (joinclient.Instance, error) {
+	i, err := m.c.Self(ctx)
+	return joinclient.Instance{Name: i.Name, Role: i.Role, IP: i.IP}, err
+}
+
+func (m metadataAdapter) Peers(ctx context.Context) ([]joinclient.Instance, error) {
+	ps, err := m.c.Peers(ctx)
+	var out []joinclient.Instance
+	for _, i := range ps {
+		out = append(out, joinclient.Instance{Name: i.Name, Role: i.Role, IP: i.IP})
+	}
+	return out, err
+}
+
+// attestedDialer connects to a join service with this node attesting.
+func attestedDialer(issuer attestation.Issuer) joinclient.Dialer {
+	return func(ctx context.Context, addr string) (joinpb.JoinServiceClient, io.Closer, error) {
+		creds, err := atls.NewCredentials(atls.Config{Issuer: issuer})
+		if err != nil {
+			return nil, nil, err
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return nil, nil, err
+		}
+		return joinpb.NewJoinServiceClient(conn), conn, nil
+	}
+}
+
+// joiner runs kubeadm join once the baked images are in containerd.
+type joiner struct{ tool *kubeadm.Tool }
+
+func (j *joiner) Join(ctx context.Context, p joinclient.JoinParams, out io.Writer) error {
+	if err := j.tool.Runner.Run(ctx, "systemctl", []string{"start", "orrery-images.service"}, nil, out); err != nil {
+		return fmt.Errorf("import the baked container images: %w", err)
+	}
+	return j.tool.Join(ctx, kubeadm.JoinParams{
+		NodeName: p.NodeName, NodeIP: p.NodeIP, Endpoint: p.Endpoint, Token: p.Token,
+		CACertHash: p.CACertHash, ControlPlane: p.ControlPlane,
+	}, out)
 }
 
 // cluster runs kubeadm for the init server with this node's name and

@@ -66,7 +66,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	ctx, bootstrapped := context.WithCancel(ctx)
 	defer bootstrapped()
 	return serve(ctx, cfg, lis, log, start, func(srv *grpc.Server) {
-		registerNodeServices(cfg, srv, func() {
+		registerNodeServices(ctx, cfg, srv, func() {
 			log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
 			notify("STATUS=bootstrapped")
 			bootstrapped()

@@ -134,7 +134,9 @@ func Cleanup(ctx context.Context, dir string) error {
 	}
 	// A live supervisor tears down in order itself; give it the chance.
 	if st.SupervisorPID > 0 && st.SupervisorPID != os.Getpid() && syscall.Kill(st.SupervisorPID, syscall.SIGTERM) == nil {
-		deadline := time.Now().Add(30 * time.Second)
+		// Its Down waits up to the VMs' shutdown timeout (30 s by default)
+		// before it kills them; tearing down beside it would race it.
+		deadline := time.Now().Add(2 * time.Minute)
 		for time.Now().Before(deadline) && syscall.Kill(st.SupervisorPID, 0) == nil {
 			time.Sleep(100 * time.Millisecond)
 		}

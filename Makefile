@@ -13,7 +13,7 @@ TOOLS := build/tools
 # ('make fuzz FUZZTIME=10m').
 FUZZTIME ?= 10s
 
-.PHONY: help all deps build test unit fuzz lint proto proto-check bench clean components initrd image boot-test
+.PHONY: help all deps build test unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -77,6 +77,10 @@ image: deps components ## build the node's OS image and its predicted measuremen
 
 boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and bootstrapperd
 	image/boot-test.sh build/image
+
+e2e: deps image build ## end to end: local cloud, orrery init, a worker joins, pod-to-Service across nodes (root, ~20 min)
+	$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e -args -image-dir $(CURDIR)/build/image \
+		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/bin/kubectl
 
 clean: ## remove build outputs
 	rm -rf build

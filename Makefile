@@ -13,7 +13,7 @@ TOOLS := build/tools
 # ('make fuzz FUZZTIME=10m').
 FUZZTIME ?= 10s
 
-.PHONY: help all deps build test unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e
+.PHONY: help all deps build test unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -77,6 +77,11 @@ image: deps components ## build the node's OS image and its predicted measuremen
 
 boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and bootstrapperd
 	image/boot-test.sh build/image
+
+cluster: deps image build ## bring up a local cluster: orrery mini up, then orrery init (root; ~25 min the first time)
+	build/bin/orrery mini up
+	build/bin/orrery init
+	@echo "kubectl: build/components/bin/kubectl --kubeconfig orrery-admin.conf get nodes"
 
 e2e: deps image build ## end to end: local cloud, orrery init, a worker joins, pod-to-Service across nodes (root, ~20 min)
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e -args -image-dir $(CURDIR)/build/image \

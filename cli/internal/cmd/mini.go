@@ -60,7 +60,7 @@ func addUpFlags(c *cobra.Command, o *miniOptions) {
 	f.IntVar(&o.controlPlanes, "control-planes", 1, "number of control-plane VMs")
 	f.IntVar(&o.workers, "workers", 1, "number of worker VMs")
 	f.IntVar(&o.cpus, "cpus", 2, "virtual CPUs per VM")
-	f.IntVar(&o.memoryMiB, "memory", 2048, "memory per VM in MiB")
+	f.IntVar(&o.memoryMiB, "memory", 3072, "memory per VM in MiB (a control plane needs about 2.5 GiB)")
 	f.IntVar(&o.stateDiskMiB, "state-disk-size", 10240, "size of each VM's blank state disk in MiB")
 	f.StringVar(&o.image, "image", "build/image/disk.qcow2", "OS image the VMs boot (built by 'make image')")
 	f.StringVar(&o.kernel, "kernel", "", "boot this kernel directly instead of the image (development)")

@@ -7,13 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
-	"time"
 )
-
-// stopTimeout is how long Stop gives swtpm to save its state after SIGTERM
-// before it kills it.
-const stopTimeout = 5 * time.Second
 
 // QEMUInstance is a swtpm process serving one QEMU VM as the backend of its
 // TPM device (QEMU's -tpmdev emulator). QEMU initialises the TPM through
@@ -25,12 +21,8 @@ const stopTimeout = 5 * time.Second
 // when QEMU is killed with SIGKILL or crashes: then swtpm only notes that its
 // client went away and keeps running until Stop. Call Stop in any case.
 type QEMUInstance struct {
-	stateDir string
-	sockDir  string
-	ctrl     string
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	waitErr  error
+	*process
+	ctrl string
 }
 
 // StartForQEMU launches swtpm for a QEMU VM with its TPM state in stateDir
@@ -39,76 +31,26 @@ type QEMUInstance struct {
 // socket accepts connections or ctx ends. Give QEMU CtrlSocket as
 // -chardev socket,path=...
 func StartForQEMU(ctx context.Context, stateDir string) (*QEMUInstance, error) {
-	path, err := exec.LookPath(Binary)
-	if err != nil {
-		return nil, fmt.Errorf("swtpm not found in PATH: install it with 'make deps' (Debian package swtpm): %w", err)
-	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create swtpm state directory: %w", err)
-	}
-	// As in Start: the socket lives in a short directory of its own, since
-	// Unix socket paths are limited to 108 bytes.
-	sockDir, err := os.MkdirTemp("", "swtpm-")
-	if err != nil {
-		return nil, fmt.Errorf("create swtpm socket directory: %w", err)
-	}
-	in := &QEMUInstance{
-		stateDir: stateDir,
-		sockDir:  sockDir,
-		ctrl:     filepath.Join(sockDir, "ctrl.sock"),
-		exited:   make(chan struct{}),
-	}
+	in := &QEMUInstance{}
 	// No --server and no not-need-init: QEMU sends the data channel and
 	// CMD_INIT over the control socket itself, at every VM (re)start.
-	in.cmd = exec.Command(path, "socket", "--tpm2",
-		"--tpmstate", "dir="+stateDir,
-		"--ctrl", "type=unixio,path="+in.ctrl,
-		"--log", "file="+filepath.Join(stateDir, "swtpm.log"),
-	)
-	// SIGTERM when we die lets swtpm save its state; its own process group
-	// keeps a terminal's Ctrl-C from stopping it before QEMU.
-	in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := in.cmd.Start(); err != nil {
-		os.RemoveAll(sockDir)
-		return nil, fmt.Errorf("start swtpm: %w", err)
-	}
-	go func() {
-		in.waitErr = in.cmd.Wait()
-		os.RemoveAll(sockDir)
-		close(in.exited)
-	}()
-	if err := in.waitReady(ctx); err != nil {
-		in.Stop()
+	p, err := launch(ctx, stateDir, func(sockDir string) []string {
+		in.ctrl = filepath.Join(sockDir, "ctrl.sock")
+		return []string{"--ctrl", "type=unixio,path=" + in.ctrl}
+	}, func(context.Context) (bool, error) {
+		// Only look, never connect: swtpm serves a single control
+		// connection, and that one is QEMU's.
+		return listening(in.ctrl)
+	})
+	if err != nil {
 		return nil, err
 	}
+	in.process = p
 	return in, nil
-}
-
-// waitReady waits until the control socket exists. It does not connect:
-// swtpm serves a single control connection, and that one is QEMU's.
-func (in *QEMUInstance) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		if fi, err := os.Stat(in.ctrl); err == nil && fi.Mode().Type() == os.ModeSocket {
-			return nil
-		}
-		select {
-		case <-in.exited:
-			log, _ := os.ReadFile(filepath.Join(in.stateDir, "swtpm.log"))
-			return fmt.Errorf("swtpm exited during start-up (%v); its log says: %s", in.waitErr, log)
-		case <-ctx.Done():
-			return fmt.Errorf("swtpm did not create %s in time: %w", in.ctrl, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // CtrlSocket is the path of the control socket to hand to QEMU.
 func (in *QEMUInstance) CtrlSocket() string { return in.ctrl }
-
-// StateDir is the directory holding the TPM's persistent state.
-func (in *QEMUInstance) StateDir() string { return in.stateDir }
 
 // PID is swtpm's process ID.
 func (in *QEMUInstance) PID() int { return in.cmd.Process.Pid }
@@ -140,18 +82,27 @@ func (in *QEMUInstance) Wait(ctx context.Context) error {
 // saves its state, and SIGKILL if it has not exited after a few seconds. It
 // waits until the process is gone.
 func (in *QEMUInstance) Stop() error {
-	select {
-	case <-in.exited:
-		return nil
-	default:
+	if in.stop() {
+		return fmt.Errorf("swtpm ignored SIGTERM for %v and was killed; its state may be stale", stopTimeout)
 	}
-	_ = in.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-in.exited:
-		return nil
-	case <-time.After(stopTimeout):
+	return nil
+}
+
+// listening reports whether a Unix socket at path accepts connections,
+// from /proc/net/unix: the socket file appears at bind(), before listen(),
+// and a client that connects in between is refused.
+func listening(path string) (bool, error) {
+	raw, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return false, err
 	}
-	_ = in.cmd.Process.Kill()
-	<-in.exited
-	return fmt.Errorf("swtpm ignored SIGTERM for %v and was killed; its state may be stale", stopTimeout)
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		// Num RefCount Protocol Flags Type St Inode Path; Flags 00010000
+		// is __SO_ACCEPTCON, set by listen().
+		if len(f) == 8 && f[7] == path && f[3] == "00010000" {
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("%s is not listening yet", path)
 }

@@ -14,12 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
-	"time"
 )
 
 // Binary is the swtpm executable looked up in PATH.
@@ -27,11 +23,8 @@ const Binary = "swtpm"
 
 // Instance is a running swtpm process with its state directory.
 type Instance struct {
-	stateDir string
+	*process
 	sockPath string
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	waitErr  error
 
 	// conn is held by whoever has the TPM open; swtpm serves one client at
 	// a time, so a second Open waits until the first is closed.
@@ -42,73 +35,28 @@ type Instance struct {
 // existing state, e.g. a provisioned attestation key, is kept) and waits until
 // it accepts connections or ctx ends.
 func Start(ctx context.Context, stateDir string) (*Instance, error) {
-	path, err := exec.LookPath(Binary)
+	in := &Instance{conn: make(chan struct{}, 1)}
+	p, err := launch(ctx, stateDir, func(sockDir string) []string {
+		in.sockPath = filepath.Join(sockDir, "tpm.sock")
+		return []string{
+			"--server", "type=unixio,path=" + in.sockPath,
+			"--ctrl", "type=unixio,path=" + filepath.Join(sockDir, "ctrl.sock"),
+			"--flags", "not-need-init,startup-clear",
+		}
+	}, func(context.Context) (bool, error) {
+		c, err := net.Dial("unix", in.sockPath)
+		if err != nil {
+			return false, err
+		}
+		c.Close()
+		return true, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("swtpm not found in PATH: install it with 'make deps' (Debian package swtpm): %w", err)
-	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create swtpm state directory: %w", err)
-	}
-	// Unix socket paths are limited to 108 bytes; test temp dirs can be long,
-	// so the sockets live in a short private directory of their own.
-	sockDir, err := os.MkdirTemp("", "swtpm-")
-	if err != nil {
-		return nil, fmt.Errorf("create swtpm socket directory: %w", err)
-	}
-	in := &Instance{
-		stateDir: stateDir,
-		sockPath: filepath.Join(sockDir, "tpm.sock"),
-		exited:   make(chan struct{}),
-		conn:     make(chan struct{}, 1),
-	}
-	in.cmd = exec.Command(path, "socket", "--tpm2",
-		"--tpmstate", "dir="+stateDir,
-		"--server", "type=unixio,path="+in.sockPath,
-		"--ctrl", "type=unixio,path="+filepath.Join(sockDir, "ctrl.sock"),
-		"--flags", "not-need-init,startup-clear",
-		"--log", "file="+filepath.Join(stateDir, "swtpm.log"),
-	)
-	// A process group of its own keeps a terminal's Ctrl-C from reaching
-	// swtpm before its owner had a chance to stop it in order.
-	in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := in.cmd.Start(); err != nil {
-		os.RemoveAll(sockDir)
-		return nil, fmt.Errorf("start swtpm: %w", err)
-	}
-	go func() {
-		in.waitErr = in.cmd.Wait()
-		os.RemoveAll(sockDir)
-		close(in.exited)
-	}()
-	if err := in.waitReady(ctx); err != nil {
-		in.Stop()
 		return nil, err
 	}
+	in.process = p
 	return in, nil
 }
-
-func (in *Instance) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		c, err := net.Dial("unix", in.sockPath)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		select {
-		case <-in.exited:
-			log, _ := os.ReadFile(filepath.Join(in.stateDir, "swtpm.log"))
-			return fmt.Errorf("swtpm exited during start-up (%v); its log says: %s", in.waitErr, log)
-		case <-ctx.Done():
-			return fmt.Errorf("swtpm did not open %s in time: %w", in.sockPath, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// StateDir is the directory holding the TPM's persistent state.
-func (in *Instance) StateDir() string { return in.stateDir }
 
 // Open connects to the TPM. Only one connection is open at a time: Open
 // blocks until the previous one is closed. Close the returned connection to
@@ -129,18 +77,7 @@ func (in *Instance) Open() (io.ReadWriteCloser, error) {
 
 // Stop terminates swtpm (it saves its state on SIGTERM) and waits for it.
 func (in *Instance) Stop() error {
-	select {
-	case <-in.exited:
-		return nil
-	default:
-	}
-	_ = in.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-in.exited:
-	case <-time.After(5 * time.Second):
-		_ = in.cmd.Process.Kill()
-		<-in.exited
-	}
+	in.stop()
 	return nil
 }
 

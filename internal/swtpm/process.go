@@ -1,0 +1,106 @@
+package swtpm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// stopTimeout is how long Stop gives swtpm to save its state after SIGTERM
+// before it kills it.
+const stopTimeout = 5 * time.Second
+
+// process is one running swtpm, whatever it serves: its state directory,
+// a short private directory for its sockets, and its exit.
+type process struct {
+	stateDir string
+	sockDir  string
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	waitErr  error
+}
+
+// launch starts swtpm on stateDir with the arguments both modes share plus
+// channels(sockDir), the mode's socket arguments, and then waits with ready
+// until the mode's socket is usable. On failure nothing is left running.
+func launch(ctx context.Context, stateDir string, channels func(sockDir string) []string, ready func(context.Context) (bool, error)) (*process, error) {
+	path, err := exec.LookPath(Binary)
+	if err != nil {
+		return nil, fmt.Errorf("swtpm not found in PATH: install it with 'make deps' (Debian package swtpm): %w", err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create swtpm state directory: %w", err)
+	}
+	// Unix socket paths are limited to 108 bytes; test temp dirs can be long,
+	// so the sockets live in a short private directory of their own.
+	sockDir, err := os.MkdirTemp("", "swtpm-")
+	if err != nil {
+		return nil, fmt.Errorf("create swtpm socket directory: %w", err)
+	}
+	p := &process{stateDir: stateDir, sockDir: sockDir, exited: make(chan struct{})}
+	args := append([]string{"socket", "--tpm2", "--tpmstate", "dir=" + stateDir}, channels(sockDir)...)
+	p.cmd = exec.Command(path, append(args, "--log", "file="+filepath.Join(stateDir, "swtpm.log"))...)
+	// SIGTERM when we die lets swtpm save its state; its own process group
+	// keeps a terminal's Ctrl-C from stopping it before its owner does.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := p.cmd.Start(); err != nil {
+		os.RemoveAll(sockDir)
+		return nil, fmt.Errorf("start swtpm: %w", err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		os.RemoveAll(sockDir)
+		close(p.exited)
+	}()
+	if err := p.waitReady(ctx, ready); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *process) waitReady(ctx context.Context, ready func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		ok, err := ready(ctx)
+		if ok {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			log, _ := os.ReadFile(filepath.Join(p.stateDir, "swtpm.log"))
+			return fmt.Errorf("swtpm exited during start-up (%v); its log says: %s", p.waitErr, log)
+		case <-ctx.Done():
+			return fmt.Errorf("swtpm is not ready in time (%v): %w", err, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// StateDir is the directory holding the TPM's persistent state.
+func (p *process) StateDir() string { return p.stateDir }
+
+// stop sends SIGTERM, so that swtpm saves its state, and SIGKILL if it has
+// not exited after stopTimeout; it waits until the process is gone and
+// reports whether it had to kill it.
+func (p *process) stop() (killed bool) {
+	select {
+	case <-p.exited:
+		return false
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return false
+	case <-time.After(stopTimeout):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	return true
+}

@@ -18,11 +18,9 @@ import (
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/cloud/metadata"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/keys"
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
@@ -39,11 +37,10 @@ const (
 // registerNodeServices adds the init service and starts the join client
 // beside it, both wired to this node's TPM, state disk, metadata service
 // and kubeadm. done is called once the node is bootstrapped either way.
-func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, done func()) {
+func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, lock *nodelock.Lock, issuer attestation.Issuer, done func()) {
 	meta := &metadata.Client{BaseURL: metadataURL}
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: runDir, AdminKubeconfig: "/etc/kubernetes/admin.conf"}
 	// One lock and one disk for both paths: the lock's mutex orders them.
-	lock := nodelock.New(cfg.openTPM, &measurelog.Log{Path: cfg.measurementLog})
 	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: statedisk.DefaultFirstBootKey, TmpDir: runDir}
 	log := slogTo(os.Stderr)
 	finish := func() {
@@ -68,11 +65,6 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, don
 	})
 	initpb.RegisterInitServiceServer(srv, init)
 
-	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: cfg.openTPM, FirmwareEventLogPath: cfg.firmwareLog, MeasurementLog: &measurelog.Log{Path: cfg.measurementLog}})
-	if err != nil {
-		log.Error("join client disabled", "error", err)
-		return
-	}
 	go func() {
 		err := joinclient.Run(ctx, joinclient.Config{
 			Metadata:      metadataAdapter{meta},

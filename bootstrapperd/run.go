@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/measurelog"
@@ -65,8 +66,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	ctx, bootstrapped := context.WithCancel(ctx)
 	defer bootstrapped()
-	return serve(ctx, cfg, lis, log, start, func(srv *grpc.Server) {
-		registerNodeServices(ctx, cfg, srv, func() {
+	return serve(ctx, cfg, lis, log, start, func(srv *grpc.Server, issuer attestation.Issuer) {
+		registerNodeServices(ctx, cfg, srv, lock, issuer, func() {
 			log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
 			notify("STATUS=bootstrapped")
 			bootstrapped()
@@ -75,7 +76,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 }
 
 // serve runs the attested-TLS gRPC server on lis until ctx ends.
-func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, start time.Time, register func(*grpc.Server)) error {
+// register adds further services; they get the server's issuer, so that
+// the node attests with one issuer whichever side it is on.
+func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, start time.Time, register func(*grpc.Server, attestation.Issuer)) error {
 	mlog := &measurelog.Log{Path: cfg.measurementLog}
 	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{
 		OpenTPM:              cfg.openTPM,
@@ -92,7 +95,7 @@ func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, 
 	srv := grpc.NewServer(grpc.Creds(creds))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	if register != nil {
-		register(srv)
+		register(srv, issuer)
 	}
 
 	errc := make(chan error, 1)

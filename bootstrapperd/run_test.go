@@ -18,7 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
@@ -42,19 +42,11 @@ func (s *syncBuffer) String() string {
 }
 
 func TestServesAttestedTLSUntilCancelled(t *testing.T) {
-	tpm := swtpmtest.Start(t)
-	ca, err := platformca.New("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rw := swtpmtest.Open(t, tpm)
-	if _, err := ca.ProvisionAK(rw); err != nil {
-		t.Fatal(err)
-	}
-	rw.Close()
+	n := qemutest.NewNode(t)
+	ca := n.CA
 	dir := t.TempDir()
 	cfg := defaultConfig()
-	cfg.openTPM = tpm.Open
+	cfg.openTPM = n.TPM.Open
 	cfg.measurementLog = filepath.Join(dir, "measurements.log")
 	cfg.firmwareLog = filepath.Join(dir, "none")
 	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")

@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +22,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
 )
 
 // env is one attesting node (a provisioned swtpm) and the expected
@@ -38,32 +36,13 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	tpm := swtpmtest.Start(t)
-	ca, err := platformca.New("test platform CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &measurelog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}
-	rw, err := tpm.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ca.ProvisionAK(rw); err != nil {
-		t.Fatal(err)
-	}
-	if err := log.Measure(rw, 11, []byte("enter-initrd"), "initrd: enter-initrd"); err != nil {
-		t.Fatal(err)
-	}
-	rw.Close()
-	iss, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpm.Open, MeasurementLog: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := qemutest.NewNode(t)
+	n.Measure(t, 11, "enter-initrd", "initrd: enter-initrd")
 	zero := make([]byte, 32)
 	d := sha256.Sum256([]byte("enter-initrd"))
 	pcr11 := sha256.Sum256(append(zero, d[:]...))
 	want := measurements.M{4: {Expected: zero}, 9: {Expected: zero}, 11: {Expected: pcr11[:]}, 15: {Expected: zero}}
-	return &env{issuer: iss, ca: ca, want: want}
+	return &env{issuer: n.Issuer, ca: n.CA, want: want}
 }
 
 func (e *env) validator(t testing.TB, m measurements.M) attestation.Validator {

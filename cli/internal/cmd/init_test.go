@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,12 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/atls"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
 )
 
 // fakeNode answers Init like a node: it derives the cluster ID from what it
@@ -70,21 +66,8 @@ func startInitNode(t *testing.T, node *fakeNode) (addr, caPath, measPath string)
 // booting), returning before it is up.
 func startInitNodeAt(t *testing.T, node *fakeNode, addr string, delay time.Duration) (string, string, string) {
 	t.Helper()
-	tpm := swtpmtest.Start(t)
-	ca, err := platformca.New("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rw := swtpmtest.Open(t, tpm)
-	if _, err := ca.ProvisionAK(rw); err != nil {
-		t.Fatal(err)
-	}
-	rw.Close()
-	iss, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpm.Open, MeasurementLog: &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, _ := atls.NewCredentials(atls.Config{Issuer: iss})
+	n := qemutest.NewNode(t)
+	creds, _ := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
 	srv := grpc.NewServer(grpc.Creds(creds))
 	initpb.RegisterInitServiceServer(srv, node)
 	lis, err := net.Listen("tcp", addr)
@@ -106,9 +89,7 @@ func startInitNodeAt(t *testing.T, node *fakeNode, addr string, delay time.Durat
 		go srv.Serve(lis)
 	}
 	t.Cleanup(srv.Stop)
-	dir := t.TempDir()
-	caPath := filepath.Join(dir, "platform-ca.crt")
-	os.WriteFile(caPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}), 0o644)
+	caPath := n.CAFile(t)
 	return addr, caPath, writeMeasurements(t, make([]byte, 32))
 }
 

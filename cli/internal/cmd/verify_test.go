@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,10 +14,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 )
 
 // startNode serves attested TLS from a provisioned swtpm, as bootstrapperd
@@ -26,24 +22,9 @@ import (
 // platform CA certificate file.
 func startNode(t *testing.T) (string, string) {
 	t.Helper()
-	tpm := swtpmtest.Start(t)
-	ca, err := platformca.New("test cloud")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rw := swtpmtest.Open(t, tpm)
-	if _, err := ca.ProvisionAK(rw); err != nil {
-		t.Fatal(err)
-	}
-	log := &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")}
-	if err := log.Measure(rw, 11, []byte("enter-initrd"), "initrd"); err != nil {
-		t.Fatal(err)
-	}
-	rw.Close()
-	iss, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpm.Open, MeasurementLog: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := qemutest.NewNode(t)
+	n.Measure(t, 11, "enter-initrd", "initrd")
+	iss := n.Issuer
 	creds, err := atls.NewCredentials(atls.Config{Issuer: iss})
 	if err != nil {
 		t.Fatal(err)
@@ -55,10 +36,7 @@ func startNode(t *testing.T) (string, string) {
 	}
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	caPath := filepath.Join(t.TempDir(), "platform-ca.crt")
-	if err := os.WriteFile(caPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	caPath := n.CAFile(t)
 	return lis.Addr().String(), caPath
 }
 

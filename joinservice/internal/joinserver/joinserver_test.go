@@ -27,11 +27,9 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
 )
 
 var master = keys.MasterSecret{Key: bytes.Repeat([]byte{1}, 32), Salt: bytes.Repeat([]byte{2}, 32)}
@@ -101,14 +99,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 
-	tpm := swtpmtest.Start(t)
-	pca, _ := platformca.New("test")
-	rw := swtpmtest.Open(t, tpm)
-	if _, err := pca.ProvisionAK(rw); err != nil {
-		t.Fatal(err)
-	}
-	rw.Close()
-	iss, _ := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpm.Open, MeasurementLog: &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")}})
+	node := qemutest.NewNode(t)
+	pca, iss := node.CA, node.Issuer
 	val, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: measurements.M{15: {Expected: make([]byte, 32)}}, PlatformCAs: []*x509.Certificate{pca.Cert}})
 	if err != nil {
 		t.Fatal(err)

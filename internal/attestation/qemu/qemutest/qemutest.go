@@ -1,0 +1,65 @@
+// Package qemutest gives tests an attesting node without a VM: a real swtpm
+// provisioned by a test platform CA, a measurement log, and the QEMU vTPM
+// issuer over both, as the local cloud and a booted node would have them.
+package qemutest
+
+import (
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/swtpm"
+	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+)
+
+// Node is a provisioned vTPM with its issuer.
+type Node struct {
+	TPM    *swtpm.Instance
+	CA     *platformca.CA
+	Log    *measurelog.Log
+	Issuer *vtpm.Issuer
+}
+
+// NewNode starts and provisions a vTPM; it stops when the test ends.
+func NewNode(tb testing.TB) *Node {
+	tb.Helper()
+	n := &Node{TPM: swtpmtest.Start(tb), Log: &measurelog.Log{Path: filepath.Join(tb.TempDir(), "measurements.log")}}
+	var err error
+	if n.CA, err = platformca.New("test platform CA"); err != nil {
+		tb.Fatal(err)
+	}
+	rw := swtpmtest.Open(tb, n.TPM)
+	if _, err := n.CA.ProvisionAK(rw); err != nil {
+		tb.Fatalf("provision AK: %v", err)
+	}
+	rw.Close()
+	if n.Issuer, err = qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: n.TPM.Open, MeasurementLog: n.Log}); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// Measure extends pcr with data, as the node's initrd or lock would.
+func (n *Node) Measure(tb testing.TB, pcr uint32, data, description string) {
+	tb.Helper()
+	rw := swtpmtest.Open(tb, n.TPM)
+	defer rw.Close()
+	if err := n.Log.Measure(rw, pcr, []byte(data), description); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// CAFile writes the platform CA certificate as PEM and returns its path.
+func (n *Node) CAFile(tb testing.TB) string {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), platformca.CertFile)
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: n.CA.Cert.Raw}), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}

@@ -202,13 +202,9 @@ const (
 )
 
 func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Certificate) (credentials.AuthInfo, error) {
-	if err := conn.HandshakeContext(ctx); err != nil {
-		return nil, fmt.Errorf("atls: TLS handshake: %w", err)
-	}
-	state := conn.ConnectionState()
-	exporter, err := state.ExportKeyingMaterial(exporterLabel, nil, 32)
+	state, exporter, err := tlsHandshake(ctx, conn)
 	if err != nil {
-		return nil, fmt.Errorf("atls: %w", err)
+		return nil, err
 	}
 	hello := message{Attests: c.cfg.Issuer != nil}
 	if len(c.cfg.Validators) > 0 {
@@ -258,13 +254,9 @@ func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 }
 
 func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Certificate) (credentials.AuthInfo, error) {
-	if err := conn.HandshakeContext(ctx); err != nil {
-		return nil, fmt.Errorf("atls: TLS handshake: %w", err)
-	}
-	state := conn.ConnectionState()
-	exporter, err := state.ExportKeyingMaterial(exporterLabel, nil, 32)
+	state, exporter, err := tlsHandshake(ctx, conn)
 	if err != nil {
-		return nil, fmt.Errorf("atls: %w", err)
+		return nil, err
 	}
 	hello, err := readMessage(conn)
 	if err != nil {
@@ -311,6 +303,20 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 		return nil, err
 	}
 	return info, nil
+}
+
+// tlsHandshake completes the TLS handshake and returns the connection's
+// state and its exporter secret, which every attestation on it binds.
+func tlsHandshake(ctx context.Context, conn *tls.Conn) (tls.ConnectionState, []byte, error) {
+	if err := conn.HandshakeContext(ctx); err != nil {
+		return tls.ConnectionState{}, nil, fmt.Errorf("atls: TLS handshake: %w", err)
+	}
+	state := conn.ConnectionState()
+	exporter, err := state.ExportKeyingMaterial(exporterLabel, nil, 32)
+	if err != nil {
+		return state, nil, fmt.Errorf("atls: %w", err)
+	}
+	return state, exporter, nil
 }
 
 // attest answers a peer's nonce with an attestation bound to this

@@ -19,6 +19,7 @@ readonly PACKAGES=(
 	erofs-utils fdisk # the read-only root and its GPT in the initrd's VM test
 	mkosi systemd-boot-efi dosfstools mtools cpio busybox-static # 'make image': OS tree, UKI stub, ESP
 	gcc libc6-dev libseccomp-dev iptables nftables jq # 'make components': runc and flanneld (cgo), iptables/nft in images
+	systemd          # systemd-measure: the PCR 11 prediction is checked against it
 	git ca-certificates make
 )
 

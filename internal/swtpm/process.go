@@ -27,7 +27,7 @@ type process struct {
 // launch starts swtpm on stateDir with the arguments both modes share plus
 // channels(sockDir), the mode's socket arguments, and then waits with ready
 // until the mode's socket is usable. On failure nothing is left running.
-func launch(ctx context.Context, stateDir string, channels func(sockDir string) []string, ready func(context.Context) (bool, error)) (*process, error) {
+func launch(ctx context.Context, stateDir string, channels func(sockDir string) []string, ready func(pid int) (bool, error)) (*process, error) {
 	path, err := exec.LookPath(Binary)
 	if err != nil {
 		return nil, fmt.Errorf("swtpm not found in PATH: install it with 'make deps' (Debian package swtpm): %w", err)
@@ -63,11 +63,11 @@ func launch(ctx context.Context, stateDir string, channels func(sockDir string) 
 	return p, nil
 }
 
-func (p *process) waitReady(ctx context.Context, ready func(context.Context) (bool, error)) error {
+func (p *process) waitReady(ctx context.Context, ready func(pid int) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
-		ok, err := ready(ctx)
+		ok, err := ready(p.cmd.Process.Pid)
 		if ok {
 			return nil
 		}

@@ -37,10 +37,10 @@ func StartForQEMU(ctx context.Context, stateDir string) (*QEMUInstance, error) {
 	p, err := launch(ctx, stateDir, func(sockDir string) []string {
 		in.ctrl = filepath.Join(sockDir, "ctrl.sock")
 		return []string{"--ctrl", "type=unixio,path=" + in.ctrl}
-	}, func(context.Context) (bool, error) {
+	}, func(pid int) (bool, error) {
 		// Only look, never connect: swtpm serves a single control
 		// connection, and that one is QEMU's.
-		return listening(in.ctrl)
+		return listening(pid, in.ctrl)
 	})
 	if err != nil {
 		return nil, err
@@ -88,11 +88,13 @@ func (in *QEMUInstance) Stop() error {
 	return nil
 }
 
-// listening reports whether a Unix socket at path accepts connections,
-// from /proc/net/unix: the socket file appears at bind(), before listen(),
-// and a client that connects in between is refused.
-func listening(path string) (bool, error) {
-	raw, err := os.ReadFile("/proc/net/unix")
+// listening reports whether process pid's Unix socket at path accepts
+// connections, from the socket table of pid's network namespace: the
+// socket file appears at bind(), before listen(), and a client that
+// connects in between is refused. (Not /proc/self/net: that is the network
+// namespace of this process's main thread, which need not be swtpm's.)
+func listening(pid int, path string) (bool, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/unix", pid))
 	if err != nil {
 		return false, err
 	}

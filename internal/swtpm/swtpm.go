@@ -43,7 +43,7 @@ func Start(ctx context.Context, stateDir string) (*Instance, error) {
 			"--ctrl", "type=unixio,path=" + filepath.Join(sockDir, "ctrl.sock"),
 			"--flags", "not-need-init,startup-clear",
 		}
-	}, func(context.Context) (bool, error) {
+	}, func(int) (bool, error) {
 		c, err := net.Dial("unix", in.sockPath)
 		if err != nil {
 			return false, err

@@ -61,6 +61,7 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 		Journal:      journal,
 		ResultPath:   filepath.Join(stateDir, "init-result.json"),
 		Bootstrapped: finish,
+		Status:       func(s string) { notify("STATUS=" + s) },
 		Logger:       log,
 	})
 	initpb.RegisterInitServiceServer(srv, init)
@@ -134,6 +135,8 @@ func (j *joiner) Join(ctx context.Context, p joinclient.JoinParams, out io.Write
 		CACertHash: p.CACertHash, ControlPlane: p.ControlPlane,
 	}, out)
 }
+
+func (j *joiner) Reset(ctx context.Context, out io.Writer) error { return j.tool.Reset(ctx, out) }
 
 // cluster runs kubeadm for the init server with this node's name and
 // address from the metadata service.

@@ -10,6 +10,7 @@ package nodelock
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -75,6 +76,32 @@ func (l *Lock) IsLocked() (bool, error) {
 	}
 	defer rw.Close()
 	return isLocked(rw)
+}
+
+// LockedTo reports whether the node is locked to exactly clusterID: PCR 15
+// holds the one value a single TryLock(clusterID) after boot gives. A
+// join that took the lock and then failed (kubeadm, a dropped ticket)
+// uses it to tell its own earlier lock from someone else's.
+func (l *Lock) LockedTo(clusterID []byte) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rw, err := l.openTPM()
+	if err != nil {
+		return false, fmt.Errorf("node lock: open TPM: %w", err)
+	}
+	defer rw.Close()
+	v, err := tpm2.ReadPCR(rw, PCR, tpm2.AlgSHA256)
+	if err != nil {
+		return false, fmt.Errorf("node lock: read PCR %d: %w", PCR, err)
+	}
+	return bytes.Equal(v, Expected(clusterID)), nil
+}
+
+// Expected is PCR 15's SHA-256 value on a node locked to clusterID.
+func Expected(clusterID []byte) []byte {
+	data := sha256.Sum256(clusterID)
+	pcr := sha256.Sum256(append(make([]byte, sha256.Size), data[:]...))
+	return pcr[:]
 }
 
 func isLocked(rw io.ReadWriter) (bool, error) {

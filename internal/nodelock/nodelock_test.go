@@ -91,3 +91,29 @@ func TestFreshNodeIsUnlocked(t *testing.T) {
 		t.Fatal("empty cluster ID accepted")
 	}
 }
+
+func TestLockedToTellsOwnLockFromAnothers(t *testing.T) {
+	tpm := swtpmtest.Start(t)
+	lock := nodelock.New(tpm.Open, &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
+	mine, theirs := []byte("cluster mine"), []byte("cluster theirs")
+	if ok, err := lock.LockedTo(mine); err != nil || ok {
+		t.Fatalf("LockedTo on a fresh TPM = %v, %v; want false", ok, err)
+	}
+	if ok, err := lock.TryLock(mine); err != nil || !ok {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	// A restarted daemon, or a retried join, sees its own lock.
+	again := nodelock.New(tpm.Open, &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
+	if ok, err := again.LockedTo(mine); err != nil || !ok {
+		t.Fatalf("LockedTo(own cluster) = %v, %v; want true", ok, err)
+	}
+	if ok, err := again.LockedTo(theirs); err != nil || ok {
+		t.Fatalf("LockedTo(other cluster) = %v, %v; want false", ok, err)
+	}
+	rw := swtpmtest.Open(t, tpm)
+	got, err := tpm2.ReadPCR(rw, 15, tpm2.AlgSHA256)
+	rw.Close()
+	if err != nil || !bytes.Equal(got, nodelock.Expected(mine)) {
+		t.Fatalf("PCR 15 = %x (%v), Expected = %x", got, err, nodelock.Expected(mine))
+	}
+}

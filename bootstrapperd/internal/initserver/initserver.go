@@ -83,7 +83,11 @@ type Config struct {
 	// Bootstrapped is called once the node is the first node of a
 	// cluster.
 	Bootstrapped func()
-	Logger       *slog.Logger
+	// Status reports the phase to systemd (STATUS=), so that
+	// 'systemctl status bootstrapperd' shows where an init stands; nil
+	// ignores it.
+	Status func(string)
+	Logger *slog.Logger
 }
 
 // Server implements initpb.InitServiceServer.
@@ -103,6 +107,12 @@ func New(cfg Config) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: cfg, log: log.With("component", "initserver")}
+}
+
+func (s *Server) status(msg string) {
+	if s.cfg.Status != nil {
+		s.cfg.Status(msg)
+	}
 }
 
 // job is an init in progress or done. Events go to whoever watches; a
@@ -237,10 +247,12 @@ func (s *Server) run(j *job, req *initpb.InitRequest, ms keys.MasterSecret) {
 	log := s.log.With("clusterID", hex.EncodeToString(j.clusterID))
 	phase := func(name, msg string) {
 		log.Info(msg, "phase", name, "elapsed", time.Since(start).Round(time.Millisecond))
+		s.status("init: " + msg)
 		j.emit(progress(name, msg))
 	}
 	fail := func(what string, err error) {
 		log.Error("init failed", "phase", what, "error", err)
+		s.status("init failed: " + what)
 		var journal []byte
 		if s.cfg.Journal != nil {
 			journal, _ = s.cfg.Journal(ctx)

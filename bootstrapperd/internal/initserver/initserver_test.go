@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +81,15 @@ type env struct {
 	client       initpb.InitServiceClient
 	resultPath   string
 	bootstrapped chan struct{}
+
+	statusMu sync.Mutex
+	statuses []string
+}
+
+func (e *env) statusLines() []string {
+	e.statusMu.Lock()
+	defer e.statusMu.Unlock()
+	return slices.Clone(e.statuses)
 }
 
 const initSecret = "the-init-secret"
@@ -107,6 +117,11 @@ func newEnv(t *testing.T) *env {
 		Journal:      func(context.Context) ([]byte, error) { return []byte("journal lines\n"), nil },
 		ResultPath:   e.resultPath,
 		Bootstrapped: func() { e.bootstrapped <- struct{}{} },
+		Status: func(s string) {
+			e.statusMu.Lock()
+			defer e.statusMu.Unlock()
+			e.statuses = append(e.statuses, s)
+		},
 	})
 	g := grpc.NewServer()
 	initpb.RegisterInitServiceServer(g, srv)
@@ -261,6 +276,10 @@ func TestInitSucceedsAndIsIdempotentForItsOwner(t *testing.T) {
 	if e.cluster.inits != 1 || len(e.cluster.stored) != 1 {
 		t.Fatalf("kubeadm ran %d times, secret stored %d times; want 1 and 1", e.cluster.inits, len(e.cluster.stored))
 	}
+	// systemd hears of every phase, so 'systemctl status' shows it.
+	if got := strings.Join(e.statusLines(), "|"); !strings.Contains(got, "init: running kubeadm init") || !strings.Contains(got, "init: storing the master secret") {
+		t.Fatalf("statuses told systemd: %q", got)
+	}
 	if st, err := os.Stat(e.resultPath); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("result file: %v, %v", st, err)
 	}
@@ -301,6 +320,9 @@ func TestKubeadmFailureReportsJournal(t *testing.T) {
 	f := msgs[len(msgs)-1].GetFailed()
 	if f == nil || !strings.Contains(f.GetErrorMessage(), "run kubeadm init: exit status 1") || string(f.GetJournal()) != "journal lines\n" {
 		t.Fatalf("final message %v, want a failure with the journal", msgs[len(msgs)-1])
+	}
+	if st := e.statusLines(); len(st) == 0 || st[len(st)-1] != "init failed: run kubeadm init" {
+		t.Fatalf("last status told systemd: %q, want the failed step", st)
 	}
 	var sawLog bool
 	for _, m := range msgs {

@@ -50,6 +50,9 @@ type Dialer func(ctx context.Context, addr string) (joinpb.JoinServiceClient, io
 // Locker is the node lock.
 type Locker interface {
 	TryLock(clusterID []byte) (bool, error)
+	// LockedTo reports whether the node is locked to clusterID already,
+	// by an earlier attempt of this join.
+	LockedTo(clusterID []byte) (bool, error)
 }
 
 // StateDisk is the node's state disk.
@@ -61,6 +64,9 @@ type StateDisk interface {
 // Joiner runs kubeadm join.
 type Joiner interface {
 	Join(ctx context.Context, p JoinParams, out io.Writer) error
+	// Reset undoes what a failed kubeadm join left behind, so that the
+	// next attempt starts clean.
+	Reset(ctx context.Context, out io.Writer) error
 }
 
 // JoinParams are what kubeadm join needs.
@@ -157,7 +163,7 @@ func joinOnce(ctx context.Context, cfg Config, log *slog.Logger, status func(str
 			continue
 		}
 		log.Info("got a join ticket", "phase", "join", "peer", addr)
-		return apply(ctx, cfg, log, self, key, ticket)
+		return apply(ctx, cfg, log, status, self, key, ticket)
 	}
 	return lastErr
 }
@@ -174,7 +180,7 @@ func requestTicket(ctx context.Context, dial Dialer, addr string, req *joinpb.Is
 }
 
 // apply uses a ticket: lock, re-key, files, kubeadm join.
-func apply(ctx context.Context, cfg Config, log *slog.Logger, self Instance, key []byte, t *joinpb.IssueJoinTicketResponse) error {
+func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string), self Instance, key []byte, t *joinpb.IssueJoinTicketResponse) error {
 	clusterID, err := keys.ClusterID(t.GetMeasurementSecret(), t.GetMeasurementSalt())
 	if err != nil {
 		return fmt.Errorf("join ticket: %w", err)
@@ -189,10 +195,25 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, self Instance, key
 	if err != nil {
 		return fmt.Errorf("take the node lock: %w", err)
 	}
-	if !locked {
-		return ErrLockLost
+	if locked {
+		log.Info("node locked to the cluster", "phase", "lock", "clusterID", fmt.Sprintf("%x", clusterID))
+	} else {
+		// The lock is taken. If an earlier attempt of ours took it for
+		// this very cluster and failed later on, finish the job: the node
+		// can belong to no other cluster until it reboots anyway.
+		mine, err := cfg.Lock.LockedTo(clusterID)
+		if err != nil {
+			return fmt.Errorf("read the node lock: %w", err)
+		}
+		if !mine {
+			return ErrLockLost
+		}
+		log.Info("node already locked to this cluster by an earlier attempt; cleaning up and joining again", "phase", "lock", "clusterID", fmt.Sprintf("%x", clusterID))
+		status("retrying the join: kubeadm reset")
+		if err := cfg.Joiner.Reset(ctx, os.Stderr); err != nil {
+			return fmt.Errorf("clean up the failed join (kubeadm reset): %w", err)
+		}
 	}
-	log.Info("node locked to the cluster", "phase", "lock", "clusterID", fmt.Sprintf("%x", clusterID))
 	if err := cfg.Disk.Rekey(ctx, t.GetStateDiskKey()); err != nil {
 		return fmt.Errorf("re-key the state disk: %w", err)
 	}
@@ -212,6 +233,7 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, self Instance, key
 		}
 	}
 	log.Info("running kubeadm join", "phase", "kubeadm-join", "endpoint", t.GetApiServerEndpoint())
+	status("running kubeadm join against " + t.GetApiServerEndpoint())
 	return cfg.Joiner.Join(ctx, JoinParams{
 		NodeName: self.Name, NodeIP: self.IP, Endpoint: t.GetApiServerEndpoint(), Token: t.GetToken(),
 		CACertHash: t.GetDiscoveryTokenCaCertHash(), ControlPlane: self.Role == "control-plane",

@@ -54,6 +54,8 @@ func (l *lock) TryLock(id []byte) (bool, error) {
 	return true, nil
 }
 
+func (l *lock) LockedTo(id []byte) (bool, error) { return !l.free && bytes.Equal(l.id, id), nil }
+
 type disk struct{ key []byte }
 
 func (d *disk) UUID(context.Context) (string, error) {
@@ -61,9 +63,22 @@ func (d *disk) UUID(context.Context) (string, error) {
 }
 func (d *disk) Rekey(_ context.Context, k []byte) error { d.key = k; return nil }
 
-type joiner struct{ p *JoinParams }
+type joiner struct {
+	p      *JoinParams
+	fail   int // fail this many joins first
+	resets int
+}
 
-func (j *joiner) Join(_ context.Context, p JoinParams, _ io.Writer) error { j.p = &p; return nil }
+func (j *joiner) Join(_ context.Context, p JoinParams, _ io.Writer) error {
+	if j.fail > 0 {
+		j.fail--
+		return errors.New("kubeadm join: exit status 1")
+	}
+	j.p = &p
+	return nil
+}
+
+func (j *joiner) Reset(context.Context, io.Writer) error { j.resets++; return nil }
 
 func ticket() *joinpb.IssueJoinTicketResponse {
 	return &joinpb.IssueJoinTicketResponse{
@@ -154,5 +169,31 @@ func TestControlPlaneFilesStayInPKIDir(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(cfg.PKIDir, "etcd", "ca.crt")); !strings.HasPrefix(string(got), "ok") {
 		t.Fatal("the control-plane file was not written")
+	}
+}
+
+func TestJoinRetriedAfterLockTakenFinishes(t *testing.T) {
+	cfg, _, l, d, j := setup(t, "worker", ticket(), false)
+	j.fail = 1
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatalf("a join that failed after taking the lock did not finish on retry: %v", err)
+	}
+	wantID, _ := keys.ClusterID(bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{6}, 32))
+	if !bytes.Equal(l.id, wantID) || j.p == nil || !bytes.Equal(d.key, bytes.Repeat([]byte{5}, 32)) {
+		t.Fatalf("lock %x (want %x), joined %v", l.id, wantID, j.p != nil)
+	}
+	if j.resets != 1 {
+		t.Fatalf("kubeadm reset ran %d times before the retry, want 1", j.resets)
+	}
+}
+
+func TestJoinLockedToAnotherClusterStops(t *testing.T) {
+	cfg, _, l, _, j := setup(t, "worker", ticket(), false)
+	l.free, l.id = false, []byte("another cluster")
+	if err := Run(context.Background(), cfg); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("err = %v, want ErrLockLost", err)
+	}
+	if j.resets != 0 || j.p != nil {
+		t.Fatal("a node locked to another cluster was reset or joined")
 	}
 }

@@ -87,6 +87,12 @@ func (t *Tool) Join(ctx context.Context, p JoinParams, out io.Writer) error {
 	return t.Runner.Run(ctx, "kubeadm", []string{"join", "--config", path}, nil, out)
 }
 
+// Reset undoes a failed kubeadm join (files in /etc/kubernetes, the
+// kubelet's state, containers it started) so a retry passes the preflight.
+func (t *Tool) Reset(ctx context.Context, out io.Writer) error {
+	return t.Runner.Run(ctx, "kubeadm", []string{"reset", "--force"}, nil, out)
+}
+
 func (t *Tool) writeConfig(name string, data []byte) (string, error) {
 	if err := os.MkdirAll(t.ConfigDir, 0o700); err != nil {
 		return "", err

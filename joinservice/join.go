@@ -88,7 +88,14 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	creds, err := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{validator}})
+	creds, err := atls.NewCredentials(atls.Config{
+		Validators: []attestation.Validator{validator},
+		// The error names each PCR that differs and what the node's logs
+		// say was measured into it.
+		OnPeerRejected: func(peer net.Addr, err error) {
+			log.Warn("refused a node: its attestation does not match the cluster's measurements", "peer", peer.String(), "error", err.Error())
+		},
+	})
 	if err != nil {
 		return err
 	}

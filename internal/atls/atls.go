@@ -62,6 +62,11 @@ type Config struct {
 	// HandshakeTimeout applies when the context has no deadline (and on
 	// the server side, always). Zero means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// OnPeerRejected, if set, hears of every client whose attestation
+	// this server refused. gRPC drops failed handshakes silently, and an
+	// operator needs to see which node was turned away and why (the
+	// error names the PCRs that differ).
+	OnPeerRejected func(peer net.Addr, err error)
 }
 
 // NewCredentials returns transport credentials for grpc.NewServer (with
@@ -294,6 +299,9 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 	if reply.Nonce != nil {
 		v, err := c.validate(ctx, finish, reply.Nonce, exporter, state)
 		if err != nil {
+			if c.cfg.OnPeerRejected != nil {
+				c.cfg.OnPeerRejected(conn.RemoteAddr(), err)
+			}
 			_ = writeMessage(conn, message{Error: truncate("attestation rejected: " + err.Error())})
 			return nil, fmt.Errorf("atls: client's attestation rejected: %w", err)
 		}

@@ -136,13 +136,26 @@ func TestWrongMeasurementsRefused(t *testing.T) {
 		}
 	})
 	t.Run("client attests", func(t *testing.T) {
-		addr, seen := serve(t, atls.Config{Validators: []attestation.Validator{e.validator(t, wrongPCR(e.want))}})
+		rejected := make(chan error, 10)
+		addr, seen := serve(t, atls.Config{
+			Validators:     []attestation.Validator{e.validator(t, wrongPCR(e.want))},
+			OnPeerRejected: func(_ net.Addr, err error) { rejected <- err },
+		})
 		err := call(t, addr, atls.Config{Issuer: e.issuer})
 		if err == nil || !strings.Contains(err.Error(), "PCR 4 mismatch") {
 			t.Fatalf("err = %v, want the server's PCR 4 mismatch passed to the client", err)
 		}
 		if len(seen) != 0 {
 			t.Fatal("a refused client reached the RPC handler")
+		}
+		// The server's operator hears of it too, with the PCR that differs.
+		select {
+		case err := <-rejected:
+			if !strings.Contains(err.Error(), "PCR 4 mismatch") {
+				t.Fatalf("OnPeerRejected got %v, want the PCR 4 mismatch", err)
+			}
+		default:
+			t.Fatal("OnPeerRejected was not called for a refused client")
 		}
 	})
 }

@@ -81,8 +81,13 @@ type Config struct {
 	// disk), so a retry by the same owner gets it again.
 	ResultPath string
 	// Bootstrapped is called once the node is the first node of a
-	// cluster.
+	// cluster and the owner has the result: bootstrapperd stops then, so
+	// an owner whose connection dropped must get the result first.
 	Bootstrapped func()
+	// HandOverGrace is how long a finished init waits for its owner to
+	// come back for the result before Bootstrapped is called anyway; zero
+	// means 10 minutes.
+	HandOverGrace time.Duration
 	// Status reports the phase to systemd (STATUS=), so that
 	// 'systemctl status bootstrapperd' shows where an init stands; nil
 	// ignores it.
@@ -121,6 +126,8 @@ type job struct {
 	clusterID []byte
 	done      chan struct{}
 	result    *initpb.InitResponse // final message, set before done closes
+	delivered chan struct{}        // closed once an owner was sent a success
+	deliver   sync.Once
 
 	mu       sync.Mutex
 	watchers []chan *initpb.InitResponse
@@ -190,7 +197,13 @@ func (s *Server) Init(req *initpb.InitRequest, stream initpb.InitService_InitSer
 					drained = true
 				}
 			}
-			return stream.Send(j.result)
+			if err := stream.Send(j.result); err != nil {
+				return err
+			}
+			if j.result.GetDone() != nil {
+				j.deliver.Do(func() { close(j.delivered) })
+			}
+			return nil
 		case <-ctx.Done():
 			// The owner went away; the job goes on and a retry attaches.
 			return ctx.Err()
@@ -206,7 +219,7 @@ func (s *Server) startOrAttach(req *initpb.InitRequest, ms keys.MasterSecret, cl
 	defer s.mu.Unlock()
 	if s.job == nil {
 		if r, ok := s.loadResult(); ok {
-			s.job = &job{clusterID: r.ClusterID, done: make(chan struct{}), result: done(r.Kubeconfig, r.ClusterID)}
+			s.job = &job{clusterID: r.ClusterID, done: make(chan struct{}), delivered: make(chan struct{}), result: done(r.Kubeconfig, r.ClusterID)}
 			close(s.job.done)
 		}
 	}
@@ -224,7 +237,7 @@ func (s *Server) startOrAttach(req *initpb.InitRequest, ms keys.MasterSecret, cl
 	if !locked {
 		return nil, nil, status.Error(codes.FailedPrecondition, "this node already belongs to a cluster (it joined one or was initialised): create a new VM to start another cluster")
 	}
-	j := &job{clusterID: clusterID, done: make(chan struct{})}
+	j := &job{clusterID: clusterID, done: make(chan struct{}), delivered: make(chan struct{})}
 	s.job = j
 	events := j.watch()
 	go s.run(j, req, ms)
@@ -306,6 +319,15 @@ func (s *Server) run(j *job, req *initpb.InitRequest, ms keys.MasterSecret) {
 	log.Info("bootstrapped", "phase", "done", "duration", time.Since(start).Round(time.Second))
 	j.result = done(kubeconfig, j.clusterID)
 	close(j.done)
+	grace := s.cfg.HandOverGrace
+	if grace == 0 {
+		grace = 10 * time.Minute
+	}
+	select {
+	case <-j.delivered:
+	case <-time.After(grace):
+		log.Warn("the owner did not come back for the init result; stopping anyway (the kubeconfig stays on the node in /etc/kubernetes/admin.conf)", "phase", "done", "waited", grace)
+	}
 	if s.cfg.Bootstrapped != nil {
 		s.cfg.Bootstrapped()
 	}

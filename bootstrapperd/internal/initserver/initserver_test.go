@@ -94,7 +94,7 @@ func (e *env) statusLines() []string {
 
 const initSecret = "the-init-secret"
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, tweaks ...func(*Config)) *env {
 	t.Helper()
 	e := &env{tpm: swtpmtest.Start(t), disk: &fakeDisk{}, cluster: &fakeCluster{}, bootstrapped: make(chan struct{}, 1)}
 	dir := t.TempDir()
@@ -103,7 +103,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Config{
+	cfg := Config{
 		Lock:           nodelock.New(e.tpm.Open, &measurelog.Log{Path: filepath.Join(dir, "m.log")}),
 		Disk:           e.disk,
 		Cluster:        e.cluster,
@@ -122,7 +122,11 @@ func newEnv(t *testing.T) *env {
 			defer e.statusMu.Unlock()
 			e.statuses = append(e.statuses, s)
 		},
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	srv := New(cfg)
 	g := grpc.NewServer()
 	initpb.RegisterInitServiceServer(g, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -332,5 +336,58 @@ func TestKubeadmFailureReportsJournal(t *testing.T) {
 	}
 	if !sawLog {
 		t.Error("kubeadm output was not streamed")
+	}
+}
+
+// An owner whose connection dropped must find the daemon still there to
+// hand over the result: bootstrapperd stops when Bootstrapped is called.
+func TestFinishedInitWaitsForItsOwner(t *testing.T) {
+	e := newEnv(t)
+	req := request(1)
+	e.cluster.release = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := e.client.Init(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	close(e.cluster.release) // kubeadm finishes with nobody watching
+	select {
+	case <-e.bootstrapped:
+		t.Fatal("the daemon was told to stop before the owner had the result")
+	case <-time.After(300 * time.Millisecond):
+	}
+	msgs, err := e.collect(context.Background(), req)
+	if err != nil || msgs[len(msgs)-1].GetDone() == nil {
+		t.Fatalf("retry: %v", err)
+	}
+	select {
+	case <-e.bootstrapped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not bootstrapped after the owner got the result")
+	}
+}
+
+func TestFinishedInitStopsAfterGrace(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.HandOverGrace = 50 * time.Millisecond })
+	req := request(1)
+	e.cluster.release = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := e.client.Init(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	close(e.cluster.release)
+	select {
+	case <-e.bootstrapped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an init nobody came back for never let the daemon stop")
 	}
 }

@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -333,6 +335,28 @@ func writeJSON(path string, v any) error {
 	return os.Rename(tmp, path)
 }
 
+// kubeAPIPort is the API server's port on nodes (a variable for tests).
+var kubeAPIPort = "6443"
+
+// kubeAPIAnswers reports whether a TLS server listens on the Kubernetes
+// API port of the node at addr. It is a hint for an error message, not
+// trust: the certificate is not checked and nothing is sent.
+func kubeAPIAnswers(ctx context.Context, addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // presence check only
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, kubeAPIPort))
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
 // waitForNode waits until the node at addr accepts connections and then
 // checks its attestation once. A node that is not up yet is waited for; a
 // node whose attestation is rejected fails at once, since waiting cannot
@@ -355,6 +379,12 @@ func waitForNode(ctx context.Context, out io.Writer, addr string, creds credenti
 			if errors.As(err, &rejected) {
 				return fmt.Errorf("the node at %s is not running the expected image: %w", addr, rejected.Err)
 			}
+		} else if errors.Is(err, syscall.ECONNREFUSED) && kubeAPIAnswers(ctx, addr) {
+			// bootstrapperd stops for good once its node belongs to a
+			// cluster, so a refused port alone looks like a node still
+			// booting; an API server beside it tells the two apart.
+			return fmt.Errorf("the node at %s already belongs to a cluster: its Kubernetes API server answers and its bootstrapper has stopped. "+
+				"Use the kubeconfig of the init that set it up; to start another cluster, create new VMs ('orrery mini down', then 'orrery mini up')", addr)
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("the node at %s did not answer in time: %v", addr, err)

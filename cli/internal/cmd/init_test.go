@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,5 +209,38 @@ func TestInitErrors(t *testing.T) {
 				t.Error("a failed init wrote a kubeconfig")
 			}
 		})
+	}
+}
+
+// A node that belongs to a cluster has stopped its bootstrapper: init
+// says so instead of waiting for a node that seems to boot.
+func TestInitOnInitialisedNode(t *testing.T) {
+	api := httptest.NewTLSServer(http.NotFoundHandler())
+	defer api.Close()
+	_, apiPort, _ := net.SplitHostPort(api.Listener.Addr().String())
+	old := kubeAPIPort
+	kubeAPIPort = apiPort
+	defer func() { kubeAPIPort = old }()
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	lis.Close()
+	_, caPath, measPath := startInitNode(t, &fakeNode{})
+	dir := t.TempDir()
+	secretPath := filepath.Join(dir, "init-secret")
+	os.WriteFile(secretPath, []byte("s3cret"), 0o600)
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := Execute(context.Background(), []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", closed,
+		"--measurements", measPath, "--platform-ca", caPath, "--init-secret-file", secretPath,
+		"--out-dir", filepath.Join(dir, "out"), "--timeout", "30s", "--skip-services"}, &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "already belongs to a cluster") {
+		t.Fatalf("init: exit %d, stderr %q; want 'already belongs to a cluster'", code, stderr.String())
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Fatalf("init took %s to notice; it should not wait for its timeout", time.Since(start))
 	}
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // qemuArgs is QEMU's command line (without the binary) for cfg, whose
-// defaults are set, with the vTPM's control socket and the QMP socket.
-func qemuArgs(cfg Config, tpmCtrl, qmpSocket string) []string {
+// defaults are set, with the vTPM's control socket, the QMP socket and the
+// serial console's socket.
+func qemuArgs(cfg Config, tpmCtrl, qmpSocket, serialSocket string) []string {
 	args := []string{
 		"-name", opt(cfg.Name),
 		"-machine", "q35",
@@ -18,7 +19,12 @@ func qemuArgs(cfg Config, tpmCtrl, qmpSocket string) []string {
 		// Nothing QEMU would add by itself (monitor, NIC, VGA, ...) and no
 		// window: every device is listed below.
 		"-nodefaults", "-no-user-config", "-nographic",
-		"-chardev", "file,id=serial0,path=" + opt(filepath.Join(cfg.Dir, SerialFile)),
+		// A socket for a client that types into the console (a debug
+		// image's root shell), and a log of everything the guest writes:
+		// QEMU logs a write also when the socket refuses it for want of a
+		// client (checked with QEMU 7.2), so the log is whole.
+		"-chardev", "socket,id=serial0,server=on,wait=off,path=" + opt(serialSocket) +
+			",logfile=" + opt(filepath.Join(cfg.Dir, SerialFile)),
 		"-serial", "chardev:serial0",
 		"-chardev", "socket,id=qmp,server=on,wait=off,path=" + opt(qmpSocket),
 		"-mon", "chardev=qmp,mode=control",

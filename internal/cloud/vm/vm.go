@@ -1,7 +1,7 @@
 // Package vm runs one VM of the local cloud: a QEMU process with a vTPM
 // (swtpm), a copy-on-write disk over the node image, a blank state disk,
-// its own UEFI variable store, and a serial console log, all in the VM's
-// own directory, controlled through QMP.
+// its own UEFI variable store, and a serial console (a socket to type into
+// and a log), all in the VM's own directory, controlled through QMP.
 //
 // The harness provisions the vTPM before the VM's first boot (the
 // attestation key and its certificate), as a cloud provider does; QEMU
@@ -46,13 +46,14 @@ const QEMUBinary = "qemu-system-x86_64"
 // Names of the files in a VM's directory. Logs end in .log, so that a
 // cleanup that keeps logs can tell them apart.
 const (
-	OverlayFile = "disk.qcow2"  // copy-on-write overlay of Config.Image
-	StateFile   = "state.qcow2" // the blank state disk
-	VarsFile    = "efivars.fd"  // the VM's copy of the UEFI variable store
-	TPMDir      = "tpm"         // swtpm's state (and its log, swtpm.log)
-	SerialFile  = "serial.log"  // the guest's serial console
-	QEMULogFile = "qemu.log"    // QEMU's own output, with each command line
-	QMPSocket   = "qmp.sock"    // QMP, if the path fits a Unix socket address
+	OverlayFile  = "disk.qcow2"  // copy-on-write overlay of Config.Image
+	StateFile    = "state.qcow2" // the blank state disk
+	VarsFile     = "efivars.fd"  // the VM's copy of the UEFI variable store
+	TPMDir       = "tpm"         // swtpm's state (and its log, swtpm.log)
+	SerialFile   = "serial.log"  // the guest's serial console
+	SerialSocket = "serial.sock" // the same console to type into, beside QMPSocket
+	QEMULogFile  = "qemu.log"    // QEMU's own output, with each command line
+	QMPSocket    = "qmp.sock"    // QMP, if the path fits a Unix socket address
 
 	provisionLogFile = "swtpm-provision.log"
 	// permanentStateFile is what swtpm writes once a TPM exists: its
@@ -69,7 +70,7 @@ type Config struct {
 	// Name names the VM in QEMU (process title, QMP) and in errors.
 	Name string
 	// Dir is the VM's own directory, created if missing: overlay disk,
-	// state disk, UEFI variables, TPM state, logs and QMP socket. Files left
+	// state disk, UEFI variables, TPM state, logs and sockets. Files left
 	// by an earlier start are reused, so a restart keeps the VM's disks and
 	// TPM, as a reboot would.
 	Dir string
@@ -132,11 +133,12 @@ func DefaultFirmware() Firmware {
 
 // VM is a running (or ended) VM.
 type VM struct {
-	cfg     Config
-	qmpPath string
-	sockDir string // a short directory for the QMP socket, if Dir is too long
-	cmd     *exec.Cmd
-	tpm     *swtpm.QEMUInstance
+	cfg        Config
+	qmpPath    string
+	serialPath string // the serial console's socket
+	sockDir    string // a short directory for the sockets, if Dir is too long
+	cmd        *exec.Cmd
+	tpm        *swtpm.QEMUInstance
 
 	mu     sync.Mutex
 	qmp    *qmp.Client // set once connected
@@ -183,16 +185,22 @@ func Start(ctx context.Context, cfg Config) (_ *VM, err error) {
 	}
 
 	v := &VM{cfg: cfg, exited: make(chan struct{})}
-	v.qmpPath = filepath.Join(cfg.Dir, QMPSocket)
-	if len(v.qmpPath) >= maxSocketPath {
-		// Unix socket paths are limited to 108 bytes.
+	sockDir := cfg.Dir
+	if len(filepath.Join(sockDir, SerialSocket)) >= maxSocketPath || len(filepath.Join(sockDir, QMPSocket)) >= maxSocketPath {
+		// Unix socket paths are limited to 108 bytes: both sockets move
+		// to a short directory, so that they are found together.
 		if v.sockDir, err = os.MkdirTemp("", "orrery-vm-"); err != nil {
-			return nil, fmt.Errorf("create QMP socket directory: %w", err)
+			return nil, fmt.Errorf("create socket directory: %w", err)
 		}
-		v.qmpPath = filepath.Join(v.sockDir, QMPSocket)
+		sockDir = v.sockDir
 	}
-	undo = append(undo, v.removeSocket)
-	v.removeSocket() // a stale socket of a crashed run
+	v.qmpPath = filepath.Join(sockDir, QMPSocket)
+	v.serialPath = filepath.Join(sockDir, SerialSocket)
+	undo = append(undo, v.removeSockets)
+	// Stale sockets of a crashed run would keep QEMU from binding; only
+	// the sockets, not the fresh directory they may be in.
+	os.Remove(v.qmpPath)
+	os.Remove(v.serialPath)
 
 	v.tpm, err = swtpm.StartForQEMU(ctx, filepath.Join(cfg.Dir, TPMDir))
 	if err != nil {
@@ -360,7 +368,7 @@ func provisionTPM(ctx context.Context, cfg Config, created func(string)) (err er
 
 func (v *VM) startQEMU(qemuPath string) error {
 	argv := append(append([]string{}, v.cfg.ExecPrefix...), qemuPath)
-	argv = append(argv, qemuArgs(v.cfg, v.tpm.CtrlSocket(), v.qmpPath)...)
+	argv = append(argv, qemuArgs(v.cfg, v.tpm.CtrlSocket(), v.qmpPath, v.serialPath)...)
 
 	logPath := filepath.Join(v.cfg.Dir, QEMULogFile)
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -388,7 +396,7 @@ func (v *VM) startQEMU(qemuPath string) error {
 }
 
 // reap waits for QEMU and then tears down what belongs to the VM: QMP,
-// swtpm (which stays after QEMU was killed) and the socket directory.
+// swtpm (which stays after QEMU was killed) and the sockets.
 func (v *VM) reap() {
 	v.waitErr = v.cmd.Wait()
 	v.mu.Lock()
@@ -399,16 +407,17 @@ func (v *VM) reap() {
 		c.Close()
 	}
 	v.tpm.Stop()
-	v.removeSocket()
+	v.removeSockets()
 	close(v.exited)
 }
 
-func (v *VM) removeSocket() {
+func (v *VM) removeSockets() {
 	if v.sockDir != "" {
 		os.RemoveAll(v.sockDir)
 		return
 	}
 	os.Remove(v.qmpPath)
+	os.Remove(v.serialPath)
 }
 
 func (v *VM) connectQMP(ctx context.Context) error {
@@ -473,6 +482,15 @@ func (v *VM) PID() int { return v.cmd.Process.Pid }
 // SerialLog is the path of the guest's serial console log. QEMU starts it
 // afresh at every start of the VM (not at a guest reboot).
 func (v *VM) SerialLog() string { return filepath.Join(v.cfg.Dir, SerialFile) }
+
+// ConsoleSocket is the path of the Unix socket on which QEMU serves the
+// guest's serial console: what a client writes is the guest's input, and
+// it reads what the guest writes from the moment it connects (SerialLog
+// has all of it). QEMU serves one client at a time; a second waits until
+// the first has gone. A client should read all the time it is connected:
+// QEMU holds the guest's output back while the socket is full. The socket
+// is in the host's file system, so it works from any network namespace.
+func (v *VM) ConsoleSocket() string { return v.serialPath }
 
 // QMP is the VM's QMP connection, for commands this package has no method
 // for. It is closed when QEMU exits.

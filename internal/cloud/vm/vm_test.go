@@ -290,6 +290,86 @@ func TestBoot(t *testing.T) {
 	}
 }
 
+// TestConsoleSocket boots the test guest from a directory too long for a
+// Unix socket address: the console's socket must move to a short directory
+// beside QMP's, bring a connected client what the guest writes while the
+// log keeps it too, leave the log whole after the client has gone, and
+// disappear with the VM.
+func TestConsoleSocket(t *testing.T) {
+	kernel, initrd := testKernel(t), testInitrd(t)
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", maxSocketPath), "vm2")
+	t.Cleanup(func() { checkNoProcesses(t, dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	v, err := Start(ctx, Config{Name: "consoletest", Dir: dir, MemoryMiB: 512,
+		Kernel: kernel, Initrd: initrd, Cmdline: "console=ttyS0 quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Kill() })
+	sock := v.ConsoleSocket()
+	if len(sock) >= maxSocketPath || strings.HasPrefix(sock, dir) || filepath.Dir(sock) != filepath.Dir(v.qmpPath) {
+		t.Errorf("console socket %s: want it beside QMP's (%s), outside the long VM directory", sock, v.qmpPath)
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Read all along, as a client must.
+	received := make(chan []byte, 64)
+	go func() {
+		defer close(received)
+		for {
+			buf := make([]byte, 4096)
+			n, err := conn.Read(buf)
+			if n > 0 {
+				received <- buf[:n]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// The first boot may have printed its marker before the client
+	// connected; the boot after a reset prints it to the client.
+	waitForBoots(t, v, 1, 90*time.Second)
+	if err := v.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for !bytes.Contains(got, []byte(guestMarker)) || !bytes.Contains(got[bytes.Index(got, []byte(guestMarker)):], []byte("\n")) {
+		select {
+		case b, ok := <-received:
+			if !ok {
+				t.Fatalf("console socket closed before the boot marker; got:\n%s", tail(got, 2000))
+			}
+			got = append(got, b...)
+		case <-ctx.Done():
+			t.Fatalf("no boot marker on the console socket; got:\n%s", tail(got, 2000))
+		}
+	}
+	waitForBoots(t, v, 2, 30*time.Second)
+	if raw, _ := os.ReadFile(v.SerialLog()); !bytes.Contains(raw, got) {
+		t.Errorf("the serial log lacks what the client read:\nclient:\n%s\nlog:\n%s", tail(got, 1000), tail(raw, 3000))
+	}
+
+	conn.Close()
+	if err := v.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitForBoots(t, v, 3, 90*time.Second)
+
+	if err := v.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{sock, filepath.Dir(sock)} {
+		if exists(p) {
+			t.Errorf("%s left behind after the VM ended", p)
+		}
+	}
+}
+
 // TestUEFIBoot starts a VM from a disk image with OVMF: the overlay, the
 // variable store and the firmware's arguments must be right for OVMF to
 // start and look for something to boot on the (empty) disk.
@@ -366,7 +446,7 @@ func TestStartUndoes(t *testing.T) {
 			},
 			wantErr:     "QEMU exited during start-up",
 			wantFiles:   []string{QEMULogFile, provisionLogFile},
-			wantNoFiles: []string{StateFile, filepath.Join(TPMDir, permanentStateFile), QMPSocket},
+			wantNoFiles: []string{StateFile, filepath.Join(TPMDir, permanentStateFile), QMPSocket, SerialSocket},
 		},
 	}
 	for name, tc := range tests {
@@ -445,7 +525,7 @@ func TestQEMUArgs(t *testing.T) {
 				{"-accel", "tcg,thread=multi"}, {"-cpu", "max"}, {"-smp", "2"}, {"-m", "512"},
 				{"-kernel", "/k"}, {"-initrd", "/i"}, {"-append", "console=ttyS0 a=b,c"},
 				{"-nic", "none"},
-				{"-chardev", "file,id=serial0,path=/v/serial.log"},
+				{"-chardev", "socket,id=serial0,server=on,wait=off,path=/s.sock,logfile=/v/serial.log"},
 				{"-chardev", "socket,id=qmp,server=on,wait=off,path=/q.sock"},
 				{"-chardev", "socket,id=chrtpm,path=/t.sock"},
 				{"-device", "tpm-crb,tpmdev=tpm0"},
@@ -473,13 +553,13 @@ func TestQEMUArgs(t *testing.T) {
 			want: [][2]string{
 				{"-name", "a,,b"},
 				{"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/c,,d.fd"},
-				{"-chardev", "file,id=serial0,path=/v,,1/serial.log"},
+				{"-chardev", "socket,id=serial0,server=on,wait=off,path=/s.sock,logfile=/v,,1/serial.log"},
 			},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			args := qemuArgs(tc.cfg, "/t.sock", "/q.sock")
+			args := qemuArgs(tc.cfg, "/t.sock", "/q.sock", "/s.sock")
 			for _, w := range tc.want {
 				found := false
 				for i := 0; i+1 < len(args); i++ {
@@ -620,7 +700,7 @@ func TestKernelBootIgnoresFirmware(t *testing.T) {
 	if cfg.Firmware != (Firmware{}) {
 		t.Fatalf("firmware %+v kept for a kernel boot", cfg.Firmware)
 	}
-	for _, a := range qemuArgs(cfg, "/t.sock", "/q.sock") {
+	for _, a := range qemuArgs(cfg, "/t.sock", "/q.sock", "/s.sock") {
 		if strings.Contains(a, "pflash") {
 			t.Fatalf("kernel boot with firmware argument %q", a)
 		}

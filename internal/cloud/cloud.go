@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -66,6 +67,11 @@ type Spec struct {
 	Dir string
 	// ControlPlanes and Workers are the node counts (ControlPlanes >= 1).
 	ControlPlanes, Workers int
+	// Spares are further worker slots, addressed, leased and known to the
+	// metadata service like workers, that Up does not start: StartSpare
+	// boots one later, from an image of the caller's choice (the
+	// end-to-end suite boots a modified image next to a running cluster).
+	Spares int
 	// CPUs and MemoryMiB size each VM. Zero means 2 CPUs, 2048 MiB.
 	CPUs, MemoryMiB int
 	// StateDiskMiB is the size of each VM's blank state disk; zero, none.
@@ -100,6 +106,8 @@ type Node struct {
 	Tap  string     `json:"tap"`
 	Dir  string     `json:"dir"`
 	PID  int        `json:"pid"`
+	// Spare marks a slot Up did not start (see Spec.Spares).
+	Spare bool `json:"spare,omitempty"`
 
 	vm *vm.VM
 }
@@ -120,6 +128,7 @@ type Cloud struct {
 	network *netenv.Network
 	dhcp    *dhcpd.Server
 	meta    *http.Server
+	ca      *platformca.CA
 	nodes   []*Node
 
 	phase  string
@@ -159,7 +168,7 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 		}
 	}()
 
-	ca, err := c.platformCA()
+	c.ca, err = c.platformCA()
 	if err != nil {
 		return nil, err
 	}
@@ -199,29 +208,10 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		c.progress("vm %s (%s, %s): starting", n.Name, n.Role, n.IP)
-		mac, _ := net.ParseMAC(n.MAC)
-		n.vm, err = vm.Start(ctx, vm.Config{
-			Name:         n.Name,
-			Dir:          n.Dir,
-			CPUs:         spec.CPUs,
-			MemoryMiB:    spec.MemoryMiB,
-			Accel:        c.accel,
-			Image:        spec.Image,
-			Firmware:     vm.DefaultFirmware(),
-			Kernel:       spec.Kernel,
-			Initrd:       spec.Initrd,
-			Cmdline:      spec.Cmdline,
-			StateDiskMiB: spec.StateDiskMiB,
-			Net:          &vm.NetConfig{Tap: n.Tap, MAC: mac},
-			ExecPrefix:   c.network.ExecPrefix(),
-			ProvisionTPM: func(rw io.ReadWriter) error { _, err := ca.ProvisionAK(rw); return err },
-		})
-		if err != nil {
-			return nil, fmt.Errorf("start VM %s: %w", n.Name, err)
+		if n.Spare {
+			continue
 		}
-		n.PID = n.vm.PID()
-		if err := c.writeState(); err != nil {
+		if err := c.startVM(ctx, n, spec.Image); err != nil {
 			return nil, err
 		}
 	}
@@ -233,16 +223,67 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 	return c, nil
 }
 
+// startVM boots node n from image (or the spec's kernel).
+func (c *Cloud) startVM(ctx context.Context, n *Node, image string) error {
+	c.progress("vm %s (%s, %s): starting", n.Name, n.Role, n.IP)
+	mac, _ := net.ParseMAC(n.MAC)
+	v, err := vm.Start(ctx, vm.Config{
+		Name:         n.Name,
+		Dir:          n.Dir,
+		CPUs:         c.spec.CPUs,
+		MemoryMiB:    c.spec.MemoryMiB,
+		Accel:        c.accel,
+		Image:        image,
+		Firmware:     vm.DefaultFirmware(),
+		Kernel:       c.spec.Kernel,
+		Initrd:       c.spec.Initrd,
+		Cmdline:      c.spec.Cmdline,
+		StateDiskMiB: c.spec.StateDiskMiB,
+		Net:          &vm.NetConfig{Tap: n.Tap, MAC: mac},
+		ExecPrefix:   c.network.ExecPrefix(),
+		ProvisionTPM: func(rw io.ReadWriter) error { _, err := c.ca.ProvisionAK(rw); return err },
+	})
+	if err != nil {
+		return fmt.Errorf("start VM %s: %w", n.Name, err)
+	}
+	c.mu.Lock()
+	n.vm, n.PID, n.Spare = v, v.PID(), false
+	c.mu.Unlock()
+	return c.writeState()
+}
+
+// StartSpare boots the next unstarted spare slot from image, a disk image
+// booted with UEFI like Spec.Image (empty means Spec.Image).
+func (c *Cloud) StartSpare(ctx context.Context, image string) (*Node, error) {
+	if c.spec.Kernel != "" && image != "" {
+		return nil, errors.New("cloud: this cloud boots a kernel directly; a spare cannot boot a disk image")
+	}
+	if image == "" {
+		image = c.spec.Image
+	}
+	c.mu.Lock()
+	i := slices.IndexFunc(c.nodes, func(n *Node) bool { return n.Spare })
+	c.mu.Unlock()
+	if i < 0 {
+		return nil, fmt.Errorf("cloud: no spare slot left (Spec.Spares = %d)", c.spec.Spares)
+	}
+	n := c.nodes[i]
+	if err := c.startVM(ctx, n, image); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
 func (s Spec) validate() error {
 	switch {
 	case s.Dir == "":
 		return errors.New("cloud: no state directory given")
 	case s.ControlPlanes < 1:
 		return errors.New("cloud: at least one control-plane node is needed")
-	case s.Workers < 0:
-		return errors.New("cloud: negative number of workers")
-	case s.ControlPlanes > 50 || s.Workers > 50:
-		return errors.New("cloud: at most 50 control planes and 50 workers")
+	case s.Workers < 0 || s.Spares < 0:
+		return errors.New("cloud: negative number of workers or spares")
+	case s.ControlPlanes > 50 || s.Workers+s.Spares > 50:
+		return errors.New("cloud: at most 50 control planes and 50 workers (spares included)")
 	case s.Image == "" && s.Kernel == "":
 		return errors.New("cloud: neither an image nor a kernel to boot")
 	case s.Image != "" && s.Kernel != "":
@@ -313,23 +354,30 @@ func (c *Cloud) initSecret() ([]byte, error) {
 }
 
 func (c *Cloud) planNodes() {
-	add := func(role, prefix string, count int, first netip.Addr, roleByte byte, tapTag string) {
+	add := func(role, prefix string, count int, first netip.Addr, roleByte byte, tapTag string, spare bool) {
 		ip := first
 		for i := 0; i < count; i++ {
 			name := fmt.Sprintf("%s-%d", prefix, i)
 			c.nodes = append(c.nodes, &Node{
-				Name: name,
-				Role: role,
-				IP:   ip,
-				MAC:  fmt.Sprintf("52:54:00:42:%02x:%02x", roleByte, i),
-				Tap:  fmt.Sprintf("%s%s%d", tapPrefix(c.spec.Bridge), tapTag, i),
-				Dir:  filepath.Join(c.spec.Dir, name),
+				Name:  name,
+				Role:  role,
+				IP:    ip,
+				MAC:   fmt.Sprintf("52:54:00:42:%02x:%02x", roleByte, i),
+				Tap:   fmt.Sprintf("%s%s%d", tapPrefix(c.spec.Bridge), tapTag, i),
+				Dir:   filepath.Join(c.spec.Dir, name),
+				Spare: spare,
 			})
 			ip = ip.Next()
 		}
 	}
-	add(ControlPlane, "cp", c.spec.ControlPlanes, firstCP, 1, "c")
-	add(Worker, "worker", c.spec.Workers, firstWorker, 2, "w")
+	add(ControlPlane, "cp", c.spec.ControlPlanes, firstCP, 1, "c", false)
+	add(Worker, "worker", c.spec.Workers, firstWorker, 2, "w", false)
+	// Spares sit in the workers' range, after them.
+	firstSpare := firstWorker
+	for range c.spec.Workers {
+		firstSpare = firstSpare.Next()
+	}
+	add(Worker, "spare", c.spec.Spares, firstSpare, 3, "s", true)
 }
 
 func (c *Cloud) startServices(initSecretHash []byte) error {
@@ -380,12 +428,12 @@ func (c *Cloud) onLease(l dhcpd.Lease) {
 	}
 	c.leases[l.MAC.String()] = true
 	c.progress("dhcp: %s got %s", l.Hostname, l.IP)
-	if len(c.leases) == len(c.nodes) {
+	if len(c.leases) == c.spec.ControlPlanes+c.spec.Workers {
 		close(c.leased)
 	}
 }
 
-// WaitLeases waits until every VM has received its DHCP lease.
+// WaitLeases waits until every VM Up started has received its DHCP lease.
 func (c *Cloud) WaitLeases(ctx context.Context) error {
 	select {
 	case <-c.leased:

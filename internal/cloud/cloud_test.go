@@ -301,3 +301,55 @@ func (c cancelOn) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// TestSpareStartsLater checks that a spare slot is addressed and known to
+// the metadata service from the start but boots only on StartSpare.
+func TestSpareStartsLater(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	spec := testSpec(t, dir, 1, 0)
+	spec.Spares = 1
+	c, err := cloud.Up(ctx, spec)
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	defer c.Down(context.Background())
+	if err := c.WaitLeases(ctx); err != nil {
+		t.Fatalf("the started node's lease: %v", err)
+	}
+	cp, spare := c.Nodes()[0], c.Nodes()[1]
+	if !spare.Spare || spare.VM() != nil || spare.Name != "spare-0" || spare.Role != cloud.Worker {
+		t.Fatalf("spare slot %+v: want an unstarted worker named spare-0", spare)
+	}
+	if got := waitReport(t, ctx, cp, "peers", 1); got[0] != "cp-0,spare-0" {
+		t.Fatalf("metadata peers = %q, want the spare listed", got[0])
+	}
+
+	n, err := c.StartSpare(ctx, "")
+	if err != nil {
+		t.Fatalf("StartSpare: %v", err)
+	}
+	if n != spare || n.VM() == nil || n.Spare {
+		t.Fatalf("StartSpare started %+v", n)
+	}
+	// Each reaches the other: the spare got its reserved address.
+	if got := waitReport(t, ctx, cp, "reached", 1); got[0] != "spare-0" {
+		t.Fatalf("cp-0 reached %v", got)
+	}
+	if got := waitReport(t, ctx, n, "ready", 1); got[0] != "spare-0" {
+		t.Fatalf("spare reports %v", got)
+	}
+	if r := guestReports(n.SerialLog()); r["ip"][0] != n.IP.String() {
+		t.Fatalf("spare got %v from DHCP, want %s", r["ip"], n.IP)
+	}
+	if _, err := c.StartSpare(ctx, ""); err == nil || !strings.Contains(err.Error(), "no spare slot left") {
+		t.Fatalf("second StartSpare: %v, want 'no spare slot left'", err)
+	}
+	st, _ := cloud.ReadState(dir)
+	if err := c.Down(ctx); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+	assertNothingLeft(t, spec, st)
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -70,6 +71,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		registerNodeServices(ctx, cfg, srv, lock, issuer, func() {
 			log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
 			notify("STATUS=bootstrapped")
+			if cfg.listen == "" {
+				stopSocket(ctx, log)
+			}
 			bootstrapped()
 		})
 	})
@@ -131,6 +135,19 @@ func listener(addr string) (net.Listener, error) {
 		return nil, errors.New("expected exactly one listening socket from systemd (bootstrapperd.socket); start it through systemd or pass --listen")
 	}
 	return lis[0], nil
+}
+
+// stopSocket closes port 9000 for good. systemd, not this process, holds
+// the listening socket: left open, it would queue connections that no
+// bootstrapper will ever serve (its unit's condition fails on a
+// bootstrapped node), and an owner's 'orrery init' would hang instead of
+// being refused. --no-block: stopping the socket stops this service too,
+// and the job must not wait for us.
+func stopSocket(ctx context.Context, log *slog.Logger) {
+	out, err := exec.CommandContext(ctx, "systemctl", "stop", "--no-block", "bootstrapperd.socket").CombinedOutput()
+	if err != nil {
+		log.Warn("cannot stop bootstrapperd.socket; port 9000 stays open", "error", err, "output", string(out))
+	}
 }
 
 func notify(state string) {

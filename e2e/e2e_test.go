@@ -28,12 +28,17 @@ const namespace = "orrery-e2e"
 type phases struct {
 	start time.Time
 	last  time.Time
-	rows  [][2]string
+	rows  []phase
+}
+
+type phase struct {
+	name string
+	took time.Duration
 }
 
 func (p *phases) done(name string) {
 	now := time.Now()
-	p.rows = append(p.rows, [2]string{name, now.Sub(p.last).Round(time.Second).String()})
+	p.rows = append(p.rows, phase{name, now.Sub(p.last)})
 	p.last = now
 }
 
@@ -41,7 +46,7 @@ func (p *phases) print() {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "PHASE\tDURATION")
 	for _, r := range p.rows {
-		fmt.Fprintf(w, "%s\t%s\n", r[0], r[1])
+		fmt.Fprintf(w, "%s\t%s\n", r.name, r.took.Round(time.Second))
 	}
 	fmt.Fprintf(w, "total\t%s\n", time.Since(p.start).Round(time.Second))
 	w.Flush()
@@ -65,8 +70,10 @@ func TestCluster(t *testing.T) {
 	p := &phases{start: time.Now(), last: time.Now()}
 	defer p.print()
 
+	// Two spare slots boot later: a node from a modified image, and a
+	// node that joins across a join-service restart.
 	c, err := cloud.Up(ctx, cloud.Spec{
-		Dir: dir, ControlPlanes: 1, Workers: 1, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
+		Dir: dir, ControlPlanes: 1, Workers: 1, Spares: 2, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
 		Image: filepath.Join(img, "disk.qcow2"), Namespace: namespace, KeepLogs: true,
 	})
 	if err != nil {
@@ -75,6 +82,9 @@ func TestCluster(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			for _, n := range c.Nodes() {
+				if n.VM() == nil {
+					continue
+				}
 				raw, _ := os.ReadFile(n.SerialLog())
 				lines := strings.Split(string(raw), "\n")
 				if len(lines) > 60 {
@@ -86,17 +96,30 @@ func TestCluster(t *testing.T) {
 		if err := c.Down(context.Background()); err != nil {
 			t.Errorf("down: %v", err)
 		}
-		p.done("mini down")
+		assertNothingLeft(t, dir)
+		p.done("mini down, nothing left")
 	}()
 	p.done("mini up")
 
+	refuseBadInit(t, ctx, dir, img, orr)
+	p.done("orrery init refuses bad input (incl. node boot)")
+
+	initStart := time.Now()
 	initOut, err := inNS(ctx, orr, "init", "--mini-dir", dir, "--out-dir", out,
 		"--measurements", filepath.Join(img, "measurements.json"), "--timeout", "30m")
 	t.Logf("orrery init:\n%s", initOut)
 	if err != nil {
 		t.Fatalf("orrery init: %v", err)
 	}
-	p.done("orrery init (incl. boot, kubeadm, services)")
+	p.done("orrery init (attestation, kubeadm, Helm services)")
+
+	// Someone else's init on the initialised node: refused, and at once.
+	again, err := inNS(ctx, orr, "init", "--mini-dir", dir, "--out-dir", filepath.Join(dir, "intruder"),
+		"--measurements", filepath.Join(img, "measurements.json"), "--timeout", "5m")
+	if err == nil || !strings.Contains(string(again), "already belongs to a cluster") {
+		t.Fatalf("a second init on the initialised node: err %v, output:\n%s\nwant 'already belongs to a cluster'", err, again)
+	}
+	p.done("a second init is refused")
 
 	k := func(args ...string) (string, error) {
 		b, err := inNS(ctx, append([]string{kc, "--kubeconfig", filepath.Join(out, "orrery-admin.conf")}, args...)...)
@@ -115,10 +138,19 @@ func TestCluster(t *testing.T) {
 		}
 		p.done(what)
 	}
-	waitFor("worker joins and both nodes are Ready", 15*time.Minute, func() bool {
-		s, err := k("get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}")
-		return err == nil && strings.Contains(s, "cp-0=True") && strings.Contains(s, "worker-0=True")
-	})
+	ready := func(names ...string) func() bool {
+		return func() bool {
+			s, err := k("get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}")
+			for _, n := range names {
+				if err != nil || !strings.Contains(s, n+"=True") {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor("worker joins and both nodes are Ready", 15*time.Minute, ready("cp-0", "worker-0"))
+	initToReady := time.Since(initStart)
 	for _, sel := range []string{"app=orrery-joinservice", "app=flannel", "k8s-app=kube-dns"} {
 		if s, err := k("-n", "kube-system", "wait", "--for=condition=Ready", "pod", "-l", sel, "--timeout=10m"); err != nil {
 			t.Fatalf("pods %s not ready: %v\n%s", sel, err, s)
@@ -190,17 +222,24 @@ spec:
 		t.Fatalf("client on worker-0 did not get the page through the Service (or DNS failed):\n%s", logs)
 	}
 
-	for _, n := range c.Nodes() {
+	modified, good := c.Nodes()[2], c.Nodes()[3]
+	joinAcrossRestart(t, ctx, c, k, dir, img, good, modified)
+	p.done("join service down and back while a node joins; it joins")
+	refusedModified(t, ctx, k, modified)
+	p.done("a node from a modified image is refused")
+
+	for _, n := range []*cloud.Node{c.Nodes()[0], c.Nodes()[1], good} {
 		raw, _ := os.ReadFile(n.SerialLog())
-		want := "node bootstrapped"
+		phases := []string{"waiting for init or join", "node locked to the new cluster", "running kubeadm init", "node bootstrapped"}
 		if n.Role == cloud.Worker {
-			want = "joined the cluster"
+			phases = []string{"waiting for init or join", "got a join ticket", "node locked to the cluster", "running kubeadm join", "joined the cluster"}
 		}
-		for _, phase := range []string{"waiting for init or join", want} {
+		for _, phase := range phases {
 			if !strings.Contains(string(raw), phase) {
 				t.Errorf("bootstrapperd's journal on %s lacks %q", n.Name, phase)
 			}
 		}
 	}
-	p.done("checks")
+	p.done("bootstrapperd's phases in the nodes' journals")
+	t.Logf("orrery init to both nodes Ready: %s (goal 8m)", initToReady.Round(time.Second))
 }

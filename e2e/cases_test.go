@@ -1,0 +1,219 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/cloud"
+)
+
+// refuseBadInit runs 'orrery init' with bad input against the booting
+// control plane. Each must fail with an error that says what is wrong and
+// leave the node as it was (the real init that follows proves the node
+// lock was not taken and the disk not re-keyed).
+func refuseBadInit(t *testing.T, ctx context.Context, dir, img, orr string) {
+	t.Helper()
+	good := filepath.Join(img, "measurements.json")
+	m, err := measurements.Load(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = m.Copy()
+	m[11] = measurements.Measurement{Expected: make([]byte, measurements.DigestSize)}
+	raw, _ := json.Marshal(m)
+	wrongMeas := filepath.Join(dir, "wrong-measurements.json")
+	wrongSecret := filepath.Join(dir, "wrong-init-secret")
+	if err := os.WriteFile(wrongMeas, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(wrongSecret, []byte("not-the-init-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		// First, so that it also waits for the node to boot.
+		{"measurements that do not match the node", []string{"--measurements", wrongMeas},
+			[]string{"not running the expected image", "PCR 11 mismatch"}},
+		{"a wrong init secret", []string{"--measurements", good, "--init-secret-file", wrongSecret},
+			[]string{"wrong init secret"}},
+		{"an unsupported Kubernetes version", []string{"--measurements", good, "--kubernetes-version", "v1.20.0"},
+			[]string{"Kubernetes v1.20.0 is not supported by this image"}},
+	}
+	for i, tc := range cases {
+		outDir := filepath.Join(dir, "bad-init", string(rune('a'+i)))
+		args := append([]string{orr, "init", "--mini-dir", dir, "--out-dir", outDir, "--timeout", "15m", "--skip-services"}, tc.args...)
+		out, err := inNS(ctx, args...)
+		if err == nil {
+			t.Fatalf("orrery init with %s succeeded:\n%s", tc.name, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(string(out), w) {
+				t.Fatalf("orrery init with %s: output lacks %q:\n%s", tc.name, w, out)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(outDir, "orrery-admin.conf")); err == nil {
+			t.Fatalf("orrery init with %s wrote a kubeconfig", tc.name)
+		}
+		t.Logf("orrery init with %s: refused as expected:\n%s", tc.name, lastLines(string(out), 3))
+	}
+}
+
+// joinAcrossRestart takes the join service away, boots a good node and
+// a node from a modified image, waits until the good one has tried to
+// join and failed, brings the join service back and waits for the good
+// node to become Ready: a joining node outlasts a join-service restart.
+func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), dir, img string, good, modified *cloud.Node) {
+	t.Helper()
+	const pause = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":"true"}}}}}`
+	const resume = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":null}}}}}`
+	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", pause); err != nil {
+		t.Fatalf("stop the join service: %v\n%s", err, s)
+	}
+	if s, err := k("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app=orrery-joinservice", "--timeout=5m"); err != nil {
+		t.Fatalf("join service pods did not go away: %v\n%s", err, s)
+	}
+
+	modDir := filepath.Join(dir, "modified-image")
+	if err := os.MkdirAll(modDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	qcow, err := modifiedImage(ctx, img, modDir, "e2e.modified=1")
+	if err != nil {
+		t.Fatalf("build the modified image: %v", err)
+	}
+	for _, want := range []struct {
+		node  *cloud.Node
+		image string
+	}{{modified, qcow}, {good, ""}} {
+		n, err := c.StartSpare(ctx, want.image)
+		if err != nil {
+			t.Fatalf("start a spare node: %v", err)
+		}
+		if n != want.node {
+			t.Fatalf("started %s, want %s", n.Name, want.node.Name)
+		}
+	}
+
+	waitConsole(t, ctx, good, "no join ticket yet", 10*time.Minute)
+	t.Logf("%s tried to join while the join service was down", good.Name)
+	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", resume); err != nil {
+		t.Fatalf("bring the join service back: %v\n%s", err, s)
+	}
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		s, err := k("get", "node", good.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err == nil && s == "True" {
+			return
+		}
+		if time.Now().After(deadline) {
+			nodes, _ := k("get", "nodes", "-o", "wide")
+			logs, _ := k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "--tail=50")
+			t.Fatalf("%s did not become Ready after the join service came back\n%s\n%s", good.Name, nodes, logs)
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
+
+// refusedModified checks that the join service turned the modified node
+// away, naming the PCRs that differ, and that it never became a node.
+func refusedModified(t *testing.T, ctx context.Context, k func(...string) (string, error), modified *cloud.Node) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	var logs string
+	for {
+		logs, _ = k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "--tail=-1")
+		if line := findLine(logs, "refused a node", modified.IP.String()); line != "" {
+			for _, pcr := range []string{"PCR 4 mismatch", "PCR 9 mismatch", "PCR 11 mismatch"} {
+				if !strings.Contains(line, pcr) {
+					t.Errorf("the join service's refusal does not name %s:\n%s", pcr, line)
+				}
+			}
+			t.Logf("the join service refused %s:\n%s", modified.Name, truncate(line, 1500))
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("the join service never logged refusing %s (%s):\n%s", modified.Name, modified.IP, lastLines(logs, 30))
+		}
+		time.Sleep(5 * time.Second)
+	}
+	if s, err := k("get", "node", modified.Name, "--ignore-not-found", "-o", "name"); err != nil || strings.TrimSpace(s) != "" {
+		t.Fatalf("the node from the modified image is in the cluster (%v): %s", err, s)
+	}
+	if raw, _ := os.ReadFile(modified.SerialLog()); strings.Contains(string(raw), "got a join ticket") {
+		t.Fatalf("the node from the modified image got a join ticket")
+	}
+}
+
+// assertNothingLeft checks what 'orrery mini down' must remove: the
+// namespace, the VMs' processes, their disks and sockets.
+func assertNothingLeft(t *testing.T, dir string) {
+	t.Helper()
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), namespace) {
+		t.Errorf("network namespace %s is left after mini down", namespace)
+	}
+	if out, err := exec.Command("pgrep", "-f", dir).Output(); err == nil {
+		t.Errorf("processes using %s are left after mini down: %s", dir, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, cloud.StateFile)); err == nil {
+		t.Errorf("the cloud's state file is left after mini down")
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "*", "*.qcow2"))
+	if len(matches) > 0 {
+		t.Errorf("disks are left after mini down: %v", matches)
+	}
+}
+
+func waitConsole(t *testing.T, ctx context.Context, n *cloud.Node, what string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		raw, _ := os.ReadFile(n.SerialLog())
+		if strings.Contains(string(raw), what) {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s's console never showed %q:\n%s", n.Name, what, lastLines(string(raw), 40))
+		}
+		time.Sleep(3 * time.Second)
+	}
+}
+
+func findLine(s string, all ...string) string {
+	for _, line := range strings.Split(s, "\n") {
+		ok := true
+		for _, w := range all {
+			ok = ok && strings.Contains(line, w)
+		}
+		if ok {
+			return line
+		}
+	}
+	return ""
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

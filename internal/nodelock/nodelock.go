@@ -55,11 +55,11 @@ func (l *Lock) TryLock(clusterID []byte) (bool, error) {
 		return false, fmt.Errorf("node lock: open TPM: %w", err)
 	}
 	defer rw.Close()
-	locked, err := isLocked(rw)
+	v, err := readPCR(rw)
 	if err != nil {
 		return false, err
 	}
-	if locked {
+	if !bytes.Equal(v, make([]byte, len(v))) {
 		return false, nil
 	}
 	if err := l.log.Measure(rw, PCR, clusterID, "node lock: cluster ID "+hex.EncodeToString(clusterID)); err != nil {
@@ -70,12 +70,11 @@ func (l *Lock) TryLock(clusterID []byte) (bool, error) {
 
 // IsLocked reports whether the node is locked to a cluster since boot.
 func (l *Lock) IsLocked() (bool, error) {
-	rw, err := l.openTPM()
+	v, err := l.readPCR()
 	if err != nil {
-		return false, fmt.Errorf("node lock: open TPM: %w", err)
+		return false, err
 	}
-	defer rw.Close()
-	return isLocked(rw)
+	return !bytes.Equal(v, make([]byte, len(v))), nil
 }
 
 // LockedTo reports whether the node is locked to exactly clusterID: PCR 15
@@ -83,18 +82,22 @@ func (l *Lock) IsLocked() (bool, error) {
 // join that took the lock and then failed (kubeadm, a dropped ticket)
 // uses it to tell its own earlier lock from someone else's.
 func (l *Lock) LockedTo(clusterID []byte) (bool, error) {
+	v, err := l.readPCR()
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(v, Expected(clusterID)), nil
+}
+
+func (l *Lock) readPCR() ([]byte, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rw, err := l.openTPM()
 	if err != nil {
-		return false, fmt.Errorf("node lock: open TPM: %w", err)
+		return nil, fmt.Errorf("node lock: open TPM: %w", err)
 	}
 	defer rw.Close()
-	v, err := tpm2.ReadPCR(rw, PCR, tpm2.AlgSHA256)
-	if err != nil {
-		return false, fmt.Errorf("node lock: read PCR %d: %w", PCR, err)
-	}
-	return bytes.Equal(v, Expected(clusterID)), nil
+	return readPCR(rw)
 }
 
 // Expected is PCR 15's SHA-256 value on a node locked to clusterID.
@@ -104,10 +107,10 @@ func Expected(clusterID []byte) []byte {
 	return pcr[:]
 }
 
-func isLocked(rw io.ReadWriter) (bool, error) {
+func readPCR(rw io.ReadWriter) ([]byte, error) {
 	v, err := tpm2.ReadPCR(rw, PCR, tpm2.AlgSHA256)
 	if err != nil {
-		return false, fmt.Errorf("node lock: read PCR %d: %w", PCR, err)
+		return nil, fmt.Errorf("node lock: read PCR %d: %w", PCR, err)
 	}
-	return !bytes.Equal(v, make([]byte, len(v))), nil
+	return v, nil
 }

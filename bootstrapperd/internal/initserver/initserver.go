@@ -200,7 +200,10 @@ func (s *Server) Init(req *initpb.InitRequest, stream initpb.InitService_InitSer
 			if err := stream.Send(j.result); err != nil {
 				return err
 			}
-			if j.result.GetDone() != nil {
+			// A Send on a stream whose owner just left can still succeed
+			// (it only queues); count it as delivered only if the owner
+			// is still there. Best effort: the protocol has no receipt.
+			if j.result.GetDone() != nil && ctx.Err() == nil {
 				j.deliver.Do(func() { close(j.delivered) })
 			}
 			return nil

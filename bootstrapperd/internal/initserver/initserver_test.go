@@ -339,11 +339,10 @@ func TestKubeadmFailureReportsJournal(t *testing.T) {
 	}
 }
 
-// An owner whose connection dropped must find the daemon still there to
-// hand over the result: bootstrapperd stops when Bootstrapped is called.
-func TestFinishedInitWaitsForItsOwner(t *testing.T) {
-	e := newEnv(t)
-	req := request(1)
+// dropDuringKubeadm starts an init, lets its owner go away while kubeadm
+// runs, then lets kubeadm finish with nobody watching.
+func (e *env) dropDuringKubeadm(t *testing.T, req *initpb.InitRequest) {
+	t.Helper()
 	e.cluster.release = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	stream, err := e.client.Init(ctx, req)
@@ -354,7 +353,17 @@ func TestFinishedInitWaitsForItsOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	close(e.cluster.release) // kubeadm finishes with nobody watching
+	// The server notices a dropped owner long before kubeadm ends.
+	time.Sleep(200 * time.Millisecond)
+	close(e.cluster.release)
+}
+
+// An owner whose connection dropped must find the daemon still there to
+// hand over the result: bootstrapperd stops when Bootstrapped is called.
+func TestFinishedInitWaitsForItsOwner(t *testing.T) {
+	e := newEnv(t)
+	req := request(1)
+	e.dropDuringKubeadm(t, req)
 	select {
 	case <-e.bootstrapped:
 		t.Fatal("the daemon was told to stop before the owner had the result")
@@ -373,18 +382,7 @@ func TestFinishedInitWaitsForItsOwner(t *testing.T) {
 
 func TestFinishedInitStopsAfterGrace(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.HandOverGrace = 50 * time.Millisecond })
-	req := request(1)
-	e.cluster.release = make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := e.client.Init(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	close(e.cluster.release)
+	e.dropDuringKubeadm(t, request(1))
 	select {
 	case <-e.bootstrapped:
 	case <-time.After(5 * time.Second):

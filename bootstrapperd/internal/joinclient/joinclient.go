@@ -92,11 +92,14 @@ type Config struct {
 	KubeletPKIDir string
 	// PKIDir receives a control plane's cluster PKI files.
 	PKIDir string
-	// Retry is the pause between attempts; zero means 5 s.
-	Retry  time.Duration
-	Logger *slog.Logger
+	// Retry is the first pause between attempts; it doubles after each
+	// failure up to MaxRetry. Zero means 2 s and 15 s.
+	Retry, MaxRetry time.Duration
+	Logger          *slog.Logger
 	// Status reports progress to systemd (STATUS=); nil ignores it.
 	Status func(string)
+
+	after func(time.Duration) <-chan time.Time // time.After; tests record the pauses
 }
 
 // ErrLockLost means another path (init) took the node lock first.
@@ -105,7 +108,10 @@ var ErrLockLost = errors.New("the node was locked to a cluster by someone else (
 // Run tries to join until it succeeds, the lock is lost, or ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Retry == 0 {
-		cfg.Retry = 5 * time.Second
+		cfg.Retry = 2 * time.Second
+	}
+	if cfg.MaxRetry == 0 {
+		cfg.MaxRetry = 15 * time.Second
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -115,19 +121,28 @@ func Run(ctx context.Context, cfg Config) error {
 	if status == nil {
 		status = func(string) {}
 	}
+	// Backoff caps low: a node waiting for its cluster's join service
+	// should join soon after it appears, and a control plane answers one
+	// short request per node every MaxRetry at most.
+	pause := cfg.Retry
+	after := cfg.after
+	if after == nil {
+		after = time.After
+	}
 	for attempt := 1; ; attempt++ {
 		err := joinOnce(ctx, cfg, log, status)
 		if err == nil || errors.Is(err, ErrLockLost) {
 			return err
 		}
-		if attempt == 1 || attempt%12 == 0 {
-			log.Info("no join ticket yet; retrying", "phase", "join", "attempt", attempt, "reason", err.Error())
+		if attempt == 1 || attempt%10 == 0 {
+			log.Info("no join ticket yet; retrying", "phase", "join", "attempt", attempt, "retryIn", pause, "reason", err.Error())
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(cfg.Retry):
+		case <-after(pause):
 		}
+		pause = min(2*pause, cfg.MaxRetry)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -195,5 +196,33 @@ func TestJoinLockedToAnotherClusterStops(t *testing.T) {
 	}
 	if j.resets != 0 || j.p != nil {
 		t.Fatal("a node locked to another cluster was reset or joined")
+	}
+}
+
+func TestRetriesBackOff(t *testing.T) {
+	cfg, _, _, _, _ := setup(t, "worker", ticket(), false)
+	failures := 6
+	dial := cfg.Dial
+	cfg.Dial = func(ctx context.Context, addr string) (joinpb.JoinServiceClient, io.Closer, error) {
+		if failures > 0 {
+			failures--
+			return nil, nil, errors.New("connection refused")
+		}
+		return dial(ctx, addr)
+	}
+	var pauses []time.Duration
+	cfg.after = func(d time.Duration) <-chan time.Time {
+		pauses = append(pauses, d)
+		c := make(chan time.Time, 1)
+		c <- time.Now()
+		return c
+	}
+	cfg.Retry, cfg.MaxRetry = 2*time.Second, 15*time.Second
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 15 * time.Second, 15 * time.Second, 15 * time.Second}
+	if fmt.Sprint(pauses) != fmt.Sprint(want) {
+		t.Fatalf("pauses %v, want %v", pauses, want)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/journallog"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
@@ -155,6 +156,8 @@ func notify(state string) {
 	_, _ = daemon.SdNotify(false, state)
 }
 
+// slogTo logs to journald with a field per attribute (PHASE=, PEER=,
+// CLUSTER_ID=), or as text to w outside systemd.
 func slogTo(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, nil)).With("component", "bootstrapperd")
+	return journallog.New("bootstrapperd", w).With("component", "bootstrapperd")
 }

@@ -233,7 +233,13 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 		}
 		if err != nil {
 			st := status.Convert(err)
-			return fmt.Errorf("init on %s: %s (%s); if the connection dropped, run the same command again: the node returns its result", addr, st.Message(), st.Code())
+			switch st.Code() {
+			case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown, codes.Internal:
+				return fmt.Errorf("init on %s: %s (%s); if the connection dropped, run the same command again: the node returns its result", addr, st.Message(), st.Code())
+			}
+			// The node refused the request as it stands: retrying the
+			// same command cannot help.
+			return fmt.Errorf("init on %s: %s (%s)", addr, st.Message(), st.Code())
 		}
 		switch k := resp.GetKind().(type) {
 		case *initpb.InitResponse_Progress:

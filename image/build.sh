@@ -266,8 +266,8 @@ mcopy -m -i "$cache/esp.img" "$cache/uki.efi" ::EFI/BOOT/BOOTX64.EFI
 qemu-img convert -f raw -O qcow2 "$cache/disk.raw" "$cache/disk.qcow2"
 
 # --- measurements and outputs -------------------------------------------------
-phase measure "predict PCRs 4, 9, 11; manifest"
-"$cache/imagetool" measure -uki "$cache/uki.efi" -firmware image/firmware-pcrs.json \
+phase measure "predict PCRs 4, 5, 9, 11; manifest"
+"$cache/imagetool" measure -uki "$cache/uki.efi" -disk "$cache/disk.raw" -firmware image/firmware-pcrs.json \
 	-out "$cache/measurements.json" -events "$cache/measurements.log"
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp"

@@ -3,7 +3,7 @@
 //
 //	imagetool uki -stub F -kernel F -initrd F -cmdline F -osrel F -out F
 //	imagetool disk -esp F -root F -verity F -roothash HEX -out F
-//	imagetool measure -uki F -firmware F -out F [-events F]
+//	imagetool measure -uki F [-disk F] -firmware F -out F [-events F]
 //	imagetool manifest -dir D -packages F [-components F] -info K=V... -out F
 package main
 
@@ -117,6 +117,7 @@ func runDisk(args []string, _ io.Writer) error {
 func runMeasure(args []string, _ io.Writer) error {
 	fs := flag.NewFlagSet("measure", flag.ContinueOnError)
 	ukiPath := fs.String("uki", "", "the UKI, as it lies on the ESP at EFI/BOOT/BOOTX64.EFI")
+	disk := fs.String("disk", "", "the raw disk image, whose GPT goes into PCR 5; optional")
 	firmware := fs.String("firmware", "", "JSON of firmware PCR values observed under OVMF (warn-only); optional")
 	out := fs.String("out", "", "output measurements.json")
 	events := fs.String("events", "", "output: the predicted events, one a line; optional")
@@ -130,6 +131,18 @@ func runMeasure(args []string, _ io.Writer) error {
 	evs, err := predictEvents(img)
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
+	}
+	if *disk != "" {
+		f, err := os.Open(*disk)
+		if err != nil {
+			return fmt.Errorf("measure: %w", err)
+		}
+		pcr5, err := predict.PCR5(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("measure: %s: %w", *disk, err)
+		}
+		evs = append(evs, pcr5...)
 	}
 	m := measurements.M{}
 	for pcr, v := range predict.Replay(evs) {
@@ -171,7 +184,8 @@ func runMeasure(args []string, _ io.Writer) error {
 	return nil
 }
 
-// predictEvents lists what the boot chain measures into PCRs 4, 9 and 11,
+// predictEvents lists what the boot chain measures into PCRs 4, 9 and 11
+// (PCR 5 comes from the disk, see runMeasure),
 // up to the moment bootstrapperd attests (after the initrd's last marker).
 func predictEvents(img []byte) ([]predict.Event, error) {
 	appHash, err := pe.AuthenticodeSHA256(img)

@@ -7,6 +7,8 @@
 //     (EV_EFI_BOOT_SERVICES_APPLICATION), and then the Authenticode hash of
 //     the kernel, which systemd-stub 252 starts with LoadImage, so that the
 //     firmware measures it too;
+//   - PCR 5: OVMF's EV_SEPARATOR, the boot disk's GPT (EV_EFI_GPT_EVENT)
+//     and the two EV_EFI_ACTIONs around ExitBootServices (see PCR5);
 //   - PCR 9: what Linux 6.1's EFI stub measures (EV_EVENT_TAG): first its
 //     LoadOptions, the command line systemd-stub hands it as a
 //     NUL-terminated UTF-16 string, then the initrd it loads through the

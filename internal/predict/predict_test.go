@@ -3,6 +3,7 @@ package predict
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -113,4 +114,59 @@ func TestObservedBoot(t *testing.T) {
 		hex.EncodeToString(events[1].Digest) != "df3f619804a92fdb4057192dc43dd748ea778adc52bc498ce80524c014b81119" {
 		t.Errorf("EV_EFI_ACTION or EV_SEPARATOR digest differs from OVMF's: %v", events[:2])
 	}
+}
+
+// TestObservedPCR5 replays PCR 5 for the GPT of an image that was booted
+// on the local cloud (OVMF 2022.11): testdata/observed-gpt.bin is that
+// disk's first 34 sectors, and the TPM reported the value below
+// (orrery-pcrs.service on the console).
+func TestObservedPCR5(t *testing.T) {
+	f, err := os.Open("testdata/observed-gpt.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	events, err := PCR5(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Replay(events)[5]
+	if want := "a5784b6880a06d315a4736b18b698cc518c26b51b77cffdc5b5349767aad153e"; hex.EncodeToString(got) != want {
+		t.Fatalf("PCR 5 = %x, the TPM had %s", got, want)
+	}
+	data, _ := GPTEventData(f)
+	// Header (92 bytes), a count of 3 partitions, 3 entries of 128 bytes.
+	if len(data) != 92+8+3*128 || data[92] != 3 {
+		t.Fatalf("UEFI_GPT_DATA is %d bytes with count %d", len(data), data[92])
+	}
+}
+
+func TestGPTEventDataRejectsGarbage(t *testing.T) {
+	raw, err := os.ReadFile("testdata/observed-gpt.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func([]byte) []byte{
+		"no signature":     func(b []byte) []byte { b[512] = 'X'; return b },
+		"huge entry count": func(b []byte) []byte { binary.LittleEndian.PutUint32(b[512+80:], 1<<31); return b },
+		"tiny entry size":  func(b []byte) []byte { binary.LittleEndian.PutUint32(b[512+84:], 8); return b },
+		"truncated":        func(b []byte) []byte { return b[:1024] },
+		"empty":            func([]byte) []byte { return nil },
+	} {
+		if _, err := GPTEventData(bytes.NewReader(mutate(bytes.Clone(raw)))); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func FuzzGPTEventData(f *testing.F) {
+	raw, err := os.ReadFile("testdata/observed-gpt.bin")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(raw)
+	f.Add(raw[:600])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = GPTEventData(bytes.NewReader(b))
+	})
 }

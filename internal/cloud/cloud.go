@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -211,7 +212,7 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 		if n.Spare {
 			continue
 		}
-		if err := c.startVM(ctx, n, spec.Image); err != nil {
+		if err := c.startVM(ctx, n, spec.Image, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -223,8 +224,9 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 	return c, nil
 }
 
-// startVM boots node n from image (or the spec's kernel).
-func (c *Cloud) startVM(ctx context.Context, n *Node, image string) error {
+// startVM boots node n from image (or the spec's kernel); wrap, if set,
+// is put before QEMU's command line (after the network namespace's).
+func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []string) error {
 	c.progress("vm %s (%s, %s): starting", n.Name, n.Role, n.IP)
 	mac, _ := net.ParseMAC(n.MAC)
 	v, err := vm.Start(ctx, vm.Config{
@@ -240,7 +242,7 @@ func (c *Cloud) startVM(ctx context.Context, n *Node, image string) error {
 		Cmdline:      c.spec.Cmdline,
 		StateDiskMiB: c.spec.StateDiskMiB,
 		Net:          &vm.NetConfig{Tap: n.Tap, MAC: mac},
-		ExecPrefix:   c.network.ExecPrefix(),
+		ExecPrefix:   append(c.network.ExecPrefix(), wrap...),
 		ProvisionTPM: func(rw io.ReadWriter) error { _, err := c.ca.ProvisionAK(rw); return err },
 	})
 	if err != nil {
@@ -252,9 +254,20 @@ func (c *Cloud) startVM(ctx context.Context, n *Node, image string) error {
 	return c.writeState()
 }
 
-// StartSpare boots the next unstarted spare slot from image, a disk image
-// booted with UEFI like Spec.Image (empty means Spec.Image).
-func (c *Cloud) StartSpare(ctx context.Context, image string) (*Node, error) {
+// SpareOptions says how StartSpare boots a spare.
+type SpareOptions struct {
+	// Image is a disk image booted with UEFI like Spec.Image; empty means
+	// Spec.Image.
+	Image string
+	// Nice, if not zero, runs the VM at this CPU niceness, so that on a
+	// host with few cores a late node does not starve the running
+	// cluster's control plane (under TCG a booting node takes a core).
+	Nice int
+}
+
+// StartSpare boots the next unstarted spare slot.
+func (c *Cloud) StartSpare(ctx context.Context, opts SpareOptions) (*Node, error) {
+	image := opts.Image
 	if c.spec.Kernel != "" && image != "" {
 		return nil, errors.New("cloud: this cloud boots a kernel directly; a spare cannot boot a disk image")
 	}
@@ -268,7 +281,14 @@ func (c *Cloud) StartSpare(ctx context.Context, image string) (*Node, error) {
 		return nil, fmt.Errorf("cloud: no spare slot left (Spec.Spares = %d)", c.spec.Spares)
 	}
 	n := c.nodes[i]
-	if err := c.startVM(ctx, n, image); err != nil {
+	var wrap []string
+	if opts.Nice != 0 {
+		if opts.Nice < -20 || opts.Nice > 19 {
+			return nil, fmt.Errorf("cloud: niceness %d out of range -20..19", opts.Nice)
+		}
+		wrap = []string{"nice", "-n", strconv.Itoa(opts.Nice)}
+	}
+	if err := c.startVM(ctx, n, image, wrap); err != nil {
 		return nil, err
 	}
 	return n, nil

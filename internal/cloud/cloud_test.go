@@ -327,9 +327,12 @@ func TestSpareStartsLater(t *testing.T) {
 		t.Fatalf("metadata peers = %q, want the spare listed", got[0])
 	}
 
-	n, err := c.StartSpare(ctx, "")
+	n, err := c.StartSpare(ctx, cloud.SpareOptions{Nice: 10})
 	if err != nil {
 		t.Fatalf("StartSpare: %v", err)
+	}
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.PID)); err != nil || strings.Fields(string(stat))[18] != "10" {
+		t.Errorf("the spare's QEMU does not run at niceness 10: %q, %v", stat, err)
 	}
 	if n != spare || n.VM() == nil || n.Spare {
 		t.Fatalf("StartSpare started %+v", n)
@@ -344,7 +347,7 @@ func TestSpareStartsLater(t *testing.T) {
 	if r := guestReports(n.SerialLog()); r["ip"][0] != n.IP.String() {
 		t.Fatalf("spare got %v from DHCP, want %s", r["ip"], n.IP)
 	}
-	if _, err := c.StartSpare(ctx, ""); err == nil || !strings.Contains(err.Error(), "no spare slot left") {
+	if _, err := c.StartSpare(ctx, cloud.SpareOptions{}); err == nil || !strings.Contains(err.Error(), "no spare slot left") {
 		t.Fatalf("second StartSpare: %v, want 'no spare slot left'", err)
 	}
 	st, _ := cloud.ReadState(dir)

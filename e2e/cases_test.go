@@ -160,7 +160,7 @@ func refusedModified(t *testing.T, ctx context.Context, k func(...string) (strin
 
 // assertNothingLeft checks what 'orrery mini down' must remove: the
 // namespace, the VMs' processes, their disks and sockets.
-func assertNothingLeft(t *testing.T, dir string) {
+func assertNothingLeft(t *testing.T, dir string, nodes []*cloud.Node) {
 	t.Helper()
 	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), namespace) {
 		t.Errorf("network namespace %s is left after mini down", namespace)
@@ -171,9 +171,13 @@ func assertNothingLeft(t *testing.T, dir string) {
 	if _, err := os.Stat(filepath.Join(dir, cloud.StateFile)); err == nil {
 		t.Errorf("the cloud's state file is left after mini down")
 	}
-	matches, _ := filepath.Glob(filepath.Join(dir, "*", "*.qcow2"))
-	if len(matches) > 0 {
-		t.Errorf("disks are left after mini down: %v", matches)
+	for _, n := range nodes {
+		left, _ := os.ReadDir(n.Dir)
+		for _, e := range left {
+			if filepath.Ext(e.Name()) != ".log" { // kept on purpose (KeepLogs)
+				t.Errorf("%s is left after mini down", filepath.Join(n.Dir, e.Name()))
+			}
+		}
 	}
 }
 

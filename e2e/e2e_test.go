@@ -96,7 +96,7 @@ func TestCluster(t *testing.T) {
 		if err := c.Down(context.Background()); err != nil {
 			t.Errorf("down: %v", err)
 		}
-		assertNothingLeft(t, dir)
+		assertNothingLeft(t, dir, c.Nodes())
 		p.done("mini down, nothing left")
 	}()
 	p.done("mini up")

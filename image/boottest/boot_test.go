@@ -89,7 +89,7 @@ func TestBoot(t *testing.T) {
 
 	t.Run("PCRs on the console equal measurements.json", func(t *testing.T) {
 		got := consolePCRs(t, node.SerialLog(), 2*time.Minute)
-		for _, pcr := range []uint32{4, 9, 11, 12, 13, 15} {
+		for _, pcr := range []uint32{4, 5, 9, 11, 12, 13, 15} {
 			if !bytes.Equal(got[pcr], want[pcr].Expected) {
 				t.Errorf("PCR %d on the console is %x, measurements.json expects %x", pcr, got[pcr], want[pcr].Expected)
 			}
@@ -150,6 +150,24 @@ func consolePCRs(t *testing.T, path string, timeout time.Duration) map[uint32][]
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// onConsole runs command in the root shell on node's serial console and
+// returns its output, which it logs; the exit status must be 0.
+func onConsole(ctx context.Context, t *testing.T, node *cloud.Node, command string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	out, code, err := node.RunOnConsole(ctx, command)
+	if err != nil {
+		t.Fatalf("%s on the console: %v\noutput so far:\n%s", command, err, out)
+	}
+	t.Logf("%s on the console (exit status %d, %.1fs):\n%s", command, code, time.Since(start).Seconds(), out)
+	if code != 0 {
+		t.Errorf("%s on the console: exit status %d", command, code)
+	}
+	return out
 }
 
 func waitFor(path, text string, timeout time.Duration) bool {
@@ -280,7 +298,8 @@ func rootPartitionOffset(t *testing.T, disk string) int64 {
 var debugImageDir = flag.String("debug-image-dir", "", "directory of the debug image ('make image DEBUG=1'); empty skips TestDebugImage")
 
 // TestDebugImage boots the debug variant: its console logs root in
-// automatically, its own measurements pass, and the production
+// automatically, and an operator there sees bootstrapperd's state with
+// systemctl and journalctl; its own measurements pass, and the production
 // measurements refuse it, so a debug node can never join a production
 // cluster.
 func TestDebugImage(t *testing.T) {
@@ -318,6 +337,24 @@ func TestDebugImage(t *testing.T) {
 		serial, _ := os.ReadFile(node.SerialLog())
 		t.Errorf("no automatic root login on the debug console:\n%s", tail(serial, 40))
 	}
+	t.Run("bootstrapperd seen from the console", func(t *testing.T) {
+		status := onConsole(ctx, t, node, "systemctl status bootstrapperd --no-pager")
+		for _, want := range []*regexp.Regexp{
+			regexp.MustCompile(`(?m)^\s*Active: active \(running\)`),
+			// A Type=notify unit shows the daemon's STATUS=.
+			regexp.MustCompile(`(?m)^\s*Status: "` + regexp.QuoteMeta(waiting) + `"`),
+		} {
+			if !want.MatchString(status) {
+				t.Errorf("systemctl status shows no line matching %s", want)
+			}
+		}
+		journal := onConsole(ctx, t, node, "journalctl -u bootstrapperd --no-pager")
+		// bootstrapperd's own line (not systemd's) once it serves.
+		startup := regexp.MustCompile(`(?m)bootstrapperd\[\d+\]: .*` + regexp.QuoteMeta(waiting))
+		if !startup.MatchString(journal) {
+			t.Errorf("the journal has no line of bootstrapperd matching %s", startup)
+		}
+	})
 	verify := func(measurementsDir string) ([]byte, error) {
 		return inNamespaceOutput(ctx, *orrery, "verify", "--node", addr, "--timeout", "2m",
 			"--measurements", filepath.Join(measurementsDir, "measurements.json"),

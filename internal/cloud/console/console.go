@@ -6,7 +6,12 @@
 // The command's output is framed by marker lines that carry a random
 // nonce, printed by printf so that the echo of the typed line never looks
 // like a printed marker; whatever the line shows before the output
-// (prompts, the echo, kernel messages) is ignored.
+// (prompts, the echo, kernel messages) is ignored. Each line of output
+// carries the nonce too, so that lines other programs write to the
+// console meanwhile (our images forward the journal there) stay out of
+// it: they come whole between the command's lines, as each program writes
+// a line at once and the terminal does not mix writes. Only the kernel's
+// own messages, which bypass the terminal, can still land inside a line.
 package console
 
 import (
@@ -38,6 +43,7 @@ var ErrNoShell = errors.New("no shell answered on the serial console")
 const (
 	readyWord = "ORRREADY"
 	beginWord = "ORRBEGIN"
+	lineWord  = "ORRLINE" // with a space after the nonce
 	endWord   = "ORREND"
 )
 
@@ -56,25 +62,27 @@ const probeEvery = 2 * time.Second
 const maxLine = 4000
 
 // Run types command into the shell on conn and returns its output (stdout
-// and stderr as they appeared on the line, without carriage returns) and
-// its exit status. The command runs under sh -c, with stdin from
-// /dev/null and an environment that keeps pagers and colours out of the
-// output, so "systemctl status x" and "journalctl -u x" print everything
-// and return. The command must be printable ASCII on one line (use printf
-// escapes for anything else): a serial line would take control characters
-// as keys.
+// and stderr together, without carriage returns) and its exit status. The
+// command runs under sh -c, with stdin from /dev/null, stdout and stderr
+// on a pipe (to sed, which prefixes each line), and an environment that
+// keeps pagers and colours away, so "systemctl status x" and "journalctl
+// -u x" print everything and return. The guest needs sed. The command
+// must be printable ASCII on one line (use printf escapes for anything
+// else): a serial line would take control characters as keys.
 //
-// Run waits until the shell answers; if it does not at once, Run sends
-// Ctrl-C, which ends whatever the shell was running. When ctx ends before
-// the shell answers, the error wraps ErrNoShell; when it ends while the
-// command runs, Run sends Ctrl-C so that the shell is ready for the next
-// caller, and returns what the command printed so far with the error.
+// Run waits until the shell answers, which on a booting node may take a
+// while: call it early with a long deadline rather than watch for the
+// prompt. When ctx ends before the shell answers, the error wraps
+// ErrNoShell; when it ends while the command runs, Run sends Ctrl-C so
+// that the shell is ready for the next caller, and returns what the
+// command printed so far with the error.
 // Without a deadline on ctx, a command that never ends blocks Run for
 // good.
 //
 // A non-zero exit status is not an error; a command killed by a signal
-// has status 128+signal, and its output may end with the shell's notice
-// ("Terminated"). With an error, the exit status is -1.
+// has status 128+signal (if the shell on the line is dash, its notice
+// "Terminated" ends the output; bash keeps it out). With an error, the
+// exit status is -1.
 func Run(ctx context.Context, conn Conn, command string) (output string, exitCode int, err error) {
 	nonce, err := newNonce()
 	if err != nil {
@@ -106,9 +114,10 @@ func Run(ctx context.Context, conn Conn, command string) (output string, exitCod
 	return r.scan.output(), r.scan.code, nil
 }
 
-// commandLine is what Run types: the begin marker, the command, the end
-// marker with the command's exit status. printf's format joins each
-// marker's word and the nonce only when it prints them.
+// commandLine is what Run types: the begin marker, then the command's
+// output and the end marker with its exit status, each line prefixed by
+// sed. printf's format, or quotes that the shell removes, join each word
+// and the nonce only in what is printed, never in what is typed.
 func commandLine(command, nonce string) (string, error) {
 	if strings.TrimSpace(command) == "" {
 		return "", errors.New("empty command")
@@ -119,8 +128,8 @@ func commandLine(command, nonce string) (string, error) {
 		}
 	}
 	quoted := "'" + strings.ReplaceAll(command, "'", `'\''`) + "'"
-	line := fmt.Sprintf(`printf '%%s-%%s\n' %s %s; %s sh -c %s </dev/null 2>&1; printf '%%s-%%s:%%s\n' %s %s "$?"`+"\n",
-		beginWord, nonce, env, quoted, endWord, nonce)
+	line := fmt.Sprintf(`printf '%%s-%%s\n' %s %s; { %s sh -c %s </dev/null 2>&1; printf '%%s-%%s:%%s\n' %s %s "$?"; } | sed 's/^/%s-''%s /'`+"\n",
+		beginWord, nonce, env, quoted, endWord, nonce, lineWord, nonce)
 	if len(line) > maxLine {
 		return "", fmt.Errorf("command too long for a terminal line (%d bytes typed, at most %d): put it in a script on the node", len(line), maxLine)
 	}
@@ -168,21 +177,14 @@ func (r *run) watch() (stop func()) {
 }
 
 // handshake asks the shell, again every probeEvery, to print the ready
-// marker, until it does.
+// marker, until it does. A probe appended to a half-typed line fails, but
+// ends that line: the next one works. No Ctrl-C: on a booting node it
+// would cut short the login shell's profile, or kill a shell that does
+// not handle SIGINT yet.
 func (r *run) handshake(nonce string) error {
 	probe := fmt.Sprintf(`printf '%%s-%%s\n' %s %s`+"\n", readyWord, nonce)
-	for first := true; ; first = false {
-		var err error
-		if !first {
-			// Ctrl-C ends a command an earlier caller left running and
-			// drops a half-typed line; the newline brings a fresh prompt.
-			// Not at first: it would kill a shell that is just starting,
-			// before it handles SIGINT.
-			err = r.write("\x03\n")
-		}
-		if err == nil {
-			err = r.write(probe)
-		}
+	for {
+		err := r.write(probe)
 		if err == nil {
 			err = r.await(time.Now().Add(probeEvery), r.scan.answered)
 		}
@@ -196,7 +198,7 @@ func (r *run) handshake(nonce string) error {
 			if noise := r.scan.noise(200); noise != "" {
 				seen = fmt.Sprintf("the line last showed %q", noise)
 			}
-			return fmt.Errorf("%w within %v (%w; %s): is this a debug image (make image DEBUG=1), with no other client on the console?",
+			return fmt.Errorf("%w within %v (%w; %s): is this a debug image (make image DEBUG=1), with no other client on the console and no command still running there?",
 				ErrNoShell, time.Since(r.began).Round(time.Millisecond), err, seen)
 		default:
 			return err

@@ -24,37 +24,44 @@ var errTooMuchOutput = fmt.Errorf("the command printed more than %d MiB: narrow 
 type phase int
 
 const (
-	awaitReady  phase = iota // the shell has not answered yet
-	awaitBegin               // the command line is typed, its output not begun
-	awaitEnd                 // the output runs until the end marker
-	awaitStatus              // the end marker is there, its exit status not complete
+	awaitReady phase = iota // the shell has not answered yet
+	awaitBegin              // the command line is typed, its output not begun
+	awaitEnd                // framed lines run until the end marker
 	complete
 )
 
 // scanner finds one command's output in the bytes a serial line prints,
-// which come from the guest and are not trusted. It looks for three
-// markers, in order, each with the call's nonce: ready (the shell answers),
-// begin (the output starts after it) and end (the output ends before it,
-// and the exit status follows it up to a newline). Everything before the
-// begin marker is noise: prompts, the echo of what was typed (which never
-// holds a marker as printed), kernel messages, earlier commands. Carriage
-// returns are dropped, as a terminal's output has one before every newline.
+// which come from the guest and are not trusted. Each marker and the line
+// prefix carry the call's nonce.
+//
+// First come two markers on lines of their own, in order: ready (the shell
+// answers) and begin. Everything before begin is noise: prompts, the echo
+// of what was typed (which never holds a marker as printed), kernel
+// messages, earlier commands. After begin, each line of the command's
+// output comes with the prefix; lines without it are dropped: what other
+// programs print on the console meanwhile (journald forwards the journal
+// there), or the shell's job notices. The prefixed lines, prefix removed,
+// are the command's output followed by the end marker, its exit status
+// and a newline. Carriage returns are dropped, as a terminal prints one
+// before every newline.
 type scanner struct {
-	ready, begin, end []byte
+	ready, begin, prefix, end []byte
 
-	buf   []byte // what was printed, without carriage returns
-	from  int    // buf[:from] holds none of the marker looked for now
-	phase phase
-	start int // the output is buf[start:stop]
-	stop  int
-	code  int // the exit status, once complete
+	raw     []byte // what was printed, without carriage returns, not yet taken
+	from    int    // raw[:from] holds none of the marker looked for now
+	phase   phase
+	out     []byte // what the prefixed lines hold
+	outFrom int    // out[:outFrom] holds no end marker
+	stop    int    // the output is out[:stop]
+	code    int    // the exit status, once complete
 }
 
 func newScanner(nonce string) *scanner {
 	return &scanner{
-		ready: []byte(readyWord + "-" + nonce + "\n"),
-		begin: []byte(beginWord + "-" + nonce + "\n"),
-		end:   []byte(endWord + "-" + nonce + ":"),
+		ready:  []byte(readyWord + "-" + nonce + "\n"),
+		begin:  []byte(beginWord + "-" + nonce + "\n"),
+		prefix: []byte(lineWord + "-" + nonce + " "),
+		end:    []byte(endWord + "-" + nonce + ":"),
 	}
 }
 
@@ -68,81 +75,78 @@ func (s *scanner) feed(p []byte) error {
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\r')
 		if i < 0 {
-			s.buf = append(s.buf, p...)
+			s.raw = append(s.raw, p...)
 			break
 		}
-		s.buf = append(s.buf, p[:i]...)
+		s.raw = append(s.raw, p[:i]...)
 		p = p[i+1:]
 	}
-	for {
-		switch s.phase {
-		case awaitReady, awaitBegin:
-			marker := s.ready
-			if s.phase == awaitBegin {
-				marker = s.begin
-			}
-			i, ok := s.find(marker)
-			if !ok {
-				s.trimNoise()
-				return nil
-			}
-			s.from = i + len(marker)
-			if s.phase == awaitReady {
-				s.phase = awaitBegin
-				continue
-			}
-			s.start = s.from
-			s.phase = awaitEnd
-		case awaitEnd:
-			i, ok := s.find(s.end)
-			if !ok {
-				if len(s.buf)-s.start > maxOutput {
-					return errTooMuchOutput
-				}
-				return nil
-			}
-			s.stop = i
-			s.from = i + len(s.end)
-			s.phase = awaitStatus
-		case awaitStatus:
-			rest := s.buf[s.from:]
-			nl := bytes.IndexByte(rest, '\n')
-			if nl < 0 {
-				if len(rest) > maxStatus {
-					return fmt.Errorf("the end marker is followed by %q, not an exit status", rest)
-				}
-				return nil
-			}
-			code, err := parseStatus(rest[:nl])
-			if err != nil {
-				return err
-			}
-			s.code = code
-			s.phase = complete
-			return nil
-		default:
+	for s.phase < awaitEnd {
+		marker := s.ready
+		if s.phase == awaitBegin {
+			marker = s.begin
+		}
+		i := bytes.Index(s.raw[s.from:], marker)
+		if i < 0 {
+			// The next search starts where a marker split across reads
+			// might begin.
+			s.from = max(s.from, len(s.raw)-len(marker)+1)
+			s.trimNoise()
 			return nil
 		}
+		s.from += i + len(marker)
+		s.phase++
+		if s.phase == awaitEnd {
+			// Only the lines after begin count.
+			s.raw = append(s.raw[:0], s.raw[s.from:]...)
+			s.from = 0
+		}
 	}
+	return s.takeLines()
 }
 
-// find looks for marker in the bytes not searched yet; if it is not there,
-// the next search starts where a marker split across reads might begin.
-func (s *scanner) find(marker []byte) (int, bool) {
-	if i := bytes.Index(s.buf[s.from:], marker); i >= 0 {
-		return s.from + i, true
+// takeLines moves the content of complete prefixed lines to out and looks
+// there for the end marker and the exit status.
+func (s *scanner) takeLines() error {
+	rest := s.raw
+	for {
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 {
+			break
+		}
+		if line := rest[:nl+1]; bytes.HasPrefix(line, s.prefix) {
+			s.out = append(s.out, line[len(s.prefix):]...)
+		}
+		rest = rest[nl+1:]
 	}
-	s.from = max(s.from, len(s.buf)-len(marker)+1)
-	return 0, false
+	s.raw = append(s.raw[:0], rest...)
+	if len(s.out)+len(s.raw) > maxOutput {
+		return errTooMuchOutput
+	}
+	i := bytes.Index(s.out[s.outFrom:], s.end)
+	if i < 0 {
+		s.outFrom = max(s.outFrom, len(s.out)-len(s.end)+1)
+		return nil
+	}
+	s.stop = s.outFrom + i
+	// Lines are whole: the status and its newline are there.
+	status, _, _ := bytes.Cut(s.out[s.stop+len(s.end):], []byte("\n"))
+	code, err := parseStatus(status)
+	if err != nil {
+		return err
+	}
+	s.code = code
+	s.phase = complete
+	return nil
 }
 
 // trimNoise keeps the bytes before the output from growing without bound.
 func (s *scanner) trimNoise() {
-	if len(s.buf) <= maxNoise {
+	if len(s.raw) <= maxNoise {
 		return
 	}
-	drop := len(s.buf) - noiseKept
-	s.buf = append(s.buf[:0], s.buf[drop:]...)
+	drop := len(s.raw) - noiseKept
+	s.raw = append(s.raw[:0], s.raw[drop:]...)
 	s.from = max(0, s.from-drop)
 }
 
@@ -172,14 +176,14 @@ func (s *scanner) started() bool { return s.phase > awaitBegin }
 // done tells whether the output and exit status are complete.
 func (s *scanner) done() bool { return s.phase == complete }
 
-// output is the command's output: complete once done, else what it has
-// printed so far.
+// output is the command's output: complete once done, else the lines it
+// has printed so far.
 func (s *scanner) output() string {
 	switch s.phase {
 	case awaitEnd:
-		return string(s.buf[s.start:])
-	case awaitStatus, complete:
-		return string(s.buf[s.start:s.stop])
+		return string(s.out)
+	case complete:
+		return string(s.out[:s.stop])
 	}
 	return ""
 }
@@ -187,10 +191,10 @@ func (s *scanner) output() string {
 // noise is the end of what was printed before the command's output, for
 // error messages.
 func (s *scanner) noise(n int) string {
-	b := s.buf
 	if s.started() {
-		b = b[:s.start]
+		return ""
 	}
+	b := s.raw
 	if len(b) > n {
 		b = b[len(b)-n:]
 	}

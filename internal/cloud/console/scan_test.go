@@ -10,12 +10,30 @@ import (
 
 const testNonce = "0123456789abcdef"
 
-// Markers as a shell prints them on a terminal.
+// Markers and the line prefix as a terminal shows them.
 const (
-	ready = "ORRREADY-" + testNonce + "\r\n"
-	begin = "ORRBEGIN-" + testNonce + "\r\n"
-	end   = "ORREND-" + testNonce + ":"
+	ready  = "ORRREADY-" + testNonce + "\r\n"
+	begin  = "ORRBEGIN-" + testNonce + "\r\n"
+	prefix = "ORRLINE-" + testNonce + " "
+	end    = "ORREND-" + testNonce + ":"
 )
+
+// framed is what the line shows of a command's output and exit status:
+// each line prefixed, and noise (lines without the prefix, if any) after
+// each of them.
+func framed(output string, code int, noise string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(output+end+strconv.Itoa(code)+"\n", "\n") {
+		if line == "" {
+			continue
+		}
+		b.WriteString(prefix + strings.TrimSuffix(line, "\n") + "\r\n")
+		if noise != "" {
+			b.WriteString(noise + "\r\n")
+		}
+	}
+	return b.String()
+}
 
 type scanResult struct {
 	done, started bool
@@ -43,7 +61,8 @@ func scanAll(data []byte, size int) scanResult {
 
 func TestScanner(t *testing.T) {
 	prompt := "\x1b[?2004hroot@node:~# "
-	echo := `printf '%s-%s\n' ORRBEGIN ` + testNonce + `; ... printf '%s-%s:%s\n' ORREND ` + testNonce + ` "$?"` + "\r\n"
+	echo := `printf '%s-%s\n' ORRBEGIN ` + testNonce + `; { ... printf '%s-%s:%s\n' ORREND ` + testNonce + ` "$?"; } | sed 's/^/ORRLINE-''` + testNonce + ` /'` + "\r\n"
+	journal := "[   29.715509] systemd[1]: var-lib-containerd.mount: Deactivated successfully."
 	tests := map[string]struct {
 		printed    string
 		wantDone   bool
@@ -52,45 +71,51 @@ func TestScanner(t *testing.T) {
 		wantErr    bool
 	}{
 		"a command with output": {
-			printed:    "[  1.0] kernel says hi\r\n" + ready + prompt + echo + begin + "a\r\nb\r\n" + end + "0\r\n" + prompt,
-			wantDone:   true,
-			wantOutput: "a\nb\n",
+			printed:  "[  1.0] kernel says hi\r\n" + ready + prompt + echo + begin + framed("a\nb\n", 0, "") + prompt,
+			wantDone: true, wantOutput: "a\nb\n",
+		},
+		"lines without the prefix are dropped": {
+			printed:  ready + begin + journal + "\r\n" + framed("a\nb\n", 0, journal) + "Terminated\r\n",
+			wantDone: true, wantOutput: "a\nb\n",
 		},
 		"no output, non-zero status": {
-			printed:  ready + begin + end + "3\r\n",
+			printed:  ready + begin + framed("", 3, ""),
 			wantDone: true, wantCode: 3,
 		},
 		"output without a final newline": {
-			printed:  ready + begin + "abc" + end + "0\r\n",
+			printed:  ready + begin + framed("abc", 0, ""),
 			wantDone: true, wantOutput: "abc",
 		},
-		"another nonce's markers are output": {
-			printed:  ready + begin + "ORRBEGIN-00\r\nORREND-00:1\r\n" + end + "0\r\n",
-			wantDone: true, wantOutput: "ORRBEGIN-00\nORREND-00:1\n",
+		"markers and prefixes of another nonce": {
+			printed:  ready + begin + framed("ORRBEGIN-00\nORRLINE-00 x\nORREND-00:1\n", 0, "ORRLINE-00 y"),
+			wantDone: true, wantOutput: "ORRBEGIN-00\nORRLINE-00 x\nORREND-00:1\n",
 		},
 		"begin before ready does not count": {
-			printed: begin + "x\r\n" + end + "0\r\n" + ready,
+			printed: begin + framed("x\n", 0, "") + ready,
 		},
 		"the echo of the typed line is no marker": {
-			printed: ready + echo,
+			printed: ready + prompt + echo,
 		},
-		"status not complete": {
-			printed: ready + begin + "out\r\n" + end + "12",
+		"an end marker without the prefix is noise": {
+			printed: ready + begin + prefix + "out\r\n" + end + "0\r\n",
+		},
+		"end line not complete": {
+			printed: ready + begin + prefix + "out\r\n" + prefix + end + "0",
 		},
 		"status not a number": {
-			printed: ready + begin + end + "x\r\n",
+			printed: ready + begin + prefix + end + "x\r\n",
 			wantErr: true,
 		},
 		"status out of range": {
-			printed: ready + begin + end + "256\r\n",
+			printed: ready + begin + framed("", 256, ""),
 			wantErr: true,
 		},
-		"status too long, no newline yet": {
-			printed: ready + begin + end + "0000",
+		"status with a leading zero": {
+			printed: ready + begin + prefix + end + "01\r\n",
 			wantErr: true,
 		},
 		"what follows the end is ignored": {
-			printed:  ready + begin + "o\r\n" + end + "1\r\n" + begin + "p\r\n" + end + "x\r\n",
+			printed:  ready + begin + framed("o\n", 1, "") + begin + framed("p\n", 2, ""),
 			wantDone: true, wantOutput: "o\n", wantCode: 1,
 		},
 	}
@@ -114,8 +139,8 @@ func TestScanner(t *testing.T) {
 	}
 }
 
-// TestScannerBounds: a guest cannot make the scanner hold more than
-// maxOutput of output, nor much of the noise before it.
+// TestScannerBounds: a guest cannot make the scanner hold much of the
+// noise around the output, nor more than maxOutput of output.
 func TestScannerBounds(t *testing.T) {
 	s := newScanner(testNonce)
 	noise := bytes.Repeat([]byte("noise, no marker\r\n"), 1<<12)
@@ -124,8 +149,8 @@ func TestScannerBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(s.buf) > maxNoise {
-		t.Errorf("scanner holds %d bytes of noise, want at most %d", len(s.buf), maxNoise)
+	if len(s.raw) > maxNoise {
+		t.Errorf("scanner holds %d bytes of noise, want at most %d", len(s.raw), maxNoise)
 	}
 	// A marker split between two reads, the first of which makes the
 	// scanner trim, is still found.
@@ -138,23 +163,46 @@ func TestScannerBounds(t *testing.T) {
 	if !s.started() {
 		t.Fatal("markers after the noise not found")
 	}
-	out := bytes.Repeat([]byte("x"), 1<<20)
+	// Lines without the prefix go.
+	for range 64 {
+		if err := s.feed(noise); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(s.raw) + len(s.out); n > 0 {
+		t.Errorf("scanner holds %d bytes after noise lines", n)
+	}
+
+	line := []byte(prefix + strings.Repeat("x", 1<<20-len(prefix)-1) + "\n")
 	var err error
 	for i := 0; i <= maxOutput>>20 && err == nil; i++ {
-		err = s.feed(out)
+		err = s.feed(line)
 	}
 	if !errors.Is(err, errTooMuchOutput) {
 		t.Errorf("after %d MiB of output: error %v, want errTooMuchOutput", maxOutput>>20+1, err)
 	}
+
+	// Nor one endless line.
+	s = newScanner(testNonce)
+	if err := s.feed([]byte(ready + begin + prefix)); err != nil {
+		t.Fatal(err)
+	}
+	err = nil
+	for i := 0; i <= maxOutput>>20 && err == nil; i++ {
+		err = s.feed(line[:len(line)-1])
+	}
+	if !errors.Is(err, errTooMuchOutput) {
+		t.Errorf("after a line of %d MiB: error %v, want errTooMuchOutput", maxOutput>>20+1, err)
+	}
 }
 
 // FuzzScanner feeds the scanner arbitrary bytes, as a guest may print
-// anything: it must not panic, must not depend on how the bytes are split
-// into reads, and an output it finds must be what the bytes hold.
+// anything: it must not panic, nor depend on how the bytes are split into
+// reads, and what it returns must be well-formed.
 func FuzzScanner(f *testing.F) {
-	f.Add([]byte(ready+begin+"out\r\n"+end+"0\r\n"), uint16(7))
-	f.Add([]byte(ready+begin+end+"255\r\n"), uint16(30))
-	f.Add([]byte("ORRREADY-"+ready+"ORRBEGIN-ORRBEGIN-"+begin+"ORREND-"+end+"1\n"), uint16(40))
+	f.Add([]byte(ready+begin+framed("out\n", 0, "noise")), uint16(7))
+	f.Add([]byte(ready+begin+framed("", 255, "")), uint16(30))
+	f.Add([]byte("ORRREADY-"+ready+"ORRBEGIN-ORRBEGIN-"+begin+prefix+"ORREND-"+prefix+end+"1\n"), uint16(40))
 	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
 		whole := scanAll(data, 0)
 		s := newScanner(testNonce)
@@ -175,38 +223,37 @@ func FuzzScanner(f *testing.F) {
 		if !whole.done {
 			return
 		}
-		clean := strings.ReplaceAll(string(data), "\r", "")
-		framed := strings.TrimSuffix(begin, "\r\n") + "\n" + whole.output + end + strconv.Itoa(whole.code) + "\n"
-		if !strings.Contains(clean, framed) {
-			t.Fatalf("output %q, status %d are not framed by markers in %q", whole.output, whole.code, clean)
-		}
-		if whole.code < 0 || whole.code > 255 || strings.Contains(whole.output, end) {
+		if whole.code < 0 || whole.code > 255 || strings.Contains(whole.output, end) || strings.Contains(whole.output, "\r") {
 			t.Fatalf("output %q, status %d", whole.output, whole.code)
+		}
+		clean := strings.ReplaceAll(string(data), "\r", "")
+		if !strings.Contains(clean, strings.ReplaceAll(begin, "\r", "")) || !strings.Contains(clean, prefix) {
+			t.Fatalf("output %q without markers in %q", whole.output, clean)
 		}
 	})
 }
 
-// FuzzScannerOutput frames arbitrary output and noise as a shell prints
-// them: the scanner must return the output, without carriage returns, and
-// the status.
+// FuzzScannerOutput frames arbitrary output as Run has the shell print it,
+// among arbitrary noise before it and lines of noise between its lines:
+// the scanner must return the output, without carriage returns, and the
+// status.
 func FuzzScannerOutput(f *testing.F) {
-	f.Add([]byte("root@node:~# "), []byte("line 1\r\nline 2\r\n"), uint8(0), []byte("root@node:~# "))
-	f.Add([]byte(""), []byte(""), uint8(255), []byte(""))
-	f.Add([]byte("ORRBEGIN-0123\r\n"), []byte("ORREND-"+testNonce), uint8(3), []byte(end+"x"))
-	f.Fuzz(func(t *testing.T, noise, output []byte, code uint8, after []byte) {
+	f.Add([]byte("root@node:~# "), []byte("line 1\r\nline 2\r\n"), uint8(0), "[   29.7] systemd[1]: noise", []byte("root@node:~# "))
+	f.Add([]byte(""), []byte(""), uint8(255), "", []byte(""))
+	f.Add([]byte("ORRBEGIN-0123\r\n"), []byte("ORREND-"+testNonce), uint8(3), "ORRLINE-"+testNonce, []byte(end+"x"))
+	f.Fuzz(func(t *testing.T, noise, output []byte, code uint8, noiseLine string, after []byte) {
 		clean := func(b []byte) []byte { return bytes.ReplaceAll(b, []byte("\r"), nil) }
-		// Output holding the end marker, or noise holding the begin
-		// marker, cannot be told apart from the real ones: Run's nonce is
-		// random and unknown to the guest beforehand.
-		if bytes.Contains(clean(noise), []byte(strings.TrimSuffix(begin, "\r\n")+"\n")) || bytes.Contains(clean(output), []byte(end)) {
+		noiseLine = strings.NewReplacer("\n", "", "\r", "").Replace(noiseLine)
+		// Output holding the end marker, noise holding the begin marker,
+		// or a noise line with the prefix cannot be told apart from the
+		// real ones: Run's nonce is random and unknown to the guest
+		// beforehand.
+		if bytes.Contains(clean(noise), clean([]byte(begin))) || bytes.Contains(clean(output), []byte(end)) || strings.HasPrefix(noiseLine, prefix) {
 			t.Skip()
 		}
-		var printed []byte
-		for _, part := range [][]byte{noise, []byte(ready), noise, []byte(begin), output, []byte(end + strconv.Itoa(int(code)) + "\r\n"), after} {
-			printed = append(printed, part...)
-		}
+		printed := string(noise) + ready + string(noise) + begin + framed(string(output), int(code), noiseLine) + string(after)
 		for _, size := range []int{0, 3} {
-			got := scanAll(printed, size)
+			got := scanAll([]byte(printed), size)
 			if got.err != nil || !got.done || got.output != string(clean(output)) || got.code != int(code) {
 				t.Fatalf("chunks of %d: %+v; want output %q, status %d", size, got, clean(output), code)
 			}

@@ -202,7 +202,14 @@ spec:
     - sh
     - -c
     - |
-      busybox nslookup web.default.svc.cluster.local 10.96.0.10 || exit 1
+      # A node that just joined programs Service rules (kube-proxy) and
+      # learns CoreDNS's endpoints a little later than the API reports
+      # CoreDNS ready; until then 10.96.0.10 refuses.
+      for i in $(busybox seq 1 40); do
+        busybox nslookup web.default.svc.cluster.local 10.96.0.10 && break
+        [ "$i" = 40 ] && exit 1
+        sleep 3
+      done
       for i in $(busybox seq 1 20); do
         printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 3 $WEB_SERVICE_HOST 80 && exit 0
         sleep 3

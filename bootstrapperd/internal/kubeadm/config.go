@@ -67,6 +67,24 @@ type clusterConfiguration struct {
 	APIServer struct {
 		CertSANs []string `json:"certSANs,omitempty"`
 	} `json:"apiServer"`
+	ControllerManager component `json:"controllerManager"`
+	Scheduler         component `json:"scheduler"`
+}
+
+type component struct {
+	ExtraArgs []arg `json:"extraArgs,omitempty"`
+}
+
+// leaderElection relaxes the controller manager's and the scheduler's
+// leader election from 15 s leases renewed within 10 s. A confidential VM
+// that is starved of CPU for a few seconds (seen under emulation: the
+// controller manager lost its lease, exited and sat in CrashLoopBackOff
+// for minutes, so no DaemonSet pod was created) keeps its lease; a dead
+// control plane is taken over after a minute instead of 15 s.
+var leaderElection = []arg{
+	{Name: "leader-elect-lease-duration", Value: "60s"},
+	{Name: "leader-elect-renew-deadline", Value: "45s"},
+	{Name: "leader-elect-retry-period", Value: "5s"},
 }
 
 type kubeletConfiguration struct {
@@ -107,6 +125,8 @@ func InitConfig(p InitParams) ([]byte, error) {
 	cc.Networking.ServiceSubnet = p.ServiceCIDR
 	cc.Networking.PodSubnet = PodSubnet
 	cc.APIServer.CertSANs = p.CertSANs
+	cc.ControllerManager.ExtraArgs = leaderElection
+	cc.Scheduler.ExtraArgs = leaderElection
 
 	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100,
 		ResolvConf: "/run/systemd/resolve/resolv.conf"}

@@ -79,6 +79,16 @@ func TestInitConfig(t *testing.T) {
 	if sans := get(docs[1], "apiServer", "certSANs").([]any); len(sans) != 1 || sans[0] != "api.example.org" {
 		t.Errorf("certSANs = %v", sans)
 	}
+	for _, comp := range []string{"controllerManager", "scheduler"} {
+		args := map[string]string{}
+		for _, a := range get(docs[1], comp, "extraArgs").([]any) {
+			m := a.(map[string]any)
+			args[m["name"].(string)] = m["value"].(string)
+		}
+		if args["leader-elect-lease-duration"] != "60s" || args["leader-elect-renew-deadline"] != "45s" {
+			t.Errorf("%s extraArgs = %v, want the relaxed leader election", comp, args)
+		}
+	}
 	if _, err := InitConfig(InitParams{}); err == nil {
 		t.Error("empty params accepted")
 	}

@@ -122,7 +122,7 @@ func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func
 		}
 		if time.Now().After(deadline) {
 			nodes, _ := k("get", "nodes", "-o", "wide")
-			logs, _ := k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "--tail=50")
+			logs, _ := k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "-c", "join", "--tail=50")
 			t.Fatalf("%s did not become Ready after the join service came back\n%s\n%s", good.Name, nodes, logs)
 		}
 		time.Sleep(5 * time.Second)
@@ -136,7 +136,7 @@ func refusedModified(t *testing.T, ctx context.Context, k func(...string) (strin
 	deadline := time.Now().Add(5 * time.Minute)
 	var logs string
 	for {
-		logs, _ = k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "--tail=-1")
+		logs, _ = k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "-c", "join", "--tail=-1")
 		if line := findLine(logs, "refused a node", modified.IP.String()); line != "" {
 			for _, pcr := range []string{"PCR 4 mismatch", "PCR 9 mismatch", "PCR 11 mismatch"} {
 				if !strings.Contains(line, pcr) {

@@ -43,14 +43,8 @@ unit: deps ## go test with the race detector (TPM tests run against swtpm), also
 	cd image/components && $(GO) test -count=1 ./...
 	cd image/components/cni && $(GO) test -count=1 ./cmd/...
 
-fuzz: deps ## run every fuzz target for FUZZTIME each
-	@grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do \
-		pkg=./$$(dirname $${file#./}); \
-		for target in $$(sed -nE 's/^func (Fuzz[A-Za-z0-9_]+)\(.*/\1/p' $$file); do \
-			echo "fuzz $$pkg $$target for $(FUZZTIME)"; \
-			$(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s $$pkg; \
-		done; \
-	done
+fuzz: deps ## run every fuzz target for FUZZTIME each (hack/fuzz.sh)
+	GO=$(GO) hack/fuzz.sh $(FUZZTIME)
 
 bench: deps ## benchmarks: attestation issue/verify, attested TLS handshake + RPC
 	$(GO) test -run='^$$' -bench=. -benchmem ./internal/...

@@ -354,6 +354,13 @@ func TestDebugImage(t *testing.T) {
 		if !startup.MatchString(journal) {
 			t.Errorf("the journal has no line of bootstrapperd matching %s", startup)
 		}
+		// Operators filter by phase: every slog attribute is a journal field.
+		fields := onConsole(ctx, t, node, "journalctl -u bootstrapperd PHASE=wait -o verbose --no-pager")
+		for _, want := range []string{"MESSAGE=" + waiting, "PHASE=wait", "SYSLOG_IDENTIFIER=bootstrapperd", "LISTEN="} {
+			if !strings.Contains(fields, want) {
+				t.Errorf("journalctl PHASE=wait -o verbose has no %q:\n%s", want, fields)
+			}
+		}
 	})
 	verify := func(measurementsDir string) ([]byte, error) {
 		return inNamespaceOutput(ctx, *orrery, "verify", "--node", addr, "--timeout", "2m",

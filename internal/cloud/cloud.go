@@ -511,7 +511,9 @@ func (c *Cloud) Down(ctx context.Context) error {
 	for _, n := range c.nodes {
 		errs = append(errs, removeNodeDir(n.Dir, c.spec.KeepLogs))
 	}
-	errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, StateFile)))
+	// The init secret belongs to the VMs that are gone; the next Up makes
+	// a new one.
+	errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, StateFile)), removeIfExists(filepath.Join(c.spec.Dir, InitSecretFile)))
 	if c.lock != nil {
 		c.lock.Close()
 		errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, LockFile)))

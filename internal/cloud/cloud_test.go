@@ -190,7 +190,7 @@ func assertNothingLeft(t *testing.T, spec cloud.Spec, st cloud.State) {
 			t.Errorf("processes %v of %s are left", pids, n.Name)
 		}
 	}
-	for _, f := range []string{cloud.StateFile, cloud.LockFile} {
+	for _, f := range []string{cloud.StateFile, cloud.LockFile, cloud.InitSecretFile} {
 		if _, err := os.Stat(filepath.Join(spec.Dir, f)); err == nil {
 			t.Errorf("%s is left", f)
 		}

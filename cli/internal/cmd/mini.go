@@ -84,6 +84,8 @@ func (o miniOptions) spec(progress io.Writer) cloud.Spec {
 		Namespace:       o.netns,
 		ShutdownTimeout: o.shutdownTimeout,
 		Progress:        progress,
+		// After a failed bring-up the consoles are what tells why.
+		KeepLogs: true,
 	}
 	if o.kernel != "" {
 		s.Kernel, s.Initrd, s.Cmdline = o.kernel, o.initrd, o.cmdline
@@ -233,7 +235,7 @@ func newMiniDownCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:     "down",
 		Short:   "Stop the local cloud and remove everything it created",
-		Long:    "down stops the VMs, the network and the services of the local cloud in --dir, also after a crash, and removes their files (the serial logs stay).",
+		Long:    "down stops the VMs, the network and the services of the local cloud in --dir, also after a crash, and removes their disks, vTPM state and the init secret. The VMs' logs (<dir>/<vm>/serial.log, qemu.log) stay for reading afterwards, and so does the platform CA, so that the next 'mini up' certifies its VMs with the same CA.",
 		Example: "  sudo orrery mini down",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

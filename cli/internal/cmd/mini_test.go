@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,6 +83,22 @@ func TestMiniUpStatusDown(t *testing.T) {
 	if syscallAlive(st.SupervisorPID) {
 		t.Errorf("supervisor %d survives mini down", st.SupervisorPID)
 	}
+	for _, n := range st.Nodes {
+		entries, _ := os.ReadDir(n.Dir)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		if !slices.Contains(names, "serial.log") || slices.ContainsFunc(names, func(n string) bool { return filepath.Ext(n) != ".log" }) {
+			t.Errorf("after mini down %s holds %v, want its logs only, serial.log among them", n.Dir, names)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, cloud.InitSecretFile)); err == nil {
+		t.Errorf("mini down left the init secret")
+	}
+	if _, err := os.Stat(filepath.Join(dir, cloud.PlatformCACert)); err != nil {
+		t.Errorf("mini down removed the platform CA: %v", err)
+	}
 	code, out, _ = run("mini", "down", "--dir", dir)
 	if code != 0 || !strings.Contains(out, "nothing to do") {
 		t.Errorf("second mini down: exit %d: %s", code, out)
@@ -89,6 +106,17 @@ func TestMiniUpStatusDown(t *testing.T) {
 	code, _, errOut = run("mini", "status", "--dir", dir)
 	if code == 0 || !strings.Contains(errOut, "no local cloud") {
 		t.Errorf("status after down: exit %d: %s", code, errOut)
+	}
+
+	// The logs left behind do not stand in the way of the next cloud.
+	code, out, errOut = run("mini", "up", "--dir", dir, "--cpus", "1", "--memory", "256",
+		"--state-disk-size", "64", "--kernel", kernel, "--initrd", initrd, "--cmdline", "console=ttyS0 panic=-1",
+		"--netns", ns, "--shutdown-timeout", "500ms")
+	if code != 0 || !strings.Contains(out, "The local cloud runs") {
+		t.Fatalf("mini up after down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if code, out, errOut = run("mini", "down", "--dir", dir); code != 0 {
+		t.Errorf("second mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
 

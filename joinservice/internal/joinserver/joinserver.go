@@ -8,7 +8,11 @@ package joinserver
 import (
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -26,6 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
@@ -212,8 +217,11 @@ func checkCSR(der []byte) (*x509.CertificateRequest, string, error) {
 		return nil, "", fmt.Errorf("bad signature: %w", err)
 	}
 	name, ok := strings.CutPrefix(csr.Subject.CommonName, "system:node:")
-	if !ok || name == "" || len(name) > 253 {
-		return nil, "", fmt.Errorf("common name %q is not system:node:<node name>", csr.Subject.CommonName)
+	if !ok || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return nil, "", fmt.Errorf("common name %q is not system:node:<node name> with a node name Kubernetes accepts (a DNS subdomain)", csr.Subject.CommonName)
+	}
+	if err := checkKubeletKey(csr.PublicKey); err != nil {
+		return nil, "", err
 	}
 	if !slices.Equal(csr.Subject.Organization, []string{"system:nodes"}) {
 		return nil, "", fmt.Errorf("organization %q is not [system:nodes]", csr.Subject.Organization)
@@ -230,6 +238,27 @@ func checkCSR(der []byte) (*x509.CertificateRequest, string, error) {
 		}
 	}
 	return csr, name, nil
+}
+
+// checkKubeletKey accepts the keys a kubelet generates and refuses ones too
+// weak to serve TLS for years.
+func checkKubeletKey(pub any) error {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() || k.Curve == elliptic.P521() {
+			return nil
+		}
+		return fmt.Errorf("ECDSA key on curve %s: use P-256, P-384 or P-521", k.Curve.Params().Name)
+	case *rsa.PublicKey:
+		if k.N.BitLen() >= 2048 {
+			return nil
+		}
+		return fmt.Errorf("RSA key of %d bits: use at least 2048", k.N.BitLen())
+	case ed25519.PublicKey:
+		return nil
+	default:
+		return fmt.Errorf("unsupported key type %T: use ECDSA, RSA or Ed25519", pub)
+	}
 }
 
 func (s *Server) signKubeletCert(csr *x509.CertificateRequest) ([]byte, error) {

@@ -3,9 +3,12 @@ package joinserver
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -14,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +54,7 @@ func (t *tokens) CreateToken(_ context.Context, ttl time.Duration) (string, erro
 	return "abcdef.0123456789abcdef", nil
 }
 
-func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+func newCA(t testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, IsCA: true,
 		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
@@ -64,6 +68,10 @@ func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
 
 func csr(t *testing.T, cn string, org []string) []byte {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	return csrWithKey(t, cn, org, key)
+}
+
+func csrWithKey(t testing.TB, cn string, org []string, key crypto.Signer) []byte {
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
 		Subject: pkix.Name{CommonName: cn, Organization: org}, DNSNames: []string{"worker-0"}, IPAddresses: []net.IP{net.ParseIP("10.42.2.100")},
 	}, key)
@@ -170,6 +178,10 @@ func TestJoinTicket(t *testing.T) {
 
 func TestJoinRefusals(t *testing.T) {
 	e := newEnv(t)
+	weakRSA, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
 	good := csr(t, "system:node:worker-0", []string{"system:nodes"})
 	tests := map[string]struct {
 		client   joinpb.JoinServiceClient
@@ -184,6 +196,10 @@ func TestJoinRefusals(t *testing.T) {
 		"truncated CSR":     {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: good[:len(good)/2]}, codes.InvalidArgument, "not a DER"},
 		"wrong CN": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csr(t, "admin", []string{"system:nodes"})},
 			codes.InvalidArgument, "system:node:"},
+		"node name Kubernetes refuses": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csr(t, "system:node:Worker_0", []string{"system:nodes"})},
+			codes.InvalidArgument, "DNS subdomain"},
+		"weak RSA key": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csrWithKey(t, "system:node:worker-0", []string{"system:nodes"}, weakRSA)},
+			codes.InvalidArgument, "RSA key of 1024 bits"},
 		"wrong group": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csr(t, "system:node:x", []string{"system:masters"})},
 			codes.InvalidArgument, "organization"},
 	}
@@ -216,4 +232,43 @@ func TestTokenTTLBounded(t *testing.T) {
 	if _, err := New(Config{TokenTTL: time.Hour}); err == nil {
 		t.Fatal("a one-hour bootstrap token was allowed")
 	}
+}
+
+// FuzzCheckCSR feeds arbitrary bytes as the kubelet CSR, the one blob in a
+// join request that the join service parses itself: no panic, and whatever
+// it accepts asks for a node's identity with a key the CA may sign.
+func FuzzCheckCSR(f *testing.F) {
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	_, edKey, _ := ed25519.GenerateKey(rand.Reader)
+	good := csrWithKey(f, "system:node:worker-0", []string{"system:nodes"}, ecKey)
+	f.Add(good)
+	f.Add(csrWithKey(f, "system:node:cp-0", []string{"system:nodes"}, edKey))
+	f.Add(csrWithKey(f, "admin", []string{"system:masters"}, ecKey))
+	f.Add(good[:len(good)/2])
+	f.Add([]byte{})
+	ca, caKey := newCA(f)
+	s, err := New(Config{CA: ca, CAKey: caKey})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, der []byte) {
+		csr, name, err := checkCSR(der)
+		if err != nil {
+			if csr != nil || name != "" {
+				t.Fatalf("refused (%v) but returned %v, %q", err, csr, name)
+			}
+			return
+		}
+		if csr.Subject.CommonName != "system:node:"+name || !slices.Equal(csr.Subject.Organization, []string{"system:nodes"}) {
+			t.Fatalf("accepted subject %v", csr.Subject)
+		}
+		cert, err := s.signKubeletCert(csr)
+		if err != nil {
+			t.Fatalf("accepted a CSR the CA cannot sign: %v", err)
+		}
+		parsed, err := x509.ParseCertificate(cert)
+		if err != nil || parsed.IsCA || parsed.Subject.CommonName != csr.Subject.CommonName {
+			t.Fatalf("signed certificate: %v, %v", parsed, err)
+		}
+	})
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,13 +86,7 @@ func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func
 		t.Fatalf("join service pods did not go away: %v\n%s", err, s)
 	}
 
-	n, err := c.StartSpare(ctx, cloud.SpareOptions{})
-	if err != nil {
-		t.Fatalf("start a spare node: %v", err)
-	}
-	if n != good {
-		t.Fatalf("started %s, want %s", n.Name, good.Name)
-	}
+	startSpare(t, ctx, c, cloud.SpareOptions{}, good)
 	waitConsole(t, ctx, good, "no join ticket yet", 10*time.Minute)
 	t.Logf("%s tried to join while the join service was down", good.Name)
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", resume); err != nil {
@@ -105,10 +100,38 @@ func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func
 		}
 		if time.Now().After(deadline) {
 			nodes, _ := k("get", "nodes", "-o", "wide")
-			logs, _ := k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "-c", "join", "--tail=50")
+			logs := joinServiceLog(k, 50)
 			t.Fatalf("%s did not become Ready after the join service came back\n%s\n%s", good.Name, nodes, logs)
 		}
 		time.Sleep(5 * time.Second)
+	}
+}
+
+// startSpare boots the next spare slot, which must be want (slots boot
+// in order).
+func startSpare(t *testing.T, ctx context.Context, c *cloud.Cloud, opts cloud.SpareOptions, want *cloud.Node) {
+	t.Helper()
+	n, err := c.StartSpare(ctx, opts)
+	if err != nil {
+		t.Fatalf("start a spare node: %v", err)
+	}
+	if n != want {
+		t.Fatalf("started %s, want %s", n.Name, want.Name)
+	}
+}
+
+// joinServiceLog is the join container's log (the pod also runs the key
+// service), its last tail lines or all of it with -1.
+func joinServiceLog(k func(...string) (string, error), tail int) string {
+	logs, _ := k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "-c", "join", fmt.Sprintf("--tail=%d", tail))
+	return logs
+}
+
+// powerOff powers n off, to free the host's cores for the next VM.
+func powerOff(t *testing.T, ctx context.Context, n *cloud.Node) {
+	t.Helper()
+	if err := n.VM().PowerDown(ctx, time.Minute); err != nil {
+		t.Fatalf("power off %s: %v", n.Name, err)
 	}
 }
 
@@ -124,17 +147,11 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 	if err != nil {
 		t.Fatalf("build the modified image: %v", err)
 	}
-	n, err := c.StartSpare(ctx, cloud.SpareOptions{Image: qcow})
-	if err != nil {
-		t.Fatalf("start a spare node: %v", err)
-	}
-	if n != modified {
-		t.Fatalf("started %s, want %s", n.Name, modified.Name)
-	}
+	startSpare(t, ctx, c, cloud.SpareOptions{Image: qcow}, modified)
 	deadline := time.Now().Add(5 * time.Minute)
 	var logs string
 	for {
-		logs, _ = k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "-c", "join", "--tail=-1")
+		logs = joinServiceLog(k, -1)
 		if line := findLine(logs, "refused a node", modified.IP.String()); line != "" {
 			for _, pcr := range []string{"PCR 4 mismatch", "PCR 9 mismatch", "PCR 11 mismatch"} {
 				if !strings.Contains(line, pcr) {

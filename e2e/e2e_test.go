@@ -232,9 +232,7 @@ spec:
 	// The worker has done its part. Two host cores run three TCG VMs
 	// with a responsive API server, not four: the late nodes take its
 	// place.
-	if err := c.Nodes()[1].VM().PowerDown(ctx, time.Minute); err != nil {
-		t.Fatalf("power off worker-0: %v", err)
-	}
+	powerOff(t, ctx, c.Nodes()[1])
 	p.done("worker-0 powered off")
 	// Spare slots boot in order: spare-0 is the late joiner, spare-1 the
 	// modified image. The late joiner is powered off before the modified
@@ -243,9 +241,7 @@ spec:
 	good, modified := c.Nodes()[2], c.Nodes()[3]
 	joinAcrossRestart(t, ctx, c, k, good)
 	p.done("join service down and back while a node joins; it joins")
-	if err := good.VM().PowerDown(ctx, time.Minute); err != nil {
-		t.Fatalf("power off %s: %v", good.Name, err)
-	}
+	powerOff(t, ctx, good)
 	refusedModified(t, ctx, c, k, dir, img, modified)
 	p.done("a node from a modified image is refused")
 

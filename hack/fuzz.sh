@@ -39,8 +39,7 @@ while read -r file; do
 		if [[ $before != "$after" ]]; then
 			echo "FAIL: $target wrote a failing input to $corpus/ (reproduce: go test -run='^$target\$' $pkg)"
 			failed+=("$pkg $target")
-		elif grep -q -- "--- FAIL: $target " "$log" &&
-			[[ $(grep -A1 -- "--- FAIL: $target " "$log" | tail -n1 | tr -d '[:space:]') == "contextdeadlineexceeded" ]]; then
+		elif [[ $(grep -A1 -- "--- FAIL: $target " "$log" | sed -n 2p | tr -d '[:space:]') == contextdeadlineexceeded ]]; then
 			echo "note: $target stopped on Go's fuzz deadline race (golang/go#75804), no input written; replaying its corpus"
 			if "$go" test -count=1 -run="^$target\$" "$pkg"; then
 				flaked+=("$pkg $target")

@@ -511,9 +511,7 @@ func (c *Cloud) Down(ctx context.Context) error {
 	for _, n := range c.nodes {
 		errs = append(errs, removeNodeDir(n.Dir, c.spec.KeepLogs))
 	}
-	// The init secret belongs to the VMs that are gone; the next Up makes
-	// a new one.
-	errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, StateFile)), removeIfExists(filepath.Join(c.spec.Dir, InitSecretFile)))
+	errs = append(errs, removeRunFiles(c.spec.Dir))
 	if c.lock != nil {
 		c.lock.Close()
 		errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, LockFile)))
@@ -541,6 +539,13 @@ func removeNodeDir(dir string, keepLogs bool) error {
 		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
 	}
 	return errors.Join(errs...)
+}
+
+// removeRunFiles removes the files in dir that belong to one run of the
+// cloud: its state file, and the init secret of VMs that are gone (the
+// next Up makes a new one). The platform CA stays for the next run.
+func removeRunFiles(dir string) error {
+	return errors.Join(removeIfExists(filepath.Join(dir, StateFile)), removeIfExists(filepath.Join(dir, InitSecretFile)))
 }
 
 func removeIfExists(path string) error {

@@ -164,8 +164,7 @@ func Cleanup(ctx context.Context, dir string) error {
 	for _, n := range st.Nodes {
 		errs = append(errs, removeNodeDir(n.Dir, st.KeepLogs))
 	}
-	errs = append(errs, removeIfExists(filepath.Join(dir, StateFile)), removeIfExists(filepath.Join(dir, LockFile)),
-		removeIfExists(filepath.Join(dir, InitSecretFile)))
+	errs = append(errs, removeRunFiles(dir), removeIfExists(filepath.Join(dir, LockFile)))
 	return errors.Join(errs...)
 }
 

@@ -34,9 +34,10 @@ func TestMiniUpStatusDown(t *testing.T) {
 	}
 	t.Cleanup(func() { cloud.Cleanup(context.Background(), dir) })
 
-	code, out, errOut := run("mini", "up", "--dir", dir, "--workers", "1", "--cpus", "1", "--memory", "256",
+	up := []string{"mini", "up", "--dir", dir, "--workers", "1", "--cpus", "1", "--memory", "256",
 		"--state-disk-size", "64", "--kernel", kernel, "--initrd", initrd, "--cmdline", "console=ttyS0 panic=-1",
-		"--netns", ns, "--shutdown-timeout", "500ms")
+		"--netns", ns, "--shutdown-timeout", "500ms"}
+	code, out, errOut := run(up...)
 	if code != 0 {
 		t.Fatalf("mini up: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -109,9 +110,7 @@ func TestMiniUpStatusDown(t *testing.T) {
 	}
 
 	// The logs left behind do not stand in the way of the next cloud.
-	code, out, errOut = run("mini", "up", "--dir", dir, "--cpus", "1", "--memory", "256",
-		"--state-disk-size", "64", "--kernel", kernel, "--initrd", initrd, "--cmdline", "console=ttyS0 panic=-1",
-		"--netns", ns, "--shutdown-timeout", "500ms")
+	code, out, errOut = run(up...)
 	if code != 0 || !strings.Contains(out, "The local cloud runs") {
 		t.Fatalf("mini up after down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}

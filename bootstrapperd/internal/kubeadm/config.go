@@ -30,6 +30,9 @@ type InitParams struct {
 	ClusterName       string
 	ServiceCIDR       string
 	CertSANs          []string
+	// PatchDir holds kubeadm's patches for the control-plane static pods
+	// (see patchFiles); empty means none.
+	PatchDir string
 }
 
 type arg struct {
@@ -52,6 +55,23 @@ type initConfiguration struct {
 		AdvertiseAddress string `json:"advertiseAddress"`
 		BindPort         int    `json:"bindPort"`
 	} `json:"localAPIEndpoint"`
+	Patches  *patches `json:"patches,omitempty"`
+	Timeouts timeouts `json:"timeouts"`
+}
+
+type patches struct {
+	Directory string `json:"directory"`
+}
+
+func patchesIn(dir string) *patches {
+	if dir == "" {
+		return nil
+	}
+	return &patches{Directory: dir}
+}
+
+type timeouts struct {
+	ControlPlaneComponentHealthCheck string `json:"controlPlaneComponentHealthCheck"`
 }
 
 type clusterConfiguration struct {
@@ -65,11 +85,22 @@ type clusterConfiguration struct {
 		PodSubnet     string `json:"podSubnet"`
 	} `json:"networking"`
 	APIServer struct {
-		CertSANs []string `json:"certSANs,omitempty"`
+		CertSANs  []string `json:"certSANs,omitempty"`
+		ExtraArgs []arg    `json:"extraArgs,omitempty"`
 	} `json:"apiServer"`
+	Etcd struct {
+		Local component `json:"local"`
+	} `json:"etcd"`
 	ControllerManager component `json:"controllerManager"`
 	Scheduler         component `json:"scheduler"`
+	// EncryptionAlgorithm is the type of every key kubeadm generates.
+	EncryptionAlgorithm string `json:"encryptionAlgorithm"`
 }
+
+// encryptionAlgorithm: ECDSA P-256 keys are generated in microseconds,
+// where each of kubeadm's default RSA-2048 keys costs a noticeable share
+// of a second natively and ~30 times that in an emulated guest.
+const encryptionAlgorithm = "ECDSA-P256"
 
 type component struct {
 	ExtraArgs []arg `json:"extraArgs,omitempty"`
@@ -118,6 +149,8 @@ func InitConfig(p InitParams) ([]byte, error) {
 	// Without a default route the API server cannot pick an address itself.
 	ic.LocalAPIEndpoint.AdvertiseAddress = p.NodeIP.String()
 	ic.LocalAPIEndpoint.BindPort = APIServerPort
+	ic.Patches = patchesIn(p.PatchDir)
+	ic.Timeouts.ControlPlaneComponentHealthCheck = controlPlaneHealthCheck
 
 	cc := clusterConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "ClusterConfiguration",
 		KubernetesVersion: p.KubernetesVersion, ClusterName: p.ClusterName,
@@ -125,6 +158,9 @@ func InitConfig(p InitParams) ([]byte, error) {
 	cc.Networking.ServiceSubnet = p.ServiceCIDR
 	cc.Networking.PodSubnet = PodSubnet
 	cc.APIServer.CertSANs = p.CertSANs
+	cc.APIServer.ExtraArgs = apiServerArgs
+	cc.Etcd.Local.ExtraArgs = etcdArgs
+	cc.EncryptionAlgorithm = encryptionAlgorithm
 	cc.ControllerManager.ExtraArgs = leaderElection
 	cc.Scheduler.ExtraArgs = leaderElection
 
@@ -141,6 +177,8 @@ type JoinParams struct {
 	Token        string
 	CACertHash   string
 	ControlPlane bool
+	// PatchDir: see InitParams.
+	PatchDir string
 }
 
 type joinConfiguration struct {
@@ -160,6 +198,8 @@ type joinConfiguration struct {
 			BindPort         int    `json:"bindPort"`
 		} `json:"localAPIEndpoint"`
 	} `json:"controlPlane,omitempty"`
+	Patches  *patches `json:"patches,omitempty"`
+	Timeouts timeouts `json:"timeouts"`
 }
 
 // JoinConfig renders the configuration file for `kubeadm join --config`.
@@ -171,6 +211,8 @@ func JoinConfig(p JoinParams) ([]byte, error) {
 	jc.Discovery.BootstrapToken.APIServerEndpoint = p.Endpoint
 	jc.Discovery.BootstrapToken.Token = p.Token
 	jc.Discovery.BootstrapToken.CACertHashes = []string{p.CACertHash}
+	jc.Patches = patchesIn(p.PatchDir)
+	jc.Timeouts.ControlPlaneComponentHealthCheck = controlPlaneHealthCheck
 	if p.ControlPlane {
 		jc.ControlPlane = &struct {
 			LocalAPIEndpoint struct {

@@ -53,6 +53,10 @@ type Tool struct {
 
 // Init runs kubeadm init and returns the admin kubeconfig.
 func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, error) {
+	p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-patches")
+	if err := writePatches(p.PatchDir); err != nil {
+		return nil, err
+	}
 	cfg, err := InitConfig(p)
 	if err != nil {
 		return nil, err
@@ -75,6 +79,12 @@ func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, e
 
 // Join runs kubeadm join.
 func (t *Tool) Join(ctx context.Context, p JoinParams, out io.Writer) error {
+	if p.ControlPlane {
+		p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-patches")
+		if err := writePatches(p.PatchDir); err != nil {
+			return err
+		}
+	}
 	cfg, err := JoinConfig(p)
 	if err != nil {
 		return err

@@ -45,7 +45,7 @@ func get(m map[string]any, path ...string) any {
 
 func TestInitConfig(t *testing.T) {
 	raw, err := InitConfig(InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"), KubernetesVersion: "v1.36.3",
-		ClusterName: "demo", ServiceCIDR: "10.96.0.0/12", CertSANs: []string{"api.example.org"}})
+		ClusterName: "demo", ServiceCIDR: "10.96.0.0/12", CertSANs: []string{"api.example.org"}, PatchDir: "/run/orrery/kubeadm-patches"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +69,9 @@ func TestInitConfig(t *testing.T) {
 		{1, []string{"controlPlaneEndpoint"}, "10.42.1.100:6443"},
 		{1, []string{"networking", "serviceSubnet"}, "10.96.0.0/12"},
 		{1, []string{"networking", "podSubnet"}, PodSubnet},
+		{0, []string{"patches", "directory"}, "/run/orrery/kubeadm-patches"},
+		{0, []string{"timeouts", "controlPlaneComponentHealthCheck"}, "10m0s"},
+		{1, []string{"encryptionAlgorithm"}, "ECDSA-P256"},
 		{2, []string{"cgroupDriver"}, "systemd"},
 	}
 	for _, c := range checks {
@@ -80,14 +83,20 @@ func TestInitConfig(t *testing.T) {
 		t.Errorf("certSANs = %v", sans)
 	}
 	for _, comp := range []string{"controllerManager", "scheduler"} {
-		args := map[string]string{}
-		for _, a := range get(docs[1], comp, "extraArgs").([]any) {
-			m := a.(map[string]any)
-			args[m["name"].(string)] = m["value"].(string)
-		}
+		args := extraArgs(docs[1], comp, "extraArgs")
 		if args["leader-elect-lease-duration"] != "60s" || args["leader-elect-renew-deadline"] != "45s" {
 			t.Errorf("%s extraArgs = %v, want the relaxed leader election", comp, args)
 		}
+	}
+	if args := extraArgs(docs[1], "etcd", "local", "extraArgs"); args["election-timeout"] != "5000" || args["heartbeat-interval"] != "500" {
+		t.Errorf("etcd extraArgs = %v, want the slower raft clock", args)
+	}
+	if args := extraArgs(docs[1], "apiServer", "extraArgs"); args["etcd-healthcheck-timeout"] != "10s" || args["etcd-readycheck-timeout"] != "10s" {
+		t.Errorf("apiServer extraArgs = %v, want 10 s etcd checks", args)
+	}
+	raw, _ = InitConfig(InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100")})
+	if get(splitDocs(t, raw)[0], "patches") != nil {
+		t.Errorf("no PatchDir, but the config names a patch directory:\n%s", raw)
 	}
 	if _, err := InitConfig(InitParams{}); err == nil {
 		t.Error("empty params accepted")
@@ -105,11 +114,22 @@ func TestJoinConfig(t *testing.T) {
 	if get(doc, "discovery", "bootstrapToken", "token") != p.Token || get(doc, "controlPlane") != nil {
 		t.Fatalf("worker join config: %s", raw)
 	}
-	p.ControlPlane = true
+	p.ControlPlane, p.PatchDir = true, "/run/p"
 	raw, _ = JoinConfig(p)
-	if get(splitDocs(t, raw)[0], "controlPlane", "localAPIEndpoint", "advertiseAddress") != "10.42.2.100" {
+	doc = splitDocs(t, raw)[0]
+	if get(doc, "controlPlane", "localAPIEndpoint", "advertiseAddress") != "10.42.2.100" || get(doc, "patches", "directory") != "/run/p" {
 		t.Fatalf("control-plane join config: %s", raw)
 	}
+}
+
+func extraArgs(doc map[string]any, path ...string) map[string]string {
+	args := map[string]string{}
+	list, _ := get(doc, path...).([]any)
+	for _, a := range list {
+		m := a.(map[string]any)
+		args[m["name"].(string)] = m["value"].(string)
+	}
+	return args
 }
 
 type call struct {
@@ -191,5 +211,76 @@ func TestStoreMasterSecret(t *testing.T) {
 	}
 	if s, _ := base64.StdEncoding.DecodeString(get(docs[1], "data", MeasurementSaltKey).(string)); !bytes.Equal(s, salt) {
 		t.Fatal("ConfigMap does not hold the measurement salt")
+	}
+}
+
+// The patches must be what kubeadm reads: one strategic merge patch per
+// control-plane pod, naming that pod's container, with a liveness probe
+// that survives two minutes of starvation; the API server's no longer
+// asks etcd.
+func TestControlPlanePatches(t *testing.T) {
+	dir := t.TempDir()
+	admin := filepath.Join(dir, "admin.conf")
+	r := &fakeRunner{onRun: func(c call) error { return os.WriteFile(admin, []byte("kubeconfig"), 0o600) }}
+	tool := &Tool{Runner: r, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: admin}
+	if _, err := tool.Init(context.Background(), InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100")}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(r.calls[0].args[2])
+	patchDir, _ := get(splitDocs(t, cfg)[0], "patches", "directory").(string)
+	if patchDir == "" {
+		t.Fatalf("the init config names no patch directory:\n%s", cfg)
+	}
+	for target, wantPath := range map[string]string{
+		"kube-apiserver": "/livez?exclude=etcd", "etcd": "", "kube-controller-manager": "", "kube-scheduler": "",
+	} {
+		raw, err := os.ReadFile(filepath.Join(patchDir, target+"+strategic.yaml"))
+		if err != nil {
+			t.Fatalf("patch for %s: %v", target, err)
+		}
+		var patch struct {
+			Spec struct {
+				Containers []struct {
+					Name          string `json:"name"`
+					LivenessProbe struct {
+						HTTPGet *struct {
+							Path string `json:"path"`
+						} `json:"httpGet"`
+						TimeoutSeconds   int `json:"timeoutSeconds"`
+						FailureThreshold int `json:"failureThreshold"`
+					} `json:"livenessProbe"`
+				} `json:"containers"`
+			} `json:"spec"`
+		}
+		if err := yaml.UnmarshalStrict(raw, &patch); err != nil {
+			t.Fatalf("patch for %s does not parse: %v\n%s", target, err, raw)
+		}
+		if len(patch.Spec.Containers) != 1 || patch.Spec.Containers[0].Name != target {
+			t.Fatalf("patch for %s patches %+v", target, patch.Spec.Containers)
+		}
+		lp := patch.Spec.Containers[0].LivenessProbe
+		if lp.TimeoutSeconds*lp.FailureThreshold < 120 {
+			t.Errorf("%s is killed after %d s without an answer, want at least two minutes", target, lp.TimeoutSeconds*lp.FailureThreshold)
+		}
+		gotPath := ""
+		if lp.HTTPGet != nil {
+			gotPath = lp.HTTPGet.Path
+		}
+		if gotPath != wantPath {
+			t.Errorf("%s liveness path %q, want %q", target, gotPath, wantPath)
+		}
+	}
+
+	// A worker's join runs no control plane and gets no patches.
+	r.onRun = func(c call) error {
+		raw, _ := os.ReadFile(c.args[2])
+		if get(splitDocs(t, raw)[0], "patches") != nil {
+			t.Errorf("a worker's join config names patches:\n%s", raw)
+		}
+		return nil
+	}
+	if err := tool.Join(context.Background(), JoinParams{NodeName: "w-0", NodeIP: netip.MustParseAddr("10.42.2.100"), Endpoint: "10.42.1.100:6443",
+		Token: "abcdef.0123456789abcdef", CACertHash: "sha256:00"}, io.Discard); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,92 @@
+package kubeadm
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Settings for a control plane whose CPU may be starved for minutes: a
+// confidential VM on a busy host, or (where they were measured) two TCG
+// guests of 2 vCPUs sharing 2 host cores while a worker boots. There,
+// kubeadm's defaults made a slow cluster a broken one:
+//   - the API server's liveness probe asks /livez, which includes a 2 s
+//     etcd read; with etcd slow, eight failed probes (80 s) had kubelet
+//     kill the API server, whose restart then cost minutes of guest CPU,
+//     so one slow minute became an outage (three restarts in 25 min);
+//   - etcd answered "request timed out" after its 7 s request timeout
+//     (5 s + 2 election timeouts of 1 s), and its readiness probe timed
+//     out 13 times, while it never needed a restart.
+//
+// Restarting the API server never makes etcd faster, so its liveness no
+// longer depends on etcd (readiness still does: a pod that cannot reach
+// etcd is not ready, but it is not killed). Every control-plane probe
+// waits 30 s for an answer and kills only after 12 misses in a row, two
+// minutes of silence: a deadlocked component still gets restarted.
+const (
+	probeTimeoutSeconds    = 30
+	probeFailureThreshold  = 12
+	apiServerLivenessPath  = "/livez?exclude=etcd"
+	etcdHeartbeatMillis    = "500"
+	etcdElectionMillis     = "5000"
+	etcdHealthCheckTimeout = "10s"
+	// controlPlaneHealthCheck is how long kubeadm waits for each
+	// control-plane component to come up (default 4 min). It also sets the
+	// startup probes' budget: an API server that took 4 min to start
+	// under load was killed before it was ready.
+	controlPlaneHealthCheck = "10m0s"
+)
+
+// etcdArgs slow down etcd's raft clock by five: its request timeout
+// grows from 7 s to 15 s, and a second member that is starved for a few
+// seconds does not call an election.
+var etcdArgs = []arg{
+	{Name: "heartbeat-interval", Value: etcdHeartbeatMillis},
+	{Name: "election-timeout", Value: etcdElectionMillis},
+}
+
+// apiServerArgs give the API server's etcd checks (in /readyz) the time
+// etcd may take on a loaded machine, instead of 2 s.
+var apiServerArgs = []arg{
+	{Name: "etcd-healthcheck-timeout", Value: etcdHealthCheckTimeout},
+	{Name: "etcd-readycheck-timeout", Value: etcdHealthCheckTimeout},
+}
+
+// patchFiles are kubeadm's patches for the control-plane static pods
+// (strategic merge patches, file name = target+type), applied by both
+// `kubeadm init` and a control plane's `kubeadm join`.
+var patchFiles = map[string]string{
+	"kube-apiserver+strategic.yaml":          probePatch("kube-apiserver", apiServerLivenessPath),
+	"etcd+strategic.yaml":                    probePatch("etcd", ""),
+	"kube-controller-manager+strategic.yaml": probePatch("kube-controller-manager", ""),
+	"kube-scheduler+strategic.yaml":          probePatch("kube-scheduler", ""),
+}
+
+// probePatch relaxes the liveness probe of container, and replaces its
+// path when livenessPath is set.
+func probePatch(container, livenessPath string) string {
+	path := ""
+	if livenessPath != "" {
+		path = fmt.Sprintf("\n      httpGet:\n        path: %q", livenessPath)
+	}
+	return fmt.Sprintf(`spec:
+  containers:
+  - name: %s
+    livenessProbe:%s
+      timeoutSeconds: %d
+      failureThreshold: %d
+`, container, path, probeTimeoutSeconds, probeFailureThreshold)
+}
+
+// writePatches writes patchFiles into dir, replacing what was there.
+func writePatches(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create kubeadm patch directory: %w", err)
+	}
+	for name, data := range patchFiles {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			return fmt.Errorf("write kubeadm patch: %w", err)
+		}
+	}
+	return nil
+}

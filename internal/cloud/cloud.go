@@ -212,7 +212,7 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 		if n.Spare {
 			continue
 		}
-		if err := c.startVM(ctx, n, spec.Image, nil); err != nil {
+		if err := c.startVM(ctx, n, spec.Image, niceWrap(c.defaultNice(n))); err != nil {
 			return nil, err
 		}
 	}
@@ -262,7 +262,34 @@ type SpareOptions struct {
 	// Nice, if not zero, runs the VM at this CPU niceness, so that on a
 	// host with few cores a late node does not starve the running
 	// cluster's control plane (under TCG a booting node takes a core).
+	// Zero means the niceness of every worker (see TCGWorkerNice).
 	Nice int
+}
+
+// TCGWorkerNice is the CPU niceness of workers' QEMU under TCG. An
+// emulated vCPU wants a whole host core; with more vCPUs than cores (two
+// 2-vCPU VMs on a 2-core laptop or CI runner), a booting worker took half
+// of the control plane's CPU, etcd timed out and the API server was
+// killed by its liveness probe. At niceness 10 the scheduler gives a
+// control plane ten times a worker's share when both want the CPU, and
+// the worker all that the control plane leaves. Under KVM, VMs run at the
+// host's speed and keep the default.
+const TCGWorkerNice = 10
+
+// defaultNice is the niceness n's VM runs at unless told otherwise.
+func (c *Cloud) defaultNice(n *Node) int {
+	if n.Role == Worker && c.accel == vm.AccelTCG {
+		return TCGWorkerNice
+	}
+	return 0
+}
+
+// niceWrap is the command prefix that runs QEMU at niceness nice.
+func niceWrap(nice int) []string {
+	if nice == 0 {
+		return nil
+	}
+	return []string{"nice", "-n", strconv.Itoa(nice)}
 }
 
 // StartSpare boots the next unstarted spare slot.
@@ -281,14 +308,14 @@ func (c *Cloud) StartSpare(ctx context.Context, opts SpareOptions) (*Node, error
 		return nil, fmt.Errorf("cloud: no spare slot left (Spec.Spares = %d)", c.spec.Spares)
 	}
 	n := c.nodes[i]
-	var wrap []string
-	if opts.Nice != 0 {
-		if opts.Nice < -20 || opts.Nice > 19 {
-			return nil, fmt.Errorf("cloud: niceness %d out of range -20..19", opts.Nice)
-		}
-		wrap = []string{"nice", "-n", strconv.Itoa(opts.Nice)}
+	nice := opts.Nice
+	if nice == 0 {
+		nice = c.defaultNice(n)
 	}
-	if err := c.startVM(ctx, n, image, wrap); err != nil {
+	if nice < -20 || nice > 19 {
+		return nil, fmt.Errorf("cloud: niceness %d out of range -20..19", nice)
+	}
+	if err := c.startVM(ctx, n, image, niceWrap(nice)); err != nil {
 		return nil, err
 	}
 	return n, nil

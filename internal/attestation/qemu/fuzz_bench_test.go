@@ -6,25 +6,38 @@ import (
 	"path/filepath"
 	"testing"
 
+	tpmpb "github.com/google/go-tpm-tools/proto/tpm"
+
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/measurelog"
 )
 
 // FuzzValidate feeds arbitrary bytes to the validator as an attestation
 // document from a peer: it must return an error or the user data the
 // document binds, never panic. The seed corpus holds a real document from
-// swtpm; the validator trusts any AK so that mutations reach the quote,
-// log and measurement checks behind the AK check.
+// a locked node on swtpm and forgeries of it; the validator trusts any AK
+// so that mutations reach the quote, log and measurement checks behind the
+// AK check.
 //
 // Run it with a short -fuzzminimizetime: minimizing a new input of the
 // seed's size otherwise takes the default 60 s with no progress shown.
 func FuzzValidate(f *testing.F) {
 	if os.Getenv("ORRERY_WRITE_FUZZ_SEED") != "" {
-		// Refreshes the committed seed: ORRERY_WRITE_FUZZ_SEED=1 go test -run=FuzzValidate
+		// Refreshes the committed seeds: ORRERY_WRITE_FUZZ_SEED=1 go test -run=FuzzValidate
+		// Besides a genuine document, forgeries of it that the checks
+		// behind the quote must refuse, so that mutations start near them.
 		n := newNode(f)
-		writeSeed(f, filepath.Join("testdata", "fuzz", "FuzzValidate", "swtpm-document"), issue(f, n))
+		lock(f, n)
+		doc := issue(f, n)
+		dir := filepath.Join("testdata", "fuzz", "FuzzValidate")
+		writeSeed(f, filepath.Join(dir, "swtpm-document"), doc)
+		writeSeed(f, filepath.Join(dir, "resplit-pcrs"), forgeQuote(f, doc, func(q *tpmpb.Quote) {
+			recut(f, q.Pcrs.Pcrs, map[uint32]int{14: 64, 16: 0})
+		}))
+		writeSeed(f, filepath.Join(dir, "no-lock-log-entry"), keepLog(f, doc, func(e measurelog.Entry) bool { return e.PCR != 15 }))
 	}
-	v, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: expected(), TrustAnyAK: true})
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: expectedLocked(), TrustAnyAK: true})
 	if err != nil {
 		f.Fatal(err)
 	}

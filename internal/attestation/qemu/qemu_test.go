@@ -221,8 +221,8 @@ func TestTamperedMeasurementLogRefused(t *testing.T) {
 		t.Fatalf("description change should still replay: %v", err)
 	}
 	// A log that claims another digest, or an extra extend, does not
-	// replay to the quoted PCRs. (A missing log is fine: the PCRs
-	// themselves are what the measurements check.)
+	// replay to the quoted PCRs. (A missing or shortened log is refused
+	// too; see TestIncompleteMeasurementLogRefused.)
 	d := sha256.Sum256([]byte("enter-initrd"))
 	other := sha256.Sum256([]byte("something else"))
 	tests := map[string]func(*vtpm.Document){

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,11 +94,16 @@ func (v *Validator) Variant() variant.Variant { return v.cfg.Variant }
 //   - the AK is a restricted signing key that never leaves its TPM, and
 //     (unless TrustAnyAK) its certificate chains to AKRoots, is valid now
 //     and certifies exactly this key;
+//   - the PCR values sent with the SHA-256 quote are exactly the PCRs its
+//     signed selection names, each a valid index (0-23) with a value of
+//     exactly the bank's digest size (see checkPCRValues);
 //   - the SHA-256 quote is signed by the AK, starts with TPM_GENERATED,
 //     carries BindingDigest(nonce, user data) as qualifying data, and its
 //     PCR digest matches the PCR values sent with it;
 //   - the firmware event log followed by the userspace measurement log
-//     replays to the quoted value of every PCR they touch;
+//     replays to the quoted value of every PCR they touch, and of PCRs 11
+//     and 15 even where they touch neither (an untouched PCR replays to
+//     zero), so a log that is missing or cut short is refused;
 //   - the quoted PCRs equal the expected measurements: an enforced
 //     mismatch rejects, naming the PCR, both values and what the logs say
 //     was measured into it; a warn-only mismatch is logged.
@@ -121,6 +128,9 @@ func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, er
 	q, err := sha256Quote(&att)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkPCRValues(q); err != nil {
+		return nil, fmt.Errorf("TPM quote: %w", err)
 	}
 	if err := quote.Verify(q, ak, attestation.BindingDigest(nonce, doc.UserData)); err != nil {
 		return nil, fmt.Errorf("TPM quote does not verify for this nonce and user data (replayed, relayed or tampered): %w", err)
@@ -201,6 +211,68 @@ func sha256Quote(att *attestpb.Attestation) (*tpmpb.Quote, error) {
 	return nil, errors.New("attestation has no quote of the SHA-256 PCR bank")
 }
 
+// checkPCRValues checks the form of the PCR values sent beside q against
+// the PCR selection the TPM signed in q. The signed PCR digest covers only
+// the concatenation of the values in index order; it says nothing about
+// where one value ends and the next begins. Without this check a node could
+// move bytes between neighbouring values and show, in an enforced PCR, any
+// value it can produce in another PCR, and quote.Verify would still match.
+//
+// It runs before the signature check only so that its errors can name the
+// PCR; on its own it never accepts anything.
+func checkPCRValues(q *tpmpb.Quote) error {
+	bank := q.GetPcrs().GetHash()
+	h, err := tpm2.Algorithm(bank).Hash()
+	if err != nil || !h.Available() {
+		return fmt.Errorf("PCR values are of bank %v, which has no supported hash", bank)
+	}
+	values := q.GetPcrs().GetPcrs()
+	sent := slices.Sorted(maps.Keys(values))
+	for _, pcr := range sent {
+		if pcr >= measurements.NumPCRs {
+			return fmt.Errorf("value sent for PCR %d, which does not exist (valid PCRs are 0-%d)", pcr, measurements.NumPCRs-1)
+		}
+		if n := len(values[pcr]); n != h.Size() {
+			return fmt.Errorf("PCR %d value has %d bytes, not the %d of a %v digest: the PCR values were re-split or altered", pcr, n, h.Size(), bank)
+		}
+	}
+
+	att, err := tpm2.DecodeAttestationData(q.GetQuote())
+	if err != nil {
+		return fmt.Errorf("decode quote: %w", err)
+	}
+	if att.Type != tpm2.TagAttestQuote || att.AttestedQuoteInfo == nil {
+		return fmt.Errorf("signed structure has type %#x, not a quote", uint16(att.Type))
+	}
+	sel := att.AttestedQuoteInfo.PCRSelection
+	if sel.Hash != tpm2.Algorithm(bank) {
+		return fmt.Errorf("quote selects PCRs of bank %#x but the values sent are of bank %v", uint16(sel.Hash), bank)
+	}
+	selected := make(map[uint32]bool, len(sel.PCRs))
+	for _, pcr := range sel.PCRs {
+		if pcr < 0 || pcr >= measurements.NumPCRs {
+			return fmt.Errorf("quote selects PCR %d, which does not exist (valid PCRs are 0-%d)", pcr, measurements.NumPCRs-1)
+		}
+		if _, ok := values[uint32(pcr)]; !ok {
+			return fmt.Errorf("quote covers PCR %d but no value was sent for it", pcr)
+		}
+		selected[uint32(pcr)] = true
+	}
+	for _, pcr := range sent {
+		if !selected[pcr] {
+			return fmt.Errorf("value sent for PCR %d, which the quote does not cover", pcr)
+		}
+	}
+	return nil
+}
+
+// loggedPCRs are the PCRs Orrery's own code extends, recording every extend
+// in the userspace measurement log: the initrd's phase markers go into 11,
+// the node lock's cluster ID into 15. Replay checks them even when no log
+// mentions them, so that dropping the log, or its last entries, does not
+// take them out of the check.
+var loggedPCRs = []uint32{11, 15}
+
 // event is one measurement from either log, reduced to what replay needs.
 type event struct {
 	pcr         uint32
@@ -245,8 +317,8 @@ func describeFirmwareEvent(e tcg.Event) string {
 	return "firmware: " + name
 }
 
-// replay recomputes every PCR the logs touch, firmware events first, and
-// compares the result with the quoted values.
+// replay recomputes every PCR the logs touch and every PCR in loggedPCRs,
+// firmware events first, and compares the result with the quoted values.
 func replay(fw []event, user []measurelog.Entry, quoted map[uint32][]byte) error {
 	pcrs := map[uint32][]byte{}
 	for _, e := range fw {
@@ -262,12 +334,24 @@ func replay(fw []event, user []measurelog.Entry, quoted map[uint32][]byte) error
 	if err != nil {
 		return fmt.Errorf("replay userspace measurement log: %w", err)
 	}
-	for pcr, want := range pcrs {
-		got, ok := quoted[pcr]
-		if !ok {
-			return fmt.Errorf("event logs measure PCR %d but the quote does not cover it", pcr)
+	for _, pcr := range loggedPCRs {
+		if _, ok := pcrs[pcr]; !ok {
+			pcrs[pcr] = make([]byte, crypto.SHA256.Size())
 		}
-		if !bytes.Equal(got, want) {
+	}
+	for _, pcr := range slices.Sorted(maps.Keys(pcrs)) {
+		want := pcrs[pcr]
+		got, ok := quoted[pcr]
+		switch {
+		case !ok && slices.Contains(loggedPCRs, pcr):
+			return fmt.Errorf("the quote does not cover PCR %d, which the userspace measurement log must explain", pcr)
+		case !ok:
+			return fmt.Errorf("event logs measure PCR %d but the quote does not cover it", pcr)
+		case bytes.Equal(got, want):
+			continue
+		case slices.Contains(loggedPCRs, pcr) && !slices.Contains(measurelog.PCRs(user), pcr):
+			return fmt.Errorf("quoted PCR %d is %x but the userspace measurement log has no entry for it: the log is missing or was cut short", pcr, got)
+		default:
 			return fmt.Errorf("event logs do not replay to the quoted PCR %d (replayed %x, quoted %x): a log was altered or is incomplete", pcr, want, got)
 		}
 	}

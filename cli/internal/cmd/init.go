@@ -269,6 +269,11 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 				if err := installServices(ctx, out, kubeconfig, o.serviceReleases(addr), 15*time.Minute); err != nil {
 					return fmt.Errorf("%w\nthe cluster runs; run the same 'orrery init' again to retry installing its services", err)
 				}
+				fmt.Fprintln(out, "Checking that the control plane is healthy and stays so")
+				if err := waitSteady(ctx, out, kubeconfig, steadyTimeout); err != nil {
+					return fmt.Errorf("%w\nthe control-plane node's journal tells why (with 'orrery mini': the serial.log of each VM in %s); "+
+						"run the same 'orrery init' again to check again", err, o.miniDir)
+				}
 			}
 			fmt.Fprintf(out, "Done in %s. Kubeconfig: %s\n", time.Since(start).Round(time.Second), kubeconfig)
 			return nil

@@ -11,8 +11,11 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orrery-dev/orrery/cli/internal/charts"
+	"github.com/orrery-dev/orrery/internal/clusterhealth"
 )
 
 // servicesNamespace holds Orrery's cluster services and their releases.
@@ -68,4 +71,46 @@ func installOrUpgrade(ctx context.Context, cfg *action.Configuration, name strin
 	up.Atomic = true
 	_, err = up.RunWithContext(ctx, name, c, values)
 	return err
+}
+
+// steadyTimeout bounds how long init waits for a healthy control plane
+// after installing the services.
+const steadyTimeout = 10 * time.Minute
+
+// steadyWorkloads are what a new cluster runs besides its control plane:
+// DNS (kubeadm's addon), the pod network and the join and key services.
+var steadyWorkloads = struct{ deployments, daemonSets []clusterhealth.Workload }{
+	deployments: []clusterhealth.Workload{{Namespace: "kube-system", Name: "coredns"}},
+	daemonSets: []clusterhealth.Workload{
+		{Namespace: "kube-system", Name: "kube-flannel-ds"},
+		{Namespace: servicesNamespace, Name: "orrery-joinservice"},
+	},
+}
+
+// waitSteady waits until the cluster of kubeconfig is healthy and stays
+// so: an API server that answers once and falls over a minute later is
+// not a cluster to hand to the owner.
+func waitSteady(ctx context.Context, out io.Writer, kubeconfig string, timeout time.Duration) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("read kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("connect to the cluster: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	err = clusterhealth.WaitSteady(ctx, clusterhealth.Config{
+		Client:      client,
+		Deployments: steadyWorkloads.deployments,
+		DaemonSets:  steadyWorkloads.daemonSets,
+		Progress:    out,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  control plane steady (%s)\n", time.Since(start).Round(time.Second))
+	return nil
 }

@@ -1,0 +1,243 @@
+// Package clusterhealth tells whether a new cluster is ready for its
+// owner: the API server answers, the control-plane pods are ready and do
+// not restart, and the cluster's own services are available, every check
+// passing again and again for a while. A control plane that comes up and
+// falls over a minute later (seen on a starved host) is not ready, and the
+// owner is told what is wrong instead of "done".
+package clusterhealth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Workload names a Deployment or DaemonSet.
+type Workload struct {
+	Namespace, Name string
+}
+
+func (w Workload) String() string { return w.Namespace + "/" + w.Name }
+
+// Config says what a steady cluster is.
+type Config struct {
+	// Client talks to the cluster. Required.
+	Client kubernetes.Interface
+	// Readyz asks the API server's /readyz. Nil means Client's.
+	Readyz func(ctx context.Context) error
+	// Deployments must have every replica available (CoreDNS).
+	Deployments []Workload
+	// DaemonSets must have a ready pod on every control-plane node.
+	DaemonSets []Workload
+	// Window is how long every check must keep passing. Zero means 30 s.
+	Window time.Duration
+	// Interval is the time between checks. Zero means 2 s.
+	Interval time.Duration
+	// Progress receives a line when the state changes; nil discards.
+	Progress io.Writer
+}
+
+// ControlPlaneLabel selects kubeadm's static control-plane pods.
+const ControlPlaneLabel = "tier=control-plane"
+
+// WaitSteady returns nil once every check has passed without a break for
+// cfg.Window. It returns an error when ctx ends first, saying which check
+// failed last and which control-plane containers restarted.
+func WaitSteady(ctx context.Context, cfg Config) error {
+	if cfg.Client == nil {
+		return errors.New("clusterhealth: no client")
+	}
+	if cfg.Readyz == nil {
+		cfg.Readyz = func(ctx context.Context) error {
+			body, err := cfg.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			if err != nil {
+				return fmt.Errorf("API server /readyz: %w", err)
+			}
+			if strings.TrimSpace(string(body)) != "ok" {
+				return fmt.Errorf("API server /readyz: %s", body)
+			}
+			return nil
+		}
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 30 * time.Second
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	c := checker{cfg: cfg, restarts: map[string]int32{}}
+	var since time.Time // start of the current run of passing checks
+	lastProblem := ""
+	for {
+		problem := c.check(ctx)
+		switch {
+		case problem == "" && since.IsZero():
+			since = time.Now()
+			fmt.Fprintf(cfg.Progress, "  control plane healthy; checking that it stays so for %s\n", cfg.Window)
+		case problem == "" && time.Since(since) >= cfg.Window:
+			return nil
+		case problem != "":
+			since = time.Time{}
+			if problem != lastProblem {
+				fmt.Fprintf(cfg.Progress, "  waiting for the control plane: %s\n", problem)
+			}
+		}
+		if problem != "" {
+			lastProblem = problem
+		}
+		select {
+		case <-ctx.Done():
+			return c.timeoutError(lastProblem)
+		case <-time.After(cfg.Interval):
+		}
+	}
+}
+
+type checker struct {
+	cfg Config
+	// restarts are the restart counts of the control-plane containers at
+	// the last check, by pod/container.
+	restarts map[string]int32
+	// restarted lists what restarted during the wait, for the final error.
+	restarted []string
+	// controlPlaneNodes are the nodes that run control-plane pods.
+	controlPlaneNodes map[string]bool
+}
+
+// check runs every check once and returns the first problem, or "".
+func (c *checker) check(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.cfg.Readyz(ctx); err != nil {
+		return err.Error()
+	}
+	if p := c.controlPlane(ctx); p != "" {
+		return p
+	}
+	for _, w := range c.cfg.Deployments {
+		d, err := c.cfg.Client.AppsV1().Deployments(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Sprintf("deployment %s: %v", w, err)
+		}
+		if p := deploymentProblem(d); p != "" {
+			return fmt.Sprintf("deployment %s: %s", w, p)
+		}
+	}
+	for _, w := range c.cfg.DaemonSets {
+		if p := c.daemonSet(ctx, w); p != "" {
+			return fmt.Sprintf("daemonset %s: %s", w, p)
+		}
+	}
+	return ""
+}
+
+// controlPlane checks that the static control-plane pods are ready and
+// that none restarted since the last check.
+func (c *checker) controlPlane(ctx context.Context) string {
+	pods, err := c.cfg.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: ControlPlaneLabel})
+	if err != nil {
+		return fmt.Sprintf("control-plane pods: %v", err)
+	}
+	if len(pods.Items) == 0 {
+		return "no control-plane pods yet"
+	}
+	problem := ""
+	c.controlPlaneNodes = map[string]bool{}
+	for _, pod := range pods.Items {
+		c.controlPlaneNodes[pod.Spec.NodeName] = true
+		for _, cs := range pod.Status.ContainerStatuses {
+			key := pod.Name + "/" + cs.Name
+			if before, seen := c.restarts[key]; seen && cs.RestartCount > before {
+				what := fmt.Sprintf("%s restarted (%s)", cs.Name, lastTermination(cs))
+				c.restarted = append(c.restarted, what)
+				if problem == "" {
+					problem = what
+				}
+			}
+			c.restarts[key] = cs.RestartCount
+			if !cs.Ready && problem == "" {
+				problem = fmt.Sprintf("%s is not ready", cs.Name)
+			}
+		}
+	}
+	return problem
+}
+
+func lastTermination(cs corev1.ContainerStatus) string {
+	t := cs.LastTerminationState.Terminated
+	if t == nil {
+		return "reason unknown"
+	}
+	return fmt.Sprintf("exit code %d, %s", t.ExitCode, t.Reason)
+}
+
+func deploymentProblem(d *appsv1.Deployment) string {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	if d.Status.AvailableReplicas < want {
+		return fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, want)
+	}
+	return ""
+}
+
+// daemonSet checks that w's pods on the control-plane nodes are ready.
+// Workers that join meanwhile are not waited for: their pods start when
+// they are up, which says nothing about the control plane.
+func (c *checker) daemonSet(ctx context.Context, w Workload) string {
+	ds, err := c.cfg.Client.AppsV1().DaemonSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		return fmt.Sprintf("selector: %v", err)
+	}
+	pods, err := c.cfg.Client.CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return fmt.Sprintf("pods: %v", err)
+	}
+	for node := range c.controlPlaneNodes {
+		i := slices.IndexFunc(pods.Items, func(p corev1.Pod) bool { return p.Spec.NodeName == node })
+		if i < 0 {
+			return "no pod on " + node
+		}
+		if !podReady(&pods.Items[i]) {
+			return fmt.Sprintf("pod %s on %s is not ready", pods.Items[i].Name, node)
+		}
+	}
+	return ""
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (c *checker) timeoutError(lastProblem string) error {
+	msg := "the control plane did not become steadily healthy in time"
+	if lastProblem != "" {
+		msg += ": " + lastProblem
+	}
+	if len(c.restarted) > 0 {
+		msg += "; restarted meanwhile: " + strings.Join(slices.Compact(c.restarted), ", ")
+	}
+	return errors.New(msg)
+}

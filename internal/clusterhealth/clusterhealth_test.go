@@ -1,0 +1,194 @@
+package clusterhealth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func controlPlanePod(component string, ready bool, restarts int32) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: component + "-cp-0", Namespace: "kube-system",
+			Labels: map[string]string{"tier": "control-plane", "component": component}},
+		Spec: corev1.PodSpec{NodeName: "cp-0"},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+			Name: component, Ready: ready, RestartCount: restarts,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}},
+		}}},
+	}
+}
+
+func coreDNS(available int32) *appsv1.Deployment {
+	two := int32(2)
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"},
+		Spec: appsv1.DeploymentSpec{Replicas: &two}, Status: appsv1.DeploymentStatus{AvailableReplicas: available}}
+}
+
+// flannel is the pod network's DaemonSet and its pods, ready or not, by
+// node name.
+func flannel(pods map[string]bool) []runtime.Object {
+	labels := map[string]string{"app": "flannel"}
+	objs := []runtime.Object{&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "flannel", Namespace: "kube-system"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}}}}
+	for node, ready := range pods {
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "flannel-" + node, Namespace: "kube-system", Labels: labels},
+			Spec:   corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}})
+	}
+	return objs
+}
+
+func objects(objs ...any) []runtime.Object {
+	var out []runtime.Object
+	for _, o := range objs {
+		switch o := o.(type) {
+		case runtime.Object:
+			out = append(out, o)
+		case []runtime.Object:
+			out = append(out, o...)
+		}
+	}
+	return out
+}
+
+func healthyObjects() []runtime.Object {
+	// worker-0 is joining: its pod network is not ready yet, and that
+	// does not concern the control plane.
+	return objects(controlPlanePod("etcd", true, 0), controlPlanePod("kube-apiserver", true, 1),
+		coreDNS(2), flannel(map[string]bool{"cp-0": true, "worker-0": false}))
+}
+
+func config(client *fake.Clientset, readyz func(context.Context) error) Config {
+	return Config{
+		Client:      client,
+		Readyz:      readyz,
+		Deployments: []Workload{{"kube-system", "coredns"}},
+		DaemonSets:  []Workload{{"kube-system", "flannel"}},
+		Window:      60 * time.Millisecond,
+		Interval:    5 * time.Millisecond,
+	}
+}
+
+func readyzOK(context.Context) error { return nil }
+
+func TestWaitSteady(t *testing.T) {
+	tests := map[string]struct {
+		objects []runtime.Object
+		readyz  func(context.Context) error
+		// onListPods, if set, runs on every list of control-plane pods.
+		onListPods func(c *fake.Clientset)
+		wantErr    []string
+	}{
+		"healthy and steady": {objects: healthyObjects(), readyz: readyzOK},
+		"API server not ready": {objects: healthyObjects(), readyz: func(context.Context) error {
+			return errors.New("API server /readyz: [-]etcd failed")
+		}, wantErr: []string{"did not become steadily healthy", "[-]etcd failed"}},
+		"CoreDNS not available": {
+			objects: objects(controlPlanePod("etcd", true, 0), coreDNS(1), flannel(map[string]bool{"cp-0": true})),
+			readyz:  readyzOK, wantErr: []string{"deployment kube-system/coredns: 1 of 2 replicas available"}},
+		"CoreDNS missing": {
+			objects: objects(controlPlanePod("etcd", true, 0), flannel(map[string]bool{"cp-0": true})),
+			readyz:  readyzOK, wantErr: []string{"deployment kube-system/coredns", "not found"}},
+		"pod network not ready on the control plane": {
+			objects: objects(controlPlanePod("etcd", true, 0), coreDNS(2), flannel(map[string]bool{"cp-0": false, "worker-0": true})),
+			readyz:  readyzOK, wantErr: []string{"daemonset kube-system/flannel: pod flannel-cp-0 on cp-0 is not ready"}},
+		"pod network not on the control plane": {
+			objects: objects(controlPlanePod("etcd", true, 0), coreDNS(2), flannel(map[string]bool{"worker-0": true})),
+			readyz:  readyzOK, wantErr: []string{"daemonset kube-system/flannel: no pod on cp-0"}},
+		"no control plane pods": {
+			objects: objects(coreDNS(2), flannel(map[string]bool{"cp-0": true})),
+			readyz:  readyzOK, wantErr: []string{"no control-plane pods yet"}},
+		"etcd not ready": {
+			objects: objects(controlPlanePod("etcd", false, 0), coreDNS(2), flannel(map[string]bool{"cp-0": true})),
+			readyz:  readyzOK, wantErr: []string{"etcd is not ready"}},
+		// Each check sees the API server restarted once more: healthy at
+		// every instant, never steady.
+		"API server keeps restarting": {objects: healthyObjects(), readyz: readyzOK,
+			onListPods: func(c *fake.Clientset) {
+				p, _ := c.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), "kube-system", "kube-apiserver-cp-0")
+				pod := p.(*corev1.Pod).DeepCopy()
+				pod.Status.ContainerStatuses[0].RestartCount++
+				_ = c.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, "kube-system")
+			},
+			wantErr: []string{"kube-apiserver restarted (exit code 137, Error)"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset(tc.objects...)
+			if tc.onListPods != nil {
+				client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+					tc.onListPods(client)
+					return false, nil, nil
+				})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+			defer cancel()
+			var progress strings.Builder
+			cfg := config(client, tc.readyz)
+			cfg.Progress = &progress
+			err := WaitSteady(ctx, cfg)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("WaitSteady: %v\nprogress:\n%s", err, progress.String())
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("WaitSteady succeeded, want an error with %q", tc.wantErr)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// A control plane that recovers is steady once it has stayed healthy for
+// the whole window after its last failure.
+func TestWaitSteadyAfterRecovery(t *testing.T) {
+	var calls atomic.Int32
+	var lastFailure atomic.Int64
+	readyz := func(context.Context) error {
+		if calls.Add(1) <= 5 {
+			lastFailure.Store(time.Now().UnixNano())
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	cfg := config(fake.NewClientset(healthyObjects()...), readyz)
+	var progress strings.Builder
+	cfg.Progress = &progress
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := WaitSteady(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if since := time.Since(time.Unix(0, lastFailure.Load())); since < cfg.Window {
+		t.Errorf("steady %s after the last failure, want at least the window %s", since, cfg.Window)
+	}
+	if !strings.Contains(progress.String(), "waiting for the control plane: connection refused") {
+		t.Errorf("progress does not say what it waited for:\n%s", progress.String())
+	}
+}
+
+func TestWaitSteadyNeedsClient(t *testing.T) {
+	if err := WaitSteady(context.Background(), Config{}); err == nil {
+		t.Fatal("no client accepted")
+	}
+}

@@ -79,7 +79,8 @@ cluster: deps image build ## bring up a local cluster: orrery mini up, then orre
 
 e2e: deps image build ## end to end: local cloud, orrery init, a worker joins, pod-to-Service across nodes (root, ~20 min)
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e -args -image-dir $(CURDIR)/build/image \
-		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/bin/kubectl
+		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/bin/kubectl \
+		-logs-dir $(CURDIR)/build/e2e-logs
 
 clean: ## remove build outputs
 	rm -rf build

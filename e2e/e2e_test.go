@@ -21,6 +21,7 @@ var (
 	imageDir = flag.String("image-dir", "build/image", "the built node image")
 	orrery   = flag.String("orrery", "build/bin/orrery", "the orrery CLI")
 	kubectl  = flag.String("kubectl", "build/components/bin/kubectl", "kubectl")
+	logsDir  = flag.String("logs-dir", "build/e2e-logs", "where a failed run leaves its logs, in a folder named by its start time")
 )
 
 const namespace = "orrery-e2e"
@@ -56,6 +57,57 @@ func inNS(ctx context.Context, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", namespace}, args...)...).CombinedOutput()
 }
 
+// apiOutage is how long kubectl retries while the API server does not
+// answer: a slow host may make it pause, the suite must not fail on that
+// alone (assertControlPlaneSteady tells whether it restarted).
+const apiOutage = 3 * time.Minute
+
+// kubectlRetrying runs kubectl in the suite's namespace, and again while
+// the API server is unreachable, for up to apiOutage.
+func kubectlRetrying(t *testing.T, ctx context.Context, argv []string) (string, error) {
+	start := time.Now()
+	for {
+		b, err := inNS(ctx, argv...)
+		if err == nil || !apiUnreachable(string(b)) || time.Since(start) > apiOutage || ctx.Err() != nil {
+			return string(b), err
+		}
+		t.Logf("the API server does not answer (%s); kubectl %s again in 5 s", lastLines(strings.TrimSpace(string(b)), 1), argv[3])
+		time.Sleep(5 * time.Second)
+	}
+}
+
+// apiUnreachable tells kubectl's errors of an API server that is away
+// from its answers.
+func apiUnreachable(out string) bool {
+	for _, s := range []string{"connection refused", "i/o timeout", "TLS handshake timeout", "connection reset by peer",
+		"the server is currently unable to handle the request", "etcdserver: request timed out", "http2: client connection lost",
+		"unexpected EOF", "net/http: request canceled"} {
+		if strings.Contains(out, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// assertControlPlaneSteady fails the run if etcd or the API server was
+// ever restarted: a slow host must slow the cluster down, not break it.
+func assertControlPlaneSteady(t *testing.T, k kubectlFunc) {
+	t.Helper()
+	out, err := k("-n", "kube-system", "get", "pods", "-l", "tier=control-plane", "-o",
+		`jsonpath={range .items[*]}{.metadata.labels.component}={.status.containerStatuses[0].restartCount} {end}`)
+	if err != nil {
+		t.Errorf("control-plane restart counts: %v\n%s", err, out)
+		return
+	}
+	t.Logf("control-plane restarts: %s", out)
+	for _, f := range strings.Fields(out) {
+		comp, n, _ := strings.Cut(f, "=")
+		if (comp == "etcd" || comp == "kube-apiserver") && n != "0" {
+			t.Errorf("%s restarted %s times during the run", comp, n)
+		}
+	}
+}
+
 func TestCluster(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("the end-to-end suite needs root")
@@ -79,19 +131,29 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("orrery mini up: %v", err)
 	}
+	diag := newDiagnostics(*logsDir)
+	kubeconfig := filepath.Join(out, "orrery-admin.conf")
+	k := func(args ...string) (string, error) {
+		return kubectlRetrying(t, ctx, append([]string{kc, "--kubeconfig", kubeconfig}, args...))
+	}
 	defer func() {
 		if t.Failed() {
-			for _, n := range c.Nodes() {
-				if n.VM() == nil {
-					continue
-				}
-				raw, _ := os.ReadFile(n.SerialLog())
-				lines := strings.Split(string(raw), "\n")
-				if len(lines) > 60 {
-					lines = lines[len(lines)-60:]
-				}
-				t.Logf("console of %s:\n%s", n.Name, strings.Join(lines, "\n"))
+			var errs []error
+			if _, err := os.Stat(kubeconfig); err == nil {
+				// Once: an API server that is down says so at once.
+				errs = append(errs, diag.clusterState(func(args ...string) (string, error) {
+					b, err := inNS(context.Background(), append([]string{kc, "--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
+					return string(b), err
+				})...)
 			}
+			defer func() {
+				errs = append(errs, diag.nodeLogs(c.Nodes())...)
+				for _, err := range errs {
+					t.Logf("keeping the logs: %v", err)
+				}
+				abs, _ := filepath.Abs(diag.dir)
+				fmt.Printf("e2e: FAILED; the nodes' consoles and journals, the cluster's events, pods and logs are in %s\n", abs)
+			}()
 		}
 		if err := c.Down(context.Background()); err != nil {
 			t.Errorf("down: %v", err)
@@ -121,10 +183,6 @@ func TestCluster(t *testing.T) {
 	}
 	p.done("a second init is refused")
 
-	k := func(args ...string) (string, error) {
-		b, err := inNS(ctx, append([]string{kc, "--kubeconfig", filepath.Join(out, "orrery-admin.conf")}, args...)...)
-		return string(b), err
-	}
 	waitFor := func(what string, timeout time.Duration, ok func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(timeout)
@@ -258,5 +316,6 @@ spec:
 		}
 	}
 	p.done("bootstrapperd's phases in the nodes' journals")
+	assertControlPlaneSteady(t, k)
 	t.Logf("orrery init to both nodes Ready: %s (goal 8m)", initToReady.Round(time.Second))
 }

@@ -1,0 +1,94 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/cloud"
+)
+
+// diagnostics is the folder a failed run leaves under build/, so that the
+// next person sees why without running the suite again.
+type diagnostics struct {
+	dir string
+}
+
+// newDiagnostics names a fresh folder under root; nothing is written
+// until the run fails.
+func newDiagnostics(root string) *diagnostics {
+	return &diagnostics{dir: filepath.Join(root, time.Now().UTC().Format("20060102T150405Z"))}
+}
+
+// write saves data as name in the folder, creating it on first use.
+func (d *diagnostics) write(name string, data []byte) error {
+	path := filepath.Join(d.dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// clusterState saves what the API server says about the cluster, if it
+// answers: nodes, pods with their restart counts, events, and the logs of
+// every kube-system container, with the previous instance's where one
+// was restarted.
+func (d *diagnostics) clusterState(k kubectlFunc) []error {
+	var errs []error
+	save := func(name string, args ...string) string {
+		out, err := k(args...)
+		if err != nil {
+			out = fmt.Sprintf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if werr := d.write(name, []byte(out)); werr != nil {
+			errs = append(errs, werr)
+		}
+		return out
+	}
+	save("kubectl/nodes.txt", "get", "nodes", "-o", "wide")
+	save("kubectl/pods.txt", "get", "pods", "-A", "-o", "wide")
+	save("kubectl/events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp")
+	save("kubectl/restarts.txt", "get", "pods", "-A", "-o",
+		"custom-columns=NAMESPACE:.metadata.namespace,POD:.metadata.name,CONTAINER:.status.containerStatuses[*].name,RESTARTS:.status.containerStatuses[*].restartCount,LAST-EXIT:.status.containerStatuses[*].lastState.terminated.reason")
+	save("kubectl/describe-kube-system.txt", "-n", "kube-system", "describe", "pods")
+	pods, err := k("-n", "kube-system", "get", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}")
+	if err != nil {
+		return append(errs, fmt.Errorf("the API server does not answer, no pod logs: %v", err))
+	}
+	for _, pod := range strings.Fields(pods) {
+		save("logs/"+pod+".log", "-n", "kube-system", "logs", pod, "--all-containers", "--timestamps")
+		if prev, err := k("-n", "kube-system", "logs", pod, "--all-containers", "--timestamps", "--previous"); err == nil {
+			if werr := d.write("logs/"+pod+".previous.log", []byte(prev)); werr != nil {
+				errs = append(errs, werr)
+			}
+		}
+	}
+	return errs
+}
+
+// nodeLogs copies each node's serial console (the boot, the initrd and,
+// as journald forwards there, the whole journal) and QEMU's log.
+func (d *diagnostics) nodeLogs(nodes []*cloud.Node) []error {
+	var errs []error
+	for _, n := range nodes {
+		for _, f := range []string{"serial.log", "qemu.log"} {
+			raw, err := os.ReadFile(filepath.Join(n.Dir, f))
+			if os.IsNotExist(err) {
+				continue // a spare that never booted
+			}
+			if err == nil {
+				err = d.write(filepath.Join("nodes", n.Name, f), raw)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errs
+}
+
+type kubectlFunc func(args ...string) (string, error)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs 'make e2e' while another process keeps one host core busy, to show
+# that the cluster slows down but stays up on a loaded machine (issue 10).
+# Not part of CI: it takes as long as 'make e2e' and more.
+#
+#   hack/stress-e2e.sh [make arguments...]
+#
+# The load is a busy loop at the default niceness, the same priority as
+# the control plane's VM: what a build or a browser on a laptop would do.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Build first, unloaded: the point is the cluster under load, not the
+# compiler.
+make --no-print-directory image build
+
+bash -c 'while :; do :; done' &
+burner=$!
+trap 'kill "$burner" 2>/dev/null || true' EXIT INT TERM
+echo "stress: pid $burner keeps one core busy"
+
+start=$(date +%s)
+status=0
+make --no-print-directory e2e "$@" || status=$?
+ticks=$(awk '{print $14 + $15}' "/proc/$burner/stat")
+echo "stress: make e2e exited $status after $(( $(date +%s) - start )) s;" \
+	"the busy loop used $(( ticks / $(getconf CLK_TCK) )) s of CPU"
+exit "$status"

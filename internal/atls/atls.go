@@ -21,6 +21,12 @@
 // attestation relayed from another machine names a key the relay does not
 // hold. TLS certificates are ephemeral and self-signed: the attestation,
 // not a CA, is what makes the peer's key trustworthy.
+//
+// Until the exchange ends, a peer has proved nothing, so what it can make
+// a server spend is bounded (see Config): each message has a size limit that
+// fits its step and is allocated only as its bytes arrive, a server runs a
+// limited number of handshakes at once, a client that does not send its
+// hello soon is dropped, and quotes are issued a few at a time.
 package atls
 
 import (
@@ -32,6 +38,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -47,10 +54,38 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 )
 
-// DefaultHandshakeTimeout bounds the TLS handshake and the attestation
-// exchange when the caller sets no deadline. Quoting on a vTPM of an
-// emulated (TCG) VM takes seconds, not milliseconds.
-const DefaultHandshakeTimeout = 60 * time.Second
+// Defaults for Config's zero values.
+const (
+	// DefaultHandshakeTimeout bounds the TLS handshake and the
+	// attestation exchange. Quoting on a vTPM of an emulated (TCG) VM
+	// takes seconds, not milliseconds, and a handshake in which both
+	// sides attest waits for two quotes.
+	DefaultHandshakeTimeout = 60 * time.Second
+	// DefaultHelloTimeout bounds a server's wait for a client's TLS
+	// handshake and hello: a round trip or two, and no TPM work on the
+	// client's side, so a client slower than this is stalling.
+	DefaultHelloTimeout = 10 * time.Second
+	// DefaultMaxHandshakes is far more than the nodes that join at once
+	// in a cluster, and little memory (tens of kilobytes each).
+	DefaultMaxHandshakes = 64
+	// DefaultHandshakeQueueTimeout lets a client that arrives while every
+	// slot is busy wait out a short burst instead of failing at once and
+	// meeting gRPC's reconnect backoff, without piling up goroutines.
+	DefaultHandshakeQueueTimeout = time.Second
+	// DefaultMaxConcurrentQuotes is one: the TPM runs one command at a
+	// time anyway, and between two quotes the node lock and init get
+	// their turn at the TPM and the measurement log.
+	DefaultMaxConcurrentQuotes = 1
+	// DefaultMaxAttestationSize is over a hundred times a document from
+	// swtpm (about 8 KiB, with a short measurement log and no firmware
+	// log) and ten times a large firmware event log (tens of kilobytes).
+	DefaultMaxAttestationSize = 1 << 20
+)
+
+// ErrTooManyHandshakes is returned by a server's handshake that found
+// Config.MaxHandshakes handshakes in progress and as many connections
+// waiting, or that waited longer than Config.HandshakeQueueTimeout.
+var ErrTooManyHandshakes = errors.New("atls: too many handshakes in progress")
 
 // Config says what this side of a connection proves and requires.
 type Config struct {
@@ -59,9 +94,32 @@ type Config struct {
 	// Validators, if set, make this side require the peer to attest with
 	// one of these variants. Empty means the peer need not attest.
 	Validators []attestation.Validator
-	// HandshakeTimeout applies when the context has no deadline (and on
-	// the server side, always). Zero means DefaultHandshakeTimeout.
+	// HandshakeTimeout bounds a whole handshake on either side: TLS, the
+	// exchange, and any quote and validation. A client keeps its context's
+	// deadline if that is earlier. Zero means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// HelloTimeout bounds, on a server, the time from taking up a
+	// connection to receiving the client's hello, TLS handshake included:
+	// a client that connects and says nothing is dropped after it. Zero
+	// means DefaultHelloTimeout.
+	HelloTimeout time.Duration
+	// MaxHandshakes caps the handshakes a server runs at once, and
+	// separately the connections that wait for one of them: a waiting
+	// connection that gets no slot within HandshakeQueueTimeout, and one
+	// that finds the queue full, is closed with ErrTooManyHandshakes.
+	// Zero means DefaultMaxHandshakes.
+	MaxHandshakes int
+	// HandshakeQueueTimeout is how long a connection waits for a
+	// handshake slot. Zero means DefaultHandshakeQueueTimeout.
+	HandshakeQueueTimeout time.Duration
+	// MaxConcurrentQuotes caps the attestations this side issues at once,
+	// across all connections that share these credentials; a handshake
+	// waits for its turn within its HandshakeTimeout. Zero means
+	// DefaultMaxConcurrentQuotes.
+	MaxConcurrentQuotes int
+	// MaxAttestationSize bounds, in bytes, the attestation document this
+	// side accepts from a peer. Zero means DefaultMaxAttestationSize.
+	MaxAttestationSize int
 	// OnPeerRejected, if set, hears of every client whose attestation
 	// this server refused. gRPC drops failed handshakes silently, and an
 	// operator needs to see which node was turned away and why (the
@@ -82,10 +140,30 @@ func NewCredentials(cfg Config) (credentials.TransportCredentials, error) {
 		}
 		seen[v.Variant()] = true
 	}
-	if cfg.HandshakeTimeout == 0 {
-		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	if cfg.HandshakeTimeout < 0 || cfg.HelloTimeout < 0 || cfg.HandshakeQueueTimeout < 0 ||
+		cfg.MaxHandshakes < 0 || cfg.MaxConcurrentQuotes < 0 || cfg.MaxAttestationSize < 0 {
+		return nil, errors.New("atls: negative timeout or limit in Config; use zero for the default")
 	}
-	return &creds{cfg: cfg}, nil
+	cfg.HandshakeTimeout = orDefault(cfg.HandshakeTimeout, DefaultHandshakeTimeout)
+	cfg.HelloTimeout = orDefault(cfg.HelloTimeout, DefaultHelloTimeout)
+	cfg.HandshakeQueueTimeout = orDefault(cfg.HandshakeQueueTimeout, DefaultHandshakeQueueTimeout)
+	cfg.MaxHandshakes = orDefault(cfg.MaxHandshakes, DefaultMaxHandshakes)
+	cfg.MaxConcurrentQuotes = orDefault(cfg.MaxConcurrentQuotes, DefaultMaxConcurrentQuotes)
+	cfg.MaxAttestationSize = orDefault(cfg.MaxAttestationSize, DefaultMaxAttestationSize)
+	return &creds{
+		cfg:        cfg,
+		handshakes: make(chan struct{}, cfg.MaxHandshakes),
+		waiting:    make(chan struct{}, cfg.MaxHandshakes),
+		quotes:     make(chan struct{}, cfg.MaxConcurrentQuotes),
+	}, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }
 
 // RejectedError is returned by the client handshake when the server's
@@ -113,6 +191,13 @@ func (AuthInfo) AuthType() string { return "atls" }
 
 type creds struct {
 	cfg Config
+	// handshakes, waiting and quotes hold a token per server handshake
+	// in progress, per connection waiting for one, and per quote in
+	// progress. Clones share them, so the caps hold for everything that
+	// uses one set of credentials.
+	handshakes chan struct{}
+	waiting    chan struct{}
+	quotes     chan struct{}
 }
 
 func (c *creds) Info() credentials.ProtocolInfo {
@@ -130,12 +215,13 @@ func (c *creds) ClientHandshake(ctx context.Context, _ string, raw net.Conn) (ne
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := c.withTimeout(ctx)
+	// gRPC always passes a deadline (its connect timeout, 20 s or more),
+	// so ours must cut it short rather than only fill in a missing one.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.HandshakeTimeout)
 	defer cancel()
-	if d, ok := ctx.Deadline(); ok {
-		raw.SetDeadline(d)
-		defer raw.SetDeadline(time.Time{})
-	}
+	d, _ := ctx.Deadline()
+	raw.SetDeadline(d)
+	defer raw.SetDeadline(time.Time{})
 	conn := tls.Client(raw, &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
@@ -153,15 +239,22 @@ func (c *creds) ClientHandshake(ctx context.Context, _ string, raw net.Conn) (ne
 }
 
 func (c *creds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	release, err := c.handshakeSlot()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.HandshakeTimeout)
+	defer cancel()
+	// Until its hello the client has done nothing costly for itself;
+	// serverExchange lifts this shorter deadline once the hello is in.
+	d, _ := ctx.Deadline()
+	raw.SetDeadline(earliest(d, time.Now().Add(c.cfg.HelloTimeout)))
+	defer raw.SetDeadline(time.Time{})
 	cert, err := ephemeralCert()
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.HandshakeTimeout)
-	defer cancel()
-	d, _ := ctx.Deadline()
-	raw.SetDeadline(d)
-	defer raw.SetDeadline(time.Time{})
 	conn := tls.Server(raw, &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
@@ -178,11 +271,38 @@ func (c *creds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, e
 	return conn, info, nil
 }
 
-func (c *creds) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
+// handshakeSlot waits briefly for one of the server's handshake slots; the
+// caller must call release when its handshake ends. gRPC runs each
+// accepted connection in its own goroutine, so the queue is bounded too:
+// a flood is refused at once rather than parked.
+func (c *creds) handshakeSlot() (release func(), err error) {
+	release = func() { <-c.handshakes }
+	select {
+	case c.handshakes <- struct{}{}:
+		return release, nil
+	default:
 	}
-	return context.WithTimeout(ctx, c.cfg.HandshakeTimeout)
+	select {
+	case c.waiting <- struct{}{}:
+		defer func() { <-c.waiting }()
+	default:
+		return nil, fmt.Errorf("%w (%d, and as many waiting); if honest clients see this, raise Config.MaxHandshakes", ErrTooManyHandshakes, c.cfg.MaxHandshakes)
+	}
+	t := time.NewTimer(c.cfg.HandshakeQueueTimeout)
+	defer t.Stop()
+	select {
+	case c.handshakes <- struct{}{}:
+		return release, nil
+	case <-t.C:
+		return nil, fmt.Errorf("%w (%d); if honest clients see this, raise Config.MaxHandshakes", ErrTooManyHandshakes, c.cfg.MaxHandshakes)
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // message is every frame of the exchange; each step uses some fields.
@@ -200,11 +320,23 @@ type message struct {
 }
 
 const (
-	nonceSize      = 32
-	maxMessageSize = 8 << 20
-	maxErrorLen    = 2048
-	exporterLabel  = "EXPORTER-orrery-atls-v1"
+	nonceSize     = 32
+	maxErrorLen   = 2048
+	exporterLabel = "EXPORTER-orrery-atls-v1"
+	// helloLimit fits a hello, a base64 nonce and a flag in JSON (about
+	// 80 bytes), with room for a field or two more.
+	helloLimit = 1 << 10
+	// envelopeLimit fits all of a message but its attestation: a nonce,
+	// a variant OID, and an error of maxErrorLen bytes that JSON may
+	// escape to six bytes each (\u00XX).
+	envelopeLimit = 6*(maxErrorLen+8) + 1<<10
 )
+
+// attestationLimit fits a message that carries an attestation: JSON
+// encodes its bytes in base64.
+func (c *creds) attestationLimit() int {
+	return base64.StdEncoding.EncodedLen(c.cfg.MaxAttestationSize) + envelopeLimit
+}
 
 func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Certificate) (credentials.AuthInfo, error) {
 	state, exporter, err := tlsHandshake(ctx, conn)
@@ -220,7 +352,11 @@ func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 	if err := writeMessage(conn, hello); err != nil {
 		return nil, err
 	}
-	reply, err := readMessage(conn)
+	replyLimit := envelopeLimit
+	if hello.Nonce != nil {
+		replyLimit = c.attestationLimit()
+	}
+	reply, err := readMessage(conn, "reply", replyLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +384,7 @@ func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 	if err := writeMessage(conn, finish); err != nil {
 		return nil, err
 	}
-	verdict, err := readMessage(conn)
+	verdict, err := readMessage(conn, "verdict", envelopeLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -263,9 +399,13 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 	if err != nil {
 		return nil, err
 	}
-	hello, err := readMessage(conn)
+	hello, err := readMessage(conn, "hello", helloLimit)
 	if err != nil {
 		return nil, err
+	}
+	// The client has spoken in time; the rest may take quotes.
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
 	}
 	fail := func(err error) (credentials.AuthInfo, error) {
 		_ = writeMessage(conn, message{Error: truncate(err.Error())})
@@ -288,7 +428,11 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 	if err := writeMessage(conn, reply); err != nil {
 		return nil, err
 	}
-	finish, err := readMessage(conn)
+	finishLimit := envelopeLimit
+	if reply.Nonce != nil {
+		finishLimit = c.attestationLimit()
+	}
+	finish, err := readMessage(conn, "finish", finishLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -336,6 +480,12 @@ func (c *creds) attest(ctx context.Context, peerNonce, exporter []byte, cert tls
 	if len(peerNonce) != nonceSize {
 		return message{}, fmt.Errorf("peer sent a %d-byte nonce, want %d", len(peerNonce), nonceSize)
 	}
+	select {
+	case c.quotes <- struct{}{}:
+		defer func() { <-c.quotes }()
+	case <-ctx.Done():
+		return message{}, fmt.Errorf("wait for a turn to quote (the TPM is busy with other peers; retry later): %w", ctx.Err())
+	}
 	doc, err := c.cfg.Issuer.Issue(ctx, spki(cert.Leaf), sessionNonce(peerNonce, exporter))
 	if err != nil {
 		return message{}, fmt.Errorf("issue attestation: %w", err)
@@ -348,6 +498,9 @@ func (c *creds) attest(ctx context.Context, peerNonce, exporter []byte, cert tls
 func (c *creds) validate(ctx context.Context, m message, nonce, exporter []byte, state tls.ConnectionState) (variant.Variant, error) {
 	if len(m.Attestation) == 0 {
 		return variant.Variant{}, errors.New("peer sent no attestation")
+	}
+	if len(m.Attestation) > c.cfg.MaxAttestationSize {
+		return variant.Variant{}, fmt.Errorf("peer sent a %d-byte attestation, more than the limit of %d; raise Config.MaxAttestationSize if a genuine node's is this large", len(m.Attestation), c.cfg.MaxAttestationSize)
 	}
 	v, err := variant.FromOID(m.Variant)
 	if err != nil {
@@ -443,23 +596,28 @@ func writeMessage(w io.Writer, m message) error {
 }
 
 // readMessage reads exactly one frame and nothing more: the bytes after it
-// belong to gRPC.
-func readMessage(r io.Reader) (message, error) {
+// belong to gRPC. A frame longer than limit is refused unread, and the
+// body grows as its bytes arrive, so a peer that announces a large frame
+// and then stalls costs no more memory than it sent.
+func readMessage(r io.Reader, step string, limit int) (message, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return message{}, fmt.Errorf("atls: receive: %w", err)
+		return message{}, fmt.Errorf("atls: receive %s: %w", step, err)
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxMessageSize {
-		return message{}, fmt.Errorf("atls: peer sent a %d-byte message, more than the limit of %d", n, maxMessageSize)
+	n := int64(binary.BigEndian.Uint32(hdr[:]))
+	if n > int64(limit) {
+		return message{}, fmt.Errorf("atls: peer announced a %d-byte %s, more than the limit of %d", n, step, limit)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return message{}, fmt.Errorf("atls: receive: %w", err)
+	body, err := io.ReadAll(io.LimitReader(r, n))
+	if err != nil {
+		return message{}, fmt.Errorf("atls: receive %s: %w", step, err)
+	}
+	if int64(len(body)) < n {
+		return message{}, fmt.Errorf("atls: receive %s: %w", step, io.ErrUnexpectedEOF)
 	}
 	var m message
 	if err := json.Unmarshal(body, &m); err != nil {
-		return message{}, fmt.Errorf("atls: decode message: %w", err)
+		return message{}, fmt.Errorf("atls: decode %s: %w", step, err)
 	}
 	return m, nil
 }

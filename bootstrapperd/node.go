@@ -123,12 +123,23 @@ func attestedDialer(issuer attestation.Issuer) joinclient.Dialer {
 	}
 }
 
+// importImages waits until orrery-images.service has loaded the baked
+// container images. Its line in out, in kubeadm's "[phase]" form, lets the
+// owner's timeline tell this wait from kubeadm's own phases.
+func importImages(ctx context.Context, tool *kubeadm.Tool, out io.Writer) error {
+	fmt.Fprintln(out, "[orrery-images] loading the baked container images into containerd")
+	if err := tool.Runner.Run(ctx, "systemctl", []string{"start", "orrery-images.service"}, nil, out); err != nil {
+		return fmt.Errorf("import the baked container images: %w", err)
+	}
+	return nil
+}
+
 // joiner runs kubeadm join once the baked images are in containerd.
 type joiner struct{ tool *kubeadm.Tool }
 
 func (j *joiner) Join(ctx context.Context, p joinclient.JoinParams, out io.Writer) error {
-	if err := j.tool.Runner.Run(ctx, "systemctl", []string{"start", "orrery-images.service"}, nil, out); err != nil {
-		return fmt.Errorf("import the baked container images: %w", err)
+	if err := importImages(ctx, j.tool, out); err != nil {
+		return err
 	}
 	return j.tool.Join(ctx, kubeadm.JoinParams{
 		NodeName: p.NodeName, NodeIP: p.NodeIP, Endpoint: p.Endpoint, Token: p.Token,
@@ -151,8 +162,8 @@ func (c *cluster) Init(ctx context.Context, p initserver.ClusterParams, out io.W
 		return nil, fmt.Errorf("ask the metadata service who this node is: %w", err)
 	}
 	// kubeadm finds its images only once they are imported into containerd.
-	if err := c.tool.Runner.Run(ctx, "systemctl", []string{"start", "orrery-images.service"}, nil, out); err != nil {
-		return nil, fmt.Errorf("import the baked container images: %w", err)
+	if err := importImages(ctx, c.tool, out); err != nil {
+		return nil, err
 	}
 	return c.tool.Init(ctx, kubeadm.InitParams{
 		NodeName:          self.Name,

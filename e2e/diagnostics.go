@@ -91,4 +91,21 @@ func (d *diagnostics) nodeLogs(nodes []*cloud.Node) []error {
 	return errs
 }
 
+// ownerLogs copies what 'orrery init' saved about a failure on the node
+// (never the master secret or the kubeconfig beside them).
+func (d *diagnostics) ownerLogs(ownerDir string) []error {
+	var errs []error
+	logs, _ := filepath.Glob(filepath.Join(ownerDir, "orrery-init-*.log"))
+	for _, path := range logs {
+		raw, err := os.ReadFile(path)
+		if err == nil {
+			err = d.write(filepath.Join("owner", filepath.Base(path)), raw)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
 type kubectlFunc func(args ...string) (string, error)

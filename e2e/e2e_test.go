@@ -148,6 +148,7 @@ func TestCluster(t *testing.T) {
 			}
 			defer func() {
 				errs = append(errs, diag.nodeLogs(c.Nodes())...)
+				errs = append(errs, diag.ownerLogs(out)...)
 				for _, err := range errs {
 					t.Logf("keeping the logs: %v", err)
 				}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/cli/internal/charts"
+	"github.com/orrery-dev/orrery/cli/internal/toolout"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -41,6 +42,7 @@ const (
 	StateFile        = "orrery-state.json"
 	KubeconfigFile   = "orrery-admin.conf"
 	JournalFile      = "orrery-init-failure.log"
+	KubeadmLogFile   = "orrery-init-kubeadm.log"
 )
 
 type initOptions struct {
@@ -226,6 +228,17 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 		}
 		time.Sleep(2 * time.Second)
 	}
+	var steps toolout.Timeline
+	step := func(name string) {
+		steps.Begin(name, time.Now())
+		fmt.Fprintf(out, "  [%6.1fs] %s\n", time.Since(start).Seconds(), name)
+	}
+	kubeadmOut := &toolout.Follower{OnPhase: func(phase string) {
+		if !strings.HasPrefix(phase, "orrery-") { // the node's own steps around kubeadm
+			phase = "kubeadm " + phase
+		}
+		step(phase)
+	}}
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
@@ -243,17 +256,14 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 		}
 		switch k := resp.GetKind().(type) {
 		case *initpb.InitResponse_Progress:
-			fmt.Fprintf(out, "  [%6.1fs] %s\n", time.Since(start).Seconds(), k.Progress.GetMessage())
+			step(k.Progress.GetMessage())
 		case *initpb.InitResponse_Log:
+			kubeadmOut.Write(k.Log.GetData())
 			if o.verbose {
 				out.Write(k.Log.GetData())
 			}
 		case *initpb.InitResponse_Failed:
-			path := filepath.Join(o.outDir, JournalFile)
-			if err := os.WriteFile(path, k.Failed.GetJournal(), 0o600); err != nil {
-				path = "(could not save the node's journal: " + err.Error() + ")"
-			}
-			return fmt.Errorf("init failed on the node: %s\nthe node's journal is in %s", k.Failed.GetErrorMessage(), path)
+			return initFailed(o.outDir, k.Failed, kubeadmOut)
 		case *initpb.InitResponse_Done:
 			kubeconfig := filepath.Join(o.outDir, KubeconfigFile)
 			if err := os.WriteFile(kubeconfig, k.Done.GetKubeconfig(), 0o600); err != nil {
@@ -265,20 +275,45 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 			}
 			fmt.Fprintf(out, "The cluster is initialised (%s). Cluster ID: %x\n", time.Since(start).Round(time.Second), st.ClusterID)
 			if !o.skipServices {
-				fmt.Fprintln(out, "Installing the cluster services (pod network, join service, key service)")
+				step("installing the cluster services (pod network, join service, key service)")
 				if err := installServices(ctx, out, kubeconfig, o.serviceReleases(addr), 15*time.Minute); err != nil {
 					return fmt.Errorf("%w\nthe cluster runs; run the same 'orrery init' again to retry installing its services", err)
 				}
-				fmt.Fprintln(out, "Checking that the control plane is healthy and stays so")
+				step("checking that the control plane is healthy and stays so")
 				if err := waitSteady(ctx, out, kubeconfig, steadyTimeout); err != nil {
 					return fmt.Errorf("%w\nthe control-plane node's journal tells why (with 'orrery mini': the serial.log of each VM in %s); "+
 						"run the same 'orrery init' again to check again", err, o.miniDir)
 				}
 			}
+			fmt.Fprintln(out, "Time per step:")
+			toolout.WriteSteps(out, steps.Steps(time.Now()))
 			fmt.Fprintf(out, "Done in %s. Kubeconfig: %s\n", time.Since(start).Round(time.Second), kubeconfig)
 			return nil
 		}
 	}
+}
+
+// initFailed saves what the node sent about its failure (its journal)
+// and kubeadm's output, and returns an error with the end of the output,
+// where kubeadm says what went wrong.
+func initFailed(outDir string, f *initpb.InitFailure, kubeadmOut *toolout.Follower) error {
+	save := func(name string, data []byte) string {
+		path := filepath.Join(outDir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return "(could not save it: " + err.Error() + ")"
+		}
+		return path
+	}
+	msg := "init failed on the node: " + f.GetErrorMessage()
+	if len(kubeadmOut.Output()) > 0 {
+		msg += "\nthe end of kubeadm's output:\n" + indent(kubeadmOut.Tail(15), "    ") +
+			"\nall of it is in " + save(KubeadmLogFile, kubeadmOut.Output())
+	}
+	return errors.New(msg + "\nthe node's journal is in " + save(JournalFile, f.GetJournal()))
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
 
 // podCIDR is the pod network; kubeadm's podSubnet on the node matches it.

@@ -33,7 +33,15 @@ type config struct {
 	firmwareLog        string
 	bootstrappedMarker string
 	openTPM            func() (io.ReadWriteCloser, error)
+	// stopGrace is how long open RPCs may run on once the daemon stops;
+	// then they are cut. Zero means defaultStopGrace.
+	stopGrace time.Duration
 }
+
+// defaultStopGrace lets an init stream deliver its last message (the
+// kubeconfig) after the node is bootstrapped, yet does not let a client
+// that holds a stream open (a health Watch) keep the daemon alive.
+const defaultStopGrace = 10 * time.Second
 
 func defaultConfig() config {
 	return config{
@@ -98,7 +106,8 @@ func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, 
 		return err
 	}
 	srv := grpc.NewServer(grpc.Creds(creds))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(srv, healthSrv)
 	if register != nil {
 		register(srv, issuer)
 	}
@@ -112,10 +121,34 @@ func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, 
 	case <-ctx.Done():
 		log.Info("stopping", "phase", "stop")
 		notify("STOPPING=1")
-		srv.GracefulStop()
+		// Watchers learn that the node stops serving before their streams close.
+		healthSrv.Shutdown()
+		stopWithin(srv, cfg.stopGrace, log)
 		return nil
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
+	}
+}
+
+// stopWithin stops srv gracefully, but for at most grace: GracefulStop
+// alone waits for every open stream, and any client may keep one open.
+func stopWithin(srv *grpc.Server, grace time.Duration, log *slog.Logger) {
+	if grace <= 0 {
+		grace = defaultStopGrace
+	}
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		log.Warn("open RPCs did not finish; closing them", "phase", "stop", "grace", grace)
+		srv.Stop()
+		<-stopped
 	}
 }
 

@@ -87,6 +87,66 @@ func TestServesAttestedTLSUntilCancelled(t *testing.T) {
 	}
 }
 
+// A client that holds a stream open (here a health Watch) must not keep
+// the daemon alive once it is told to stop, as after bootstrapping.
+func TestStopsDespiteAnOpenStream(t *testing.T) {
+	n := qemutest.NewNode(t)
+	dir := t.TempDir()
+	cfg := defaultConfig()
+	cfg.openTPM = n.TPM.Open
+	cfg.measurementLog = filepath.Join(dir, "measurements.log")
+	cfg.firmwareLog = filepath.Join(dir, "none")
+	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
+	cfg.stopGrace = 500 * time.Millisecond
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, bootstrapped := context.WithCancel(context.Background())
+	defer bootstrapped()
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() { done <- serve(ctx, cfg, lis, slogTo(&logs), time.Now(), nil) }()
+
+	zero := make([]byte, 32)
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{
+		Measurements: measurements.M{11: {Expected: zero}, 15: {Expected: zero}},
+		PlatformCAs:  []*x509.Certificate{n.CA.Cert},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{v}})
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer wcancel()
+	watch, err := healthpb.NewHealthClient(conn).Watch(wctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil {
+		t.Fatalf("first health status: %v", err)
+	}
+
+	stopAt := time.Now()
+	bootstrapped()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+		if d := time.Since(stopAt); d > 5*time.Second {
+			t.Errorf("stopping took %v with a stream open; want about %v", d, cfg.stopGrace)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not return while a client held a health Watch open")
+	}
+}
+
 func TestLockedNodeExitsAtOnce(t *testing.T) {
 	tpm := swtpmtest.Start(t)
 	dir := t.TempDir()

@@ -72,6 +72,13 @@ func patchesIn(dir string) *patches {
 
 type timeouts struct {
 	ControlPlaneComponentHealthCheck string `json:"controlPlaneComponentHealthCheck"`
+	KubernetesAPICall                string `json:"kubernetesAPICall"`
+}
+
+// slowTimeouts are kubeadm's waits, sized for a starved control plane.
+var slowTimeouts = timeouts{
+	ControlPlaneComponentHealthCheck: controlPlaneHealthCheck,
+	KubernetesAPICall:                kubernetesAPICall,
 }
 
 type clusterConfiguration struct {
@@ -150,7 +157,7 @@ func InitConfig(p InitParams) ([]byte, error) {
 	ic.LocalAPIEndpoint.AdvertiseAddress = p.NodeIP.String()
 	ic.LocalAPIEndpoint.BindPort = APIServerPort
 	ic.Patches = patchesIn(p.PatchDir)
-	ic.Timeouts.ControlPlaneComponentHealthCheck = controlPlaneHealthCheck
+	ic.Timeouts = slowTimeouts
 
 	cc := clusterConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "ClusterConfiguration",
 		KubernetesVersion: p.KubernetesVersion, ClusterName: p.ClusterName,
@@ -212,7 +219,7 @@ func JoinConfig(p JoinParams) ([]byte, error) {
 	jc.Discovery.BootstrapToken.Token = p.Token
 	jc.Discovery.BootstrapToken.CACertHashes = []string{p.CACertHash}
 	jc.Patches = patchesIn(p.PatchDir)
-	jc.Timeouts.ControlPlaneComponentHealthCheck = controlPlaneHealthCheck
+	jc.Timeouts = slowTimeouts
 	if p.ControlPlane {
 		jc.ControlPlane = &struct {
 			LocalAPIEndpoint struct {

@@ -71,6 +71,7 @@ func TestInitConfig(t *testing.T) {
 		{1, []string{"networking", "podSubnet"}, PodSubnet},
 		{0, []string{"patches", "directory"}, "/run/orrery/kubeadm-patches"},
 		{0, []string{"timeouts", "controlPlaneComponentHealthCheck"}, "10m0s"},
+		{0, []string{"timeouts", "kubernetesAPICall"}, "5m0s"},
 		{1, []string{"encryptionAlgorithm"}, "ECDSA-P256"},
 		{2, []string{"cgroupDriver"}, "systemd"},
 	}

@@ -35,6 +35,13 @@ const (
 	// startup probes' budget: an API server that took 4 min to start
 	// under load was killed before it was ready.
 	controlPlaneHealthCheck = "10m0s"
+	// kubernetesAPICall bounds each of kubeadm's API calls (default 1 min),
+	// among them its first, which waits for the API server that kubelet has
+	// just started: under TCG etcd, the API server, the controller manager
+	// and the scheduler start at once, and the API server answered after
+	// more than a minute, so kubeadm init failed with "could not bootstrap
+	// the admin user".
+	kubernetesAPICall = "5m0s"
 )
 
 // etcdArgs slow down etcd's raft clock by five: its request timeout

@@ -75,7 +75,7 @@ func refuseBadInit(t *testing.T, ctx context.Context, dir, img, orr string) {
 // waits until it has tried to join and failed, brings the join service
 // back and waits for the node to become Ready: a joining node outlasts a
 // join-service restart.
-func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), good *cloud.Node) {
+func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), good *cloud.Node, p *phases) {
 	t.Helper()
 	const pause = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":"true"}}}}}`
 	const resume = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":null}}}}}`
@@ -87,6 +87,7 @@ func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func
 	}
 
 	startSpare(t, ctx, c, cloud.SpareOptions{}, good)
+	p.watch(ctx, good)
 	waitConsole(t, ctx, good, "no join ticket yet", 10*time.Minute)
 	t.Logf("%s tried to join while the join service was down", good.Name)
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", resume); err != nil {

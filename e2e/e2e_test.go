@@ -30,6 +30,7 @@ type phases struct {
 	start time.Time
 	last  time.Time
 	rows  []phase
+	boots []*bootWatch
 }
 
 type phase struct {
@@ -43,6 +44,11 @@ func (p *phases) done(name string) {
 	p.last = now
 }
 
+// watch adds n's boot to the timeline; n has just been powered on.
+func (p *phases) watch(ctx context.Context, n *cloud.Node) {
+	p.boots = append(p.boots, watchBoot(ctx, n.Name, n.SerialLog(), n.Started))
+}
+
 func (p *phases) print() {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "PHASE\tDURATION")
@@ -50,6 +56,14 @@ func (p *phases) print() {
 		fmt.Fprintf(w, "%s\t%s\n", r.name, r.took.Round(time.Second))
 	}
 	fmt.Fprintf(w, "total\t%s\n", time.Since(p.start).Round(time.Second))
+	w.Flush()
+	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nBOOT STEP\tSINCE POWER-ON")
+	for _, b := range p.boots {
+		for _, r := range b.rows() {
+			fmt.Fprintln(w, r)
+		}
+	}
 	w.Flush()
 }
 
@@ -163,6 +177,11 @@ func TestCluster(t *testing.T) {
 		p.done("mini down, nothing left")
 	}()
 	p.done("mini up")
+	for _, n := range c.Nodes() {
+		if n.VM() != nil {
+			p.watch(ctx, n)
+		}
+	}
 
 	refuseBadInit(t, ctx, dir, img, orr)
 	p.done("orrery init refuses bad input (incl. node boot)")
@@ -175,6 +194,7 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("orrery init: %v", err)
 	}
 	p.done("orrery init (attestation, kubeadm, Helm services)")
+	p.rows = append(p.rows, initSteps(string(initOut))...)
 
 	// Someone else's init on the initialised node: refused, and at once.
 	again, err := inNS(ctx, orr, "init", "--mini-dir", dir, "--out-dir", filepath.Join(dir, "intruder"),
@@ -298,7 +318,7 @@ spec:
 	// node boots, so that at most two TCG VMs share the two cores (with
 	// three, the API server failed its liveness probe and restarted).
 	good, modified := c.Nodes()[2], c.Nodes()[3]
-	joinAcrossRestart(t, ctx, c, k, good)
+	joinAcrossRestart(t, ctx, c, k, good, p)
 	p.done("join service down and back while a node joins; it joins")
 	powerOff(t, ctx, good)
 	refusedModified(t, ctx, c, k, dir, img, modified)

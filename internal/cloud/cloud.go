@@ -109,6 +109,8 @@ type Node struct {
 	PID  int        `json:"pid"`
 	// Spare marks a slot Up did not start (see Spec.Spares).
 	Spare bool `json:"spare,omitempty"`
+	// Started is when the VM was last powered on.
+	Started time.Time `json:"started,omitzero"`
 
 	vm *vm.VM
 }
@@ -229,6 +231,7 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []string) error {
 	c.progress("vm %s (%s, %s): starting", n.Name, n.Role, n.IP)
 	mac, _ := net.ParseMAC(n.MAC)
+	started := time.Now()
 	v, err := vm.Start(ctx, vm.Config{
 		Name:         n.Name,
 		Dir:          n.Dir,
@@ -249,7 +252,7 @@ func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []strin
 		return fmt.Errorf("start VM %s: %w", n.Name, err)
 	}
 	c.mu.Lock()
-	n.vm, n.PID, n.Spare = v, v.PID(), false
+	n.vm, n.PID, n.Spare, n.Started = v, v.PID(), false, started
 	c.mu.Unlock()
 	return c.writeState()
 }

@@ -85,7 +85,7 @@ func (w *bootWatch) rows() []string {
 		if !ok {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s: %s\t%s (+%s)", w.node, m.name, at.Round(100*time.Millisecond), (at - prev).Round(100*time.Millisecond)))
+		out = append(out, fmt.Sprintf("%s: %s\t%s (+%s)", w.node, m.name, at.Round(100*time.Millisecond), (at-prev).Round(100*time.Millisecond)))
 		prev = at
 	}
 	return out

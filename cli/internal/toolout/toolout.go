@@ -91,6 +91,11 @@ func KubeadmPhase(line string) (string, bool) {
 		return "", false
 	}
 	name := line[1:end]
+	// kubeadm reports applying patches inside the phase that writes a
+	// manifest; it is not a phase of its own.
+	if name == "patches" {
+		return "", false
+	}
 	for _, r := range name {
 		if (r < 'a' || r > 'z') && r != '-' {
 			return "", false

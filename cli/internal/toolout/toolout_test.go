@@ -12,15 +12,16 @@ func TestKubeadmPhase(t *testing.T) {
 		want string
 		ok   bool
 	}{
-		"phase":             {"[certs] Generating \"ca\" certificate and key", "certs", true},
-		"dashed phase":      {"[control-plane-check] Checking kube-apiserver", "control-plane-check", true},
-		"klog line":         {"I1123 09:35:23.028457     443 controller.go:201] msg", "", false},
-		"not at the start":  {"  [certs] x", "", false},
-		"empty brackets":    {"[] x", "", false},
-		"capitals":          {"[WARNING Swap]: swap is on", "", false},
-		"no closing":        {"[certs Generating", "", false},
-		"a list, not phase": {"[a, b]", "", false},
-		"empty":             {"", "", false},
+		"phase":               {"[certs] Generating \"ca\" certificate and key", "certs", true},
+		"dashed phase":        {"[control-plane-check] Checking kube-apiserver", "control-plane-check", true},
+		"klog line":           {"I1123 09:35:23.028457     443 controller.go:201] msg", "", false},
+		"not at the start":    {"  [certs] x", "", false},
+		"empty brackets":      {"[] x", "", false},
+		"capitals":            {"[WARNING Swap]: swap is on", "", false},
+		"no closing":          {"[certs Generating", "", false},
+		"a list, not phase":   {"[a, b]", "", false},
+		"empty":               {"", "", false},
+		"patches, a sub-step": {"[patches] Applied patch to target \"etcd\"", "", false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

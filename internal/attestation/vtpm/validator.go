@@ -106,7 +106,8 @@ func (v *Validator) Variant() variant.Variant { return v.cfg.Variant }
 //     zero), so a log that is missing or cut short is refused;
 //   - the quoted PCRs equal the expected measurements: an enforced
 //     mismatch rejects, naming the PCR, both values and what the logs say
-//     was measured into it; a warn-only mismatch is logged.
+//     was measured into it (made printable and bounded: the node wrote
+//     it); a warn-only mismatch is logged the same way.
 //
 // It returns the user data the document binds; the caller must check it.
 func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, error) {
@@ -156,7 +157,7 @@ func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, er
 	for _, w := range warnings {
 		v.log.Warn("warn-only PCR does not match its expected value",
 			"pcr", w.PCR, "expected", fmt.Sprintf("%x", w.Expected), "actual", fmt.Sprintf("%x", w.Actual),
-			"measured", strings.Join(describe(w.PCR, fwEvents, userLog), "; "))
+			"measured", joinDescriptions(describe(w.PCR, fwEvents, userLog), maxPCRText))
 	}
 	if v.cfg.TrustAnyAK {
 		v.log.Warn("INSECURE: accepted an attestation without checking its attestation key's certificate",
@@ -369,7 +370,9 @@ func describe(pcr uint32, fw []event, user []measurelog.Entry) []string {
 }
 
 // explain lists, for each enforced PCR that differs, what the logs say was
-// measured into it, so an operator can tell which component changed.
+// measured into it, so an operator can tell which component changed. The
+// node wrote those descriptions: they are made printable and bounded (see
+// joinDescriptions), so that the only line breaks are the ones put here.
 func (v *Validator) explain(err error, fw []event, user []measurelog.Entry) string {
 	var b strings.Builder
 	for _, pcr := range mismatchedPCRs(err) {
@@ -377,7 +380,12 @@ func (v *Validator) explain(err error, fw []event, user []measurelog.Entry) stri
 		if len(what) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "\nPCR %d was measured from: %s", pcr, strings.Join(what, "; "))
+		line := fmt.Sprintf("\nPCR %d was measured from: %s", pcr, joinDescriptions(what, maxPCRText))
+		if b.Len()+len(line) > maxExplainText {
+			b.WriteString("\n(descriptions of further PCRs left out)")
+			break
+		}
+		b.WriteString(line)
 	}
 	return b.String()
 }

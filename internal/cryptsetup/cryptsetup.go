@@ -10,6 +10,7 @@ package cryptsetup
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -24,9 +25,15 @@ type Tool struct {
 	Cryptsetup, Veritysetup string
 }
 
+// The data encryption of every LUKS2 volume FormatLUKS2 creates.
+const (
+	Cipher  = "aes-xts-plain64"
+	KeyBits = 512
+)
+
 // FormatOpts are the parameters of a new LUKS2 volume. The zero value is
-// aes-xts-plain64 with a 512-bit key and cryptsetup's default (slow,
-// memory-hard) argon2id key derivation.
+// Cipher with a KeyBits key, a UUID cryptsetup picks, and cryptsetup's
+// default (slow, memory-hard) argon2id key derivation.
 type FormatOpts struct {
 	// PBKDF is the keyslot's key derivation: "pbkdf2", "argon2id" or
 	// "argon2i"; empty means cryptsetup's default.
@@ -38,6 +45,9 @@ type FormatOpts struct {
 	MemoryKiB int
 	// Label is the LUKS2 label; empty means none.
 	Label string
+	// UUID is the volume's UUID; empty means a random one. Choosing it
+	// lets the caller record which volume it formatted.
+	UUID string
 }
 
 // IsLUKS reports whether dev starts with a LUKS header. An error means
@@ -59,7 +69,7 @@ func (t *Tool) IsLUKS(ctx context.Context, dev string) (bool, error) {
 // with the contents of keyFile. It destroys whatever dev held.
 func (t *Tool) FormatLUKS2(ctx context.Context, dev, keyFile string, o FormatOpts) error {
 	args := []string{"luksFormat", "--batch-mode", "--type", "luks2",
-		"--cipher", "aes-xts-plain64", "--key-size", "512", "--key-file", keyFile}
+		"--cipher", Cipher, "--key-size", strconv.Itoa(KeyBits), "--key-file", keyFile}
 	if o.PBKDF != "" {
 		args = append(args, "--pbkdf", o.PBKDF)
 	}
@@ -71,6 +81,9 @@ func (t *Tool) FormatLUKS2(ctx context.Context, dev, keyFile string, o FormatOpt
 	}
 	if o.Label != "" {
 		args = append(args, "--label", o.Label)
+	}
+	if o.UUID != "" {
+		args = append(args, "--uuid", o.UUID)
 	}
 	_, err := t.run(ctx, t.cryptsetup(), append(args, dev)...)
 	return err
@@ -104,6 +117,85 @@ func (t *Tool) UUID(ctx context.Context, dev string) (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// Volume is what a LUKS2 header says about the volume it protects.
+type Volume struct {
+	UUID    string `json:"uuid"`
+	Cipher  string `json:"cipher"`  // the data segment's encryption, e.g. aes-xts-plain64
+	KeyBits int    `json:"keyBits"` // the volume key's size
+	// Integrity is the data segment's integrity algorithm; empty for none.
+	Integrity string `json:"integrity,omitempty"`
+}
+
+// Inspect reads the LUKS2 header of dev. It fails for a LUKS1 header, or
+// for a LUKS2 header with other than one encrypted data segment: Orrery
+// creates neither.
+func (t *Tool) Inspect(ctx context.Context, dev string) (Volume, error) {
+	uuid, err := t.UUID(ctx, dev)
+	if err != nil {
+		return Volume{}, err
+	}
+	raw, err := t.run(ctx, t.cryptsetup(), "luksDump", "--dump-json-metadata", dev)
+	if err != nil {
+		return Volume{}, err
+	}
+	v, err := parseMetadata(raw)
+	if err != nil {
+		return Volume{}, fmt.Errorf("LUKS2 header of %s: %w", dev, err)
+	}
+	v.UUID = uuid
+	return v, nil
+}
+
+// metadata is the part of a LUKS2 header's JSON area that Inspect reads.
+type metadata struct {
+	Keyslots map[string]struct {
+		KeySize int `json:"key_size"`
+	} `json:"keyslots"`
+	Segments map[string]struct {
+		Type       string `json:"type"`
+		Encryption string `json:"encryption"`
+		Integrity  *struct {
+			Type string `json:"type"`
+		} `json:"integrity"`
+	} `json:"segments"`
+}
+
+// parseMetadata reads the output of 'luksDump --dump-json-metadata'. The
+// header comes from a disk, which the host could have written.
+func parseMetadata(raw []byte) (Volume, error) {
+	var m metadata
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return Volume{}, fmt.Errorf("decode metadata: %w", err)
+	}
+	if len(m.Segments) != 1 {
+		return Volume{}, fmt.Errorf("%d data segments, want 1", len(m.Segments))
+	}
+	var v Volume
+	for _, s := range m.Segments {
+		if s.Type != "crypt" {
+			return Volume{}, fmt.Errorf("data segment of type %q, want crypt", s.Type)
+		}
+		v.Cipher = s.Encryption
+		if s.Integrity != nil {
+			v.Integrity = s.Integrity.Type
+		}
+	}
+	for _, k := range m.Keyslots {
+		if k.KeySize <= 0 || k.KeySize > 1024 {
+			return Volume{}, fmt.Errorf("keyslot with a volume key of %d bytes", k.KeySize)
+		}
+		// Every keyslot wraps the same volume key.
+		if v.KeyBits != 0 && v.KeyBits != k.KeySize*8 {
+			return Volume{}, errors.New("keyslots disagree on the volume key size")
+		}
+		v.KeyBits = k.KeySize * 8
+	}
+	if v.KeyBits == 0 {
+		return Volume{}, errors.New("no keyslot")
+	}
+	return v, nil
 }
 
 // AddKey adds a keyslot for the key in newKeyFile, authorised by the key

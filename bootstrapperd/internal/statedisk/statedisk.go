@@ -6,11 +6,13 @@ package statedisk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/disks"
 )
 
@@ -20,9 +22,18 @@ const Serial = "state"
 // DefaultFirstBootKey is where the initrd leaves the first-boot passphrase.
 const DefaultFirstBootKey = "/run/orrery/first-boot-key"
 
+// DefaultVolumeRecord is where the initrd records which volume it
+// formatted (a cryptsetup.Volume as JSON).
+const DefaultVolumeRecord = "/run/orrery/first-boot-volume.json"
+
+// ErrWrongVolume means the state disk is not the volume the initrd
+// formatted at first boot, or not formatted the way Orrery formats it.
+var ErrWrongVolume = errors.New("the state disk is not the volume this node formatted at first boot")
+
 // LUKS is what the disk needs from cryptsetup.
 type LUKS interface {
 	UUID(ctx context.Context, dev string) (string, error)
+	Inspect(ctx context.Context, dev string) (cryptsetup.Volume, error)
 	AddKey(ctx context.Context, dev, keyFile, newKeyFile string) error
 	RemoveKey(ctx context.Context, dev, keyFile string) error
 	TestKey(ctx context.Context, dev, keyFile string) (bool, error)
@@ -37,6 +48,9 @@ type Disk struct {
 	Sysfs  string
 	// FirstBootKey is the first-boot passphrase file.
 	FirstBootKey string
+	// VolumeRecord is the initrd's record of the volume it formatted;
+	// "" means DefaultVolumeRecord.
+	VolumeRecord string
 	// TmpDir holds the new key while cryptsetup reads it: a tmpfs.
 	TmpDir string
 }
@@ -52,23 +66,85 @@ func (d *Disk) device() (string, error) {
 	return dev, nil
 }
 
-// UUID returns the state disk's LUKS UUID.
+// UUID returns the state disk's LUKS UUID. Where the initrd recorded the
+// volume it formatted, the disk must still be that volume
+// (ErrWrongVolume): the disk key is bound to this UUID.
 func (d *Disk) UUID(ctx context.Context) (string, error) {
 	dev, err := d.device()
 	if err != nil {
 		return "", err
 	}
-	return d.LUKS.UUID(ctx, dev)
+	rec, err := d.record()
+	if errors.Is(err, fs.ErrNotExist) {
+		return d.LUKS.UUID(ctx, dev)
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := d.checkVolume(ctx, dev, rec); err != nil {
+		return "", err
+	}
+	return rec.UUID, nil
+}
+
+func (d *Disk) record() (cryptsetup.Volume, error) {
+	path := d.VolumeRecord
+	if path == "" {
+		path = DefaultVolumeRecord
+	}
+	var v cryptsetup.Volume
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return v, fmt.Errorf("read the initrd's record of the state disk: %w", err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil || v.UUID == "" {
+		return v, fmt.Errorf("the initrd's record of the state disk (%s) is damaged: reboot the node before it joins a cluster", path)
+	}
+	return v, nil
+}
+
+// checkVolume makes sure dev is the volume the initrd formatted (same UUID,
+// cipher, key size and integrity) and that it was formatted as Orrery
+// formats state disks. A disk swapped after the initrd ran, or a volume
+// someone else prepared, fails with ErrWrongVolume.
+func (d *Disk) checkVolume(ctx context.Context, dev string, rec cryptsetup.Volume) error {
+	got, err := d.LUKS.Inspect(ctx, dev)
+	if err != nil {
+		return fmt.Errorf("read the state disk's LUKS header: %w", err)
+	}
+	if got != rec {
+		return fmt.Errorf("%w: %s is %s (%s, %d-bit key), the initrd formatted %s (%s, %d-bit key); check which disk has serial %q, then reboot the node",
+			ErrWrongVolume, dev, got.UUID, got.Cipher, got.KeyBits, rec.UUID, rec.Cipher, rec.KeyBits, Serial)
+	}
+	if got.Cipher != cryptsetup.Cipher || got.KeyBits != cryptsetup.KeyBits {
+		return fmt.Errorf("%w: %s uses %s with a %d-bit key, want %s with %d bits",
+			ErrWrongVolume, dev, got.Cipher, got.KeyBits, cryptsetup.Cipher, cryptsetup.KeyBits)
+	}
+	return nil
 }
 
 // Rekey makes newKey the disk's only key: it adds newKey, checks it opens
 // the disk, removes the first-boot passphrase's keyslot and deletes the
 // passphrase file. Interrupted at any point and run again with the same
 // key, it finishes the job; once done, running it again is a no-op.
+//
+// While the first-boot passphrase is there, Rekey first checks that the
+// disk is the volume the initrd recorded formatting (see checkVolume) and
+// changes nothing otherwise: neither the disk nor the passphrase file,
+// which still opens the node's real state volume.
 func (d *Disk) Rekey(ctx context.Context, newKey []byte) error {
 	dev, err := d.device()
 	if err != nil {
 		return err
+	}
+	if _, err := os.Stat(d.FirstBootKey); err == nil {
+		rec, err := d.record()
+		if err != nil {
+			return fmt.Errorf("refusing to re-key the state disk: %w", err)
+		}
+		if err := d.checkVolume(ctx, dev, rec); err != nil {
+			return fmt.Errorf("refusing to re-key the state disk: %w", err)
+		}
 	}
 	if err := os.MkdirAll(d.TmpDir, 0o700); err != nil {
 		return err

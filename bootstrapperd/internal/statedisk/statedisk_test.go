@@ -3,6 +3,9 @@ package statedisk
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,11 +33,19 @@ func newDisk(t *testing.T) *Disk {
 		t.Fatal(err)
 	}
 	tool := &cryptsetup.Tool{}
-	if err := tool.FormatLUKS2(context.Background(), dev, first, cryptsetup.FormatOpts{PBKDF: "pbkdf2", Iterations: 1000}); err != nil {
+	if err := tool.FormatLUKS2(context.Background(), dev, first, cryptsetup.FormatOpts{PBKDF: "pbkdf2", Iterations: 1000, UUID: formattedUUID}); err != nil {
 		t.Fatal(err)
 	}
-	return &Disk{LUKS: tool, Device: dev, FirstBootKey: first, TmpDir: filepath.Join(dir, "run")}
+	// What the initrd records after formatting.
+	record := filepath.Join(dir, "first-boot-volume.json")
+	b, _ := json.Marshal(cryptsetup.Volume{UUID: formattedUUID, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits})
+	if err := os.WriteFile(record, b, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	return &Disk{LUKS: tool, Device: dev, FirstBootKey: first, VolumeRecord: record, TmpDir: filepath.Join(dir, "run")}
 }
+
+const formattedUUID = "5f0c2d1e-8a4b-4c3d-9e2f-1a2b3c4d5e6f"
 
 func opens(t *testing.T, d *Disk, key []byte) bool {
 	t.Helper()
@@ -97,5 +108,92 @@ func TestRekeyFinishesAnInterruptedRekey(t *testing.T) {
 	}
 	if !opens(t, d, derived) || opens(t, d, bytes.Repeat([]byte{7}, 32)) {
 		t.Fatal("interrupted re-key not finished")
+	}
+}
+
+// swapIn replaces the state disk's content with a LUKS2 volume formatted
+// by someone else (cryptsetup luksFormat with args), opened by key: what
+// a host that swaps the disk after the initrd ran can present.
+func swapIn(t *testing.T, d *Disk, key []byte, args ...string) {
+	t.Helper()
+	if err := os.WriteFile(d.Device, make([]byte, 32<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kf := filepath.Join(t.TempDir(), "k")
+	os.WriteFile(kf, key, 0o400)
+	args = append([]string{"luksFormat", "--batch-mode", "--type", "luks2", "--key-file", kf,
+		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"}, args...)
+	if out, err := exec.Command("cryptsetup", append(args, d.Device)...).CombinedOutput(); err != nil {
+		t.Fatalf("luksFormat: %v: %s", err, out)
+	}
+}
+
+func header(t *testing.T, d *Disk) []byte {
+	t.Helper()
+	out, err := exec.Command("cryptsetup", "luksDump", "--dump-json-metadata", d.Device).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestRekeyOnlyTheVolumeTheInitrdFormatted(t *testing.T) {
+	derived := bytes.Repeat([]byte{9}, 32)
+	tests := map[string]struct {
+		prepare func(t *testing.T, d *Disk)
+		wantIs  error
+	}{
+		// The derived key is bound to the UUID the node reports; a host
+		// that swaps in another admitted node's disk makes the join
+		// service hand out a key that opens it.
+		"another node's disk that the derived key opens": {
+			prepare: func(t *testing.T, d *Disk) { swapIn(t, d, derived) },
+			wantIs:  ErrWrongVolume,
+		},
+		"the recorded UUID with a weak cipher": {
+			prepare: func(t *testing.T, d *Disk) {
+				swapIn(t, d, derived, "--uuid", formattedUUID, "--cipher", "aes-cbc-essiv:sha256", "--key-size", "128")
+			},
+			wantIs: ErrWrongVolume,
+		},
+		"the recorded UUID with a short key": {
+			prepare: func(t *testing.T, d *Disk) {
+				swapIn(t, d, derived, "--uuid", formattedUUID, "--cipher", cryptsetup.Cipher, "--key-size", "256")
+			},
+			wantIs: ErrWrongVolume,
+		},
+		"a volume the first-boot passphrase does not open": {
+			prepare: func(t *testing.T, d *Disk) { swapIn(t, d, bytes.Repeat([]byte{3}, 32)) },
+			wantIs:  ErrWrongVolume,
+		},
+		"no record of the formatted volume": {
+			prepare: func(t *testing.T, d *Disk) {
+				swapIn(t, d, derived)
+				os.Remove(d.VolumeRecord)
+			},
+			wantIs: fs.ErrNotExist,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := newDisk(t)
+			tc.prepare(t, d)
+			before := header(t, d)
+			err := d.Rekey(context.Background(), derived)
+			if !errors.Is(err, tc.wantIs) {
+				t.Fatalf("Rekey = %v, want %v", err, tc.wantIs)
+			}
+			if _, err := os.Stat(d.FirstBootKey); err != nil {
+				t.Errorf("the first-boot passphrase file is gone, though it still opens the node's real state volume: %v", err)
+			}
+			if !bytes.Equal(header(t, d), before) {
+				t.Error("Rekey changed the keyslots of a volume it refused")
+			}
+			if tc.wantIs == ErrWrongVolume {
+				if _, err := d.UUID(context.Background()); !errors.Is(err, ErrWrongVolume) {
+					t.Errorf("UUID = %v, want ErrWrongVolume: the disk key would be bound to the wrong volume", err)
+				}
+			}
+		})
 	}
 }

@@ -4,7 +4,9 @@
 //
 // On first boot the disk is blank: Prepare formats it with a random
 // passphrase, which it leaves in KeyFile for the bootstrapper (which later
-// re-keys the disk to a key derived from the cluster's master secret).
+// re-keys the disk to a key derived from the cluster's master secret),
+// and records in VolumeRecord which volume it formatted, so that the
+// bootstrapper re-keys that volume and no other.
 // A disk that is already LUKS belongs to a node that must rejoin its
 // cluster or be recovered: Prepare returns ErrInitialised and touches
 // nothing.
@@ -14,6 +16,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +33,11 @@ const Serial = "state"
 // Defaults for Preparer's fields.
 const (
 	DefaultKeyFile = "/run/orrery/first-boot-key"
-	DefaultSysroot = "/sysroot"
-	MapperName     = "state"
+	// DefaultVolumeRecord holds the formatted volume's
+	// cryptsetup.Volume as JSON.
+	DefaultVolumeRecord = "/run/orrery/first-boot-volume.json"
+	DefaultSysroot      = "/sysroot"
+	MapperName          = "state"
 	// Label is the LUKS2 and ext4 label of the state disk.
 	Label = "orrery-state"
 	// EtcDir holds the upper and work directories of the /etc overlay,
@@ -71,6 +77,10 @@ type Preparer struct {
 	// KeyFile receives the first-boot passphrase (32 raw bytes, mode
 	// 0400); "" means DefaultKeyFile. It must be on a tmpfs.
 	KeyFile string
+	// VolumeRecord receives the UUID, cipher and key size of the volume
+	// Prepare formatted (a cryptsetup.Volume as JSON); "" means
+	// DefaultVolumeRecord. It must be on a tmpfs beside KeyFile.
+	VolumeRecord string
 	// Sysroot is where the root filesystem is mounted; "" means
 	// DefaultSysroot. The state filesystem is mounted on Sysroot/var and
 	// an overlay on Sysroot/etc.
@@ -119,12 +129,23 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	// PBKDF would only cost boot time (minutes under emulation). PBKDF2
 	// with the minimum iteration count is enough. The bootstrapper
 	// re-keys the disk to a derived key later.
-	opts := cryptsetup.FormatOpts{PBKDF: "pbkdf2", Iterations: 1000, Label: Label}
+	uuid, err := newUUID(p.Rand)
+	if err != nil {
+		return res, err
+	}
+	opts := cryptsetup.FormatOpts{PBKDF: "pbkdf2", Iterations: 1000, Label: Label, UUID: uuid}
 	start := time.Now()
 	if err := p.LUKS.FormatLUKS2(ctx, dev, keyFile, opts); err != nil {
 		return res, fmt.Errorf("format state disk: %w", err)
 	}
 	res.FormatTime = time.Since(start)
+	record := p.VolumeRecord
+	if record == "" {
+		record = DefaultVolumeRecord
+	}
+	if err := writeRecord(record, cryptsetup.Volume{UUID: uuid, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits}); err != nil {
+		return res, err
+	}
 
 	start = time.Now()
 	if err := p.LUKS.OpenLUKS(ctx, dev, MapperName, keyFile); err != nil {
@@ -185,6 +206,41 @@ func IsBlank(dev string) (bool, error) {
 		return false, fmt.Errorf("read state disk %s: %w", dev, err)
 	}
 	return n > 0 && bytes.Count(buf[:n], []byte{0}) == n, nil
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID(r io.Reader) (string, error) {
+	if r == nil {
+		r = rand.Reader
+	}
+	var b [16]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return "", fmt.Errorf("generate state disk UUID: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
+}
+
+// writeRecord records which volume Prepare formatted. Like the
+// passphrase, it refuses to overwrite an existing file.
+func writeRecord(path string, v cryptsetup.Volume) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
+	if err != nil {
+		return fmt.Errorf("record the formatted state disk: %w", err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("record the formatted state disk: %w", err)
+	}
+	return nil
 }
 
 // writeKey writes a new random 32-byte passphrase to path, readable by

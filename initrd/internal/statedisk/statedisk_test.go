@@ -3,6 +3,7 @@ package statedisk
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -120,9 +121,10 @@ func TestPrepare(t *testing.T) {
 					mounts = append(mounts, mount{source, target, fstype, data})
 					return nil
 				},
-				Rand:    bytes.NewReader(bytes.Repeat([]byte{7}, 32)),
-				KeyFile: keyFile,
-				Sysroot: sysroot,
+				Rand:         bytes.NewReader(bytes.Repeat([]byte{7}, 48)),
+				KeyFile:      keyFile,
+				VolumeRecord: filepath.Join(dir, "run", "orrery", "first-boot-volume.json"),
+				Sysroot:      sysroot,
 			}
 			dev := disk(t, tt.content)
 			_, err := p.Prepare(context.Background(), dev)
@@ -157,6 +159,7 @@ func TestPrepare(t *testing.T) {
 			if luks.formatted.PBKDF != "pbkdf2" || luks.formatted.Iterations != 1000 {
 				t.Errorf("formatted with %+v", luks.formatted)
 			}
+			checkRecord(t, p.VolumeRecord, luks.formatted.UUID)
 			if len(mounts) != tt.wantMnts {
 				t.Fatalf("mounts = %+v, want %d", mounts, tt.wantMnts)
 			}
@@ -178,6 +181,26 @@ func TestPrepare(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// checkRecord: the bootstrapper re-keys only the volume the record
+// names, so it must name the UUID the volume was formatted with.
+func checkRecord(t *testing.T, path, uuid string) {
+	t.Helper()
+	if len(uuid) != 36 || uuid[14] != '4' {
+		t.Errorf("formatted with UUID %q, want a random (version 4) UUID", uuid)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("no record of the formatted volume: %v", err)
+	}
+	var got cryptsetup.Volume
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := (cryptsetup.Volume{UUID: uuid, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits}); got != want {
+		t.Errorf("record = %+v, want %+v", got, want)
 	}
 }
 

@@ -37,7 +37,9 @@ const (
 // registerNodeServices adds the init service and starts the join client
 // beside it, both wired to this node's TPM, state disk, metadata service
 // and kubeadm. done is called once the node is bootstrapped either way.
-func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, lock *nodelock.Lock, issuer attestation.Issuer, done func()) {
+// A node whose lock an interrupted init holds (resume) runs no join
+// client: only that init's owner can still make something of it.
+func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, lock *nodelock.Lock, issuer attestation.Issuer, resume bool, done func()) {
 	meta := &metadata.Client{BaseURL: metadataURL}
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: runDir, AdminKubeconfig: "/etc/kubernetes/admin.conf"}
 	// One lock and one disk for both paths: the lock's mutex orders them.
@@ -59,12 +61,15 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 			return err
 		},
 		Journal:      journal,
-		ResultPath:   filepath.Join(stateDir, "init-result.json"),
+		ResultPath:   initResultPath(cfg),
 		Bootstrapped: finish,
 		Status:       func(s string) { notify("STATUS=" + s) },
 		Logger:       log,
 	})
 	initpb.RegisterInitServiceServer(srv, init)
+	if resume {
+		return
+	}
 
 	go func() {
 		err := joinclient.Run(ctx, joinclient.Config{
@@ -90,6 +95,10 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 		}
 	}()
 }
+
+// initResultPath is where the init server keeps its result; the record
+// of the request that took the node lock goes beside it.
+func initResultPath(cfg config) string { return filepath.Join(cfg.stateDir, "init-result.json") }
 
 // metadataAdapter gives the join client the metadata service's view.
 type metadataAdapter struct{ c *metadata.Client }
@@ -174,6 +183,8 @@ func (c *cluster) Init(ctx context.Context, p initserver.ClusterParams, out io.W
 		CertSANs:          p.APIServerSANs,
 	}, out)
 }
+
+func (c *cluster) Reset(ctx context.Context, out io.Writer) error { return c.tool.Reset(ctx, out) }
 
 func (c *cluster) StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, salt []byte) error {
 	return c.tool.StoreMasterSecret(ctx, ms, salt)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
@@ -32,7 +33,10 @@ type config struct {
 	measurementLog     string
 	firmwareLog        string
 	bootstrappedMarker string
-	openTPM            func() (io.ReadWriteCloser, error)
+	// stateDir is on the state disk; it keeps what an interrupted init
+	// needs to be finished.
+	stateDir string
+	openTPM  func() (io.ReadWriteCloser, error)
 	// stopGrace is how long open RPCs may run on once the daemon stops;
 	// then they are cut. Zero means defaultStopGrace.
 	stopGrace time.Duration
@@ -48,6 +52,7 @@ func defaultConfig() config {
 		measurementLog:     measurelog.DefaultPath,
 		firmwareLog:        vtpm.DefaultFirmwareEventLogPath,
 		bootstrappedMarker: "/var/lib/orrery/bootstrapped",
+		stateDir:           stateDir,
 		openTPM:            tpmdev.Open,
 	}
 }
@@ -64,10 +69,22 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("read node lock: %w", err)
 	}
-	if _, err := os.Stat(cfg.bootstrappedMarker); err == nil || locked {
+	// A lock without a finished init is an init this daemon was stopped
+	// in: leaving now would strand the node, locked and without a cluster.
+	resume := false
+	if locked {
+		resume, err = initserver.Interrupted(initserver.Config{Lock: lock, ResultPath: initResultPath(cfg)})
+		if err != nil {
+			return fmt.Errorf("look for an interrupted init: %w", err)
+		}
+	}
+	if _, err := os.Stat(cfg.bootstrappedMarker); err == nil || locked && !resume {
 		log.Info("node is already part of a cluster; nothing to do", "phase", "bootstrapped")
 		notify("READY=1\nSTATUS=bootstrapped")
 		return nil
+	}
+	if resume {
+		log.Info("an init locked this node and was interrupted; waiting for its owner to run 'orrery init' again to finish it", "phase", "resume")
 	}
 
 	lis, err := listener(cfg.listen)
@@ -77,7 +94,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	ctx, bootstrapped := context.WithCancel(ctx)
 	defer bootstrapped()
 	return serve(ctx, cfg, lis, log, start, func(srv *grpc.Server, issuer attestation.Issuer) {
-		registerNodeServices(ctx, cfg, srv, lock, issuer, func() {
+		registerNodeServices(ctx, cfg, srv, lock, issuer, resume, func() {
 			log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
 			notify("STATUS=bootstrapped")
 			if cfg.listen == "" {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -165,5 +167,48 @@ func TestLockedNodeExitsAtOnce(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "already part of a cluster") {
 		t.Errorf("log: %s", logs.String())
+	}
+}
+
+// A daemon restarted after an init took the node lock must stay for that
+// init's owner instead of leaving the node locked and without a cluster.
+func TestInterruptedInitKeepsDaemon(t *testing.T) {
+	n := qemutest.NewNode(t)
+	dir := t.TempDir()
+	clusterID := []byte("0123456789abcdef0123456789abcdef")
+	record, _ := json.Marshal(map[string]any{"clusterID": clusterID, "clusterName": "demo"})
+	if err := os.WriteFile(filepath.Join(dir, "init-request.json"), record, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := nodelock.New(n.TPM.Open, n.Log).TryLock(clusterID); err != nil || !ok {
+		t.Fatalf("TryLock: %v %v", ok, err)
+	}
+	cfg := defaultConfig()
+	cfg.openTPM = n.TPM.Open
+	cfg.measurementLog = n.Log.Path
+	cfg.firmwareLog = filepath.Join(dir, "none")
+	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
+	cfg.stateDir = dir
+	cfg.listen = "127.0.0.1:0"
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, slogTo(&logs)) }()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), StatusWaiting); time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("the daemon left a node with an interrupted init (err %v):\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon never served:\n%s", logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "run 'orrery init' again") {
+		t.Errorf("the log does not tell the operator what finishes the init:\n%s", logs.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
 	}
 }

@@ -9,9 +9,18 @@
 // secret, kubeadm runs, and the master secret is stored for the key service.
 // The work continues if the owner's connection drops, and an owner who
 // retries with the same master secret gets the result instead of an error.
+//
+// A daemon that stops after the lock (a crash, a restart) cannot undo it,
+// so it must be able to finish: just before the lock, the accepted
+// request's settings are written to the state disk (never its secrets).
+// A restarted daemon finds them beside a node locked to their cluster ID
+// (see Interrupted) and finishes that init when the owner sends the same
+// request again, which brings back the master secret. Nothing that could
+// open the cluster's disks rests on the node for the meantime.
 package initserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -34,6 +43,9 @@ import (
 // Locker is the node lock.
 type Locker interface {
 	TryLock(clusterID []byte) (bool, error)
+	IsLocked() (bool, error)
+	// LockedTo reports whether the node is locked to exactly clusterID.
+	LockedTo(clusterID []byte) (bool, error)
 }
 
 // StateDisk is the node's encrypted state disk.
@@ -53,15 +65,18 @@ type Cluster interface {
 	// StoreMasterSecret puts the master secret and the measurement salt
 	// into the cluster for the key service.
 	StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, measurementSalt []byte) error
+	// Reset undoes what an interrupted kubeadm init left behind, so that
+	// kubeadm's preflight lets it run again.
+	Reset(ctx context.Context, out io.Writer) error
 }
 
 // ClusterParams is what kubeadm init needs from the request.
 type ClusterParams struct {
-	KubernetesVersion string
-	ClusterName       string
-	APIServerSANs     []string
-	ServiceCIDR       string
-	ClusterID         []byte
+	KubernetesVersion string   `json:"kubernetesVersion"`
+	ClusterName       string   `json:"clusterName"`
+	APIServerSANs     []string `json:"apiServerSANs"`
+	ServiceCIDR       string   `json:"serviceCIDR"`
+	ClusterID         []byte   `json:"clusterID"`
 }
 
 // Config wires the server to the node.
@@ -80,6 +95,11 @@ type Config struct {
 	// ResultPath stores the result of a finished init (on the state
 	// disk), so a retry by the same owner gets it again.
 	ResultPath string
+	// RequestPath keeps the settings of the request that takes the node
+	// lock (on the state disk, no secrets), so that a restarted daemon
+	// can finish that init; empty means init-request.json beside
+	// ResultPath.
+	RequestPath string
 	// Bootstrapped is called once the node is the first node of a
 	// cluster and the owner has the result: bootstrapperd stops then, so
 	// an owner whose connection dropped must get the result first.
@@ -215,7 +235,8 @@ func (s *Server) Init(req *initpb.InitRequest, stream initpb.InitService_InitSer
 }
 
 // startOrAttach starts the node's init, or attaches to the one that runs
-// or ran, if it is for the same cluster. The returned channel carries the
+// or ran, if it is for the same cluster, or resumes the one an earlier run
+// of the daemon left after the lock. The returned channel carries the
 // job's progress from the moment of attaching.
 func (s *Server) startOrAttach(req *initpb.InitRequest, ms keys.MasterSecret, clusterID []byte) (*job, chan *initpb.InitResponse, error) {
 	s.mu.Lock()
@@ -233,18 +254,87 @@ func (s *Server) startOrAttach(req *initpb.InitRequest, ms keys.MasterSecret, cl
 		s.log.Info("init retried by the owner; returning its result", "phase", "attach", "clusterID", hex.EncodeToString(clusterID))
 		return s.job, s.job.watch(), nil
 	}
-	locked, err := s.cfg.Lock.TryLock(clusterID)
+	p, resumed, err := s.resumable(clusterID)
 	if err != nil {
-		return nil, nil, status.Errorf(codes.Internal, "take the node lock: %v", err)
+		return nil, nil, status.Errorf(codes.Internal, "check for an interrupted init: %v", err)
 	}
-	if !locked {
-		return nil, nil, status.Error(codes.FailedPrecondition, "this node already belongs to a cluster (it joined one or was initialised): create a new VM to start another cluster")
+	if resumed {
+		s.log.Info("the owner sent the init again that an earlier run of bootstrapperd left after the node lock; finishing it", "phase", "resume", "clusterID", hex.EncodeToString(clusterID))
+	} else {
+		p = pending{ClusterParams: ClusterParams{
+			KubernetesVersion: req.GetKubernetesVersion(),
+			ClusterName:       req.GetClusterName(),
+			APIServerSANs:     req.GetApiServerCertSans(),
+			ServiceCIDR:       req.GetServiceCidr(),
+			ClusterID:         clusterID,
+		}}
+		if err := s.lock(p); err != nil {
+			return nil, nil, err
+		}
 	}
 	j := &job{clusterID: clusterID, done: make(chan struct{}), delivered: make(chan struct{})}
 	s.job = j
 	events := j.watch()
-	go s.run(j, req, ms)
+	go s.run(j, p, resumed, ms, req.GetMeasurementSalt())
 	return j, events, nil
+}
+
+// lock records the request and takes the node lock. The record comes
+// first: a daemon that stops between the two leaves a record for an
+// unlocked node, which the next request replaces; the other order could
+// leave a locked node that no one can finish. A record is only replaced
+// while the node is unlocked, so a stranger's request cannot erase the
+// owner's way to finish an interrupted init.
+func (s *Server) lock(p pending) error {
+	locked, err := s.cfg.Lock.IsLocked()
+	if err != nil {
+		return status.Errorf(codes.Internal, "read the node lock: %v", err)
+	}
+	if locked {
+		return errNodeTaken
+	}
+	if err := s.saveRequest(p); err != nil {
+		return status.Errorf(codes.Internal, "record the init request on the state disk: %v", err)
+	}
+	locked, err = s.cfg.Lock.TryLock(p.ClusterID)
+	if err != nil {
+		return status.Errorf(codes.Internal, "take the node lock: %v", err)
+	}
+	if !locked {
+		// The join client won the race; the record is for nothing.
+		_ = os.Remove(s.requestPath())
+		return errNodeTaken
+	}
+	return nil
+}
+
+var errNodeTaken = status.Error(codes.FailedPrecondition, "this node already belongs to a cluster (it joined one or was initialised): create a new VM to start another cluster")
+
+// resumable returns the recorded init for clusterID if it took the node
+// lock and never saved its result.
+func (s *Server) resumable(clusterID []byte) (pending, bool, error) {
+	p, ok := s.loadRequest()
+	if !ok || !bytes.Equal(p.ClusterID, clusterID) {
+		return p, false, nil
+	}
+	mine, err := s.cfg.Lock.LockedTo(clusterID)
+	return p, mine, err
+}
+
+// Interrupted reports whether an earlier run of the daemon took the node
+// lock for an init and stopped before saving its result, so the daemon
+// must stay to finish it once the owner sends the request again. It reads
+// only cfg's Lock, ResultPath and RequestPath.
+func Interrupted(cfg Config) (bool, error) {
+	s := New(cfg)
+	if _, ok := s.loadResult(); ok {
+		return false, nil
+	}
+	p, ok := s.loadRequest()
+	if !ok {
+		return false, nil
+	}
+	return cfg.Lock.LockedTo(p.ClusterID)
 }
 
 func done(kubeconfig, clusterID []byte) *initpb.InitResponse {
@@ -256,8 +346,10 @@ func progress(phase, msg string) *initpb.InitResponse {
 }
 
 // run does the work after the lock. It runs on its own context: a dropped
-// connection must not leave a half-initialised node.
-func (s *Server) run(j *job, req *initpb.InitRequest, ms keys.MasterSecret) {
+// connection must not leave a half-initialised node. Every step can run
+// again after an interruption: the re-key finishes or is a no-op, and
+// kubeadm is reset first if it had started.
+func (s *Server) run(j *job, p pending, resumed bool, ms keys.MasterSecret, measurementSalt []byte) {
 	ctx := context.Background()
 	start := time.Now()
 	log := s.log.With("clusterID", hex.EncodeToString(j.clusterID))
@@ -279,7 +371,11 @@ func (s *Server) run(j *job, req *initpb.InitRequest, ms keys.MasterSecret) {
 		close(j.done)
 	}
 
-	phase("node-lock", "node locked to the new cluster")
+	if resumed {
+		phase("node-lock", "node locked to the new cluster (resuming the init a restart of bootstrapperd interrupted)")
+	} else {
+		phase("node-lock", "node locked to the new cluster")
+	}
 	phase("rekey-state-disk", "re-keying the state disk with the key derived from the master secret")
 	uuid, err := s.cfg.Disk.UUID(ctx)
 	if err != nil {
@@ -296,22 +392,28 @@ func (s *Server) run(j *job, req *initpb.InitRequest, ms keys.MasterSecret) {
 		return
 	}
 
-	phase("kubeadm-init", "running kubeadm init (this takes a few minutes)")
 	out := &chunkWriter{emit: j.emit, source: "kubeadm"}
-	kubeconfig, err := s.cfg.Cluster.Init(ctx, ClusterParams{
-		KubernetesVersion: req.GetKubernetesVersion(),
-		ClusterName:       req.GetClusterName(),
-		APIServerSANs:     req.GetApiServerCertSans(),
-		ServiceCIDR:       req.GetServiceCidr(),
-		ClusterID:         j.clusterID,
-	}, out)
+	if p.KubeadmStarted {
+		phase("kubeadm-reset", "undoing the interrupted kubeadm init")
+		if err := s.cfg.Cluster.Reset(ctx, out); err != nil {
+			fail("reset the interrupted kubeadm init", err)
+			return
+		}
+	}
+	p.KubeadmStarted = true
+	if err := s.saveRequest(p); err != nil {
+		fail("record the init's progress on the state disk", err)
+		return
+	}
+	phase("kubeadm-init", "running kubeadm init (this takes a few minutes)")
+	kubeconfig, err := s.cfg.Cluster.Init(ctx, p.ClusterParams, out)
 	if err != nil {
 		fail("run kubeadm init", err)
 		return
 	}
 
 	phase("store-master-secret", "storing the master secret for the key service")
-	if err := s.cfg.Cluster.StoreMasterSecret(ctx, ms, req.GetMeasurementSalt()); err != nil {
+	if err := s.cfg.Cluster.StoreMasterSecret(ctx, ms, measurementSalt); err != nil {
 		fail("store the master secret in the cluster", err)
 		return
 	}
@@ -343,19 +445,56 @@ type result struct {
 	Kubeconfig []byte `json:"kubeconfig"`
 }
 
-func (s *Server) saveResult(r result) error {
-	raw, err := json.Marshal(r)
+func (s *Server) saveResult(r result) error { return writeJSON(s.cfg.ResultPath, r) }
+
+// pending is the record of the init that takes the node lock: what the
+// owner asked for, without the secrets, and how far it got. Mode 0600
+// although nothing in it is secret: only bootstrapperd has any business
+// with it.
+type pending struct {
+	ClusterParams
+	// KubeadmStarted means kubeadm init may have left files and
+	// containers that a second run must reset first.
+	KubeadmStarted bool `json:"kubeadmStarted"`
+}
+
+func (s *Server) requestPath() string {
+	if s.cfg.RequestPath != "" {
+		return s.cfg.RequestPath
+	}
+	return filepath.Join(filepath.Dir(s.cfg.ResultPath), "init-request.json")
+}
+
+func (s *Server) saveRequest(p pending) error { return writeJSON(s.requestPath(), p) }
+
+func (s *Server) loadRequest() (pending, bool) {
+	var p pending
+	raw, err := os.ReadFile(s.requestPath())
+	if err != nil {
+		return p, false
+	}
+	if err := json.Unmarshal(raw, &p); err != nil || len(p.ClusterID) == 0 {
+		s.log.Error("ignoring a damaged init request record", "path", s.requestPath(), "error", err)
+		return p, false
+	}
+	return p, true
+}
+
+// writeJSON replaces path atomically, so that a daemon stopped halfway
+// leaves the old version or the new one, never a torn file.
+func writeJSON(path string, v any) error {
+	raw, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(s.cfg.ResultPath), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp := s.cfg.ResultPath + ".tmp"
+	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, s.cfg.ResultPath)
+	return os.Rename(tmp, path)
 }
 
 func (s *Server) loadResult() (result, bool) {

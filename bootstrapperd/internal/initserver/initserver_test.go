@@ -3,6 +3,7 @@ package initserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -47,9 +48,11 @@ func (d *fakeDisk) Rekey(_ context.Context, k []byte) error {
 
 type fakeCluster struct {
 	release chan struct{} // if set, Init waits for it
+	killed  chan struct{} // if set, closing it ends a waiting Init as a dying daemon would
 	err     error
 	mu      sync.Mutex
 	inits   int
+	resets  int
 	stored  []keys.MasterSecret
 }
 
@@ -59,12 +62,23 @@ func (c *fakeCluster) Init(ctx context.Context, p ClusterParams, out io.Writer) 
 	c.mu.Unlock()
 	io.WriteString(out, "[init] Using Kubernetes version: "+p.KubernetesVersion+"\n")
 	if c.release != nil {
-		<-c.release
+		select {
+		case <-c.release:
+		case <-c.killed:
+			return nil, errors.New("killed with the daemon")
+		}
 	}
 	if c.err != nil {
 		return nil, c.err
 	}
 	return []byte("apiVersion: v1\nkind: Config\n# " + p.ClusterName + "\n"), nil
+}
+
+func (c *fakeCluster) Reset(context.Context, io.Writer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resets++
+	return nil
 }
 
 func (c *fakeCluster) StoreMasterSecret(_ context.Context, ms keys.MasterSecret, _ []byte) error {
@@ -75,6 +89,7 @@ func (c *fakeCluster) StoreMasterSecret(_ context.Context, ms keys.MasterSecret,
 }
 
 type env struct {
+	cfg          Config
 	tpm          *swtpm.Instance
 	disk         *fakeDisk
 	cluster      *fakeCluster
@@ -126,7 +141,24 @@ func newEnv(t *testing.T, tweaks ...func(*Config)) *env {
 	for _, tweak := range tweaks {
 		tweak(&cfg)
 	}
-	srv := New(cfg)
+	e.cfg = cfg
+	e.serve(t)
+	return e
+}
+
+// restart replaces the server with a new one over the same TPM and state
+// directory, as systemd would restart bootstrapperd; kubeadm's fake
+// starts afresh.
+func (e *env) restart(t *testing.T) {
+	t.Helper()
+	e.cluster = &fakeCluster{}
+	e.cfg.Cluster = e.cluster
+	e.serve(t)
+}
+
+func (e *env) serve(t *testing.T) {
+	t.Helper()
+	srv := New(e.cfg)
 	g := grpc.NewServer()
 	initpb.RegisterInitServiceServer(g, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -141,7 +173,6 @@ func newEnv(t *testing.T, tweaks ...func(*Config)) *env {
 	}
 	t.Cleanup(func() { conn.Close() })
 	e.client = initpb.NewInitServiceClient(conn)
-	return e
 }
 
 func request(seed byte) *initpb.InitRequest {
@@ -387,5 +418,142 @@ func TestFinishedInitStopsAfterGrace(t *testing.T) {
 	case <-e.bootstrapped:
 	case <-time.After(5 * time.Second):
 		t.Fatal("an init nobody came back for never let the daemon stop")
+	}
+}
+
+// clusterID is what the node derives from req.
+func clusterID(t *testing.T, req *initpb.InitRequest) []byte {
+	t.Helper()
+	msec, err := keys.MasterSecret{Key: req.MasterSecret, Salt: req.MasterSecretSalt}.MeasurementSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := keys.ClusterID(msec, req.MeasurementSalt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// The daemon dies while kubeadm runs, after the point of no return; the
+// restarted daemon must finish the init for its owner and nobody else.
+func TestRestartAfterLockFinishesInit(t *testing.T) {
+	e := newEnv(t)
+	req := request(1)
+	e.cluster.release = make(chan struct{})
+	e.cluster.killed = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := e.client.Init(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("recv: %v", err)
+		}
+		if m.GetProgress().GetPhase() == "kubeadm-init" {
+			break
+		}
+	}
+	cancel()
+	close(e.cluster.killed)
+	e.restart(t)
+
+	if ok, err := Interrupted(e.cfg); err != nil || !ok {
+		t.Fatalf("Interrupted after a restart in kubeadm = %v, %v; want true", ok, err)
+	}
+	rec, err := os.ReadFile(filepath.Join(filepath.Dir(e.resultPath), "init-request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range [][]byte{req.MasterSecret, req.MasterSecretSalt, req.InitSecret} {
+		if bytes.Contains(rec, secret) || strings.Contains(string(rec), base64.StdEncoding.EncodeToString(secret)) {
+			t.Fatal("the init request record holds a secret")
+		}
+	}
+
+	// Another owner cannot take the interrupted init over, nor erase it.
+	for name, other := range map[string]*initpb.InitRequest{"other master secret": request(7), "other salt": func() *initpb.InitRequest {
+		r := request(1)
+		r.MeasurementSalt = bytes.Repeat([]byte{9}, 32)
+		return r
+	}()} {
+		if _, err := e.collect(context.Background(), other); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("%s after the restart: %v, want FailedPrecondition", name, err)
+		}
+	}
+
+	msgs, err := e.collect(context.Background(), req)
+	if err != nil {
+		t.Fatalf("the owner's retry after the restart: %v", err)
+	}
+	final := msgs[len(msgs)-1].GetDone()
+	wantID := clusterID(t, req)
+	if final == nil || !bytes.Equal(final.GetClusterId(), wantID) {
+		t.Fatalf("retry ended with %v, want success for cluster %x", msgs[len(msgs)-1], wantID)
+	}
+	select {
+	case <-e.bootstrapped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the finished init never let the daemon stop")
+	}
+	ms := keys.MasterSecret{Key: req.MasterSecret, Salt: req.MasterSecretSalt}
+	if e.cluster.resets != 1 || e.cluster.inits != 1 || len(e.cluster.stored) != 1 || !bytes.Equal(e.cluster.stored[0].Key, ms.Key) {
+		t.Fatalf("after the restart kubeadm was reset %d times, run %d times, the master secret stored %d times; want 1, 1, 1",
+			e.cluster.resets, e.cluster.inits, len(e.cluster.stored))
+	}
+	if got := e.pcr15(t); !bytes.Equal(got, nodelock.Expected(wantID)) {
+		t.Fatalf("PCR 15 = %x, want %x: the node must be locked exactly once, to its owner's cluster", got, nodelock.Expected(wantID))
+	}
+	if ok, err := Interrupted(e.cfg); err != nil || ok {
+		t.Fatalf("Interrupted after the init finished = %v, %v; want false", ok, err)
+	}
+}
+
+func TestInterrupted(t *testing.T) {
+	req := request(1)
+	tests := map[string]struct {
+		record bool
+		lockTo []byte // nil: the node stays unlocked
+		result bool
+		want   bool
+	}{
+		"fresh node":                   {},
+		"stopped before the lock":      {record: true},
+		"locked by the join client":    {lockTo: []byte("another cluster")},
+		"record for another cluster":   {record: true, lockTo: []byte("another cluster")},
+		"stopped after the lock":       {record: true, lockTo: clusterID(t, req), want: true},
+		"stopped before the hand-over": {record: true, lockTo: clusterID(t, req), result: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tpm := swtpmtest.Start(t)
+			dir := t.TempDir()
+			s := New(Config{Lock: nodelock.New(tpm.Open, &measurelog.Log{Path: filepath.Join(dir, "m.log")}), ResultPath: filepath.Join(dir, "init-result.json")})
+			if tc.record {
+				if err := s.saveRequest(pending{ClusterParams: ClusterParams{ClusterName: "demo", ClusterID: clusterID(t, req)}}); err != nil {
+					t.Fatal(err)
+				}
+				if st, err := os.Stat(s.requestPath()); err != nil || st.Mode().Perm() != 0o600 {
+					t.Fatalf("request record: %v, %v; want mode 0600", st, err)
+				}
+			}
+			if tc.lockTo != nil {
+				if ok, err := s.cfg.Lock.TryLock(tc.lockTo); err != nil || !ok {
+					t.Fatal(err)
+				}
+			}
+			if tc.result {
+				if err := s.saveResult(result{ClusterID: clusterID(t, req), Kubeconfig: []byte("kubeconfig")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := Interrupted(s.cfg)
+			if err != nil || got != tc.want {
+				t.Fatalf("Interrupted = %v, %v; want %v", got, err, tc.want)
+			}
+		})
 	}
 }

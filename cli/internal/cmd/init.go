@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,8 +32,10 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
 
@@ -180,13 +183,13 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 	}
 	// A retry must send the same measurement salt, or the node derives
 	// another cluster ID and refuses.
-	st, err := loadOrCreateState(filepath.Join(o.outDir, StateFile), addr, o.clusterName)
+	st, newState, err := loadOrCreateState(filepath.Join(o.outDir, StateFile), addr, o.clusterName)
 	if err != nil {
 		return err
 	}
 
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	v, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	v, err := initValidator(m, ca, log, ms, st.MeasurementSalt, !created && !newState)
 	if err != nil {
 		return err
 	}
@@ -349,24 +352,83 @@ func loadOrCreateMasterSecret(path string) (keys.MasterSecret, bool, error) {
 	return ms, true, keys.WriteMasterSecretFile(path, ms)
 }
 
-func loadOrCreateState(path, node, clusterName string) (initState, error) {
-	var st initState
+// loadOrCreateState reads the owner's state file, or creates it with a
+// fresh measurement salt; created says which.
+func loadOrCreateState(path, node, clusterName string) (st initState, created bool, err error) {
 	raw, err := os.ReadFile(path)
 	if err == nil {
 		if err := json.Unmarshal(raw, &st); err != nil || len(st.MeasurementSalt) != keys.SaltSize {
-			return st, fmt.Errorf("%s is damaged: restore it from a backup (it holds the cluster's measurement salt)", path)
+			return st, false, fmt.Errorf("%s is damaged: restore it from a backup (it holds the cluster's measurement salt)", path)
 		}
-		return st, nil
+		return st, false, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return st, err
+		return st, false, err
 	}
 	salt, err := keys.GenerateSalt(rand.Reader)
 	if err != nil {
-		return st, err
+		return st, false, err
 	}
 	st = initState{Node: node, ClusterName: clusterName, MeasurementSalt: salt}
-	return st, writeJSON(path, st)
+	return st, true, writeJSON(path, st)
+}
+
+// initValidator checks the node's attestation for an init. A node that
+// belongs to no cluster shows PCR 15 as zero, as the measurements say.
+// Once an init has taken the node lock, PCR 15 holds the lock's value for
+// that init's cluster ID, and no reboot-free way leads back to zero. So a
+// retry of this owner's own init (retry: the master secret and the
+// measurement salt both come from an earlier run) also accepts PCR 15
+// locked to exactly the cluster ID they derive, which only a holder of
+// both could have caused. Every other PCR is checked as before, and no
+// other value of PCR 15 passes: a node locked to someone else's cluster
+// is refused.
+func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.Validator, error) {
+	fresh, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	want, ok := m[nodelock.PCR]
+	if !retry || !ok {
+		return fresh, nil
+	}
+	msec, err := ms.MeasurementSecret()
+	if err != nil {
+		return nil, err
+	}
+	clusterID, err := keys.ClusterID(msec, measurementSalt)
+	if err != nil {
+		return nil, err
+	}
+	lockedM := maps.Clone(m)
+	lockedM[nodelock.PCR] = measurements.Measurement{Expected: nodelock.Expected(clusterID), WarnOnly: want.WarnOnly}
+	locked, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: lockedM, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return freshOrLocked{fresh: fresh, locked: locked}, nil
+}
+
+// freshOrLocked accepts a node that fresh accepts, or else one that
+// locked accepts: the two differ only in PCR 15.
+type freshOrLocked struct{ fresh, locked attestation.Validator }
+
+func (v freshOrLocked) Variant() variant.Variant { return v.fresh.Variant() }
+
+func (v freshOrLocked) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
+	userData, err := v.fresh.Validate(ctx, doc, nonce)
+	if err == nil {
+		return userData, nil
+	}
+	var mismatch *measurements.MismatchError
+	if !errors.As(err, &mismatch) {
+		return nil, err
+	}
+	userData, lockedErr := v.locked.Validate(ctx, doc, nonce)
+	if lockedErr == nil {
+		return userData, nil
+	}
+	return nil, fmt.Errorf("%w; nor does it show the node lock of this cluster's own earlier init: %v", err, lockedErr)
 }
 
 func writeJSON(path string, v any) error {

@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
 
@@ -242,5 +244,139 @@ func TestInitOnInitialisedNode(t *testing.T) {
 	}
 	if time.Since(start) > 20*time.Second {
 		t.Fatalf("init took %s to notice; it should not wait for its timeout", time.Since(start))
+	}
+}
+
+// lockingNode takes the real node lock on its swtpm, as bootstrapperd's
+// init server does, and its kubeadm runs until the owner gives up; a
+// retry by the owner of the lock gets the result.
+type lockingNode struct {
+	initpb.UnimplementedInitServiceServer
+	lock   *nodelock.Lock
+	locked chan struct{} // closed once the first init took the lock
+	once   sync.Once
+	mu     sync.Mutex
+	inits  int
+}
+
+func (n *lockingNode) Init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
+	n.mu.Lock()
+	n.inits++
+	n.mu.Unlock()
+	ms := keys.MasterSecret{Key: req.GetMasterSecret(), Salt: req.GetMasterSecretSalt()}
+	msec, err := ms.MeasurementSecret()
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	id, err := keys.ClusterID(msec, req.GetMeasurementSalt())
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	took, err := n.lock.TryLock(id)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if !took {
+		if mine, err := n.lock.LockedTo(id); err != nil || !mine {
+			return status.Error(codes.FailedPrecondition, "this node already belongs to a cluster")
+		}
+		return stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{Kubeconfig: []byte("kubeconfig"), ClusterId: id}}})
+	}
+	stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Progress{Progress: &initpb.Progress{Phase: "kubeadm-init", Message: "running kubeadm init"}}})
+	n.once.Do(func() { close(n.locked) })
+	<-stream.Context().Done()
+	return stream.Context().Err()
+}
+
+func (n *lockingNode) initCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.inits
+}
+
+// An init cancelled after the node lock leaves PCR 15 non-zero; the same
+// owner's retry must still accept the node, and nobody else's may.
+func TestInitRetryAfterNodeLock(t *testing.T) {
+	n := qemutest.NewNode(t)
+	node := &lockingNode{lock: nodelock.New(n.TPM.Open, n.Log), locked: make(chan struct{})}
+	creds, _ := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
+	srv := grpc.NewServer(grpc.Creds(creds))
+	initpb.RegisterInitServiceServer(srv, node)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	dir := t.TempDir()
+	secretPath := filepath.Join(dir, "init-secret")
+	os.WriteFile(secretPath, []byte("s3cret"), 0o600)
+	caPath, measPath := n.CAFile(t), writeMeasurements(t, make([]byte, 32))
+	initArgs := func(out string) []string {
+		return []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", lis.Addr().String(), "--measurements", measPath,
+			"--platform-ca", caPath, "--init-secret-file", secretPath, "--out-dir", out, "--timeout", "30s", "--skip-services"}
+	}
+	out := filepath.Join(dir, "owner")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-node.locked
+		cancel()
+	}()
+	var stdout, stderr bytes.Buffer
+	if code := Execute(ctx, initArgs(out), &stdout, &stderr); code == 0 {
+		t.Fatalf("the cancelled init succeeded: %s", stdout.String())
+	}
+
+	// Other owners, each with both files so that they count as retries.
+	otherSecret := filepath.Join(dir, "other-secret")
+	other, _ := keys.GenerateMasterSecret(rand.Reader)
+	copyFile(t, filepath.Join(out, StateFile), filepath.Join(otherSecret, StateFile))
+	if err := keys.WriteMasterSecretFile(filepath.Join(otherSecret, MasterSecretFile), other); err != nil {
+		t.Fatal(err)
+	}
+	otherSalt := filepath.Join(dir, "other-salt")
+	copyFile(t, filepath.Join(out, MasterSecretFile), filepath.Join(otherSalt, MasterSecretFile))
+	salt, _ := keys.GenerateSalt(rand.Reader)
+	os.MkdirAll(otherSalt, 0o700)
+	if err := writeJSON(filepath.Join(otherSalt, StateFile), initState{MeasurementSalt: salt}); err != nil {
+		t.Fatal(err)
+	}
+	before := node.initCount()
+	for name, out := range map[string]string{"new owner": filepath.Join(dir, "new"), "other master secret": otherSecret, "other salt": otherSalt} {
+		stdout.Reset()
+		stderr.Reset()
+		if code := Execute(context.Background(), initArgs(out), &stdout, &stderr); code == 0 {
+			t.Fatalf("%s: init on a node locked to another cluster succeeded", name)
+		}
+		if !strings.Contains(stderr.String(), "PCR 15 mismatch") {
+			t.Fatalf("%s: stderr %q; want a PCR 15 mismatch", name, stderr.String())
+		}
+	}
+	if node.initCount() != before {
+		t.Fatal("the CLI sent its secrets to a node locked to another cluster")
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	if code := Execute(context.Background(), initArgs(out), &stdout, &stderr); code != 0 {
+		t.Fatalf("the owner's retry: exit %d: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(out, KubeconfigFile)); err != nil {
+		t.Fatalf("the retry wrote no kubeconfig: %v", err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	raw, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, raw, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -131,7 +131,7 @@ func TestCluster(t *testing.T) {
 	kc, _ := filepath.Abs(*kubectl)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "owner")
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
 	p := &phases{start: time.Now(), last: time.Now()}
 	defer p.print()

@@ -36,7 +36,7 @@ const Port = 30090
 func runJoin(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("joinservice join", flag.ExitOnError)
 	listen := fs.String("listen", fmt.Sprintf(":%d", Port), "address to serve attested TLS on")
-	keys := fs.String("key-service", DefaultKeyServiceAddr, "the key service beside this one")
+	keys := fs.String("key-service", DefaultKeyServiceSocket, "unix socket of the key service beside this one")
 	measurementsPath := fs.String("measurements", "/etc/orrery/measurements/measurements.json", "expected measurements (a ConfigMap; re-read when it changes)")
 	caPath := fs.String("platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
 	pki := fs.String("pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")

@@ -2,10 +2,11 @@
 // nodes, as two containers of one host-network pod:
 //
 //	joinservice join   admits attested nodes (port 30090, attested TLS)
-//	joinservice keys   derives keys from the master secret (127.0.0.1 only)
+//	joinservice keys   derives keys from the master secret (unix socket only)
 //
-// The join service asks the key service on the same node, over loopback,
-// so keys never cross the network between them.
+// The join service asks the key service over a unix socket in a directory
+// only the two containers share, so keys never cross the network, and no
+// other process or host-network pod on the node can ask.
 package main
 
 import (

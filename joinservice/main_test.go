@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,17 +11,9 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
-
-func TestKeyServiceOnlyOnLoopback(t *testing.T) {
-	err := runKeys(context.Background(), []string{"--listen", "0.0.0.0:9001"})
-	if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
-		t.Fatalf("err = %v", err)
-	}
-}
 
 func writeCA(t *testing.T, dir string, key any, keyPEMType string, keyDER []byte, pub any) {
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, IsCA: true,

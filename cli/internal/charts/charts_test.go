@@ -19,7 +19,8 @@ func TestChartsRender(t *testing.T) {
 		Flannel: {values: map[string]any{"podCIDR": "10.244.0.0/16"},
 			want: []string{"kind: DaemonSet", `"Network": "10.244.0.0/16"`, "imagePullPolicy: Never", "10-flannel.conflist"}},
 		OrreryServices: {values: map[string]any{"endpoint": "10.42.1.100:6443", "measurements": `{"4":{}}`, "platformCA": "PEM"},
-			want: []string{"kind: DaemonSet", "--endpoint=10.42.1.100:6443", "hostPort: 30090", "defaultMode: 0400", "node-role.kubernetes.io/control-plane"}},
+			want: []string{"kind: DaemonSet", "--endpoint=10.42.1.100:6443", "hostPort: 30090", "defaultMode: 0400", "node-role.kubernetes.io/control-plane",
+				"--key-service=/var/run/orrery/keyservice/keys.sock", `"--listen", "/var/run/orrery/keyservice/keys.sock"`, "name: key-service\n          emptyDir"}},
 		OrreryServices + " without measurements": {values: map[string]any{"endpoint": "x:1", "platformCA": "PEM"}, wantErr: "measurements are required"},
 	}
 	for name, tc := range tests {

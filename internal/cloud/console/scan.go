@@ -114,8 +114,14 @@ func (s *scanner) takeLines() error {
 		if nl < 0 {
 			break
 		}
-		if line := rest[:nl+1]; bytes.HasPrefix(line, s.prefix) {
-			s.out = append(s.out, line[len(s.prefix):]...)
+		// A prefixed line may sit inside another program's line: a
+		// writer with a non-blocking descriptor (journald on the console,
+		// this package's own tests) can have its line cut in two by a
+		// full terminal buffer, and sed's whole line lands in the gap.
+		// sed writes each line at once and blocks, so what follows the
+		// prefix up to the newline is the command's line.
+		if i := bytes.Index(rest[:nl+1], s.prefix); i >= 0 {
+			s.out = append(s.out, rest[i+len(s.prefix):nl+1]...)
 		}
 		rest = rest[nl+1:]
 	}

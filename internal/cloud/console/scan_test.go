@@ -78,6 +78,13 @@ func TestScanner(t *testing.T) {
 			printed:  ready + begin + journal + "\r\n" + framed("a\nb\n", 0, journal) + "Terminated\r\n",
 			wantDone: true, wantOutput: "a\nb\n",
 		},
+		// journald's non-blocking write cut in two by a full terminal
+		// buffer, with a whole output line in between.
+		"an output line inside a journal line": {
+			printed:    ready + begin + prefix + "a\r\n" + journal[:20] + prefix + "b\r\n" + journal[20:] + "\r\n" + prefix + end + "0\r\n",
+			wantDone:   true,
+			wantOutput: "a\nb\n",
+		},
 		"no output, non-zero status": {
 			printed:  ready + begin + framed("", 3, ""),
 			wantDone: true, wantCode: 3,

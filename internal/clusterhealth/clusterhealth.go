@@ -34,7 +34,7 @@ type Config struct {
 	Client kubernetes.Interface
 	// Readyz asks the API server's /readyz. Nil means Client's.
 	Readyz func(ctx context.Context) error
-	// Deployments must have every replica available (CoreDNS).
+	// Deployments must have a replica available (CoreDNS).
 	Deployments []Workload
 	// DaemonSets must have a ready pod on every control-plane node.
 	DaemonSets []Workload
@@ -183,13 +183,17 @@ func lastTermination(cs corev1.ContainerStatus) string {
 	return fmt.Sprintf("exit code %d, %s", t.ExitCode, t.Reason)
 }
 
+// deploymentProblem asks for one available replica: the service answers.
+// The others may be waiting for a worker that is still joining (CoreDNS's
+// second replica went to the joining worker and held init for minutes),
+// which says nothing about the control plane.
 func deploymentProblem(d *appsv1.Deployment) string {
 	want := int32(1)
 	if d.Spec.Replicas != nil {
 		want = *d.Spec.Replicas
 	}
-	if d.Status.AvailableReplicas < want {
-		return fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, want)
+	if want > 0 && d.Status.AvailableReplicas < 1 {
+		return fmt.Sprintf("none of %d replicas available", want)
 	}
 	return ""
 }

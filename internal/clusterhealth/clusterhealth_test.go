@@ -98,8 +98,12 @@ func TestWaitSteady(t *testing.T) {
 			return errors.New("API server /readyz: [-]etcd failed")
 		}, wantErr: []string{"did not become steadily healthy", "[-]etcd failed"}},
 		"CoreDNS not available": {
+			objects: objects(controlPlanePod("etcd", true, 0), coreDNS(0), flannel(map[string]bool{"cp-0": true})),
+			readyz:  readyzOK, wantErr: []string{"deployment kube-system/coredns: none of 2 replicas available"}},
+		// The second replica waits for a joining worker.
+		"CoreDNS answers with one replica": {
 			objects: objects(controlPlanePod("etcd", true, 0), coreDNS(1), flannel(map[string]bool{"cp-0": true})),
-			readyz:  readyzOK, wantErr: []string{"deployment kube-system/coredns: 1 of 2 replicas available"}},
+			readyz:  readyzOK},
 		"CoreDNS missing": {
 			objects: objects(controlPlanePod("etcd", true, 0), flannel(map[string]bool{"cp-0": true})),
 			readyz:  readyzOK, wantErr: []string{"deployment kube-system/coredns", "not found"}},

@@ -273,11 +273,12 @@ type SpareOptions struct {
 // emulated vCPU wants a whole host core; with more vCPUs than cores (two
 // 2-vCPU VMs on a 2-core laptop or CI runner), a booting worker took half
 // of the control plane's CPU, etcd timed out and the API server was
-// killed by its liveness probe. At niceness 10 the scheduler gives a
-// control plane ten times a worker's share when both want the CPU, and
-// the worker all that the control plane leaves. Under KVM, VMs run at the
-// host's speed and keep the default.
-const TCGWorkerNice = 10
+// killed by its liveness probe. At niceness 5 the scheduler gives a
+// control plane three times a worker's share when both want the CPU. Not
+// more: an emulated control plane is never idle (it used 1.5 of the 2
+// cores after init), and at niceness 10 a worker took 15 minutes to boot
+// and join. Under KVM, VMs run at the host's speed and keep the default.
+const TCGWorkerNice = 5
 
 // defaultNice is the niceness n's VM runs at unless told otherwise.
 func (c *Cloud) defaultNice(n *Node) int {

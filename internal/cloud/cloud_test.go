@@ -334,15 +334,17 @@ func TestSpareStartsLater(t *testing.T) {
 		t.Fatalf("StartSpare: %v", err)
 	}
 	// Under TCG a worker yields the host's cores to the control plane.
-	wantNice := 0
+	// Niceness adds up: the test itself may run niced.
+	base := niceness(t, os.Getpid())
+	wantNice := base
 	if accel, _ := c.Accel(); accel == vm.AccelTCG {
-		wantNice = cloud.TCGWorkerNice
+		wantNice = min(base+cloud.TCGWorkerNice, 19)
 	}
 	if got := niceness(t, n.PID); got != wantNice {
 		t.Errorf("the spare's QEMU runs at niceness %d, want %d", got, wantNice)
 	}
-	if got := niceness(t, cp.PID); got != 0 {
-		t.Errorf("the control plane's QEMU runs at niceness %d, want 0", got)
+	if got := niceness(t, cp.PID); got != base {
+		t.Errorf("the control plane's QEMU runs at niceness %d, want %d (the test's)", got, base)
 	}
 	if n != spare || n.VM() == nil || n.Spare {
 		t.Fatalf("StartSpare started %+v", n)

@@ -8,22 +8,30 @@ import (
 	"testing"
 )
 
-// TestFormatOnFile formats a LUKS2 volume on a plain file, which works
-// without device-mapper (opening it would not).
-func TestFormatOnFile(t *testing.T) {
+// blankDiskAndKey skips without cryptsetup, else returns a directory with
+// a blank 32 MiB disk file and a key file in it.
+func blankDiskAndKey(t *testing.T) (dir, disk, key string) {
+	t.Helper()
 	if _, err := exec.LookPath("cryptsetup"); err != nil {
 		t.Skip("cryptsetup not installed (Debian package cryptsetup-bin; make deps)")
 	}
-	ctx := context.Background()
-	dir := t.TempDir()
-	disk := filepath.Join(dir, "disk")
+	dir = t.TempDir()
+	disk = filepath.Join(dir, "disk")
 	if err := os.WriteFile(disk, make([]byte, 32<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	key := filepath.Join(dir, "key")
+	key = filepath.Join(dir, "key")
 	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o400); err != nil {
 		t.Fatal(err)
 	}
+	return dir, disk, key
+}
+
+// TestFormatOnFile formats a LUKS2 volume on a plain file, which works
+// without device-mapper (opening it would not).
+func TestFormatOnFile(t *testing.T) {
+	ctx := context.Background()
+	dir, disk, key := blankDiskAndKey(t)
 	var tool Tool
 	if ok, err := tool.IsLUKS(ctx, disk); err != nil || ok {
 		t.Fatalf("IsLUKS(blank) = %v, %v; want false, nil", ok, err)
@@ -40,19 +48,8 @@ func TestFormatOnFile(t *testing.T) {
 }
 
 func TestInspectOnFile(t *testing.T) {
-	if _, err := exec.LookPath("cryptsetup"); err != nil {
-		t.Skip("cryptsetup not installed (Debian package cryptsetup-bin; make deps)")
-	}
 	ctx := context.Background()
-	dir := t.TempDir()
-	disk := filepath.Join(dir, "disk")
-	if err := os.WriteFile(disk, make([]byte, 32<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	key := filepath.Join(dir, "key")
-	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o400); err != nil {
-		t.Fatal(err)
-	}
+	dir, disk, key := blankDiskAndKey(t)
 	var tool Tool
 	const uuid = "0b6e1a52-6f7c-4f0e-9d7e-3c1f2a4b5c6d"
 	if err := tool.FormatLUKS2(ctx, disk, key, FormatOpts{PBKDF: "pbkdf2", Iterations: 1000, UUID: uuid}); err != nil {

@@ -68,6 +68,9 @@ type ValidatorConfig struct {
 	PlatformCAs []*x509.Certificate
 	// TrustAnyAK skips the attestation key check: development only.
 	TrustAnyAK bool
+	// NonZero lists PCRs that must not be zero (see
+	// vtpm.ValidatorConfig.NonZero). Empty checks none.
+	NonZero []uint32
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
 }
@@ -79,6 +82,7 @@ func NewValidator(cfg ValidatorConfig) (*vtpm.Validator, error) {
 		Measurements: cfg.Measurements,
 		AKRoots:      cfg.PlatformCAs,
 		TrustAnyAK:   cfg.TrustAnyAK,
+		NonZero:      cfg.NonZero,
 		Logger:       cfg.Logger,
 	})
 }

@@ -41,6 +41,13 @@ type ValidatorConfig struct {
 	// Anyone can then forge an attestation with a software TPM: for
 	// development only, and the validator logs a warning each time.
 	TrustAnyAK bool
+	// NonZero lists PCRs whose quoted value must not be all zeros,
+	// whatever Measurements say of them. It is for a property that no
+	// single expected value can state: PCR 15 of a node locked to a
+	// cluster holds that cluster's ID, so a verifier that must talk to
+	// a member of some cluster (the joining node, checking the join
+	// service) lists 15 here. Empty checks no PCR this way.
+	NonZero []uint32
 	// Logger receives warnings (warn-only PCR mismatches, TrustAnyAK).
 	// Nil discards them.
 	Logger *slog.Logger
@@ -65,6 +72,11 @@ func NewValidator(cfg ValidatorConfig) (*Validator, error) {
 	}
 	if err := cfg.Measurements.Validate(); err != nil {
 		return nil, fmt.Errorf("vtpm validator: %w", err)
+	}
+	for _, pcr := range cfg.NonZero {
+		if pcr >= measurements.NumPCRs {
+			return nil, fmt.Errorf("vtpm validator: NonZero names PCR %d, which does not exist (valid PCRs are 0-%d)", pcr, measurements.NumPCRs-1)
+		}
 	}
 	if len(cfg.AKRoots) == 0 && !cfg.TrustAnyAK {
 		return nil, errors.New("vtpm validator: no platform CA given to check attestation keys against (set AKRoots, or TrustAnyAK for development)")
@@ -107,7 +119,9 @@ func (v *Validator) Variant() variant.Variant { return v.cfg.Variant }
 //   - the quoted PCRs equal the expected measurements: an enforced
 //     mismatch rejects, naming the PCR, both values and what the logs say
 //     was measured into it (made printable and bounded: the node wrote
-//     it); a warn-only mismatch is logged the same way.
+//     it); a warn-only mismatch is logged the same way;
+//   - every PCR in NonZero is quoted and not all zeros (a *ZeroPCRError
+//     otherwise).
 //
 // It returns the user data the document binds; the caller must check it.
 func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, error) {
@@ -154,6 +168,9 @@ func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, er
 	if err != nil {
 		return nil, fmt.Errorf("measurements do not match: %w%s", err, v.explain(err, fwEvents, userLog))
 	}
+	if err := checkNonZero(v.cfg.NonZero, quoted); err != nil {
+		return nil, err
+	}
 	for _, w := range warnings {
 		v.log.Warn("warn-only PCR does not match its expected value",
 			"pcr", w.PCR, "expected", fmt.Sprintf("%x", w.Expected), "actual", fmt.Sprintf("%x", w.Actual),
@@ -164,6 +181,29 @@ func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, er
 			"variant", v.cfg.Variant.String())
 	}
 	return doc.UserData, nil
+}
+
+// ZeroPCRError is a PCR listed in ValidatorConfig.NonZero that the quote
+// shows as all zeros, or does not cover.
+type ZeroPCRError struct{ PCR uint32 }
+
+func (e *ZeroPCRError) Error() string {
+	what := "nothing was measured into it"
+	if e.PCR == 15 {
+		what = "the node lock never extended it, so the node is locked to no cluster"
+	}
+	return fmt.Sprintf("PCR %d is zero (%s), and this verifier requires it to hold a measurement", e.PCR, what)
+}
+
+// checkNonZero returns a *ZeroPCRError for the first PCR in pcrs that
+// quoted has as all zeros or not at all.
+func checkNonZero(pcrs []uint32, quoted map[uint32][]byte) error {
+	for _, pcr := range pcrs {
+		if v := quoted[pcr]; len(v) == 0 || bytes.Equal(v, make([]byte, len(v))) {
+			return &ZeroPCRError{PCR: pcr}
+		}
+	}
+	return nil
 }
 
 func (v *Validator) checkAK(att *attestpb.Attestation) (crypto.PublicKey, error) {

@@ -16,8 +16,11 @@ import (
 	"log/slog"
 
 	"github.com/google/go-tpm-tools/client"
+	"github.com/google/go-tpm/legacy/tpm2"
+	"github.com/google/go-tpm/tpmutil"
 
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/measurelog"
@@ -58,6 +61,45 @@ func LoadAK(rw io.ReadWriter) (*client.Key, error) {
 		return nil, fmt.Errorf("load the platform's attestation key (NV index %#x; was this vTPM provisioned by the local cloud?): %w", AKTemplateNVIndex, err)
 	}
 	return ak, nil
+}
+
+// ReadPlatformCA returns the platform CA that certified this vTPM's own
+// attestation key, as the platform published it in NV
+// (platformca.CACertNVIndex). A node uses it to verify another node of the
+// same platform: the joining node checks the join service's attestation
+// key against it.
+//
+// It is a trust anchor only as far as the NV is: the platform (the local
+// cloud, which certifies every AK anyway) writes it before the first boot,
+// and nobody on the network can change it; a process with root on this
+// node could, but such a process owns the node's secrets already. The CA
+// must have signed this vTPM's own AK certificate, so a certificate that
+// is not the one behind this node's AK is refused. Real clouds' vTPM
+// roots are public and fixed, and would come with the image instead.
+func ReadPlatformCA(rw io.ReadWriter) (*x509.Certificate, error) {
+	caDER, err := tpm2.NVReadEx(rw, tpmutil.Handle(platformca.CACertNVIndex), tpm2.HandleOwner, "", 0)
+	if err != nil {
+		return nil, fmt.Errorf("read the platform CA certificate from NV index %#x (was this vTPM provisioned by a local cloud that publishes it? VMs created by an older 'orrery mini' lack it: recreate them): %w", platformca.CACertNVIndex, err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, fmt.Errorf("parse the platform CA certificate in NV index %#x: %w", platformca.CACertNVIndex, err)
+	}
+	if !ca.IsCA {
+		return nil, fmt.Errorf("the certificate in NV index %#x is not a CA certificate", platformca.CACertNVIndex)
+	}
+	akDER, err := tpm2.NVReadEx(rw, tpmutil.Handle(AKCertNVIndex), tpm2.HandleOwner, "", 0)
+	if err != nil {
+		return nil, fmt.Errorf("read this vTPM's attestation key certificate from NV index %#x: %w", AKCertNVIndex, err)
+	}
+	ak, err := x509.ParseCertificate(akDER)
+	if err != nil {
+		return nil, fmt.Errorf("parse this vTPM's attestation key certificate: %w", err)
+	}
+	if err := ak.CheckSignatureFrom(ca); err != nil {
+		return nil, fmt.Errorf("the platform CA certificate in NV index %#x did not sign this vTPM's attestation key certificate; refusing it as a trust anchor: %w", platformca.CACertNVIndex, err)
+	}
+	return ca, nil
 }
 
 // ValidatorConfig configures NewValidator.

@@ -36,6 +36,14 @@ const (
 	akCertNVIndex     = tpmutil.Handle(client.GceAKCertNVIndexECC)
 )
 
+// CACertNVIndex is where ProvisionAK publishes the CA's own certificate, in
+// the platform's NV range next to GCE's indexes (which hold no CA: GCE's
+// roots are public and fixed). A node reads it to verify other nodes of
+// the same platform (package qemu, ReadPlatformCA): the joining node
+// checking the join service has no other copy of the local cloud's CA,
+// which 'orrery mini up' makes per cloud, after the image is built.
+const CACertNVIndex = 0x01c10100
+
 // CA is a platform CA with its private key.
 type CA struct {
 	Cert *x509.Certificate
@@ -152,7 +160,8 @@ func LoadCert(path string) (*x509.Certificate, error) {
 
 // ProvisionAK acts as the cloud provider for one vTPM: it creates the
 // attestation key in the endorsement hierarchy, certifies it and publishes
-// the key's template and certificate in NV. Running it again replaces both
+// the key's template and certificate in NV, and the CA's own certificate
+// at CACertNVIndex. Running it again replaces both
 // (the key itself is the same: it is derived from the TPM's endorsement
 // seed and the template).
 func (ca *CA) ProvisionAK(rw io.ReadWriter) (*x509.Certificate, error) {
@@ -185,6 +194,9 @@ func (ca *CA) ProvisionAK(rw io.ReadWriter) (*x509.Certificate, error) {
 	}
 	if err := writeNV(rw, akCertNVIndex, der); err != nil {
 		return nil, fmt.Errorf("publish attestation key certificate: %w", err)
+	}
+	if err := writeNV(rw, CACertNVIndex, ca.Cert.Raw); err != nil {
+		return nil, fmt.Errorf("publish platform CA certificate: %w", err)
 	}
 	return x509.ParseCertificate(der)
 }

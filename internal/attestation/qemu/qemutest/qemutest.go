@@ -25,14 +25,23 @@ type Node struct {
 	Issuer *vtpm.Issuer
 }
 
-// NewNode starts and provisions a vTPM; it stops when the test ends.
+// NewNode starts and provisions a vTPM under a platform CA of its own; it
+// stops when the test ends.
 func NewNode(tb testing.TB) *Node {
 	tb.Helper()
-	n := &Node{TPM: swtpmtest.Start(tb), Log: &measurelog.Log{Path: filepath.Join(tb.TempDir(), "measurements.log")}}
-	var err error
-	if n.CA, err = platformca.New("test platform CA"); err != nil {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
 		tb.Fatal(err)
 	}
+	return NewNodeOf(tb, ca)
+}
+
+// NewNodeOf starts a vTPM provisioned by ca: another node of the same
+// platform as every node ca provisioned.
+func NewNodeOf(tb testing.TB, ca *platformca.CA) *Node {
+	tb.Helper()
+	n := &Node{TPM: swtpmtest.Start(tb), CA: ca, Log: &measurelog.Log{Path: filepath.Join(tb.TempDir(), "measurements.log")}}
+	var err error
 	rw := swtpmtest.Open(tb, n.TPM)
 	if _, err := n.CA.ProvisionAK(rw); err != nil {
 		tb.Fatalf("provision AK: %v", err)

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -166,7 +167,37 @@ func (l *Log) Record(e Entry, extend func() error) error {
 // Snapshot runs fn (typically a TPM quote) under the log's shared lock and
 // returns the log's raw contents as they were while fn ran. A log that does
 // not exist yet reads as empty.
+//
+// An existing log is only opened for reading (a shared flock needs no
+// more), so that a reader that must not change the log can have it on a
+// read-only mount: the join service's pod quotes on its control-plane
+// node that way.
 func (l *Log) Snapshot(fn func() error) ([]byte, error) {
+	f, err := os.Open(l.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return l.snapshotNew(fn)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open measurement log: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		return nil, fmt.Errorf("lock measurement log: %w", err)
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if err := fn(); err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read measurement log: %w", err)
+	}
+	return raw, nil
+}
+
+// snapshotNew is Snapshot for a log that did not exist when it looked: it
+// creates the log, so that the lock orders fn against a first Record.
+func (l *Log) snapshotNew(fn func() error) ([]byte, error) {
 	var raw []byte
 	err := l.withLock(syscall.LOCK_SH, func(f *os.File) error {
 		if err := fn(); err != nil {

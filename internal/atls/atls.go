@@ -177,6 +177,16 @@ func (e *RejectedError) Error() string {
 
 func (e *RejectedError) Unwrap() error { return e.Err }
 
+// ServerEndedError is returned by the client handshake when the server
+// ended the exchange instead of answering the client's hello, with the
+// reason it gave (for example, that it cannot attest). A client that
+// required the server's attestation got none: the server proved nothing.
+type ServerEndedError struct{ Reason string }
+
+func (e *ServerEndedError) Error() string {
+	return "atls: server ended the handshake: " + e.Reason
+}
+
 // AuthInfo is what a gRPC handler learns about its peer (peer.FromContext).
 type AuthInfo struct {
 	credentials.CommonAuthInfo
@@ -361,7 +371,7 @@ func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 		return nil, err
 	}
 	if reply.Error != "" {
-		return nil, fmt.Errorf("atls: server ended the handshake: %s", reply.Error)
+		return nil, &ServerEndedError{Reason: reply.Error}
 	}
 
 	info := AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, TLS: state}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -257,6 +258,21 @@ func TestRoleMismatchIsExplained(t *testing.T) {
 		err := call(t, addr, atls.Config{Issuer: e.issuer, Validators: []attestation.Validator{e.validator(t, e.want)}})
 		if err == nil || !strings.Contains(err.Error(), "no attestation issuer") {
 			t.Fatalf("err = %v", err)
+		}
+		// Below gRPC, the client can tell this from a network failure.
+		creds, err := atls.NewCredentials(atls.Config{Issuer: e.issuer, Validators: []attestation.Validator{e.validator(t, e.want)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		_, _, err = creds.ClientHandshake(context.Background(), addr, raw)
+		var ended *atls.ServerEndedError
+		if !errors.As(err, &ended) || !strings.Contains(ended.Reason, "no attestation issuer") {
+			t.Fatalf("handshake err = %v, want a *atls.ServerEndedError with the server's reason", err)
 		}
 	})
 	if _, err := atls.NewCredentials(atls.Config{}); err == nil {

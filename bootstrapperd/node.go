@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -16,14 +17,13 @@ import (
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/joinclient"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
-	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/cloud/metadata"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
-	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 
@@ -72,9 +72,17 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 	}
 
 	go func() {
-		err := joinclient.Run(ctx, joinclient.Config{
+		cas, err := platformCAs(cfg.openTPM)
+		if err != nil {
+			log.Error("the join client cannot run: it has nothing to check a join service's attestation against, and takes no ticket from an unproven one; this node can still be initialised with 'orrery init'",
+				"phase", "join", "error", err)
+			return
+		}
+		err = joinclient.Run(ctx, joinclient.Config{
 			Metadata:      metadataAdapter{meta},
-			Dial:          attestedDialer(issuer),
+			Issuer:        issuer,
+			OpenTPM:       cfg.openTPM,
+			PlatformCAs:   cas,
 			Lock:          lock,
 			Disk:          disk,
 			Joiner:        &joiner{tool: tool},
@@ -117,19 +125,19 @@ func (m metadataAdapter) Peers(ctx context.Context) ([]joinclient.Instance, erro
 	return out, err
 }
 
-// attestedDialer connects to a join service with this node attesting.
-func attestedDialer(issuer attestation.Issuer) joinclient.Dialer {
-	return func(ctx context.Context, addr string) (joinpb.JoinServiceClient, io.Closer, error) {
-		creds, err := atls.NewCredentials(atls.Config{Issuer: issuer})
-		if err != nil {
-			return nil, nil, err
-		}
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			return nil, nil, err
-		}
-		return joinpb.NewJoinServiceClient(conn), conn, nil
+// platformCAs is what the join client checks a join service's attestation
+// key against: the platform CA that certified this node's own vTPM.
+func platformCAs(openTPM func() (io.ReadWriteCloser, error)) ([]*x509.Certificate, error) {
+	rw, err := openTPM()
+	if err != nil {
+		return nil, fmt.Errorf("open TPM: %w", err)
 	}
+	defer rw.Close()
+	ca, err := qemu.ReadPlatformCA(rw)
+	if err != nil {
+		return nil, err
+	}
+	return []*x509.Certificate{ca}, nil
 }
 
 // importImages waits until orrery-images.service has loaded the baked

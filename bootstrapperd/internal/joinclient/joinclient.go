@@ -1,9 +1,31 @@
 // Package joinclient is bootstrapperd's way into an existing cluster: it
 // finds the control planes through the metadata service, asks their join
-// service for a ticket over attested TLS (this node attests), takes the
-// node lock for the cluster the ticket names, re-keys the state disk and
-// runs kubeadm join. It keeps trying, with backoff, until a ticket comes or
-// the node is initialised by its owner instead.
+// service for a ticket over attested TLS, takes the node lock for the
+// cluster the ticket names, re-keys the state disk and runs kubeadm join.
+// It keeps trying, with backoff, until a ticket comes or the node is
+// initialised by its owner instead.
+//
+// Both sides attest. The join service attests first, and this node uses
+// nothing from it (not even sends it its request) unless its attestation
+// shows (see serviceValidator):
+//   - an attestation key certified by the platform CA that certified this
+//     node's own (Config.PlatformCAs): a genuine vTPM of this platform;
+//   - PCRs 4, 9 and 11 equal to this node's own: the same firmware-loaded
+//     kernel, initrd and UKI, hence the same verity root, that is the same
+//     image, booted through the same initrd phases;
+//   - PCR 15 not zero: the node lock locked it to a cluster, as it does on
+//     every control plane, and no image this one trusts runs the join
+//     service anywhere else.
+//
+// So a ticket comes from a genuine control plane of some cluster that runs
+// this image, and holds what that node's join service hands out. It does
+// not show that the cluster is the one the owner meant this node for: a
+// genuine control plane of another cluster of the same image passes (its
+// PCR 15 holds that cluster's ID, which this node cannot know before its
+// first join). What such a service could do is admit the node into its own
+// cluster, which the metadata service that names the control planes can
+// arrange anyway. A rejoin (issue 11) knows its cluster ID and will also
+// require PCR 15 to equal it.
 package joinclient
 
 import (
@@ -24,6 +46,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
@@ -43,9 +70,6 @@ type Metadata interface {
 	Self(ctx context.Context) (Instance, error)
 	Peers(ctx context.Context) ([]Instance, error)
 }
-
-// Dialer opens a join service client to addr over attested TLS.
-type Dialer func(ctx context.Context, addr string) (joinpb.JoinServiceClient, io.Closer, error)
 
 // Locker is the node lock.
 type Locker interface {
@@ -82,8 +106,16 @@ type JoinParams struct {
 // Config wires the client.
 type Config struct {
 	Metadata Metadata
-	Dial     Dialer
-	Lock     Locker
+	// Issuer attests this node to the join service. Required.
+	Issuer attestation.Issuer
+	// OpenTPM opens this node's TPM; the client reads its own PCRs 4, 9
+	// and 11 from it, which the join service must show too. Required.
+	OpenTPM func() (io.ReadWriteCloser, error)
+	// PlatformCAs certify the attestation keys of genuine nodes: on a
+	// node, the CA that certified its own (qemu.ReadPlatformCA).
+	// Required.
+	PlatformCAs []*x509.Certificate
+	Lock        Locker
 	Disk     StateDisk
 	Joiner   Joiner
 	// StateDir keeps what a later rejoin needs (the measurement salt).
@@ -100,6 +132,10 @@ type Config struct {
 	Status func(string)
 
 	after func(time.Duration) <-chan time.Time // time.After; tests record the pauses
+	// dialNet opens the TCP connection to a join service; nil dials it.
+	// Tests route addresses to servers of their own, as an attacker on
+	// the network could.
+	dialNet func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // ErrLockLost means another path (init) took the node lock first.
@@ -129,8 +165,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if after == nil {
 		after = time.After
 	}
+	service, err := serviceValidator(cfg, log)
+	if err != nil {
+		return err
+	}
 	for attempt := 1; ; attempt++ {
-		err := joinOnce(ctx, cfg, log, status)
+		err := joinOnce(ctx, cfg, service, log, status)
 		if err == nil || errors.Is(err, ErrLockLost) {
 			return err
 		}
@@ -146,7 +186,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-func joinOnce(ctx context.Context, cfg Config, log *slog.Logger, status func(string)) error {
+func joinOnce(ctx context.Context, cfg Config, service attestation.Validator, log *slog.Logger, status func(string)) error {
 	self, err := cfg.Metadata.Self(ctx)
 	if err != nil {
 		return fmt.Errorf("ask the metadata service who this node is: %w", err)
@@ -170,9 +210,16 @@ func joinOnce(ctx context.Context, cfg Config, log *slog.Logger, status func(str
 		}
 		addr := netip.AddrPortFrom(p.IP, Port).String()
 		status("joining via " + p.IP.String())
-		ticket, err := requestTicket(ctx, cfg.Dial, addr, &joinpb.IssueJoinTicketRequest{
+		ticket, err := requestTicket(ctx, cfg, service, addr, &joinpb.IssueJoinTicketRequest{
 			DiskUuid: uuid, CertificateRequest: csr, IsControlPlane: self.Role == "control-plane",
 		})
+		var refused *ServiceRefusedError
+		if errors.As(err, &refused) {
+			// Every time: an operator must see that something answers
+			// in a control plane's place, or runs another image.
+			log.Warn("refused a join service: it did not prove that it is a control plane of this node's image; nothing it sent is used",
+				"phase", "join", "peer", addr, "reason", refused.Err.Error())
+		}
 		if err != nil {
 			lastErr = fmt.Errorf("%s: %w", addr, err)
 			continue
@@ -183,15 +230,41 @@ func joinOnce(ctx context.Context, cfg Config, log *slog.Logger, status func(str
 	return lastErr
 }
 
-func requestTicket(ctx context.Context, dial Dialer, addr string, req *joinpb.IssueJoinTicketRequest) (*joinpb.IssueJoinTicketResponse, error) {
+// requestTicket asks the join service at addr for a ticket, over attested
+// TLS on which both sides attest. It returns a ticket only from a service
+// whose attestation service accepted: the handshake fails before the
+// request is sent otherwise, and the connection's AuthInfo is checked
+// again before the answer is returned, so that a change to the
+// credentials cannot silently let an unproven answer through.
+func requestTicket(ctx context.Context, cfg Config, service attestation.Validator, addr string, req *joinpb.IssueJoinTicketRequest) (*joinpb.IssueJoinTicketResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	c, closer, err := dial(ctx, addr)
+	creds, err := atls.NewCredentials(atls.Config{Issuer: cfg.Issuer, Validators: []attestation.Validator{service}})
 	if err != nil {
 		return nil, err
 	}
-	defer closer.Close()
-	return c.IssueJoinTicket(ctx, req)
+	hs := &handshakes{TransportCredentials: creds}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(hs)}
+	if cfg.dialNet != nil {
+		opts = append(opts, grpc.WithContextDialer(cfg.dialNet))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var p peer.Peer
+	ticket, err := joinpb.NewJoinServiceClient(conn).IssueJoinTicket(ctx, req, grpc.Peer(&p))
+	if err != nil {
+		if herr := hs.failure(); herr != nil {
+			return nil, &ServiceRefusedError{Addr: addr, Err: herr}
+		}
+		return nil, err
+	}
+	if info, ok := p.AuthInfo.(atls.AuthInfo); !ok || info.PeerVariant != service.Variant() {
+		return nil, &ServiceRefusedError{Addr: addr, Err: errors.New("it answered over a connection on which it did not attest")}
+	}
+	return ticket, nil
 }
 
 // apply uses a ticket: lock, re-key, files, kubeadm join.

@@ -3,44 +3,69 @@ package joinclient
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-tpm-tools/client"
+	"github.com/google/go-tpm/legacy/tpm2"
 	"google.golang.org/grpc"
 
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
 )
 
-type meta struct{ self Instance }
+type meta struct {
+	self  Instance
+	peers []Instance
+}
 
 func (m meta) Self(context.Context) (Instance, error) { return m.self, nil }
 func (m meta) Peers(context.Context) ([]Instance, error) {
-	return []Instance{{Name: "cp-0", Role: "control-plane", IP: netip.MustParseAddr("10.42.1.100")}, m.self}, nil
+	return append(slices.Clone(m.peers), m.self), nil
 }
 
-type ticketClient struct {
-	joinpb.JoinServiceClient
-	resp *joinpb.IssueJoinTicketResponse
-	got  *joinpb.IssueJoinTicketRequest
+var cp0 = Instance{Name: "cp-0", Role: "control-plane", IP: netip.MustParseAddr("10.42.1.100")}
+
+// joinService answers every request with resp and records what it got.
+type joinService struct {
+	joinpb.UnimplementedJoinServiceServer
+	resp  *joinpb.IssueJoinTicketResponse
+	mu    sync.Mutex
+	got   *joinpb.IssueJoinTicketRequest
+	calls int
 }
 
-func (c *ticketClient) IssueJoinTicket(_ context.Context, req *joinpb.IssueJoinTicketRequest, _ ...grpc.CallOption) (*joinpb.IssueJoinTicketResponse, error) {
-	c.got = req
-	return c.resp, nil
+func (s *joinService) IssueJoinTicket(_ context.Context, req *joinpb.IssueJoinTicketRequest) (*joinpb.IssueJoinTicketResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got, s.calls = req, s.calls+1
+	return s.resp, nil
 }
 
-type nopCloser struct{}
-
-func (nopCloser) Close() error { return nil }
+func (s *joinService) requests() (*joinpb.IssueJoinTicketRequest, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got, s.calls
+}
 
 type lock struct {
 	free bool
@@ -89,33 +114,136 @@ func ticket() *joinpb.IssueJoinTicketResponse {
 	}
 }
 
-func setup(t *testing.T, role string, resp *joinpb.IssueJoinTicketResponse, failFirst bool) (Config, *ticketClient, *lock, *disk, *joiner) {
-	dir := t.TempDir()
-	client := &ticketClient{resp: resp}
+// platform is a local cloud in miniature: one platform CA, and the nodes
+// it provisioned.
+type platform struct{ ca *platformca.CA }
+
+func newPlatform(t *testing.T) *platform {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &platform{ca: ca}
+}
+
+// bootedNode is a node of p that booted the image identified by image:
+// the firmware measured its kernel and initrd into PCRs 4 and 9, the UKI
+// its sections into PCR 11 and the initrd its phase markers after them.
+func (p *platform) bootedNode(t *testing.T, image string) *qemutest.Node {
+	return p.node(t, image, image)
+}
+
+// node is bootedNode with a kernel and initrd of one image and a UKI of
+// another (only PCR 11 differs from a node of kernelImage).
+func (p *platform) node(t *testing.T, kernelImage, ukiImage string) *qemutest.Node {
+	n := qemutest.NewNodeOf(t, p.ca)
+	n.Measure(t, 4, kernelImage+" kernel", "firmware: kernel")
+	n.Measure(t, 9, kernelImage+" initrd", "firmware: initrd")
+	n.Measure(t, 11, ukiImage+" uki", "uki: sections")
+	n.Measure(t, 11, "enter-initrd", "initrd: enter-initrd")
+	n.Measure(t, 11, "leave-initrd", "initrd: leave-initrd")
+	return n
+}
+
+// controlPlane is a node of image locked to a cluster, as every control
+// plane is.
+func (p *platform) controlPlane(t *testing.T, image string) *qemutest.Node {
+	return lockNode(t, p.bootedNode(t, image))
+}
+
+func lockNode(t *testing.T, n *qemutest.Node) *qemutest.Node {
+	n.Measure(t, 15, "cluster ID", "node lock: cluster ID")
+	return n
+}
+
+// serveJoin runs svc over attested TLS with creds, and returns its address.
+func serveJoin(t *testing.T, cfg atls.Config, svc *joinService) string {
+	creds, err := atls.NewCredentials(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	joinpb.RegisterJoinServiceServer(srv, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// genuineService is the join service of a control plane cp: it attests
+// with cp's vTPM and requires the joining node to attest as self does.
+func genuineService(t *testing.T, cp, self *qemutest.Node, svc *joinService) string {
+	rw := swtpmtest.Open(t, self.TPM)
+	pcrs, err := client.ReadPCRs(rw, tpm2.PCRSelection{Hash: tpm2.AlgSHA256, PCRs: []int{4, 9, 11, 15}})
+	rw.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := measurements.M{}
+	for pcr, v := range pcrs.GetPcrs() {
+		m[pcr] = measurements.Measurement{Expected: v}
+	}
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{self.CA.Cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveJoin(t, atls.Config{Issuer: cp.Issuer, Validators: []attestation.Validator{v}}, svc)
+}
+
+// route sends connections for each control plane's join service port to
+// a test server, as the network would (or an attacker on it).
+func route(routes map[netip.Addr]string) func(ctx context.Context, addr string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil || ap.Port() != Port || routes[ap.Addr()] == "" {
+			return nil, fmt.Errorf("dial %s: connection refused", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", routes[ap.Addr()])
+	}
+}
+
+// setup wires a worker or control-plane node (self) to one genuine
+// control plane, cp-0, of the same platform and image.
+func setup(t *testing.T, role string, resp *joinpb.IssueJoinTicketResponse, failFirst bool) (Config, *joinService, *lock, *disk, *joiner) {
+	p := newPlatform(t)
+	self := p.bootedNode(t, "image-1")
+	svc := &joinService{resp: resp}
+	addr := genuineService(t, p.controlPlane(t, "image-1"), self, svc)
+	cfg := nodeConfig(t, self, role, []Instance{cp0})
+	dial := route(map[netip.Addr]string{cp0.IP: addr})
 	var calls atomic.Int32
-	cfg := Config{
-		Metadata: meta{self: Instance{Name: "worker-0", Role: role, IP: netip.MustParseAddr("10.42.2.100")}},
-		Dial: func(_ context.Context, addr string) (joinpb.JoinServiceClient, io.Closer, error) {
-			if addr != "10.42.1.100:30090" {
-				t.Errorf("dialled %s", addr)
-			}
-			if calls.Add(1) == 1 && failFirst {
-				return nil, nil, errors.New("connection refused")
-			}
-			return client, nopCloser{}, nil
-		},
+	cfg.dialNet = func(ctx context.Context, addr string) (net.Conn, error) {
+		if calls.Add(1) == 1 && failFirst {
+			return nil, errors.New("connection refused")
+		}
+		return dial(ctx, addr)
+	}
+	return cfg, svc, cfg.Lock.(*lock), cfg.Disk.(*disk), cfg.Joiner.(*joiner)
+}
+
+// nodeConfig is the join client of node self, which trusts its own
+// platform CA, with the given control planes in the metadata service.
+func nodeConfig(t *testing.T, self *qemutest.Node, role string, peers []Instance) Config {
+	dir := t.TempDir()
+	return Config{
+		Metadata: meta{self: Instance{Name: "worker-0", Role: role, IP: netip.MustParseAddr("10.42.2.100")}, peers: peers},
+		Issuer:   self.Issuer, OpenTPM: self.TPM.Open, PlatformCAs: []*x509.Certificate{self.CA.Cert},
 		Lock: &lock{free: true}, Disk: &disk{}, Joiner: &joiner{},
 		StateDir: filepath.Join(dir, "state"), KubeletPKIDir: filepath.Join(dir, "kubelet"), PKIDir: filepath.Join(dir, "pki"),
 		Retry: 10 * time.Millisecond,
 	}
-	return cfg, client, cfg.Lock.(*lock), cfg.Disk.(*disk), cfg.Joiner.(*joiner)
 }
 
 func TestJoinWorker(t *testing.T) {
-	cfg, client, l, d, j := setup(t, "worker", ticket(), true)
+	cfg, svc, l, d, j := setup(t, "worker", ticket(), true)
 	if err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
+	got, _ := svc.requests()
 	wantID, _ := keys.ClusterID(bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{6}, 32))
 	if !bytes.Equal(l.id, wantID) {
 		t.Fatalf("locked to %x, want %x", l.id, wantID)
@@ -123,8 +251,8 @@ func TestJoinWorker(t *testing.T) {
 	if !bytes.Equal(d.key, bytes.Repeat([]byte{5}, 32)) {
 		t.Fatal("disk not re-keyed with the ticket's key")
 	}
-	if client.got.GetIsControlPlane() || client.got.GetDiskUuid() == "" || len(client.got.GetCertificateRequest()) == 0 {
-		t.Fatalf("request %v", client.got)
+	if got.GetIsControlPlane() || got.GetDiskUuid() == "" || len(got.GetCertificateRequest()) == 0 {
+		t.Fatalf("request %v", got)
 	}
 	if j.p == nil || j.p.Token != "abcdef.0123456789abcdef" || j.p.ControlPlane || j.p.NodeName != "worker-0" {
 		t.Fatalf("kubeadm join params %+v", j.p)
@@ -202,11 +330,11 @@ func TestJoinLockedToAnotherClusterStops(t *testing.T) {
 func TestRetriesBackOff(t *testing.T) {
 	cfg, _, _, _, _ := setup(t, "worker", ticket(), false)
 	failures := 6
-	dial := cfg.Dial
-	cfg.Dial = func(ctx context.Context, addr string) (joinpb.JoinServiceClient, io.Closer, error) {
+	dial := cfg.dialNet
+	cfg.dialNet = func(ctx context.Context, addr string) (net.Conn, error) {
 		if failures > 0 {
 			failures--
-			return nil, nil, errors.New("connection refused")
+			return nil, errors.New("connection refused")
 		}
 		return dial(ctx, addr)
 	}

@@ -116,8 +116,8 @@ type Config struct {
 	// Required.
 	PlatformCAs []*x509.Certificate
 	Lock        Locker
-	Disk     StateDisk
-	Joiner   Joiner
+	Disk        StateDisk
+	Joiner      Joiner
 	// StateDir keeps what a later rejoin needs (the measurement salt).
 	StateDir string
 	// KubeletPKIDir receives the kubelet's serving certificate and key.

@@ -78,7 +78,9 @@ func TestJoinServiceMustProveItself(t *testing.T) {
 		wantReason string
 	}{
 		"(a) does not attest": {
-			service:    func(*testing.T) atls.Config { return atls.Config{Validators: []attestation.Validator{anyAttestation{}}} },
+			service: func(*testing.T) atls.Config {
+				return atls.Config{Validators: []attestation.Validator{anyAttestation{}}}
+			},
 			wantReason: "no attestation issuer",
 		},
 		"attests with a vTPM the platform did not certify": {

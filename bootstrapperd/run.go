@@ -21,11 +21,9 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/journallog"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
 
 type config struct {
@@ -48,12 +46,13 @@ type config struct {
 const defaultStopGrace = 10 * time.Second
 
 func defaultConfig() config {
+	node := qemu.NodeIssuerConfig()
 	return config{
-		measurementLog:     measurelog.DefaultPath,
-		firmwareLog:        vtpm.DefaultFirmwareEventLogPath,
+		measurementLog:     node.MeasurementLog.Path,
+		firmwareLog:        node.FirmwareEventLogPath,
 		bootstrappedMarker: "/var/lib/orrery/bootstrapped",
 		stateDir:           stateDir,
-		openTPM:            tpmdev.Open,
+		openTPM:            node.OpenTPM,
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
 
 // NV indexes where the platform publishes the attestation key.
@@ -40,6 +41,19 @@ type IssuerConfig struct {
 	FirmwareEventLogPath string
 	// MeasurementLog, normally at measurelog.DefaultPath.
 	MeasurementLog *measurelog.Log
+}
+
+// NodeIssuerConfig is the issuer configuration of a booted node: its vTPM
+// (tpmdev.Open), the kernel's copy of the firmware's event log, and
+// Orrery's userspace measurement log. bootstrapperd attests with it, and
+// so does the join service, which quotes on its control-plane node's vTPM
+// (its pod mounts those paths); either may point a path elsewhere.
+func NodeIssuerConfig() IssuerConfig {
+	return IssuerConfig{
+		OpenTPM:              tpmdev.Open,
+		FirmwareEventLogPath: vtpm.DefaultFirmwareEventLogPath,
+		MeasurementLog:       &measurelog.Log{Path: measurelog.DefaultPath},
+	}
 }
 
 // NewIssuer returns the QEMU vTPM issuer.

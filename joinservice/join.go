@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
@@ -41,6 +42,9 @@ func runJoin(ctx context.Context, args []string) error {
 	caPath := fs.String("platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
 	pki := fs.String("pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
 	saltPath := fs.String("measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
+	node := qemu.NodeIssuerConfig()
+	measurementLog := fs.String("measurement-log", node.MeasurementLog.Path, "this control-plane node's userspace measurement log (a read-only host path)")
+	firmwareLog := fs.String("firmware-event-log", node.FirmwareEventLogPath, "this control-plane node's firmware event log (a read-only host path; missing means none)")
 	endpoint := fs.String("endpoint", "", "API server endpoint handed to joining nodes, host:port")
 	version := fs.String("kubernetes-version", versions.Default, "Kubernetes version of the cluster")
 	_ = fs.Parse(args)
@@ -88,14 +92,12 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	creds, err := atls.NewCredentials(atls.Config{
-		Validators: []attestation.Validator{validator},
-		// The error names each PCR that differs and what the node's logs
-		// say was measured into it.
-		OnPeerRejected: func(peer net.Addr, err error) {
-			log.Warn("refused a node: its attestation does not match the cluster's measurements", "peer", peer.String(), "error", err.Error())
-		},
-	})
+	node.MeasurementLog.Path, node.FirmwareEventLogPath = *measurementLog, *firmwareLog
+	issuer, err := nodeIssuer(node)
+	if err != nil {
+		return err
+	}
+	creds, err := serverCredentials(issuer, validator, log)
 	if err != nil {
 		return err
 	}
@@ -108,6 +110,42 @@ func runJoin(ctx context.Context, args []string) error {
 	go func() { <-ctx.Done(); srv.GracefulStop() }()
 	log.Info("join service listening", "addr", lis.Addr().String())
 	return srv.Serve(lis)
+}
+
+// nodeIssuer is the join service's attestation: it quotes on the vTPM of
+// the control-plane node it runs on, with that node's logs. It fails at
+// start, not at a joining node's first handshake, if the TPM cannot be
+// opened.
+func nodeIssuer(cfg qemu.IssuerConfig) (attestation.Issuer, error) {
+	rw, err := cfg.OpenTPM()
+	if err != nil {
+		return nil, fmt.Errorf("the join service attests with its control-plane node's vTPM, and cannot open it (its container needs /dev/tpmrm0: see the orrery-services chart): %w", err)
+	}
+	rw.Close()
+	return qemu.NewIssuer(cfg)
+}
+
+// serverCredentials are the join service's attested TLS: both sides
+// attest. The join service proves first that it is a control plane of
+// the image the joining node runs (locked to a cluster), and joining nodes
+// use nothing it sends otherwise (bootstrapperd/internal/joinclient); then
+// the node proves it runs an image of the accepted measurements.
+func serverCredentials(issuer attestation.Issuer, validator attestation.Validator, log *slog.Logger) (credentials.TransportCredentials, error) {
+	return atls.NewCredentials(atls.Config{
+		Issuer:     issuer,
+		Validators: []attestation.Validator{validator},
+		// One quote at a time, the default, said here because it matters:
+		// under TCG a quote takes seconds, and a burst of joining nodes
+		// waits its turn (within the handshake timeout, then retries with
+		// backoff) rather than piling TPM commands onto the control
+		// plane's vTPM.
+		MaxConcurrentQuotes: 1,
+		// The error names each PCR that differs and what the node's logs
+		// say was measured into it.
+		OnPeerRejected: func(peer net.Addr, err error) {
+			log.Warn("refused a node: its attestation does not match the cluster's measurements", "peer", peer.String(), "error", err.Error())
+		},
+	})
 }
 
 func readSalt(path string) ([]byte, error) {

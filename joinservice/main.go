@@ -4,6 +4,10 @@
 //	joinservice join   admits attested nodes (port 30090, attested TLS)
 //	joinservice keys   derives keys from the master secret (unix socket only)
 //
+// Both sides of a join attest: the join service first, quoting on the vTPM
+// of the control-plane node it runs on, so that a joining node can tell it
+// from anyone else on the network before it uses a ticket; then the node.
+//
 // The join service asks the key service over a unix socket in a directory
 // only the two containers share, so keys never cross the network, and no
 // other process or host-network pod on the node can ask.

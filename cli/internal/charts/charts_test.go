@@ -6,6 +6,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"sigs.k8s.io/yaml"
 )
 
 // TestChartsRender renders each embedded chart with the values orrery init
@@ -20,7 +21,10 @@ func TestChartsRender(t *testing.T) {
 			want: []string{"kind: DaemonSet", `"Network": "10.244.0.0/16"`, "imagePullPolicy: Never", "10-flannel.conflist"}},
 		OrreryServices: {values: map[string]any{"endpoint": "10.42.1.100:6443", "measurements": `{"4":{}}`, "platformCA": "PEM"},
 			want: []string{"kind: DaemonSet", "--endpoint=10.42.1.100:6443", "hostPort: 30090", "defaultMode: 0400", "node-role.kubernetes.io/control-plane",
-				"--key-service=/var/run/orrery/keyservice/keys.sock", `"--listen", "/var/run/orrery/keyservice/keys.sock"`, "name: key-service\n          emptyDir"}},
+				"--key-service=/var/run/orrery/keyservice/keys.sock", `"--listen", "/var/run/orrery/keyservice/keys.sock"`, "name: key-service\n          emptyDir",
+				// The join service attests on its node's vTPM, with its logs.
+				"--measurement-log=/var/run/orrery/node/measurements.log", "path: /run/orrery/measurements.log, type: File",
+				"path: /sys/kernel/security/tpm0, type: Directory"}},
 		OrreryServices + " without measurements": {values: map[string]any{"endpoint": "x:1", "platformCA": "PEM"}, wantErr: "measurements are required"},
 	}
 	for name, tc := range tests {
@@ -53,5 +57,52 @@ func TestChartsRender(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Only the join container, which quotes on the node's vTPM, is privileged;
+// the key service, which holds the master secret, is not.
+func TestOnlyJoinContainerPrivileged(t *testing.T) {
+	c, err := Load(OrreryServices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(c, map[string]any{"endpoint": "10.42.1.100:6443", "measurements": `{"4":{}}`, "platformCA": "PEM"},
+		chartutil.ReleaseOptions{Name: "r", Namespace: "kube-system"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := engine.Render(c, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type container struct {
+		Name            string
+		SecurityContext *struct{ Privileged *bool }
+	}
+	var ds struct {
+		Kind string
+		Spec struct {
+			Template struct {
+				Spec struct{ Containers []container }
+			}
+		}
+	}
+	for _, manifest := range out {
+		for _, doc := range strings.Split(manifest, "\n---") {
+			if err := yaml.Unmarshal([]byte(doc), &ds); err == nil && ds.Kind == "DaemonSet" {
+				break
+			}
+		}
+		if ds.Kind == "DaemonSet" {
+			break
+		}
+	}
+	privileged := map[string]bool{}
+	for _, ct := range ds.Spec.Template.Spec.Containers {
+		privileged[ct.Name] = ct.SecurityContext != nil && ct.SecurityContext.Privileged != nil && *ct.SecurityContext.Privileged
+	}
+	if len(privileged) != 2 || !privileged["join"] || privileged["keys"] {
+		t.Fatalf("privileged containers: %v; want only join", privileged)
 	}
 }

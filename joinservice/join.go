@@ -115,8 +115,23 @@ func runJoin(ctx context.Context, args []string) error {
 // nodeIssuer is the join service's attestation: it quotes on the vTPM of
 // the control-plane node it runs on, with that node's logs. It fails at
 // start, not at a joining node's first handshake, if the TPM cannot be
-// opened.
+// opened or a log is not there: the issuer would quote without a missing
+// log, and joining nodes would refuse the service because its logs do not
+// replay to its PCRs (the UKI's measurements into PCR 11 are in the
+// firmware's log).
 func nodeIssuer(cfg qemu.IssuerConfig) (attestation.Issuer, error) {
+	logs := map[string]string{"firmware event log": cfg.FirmwareEventLogPath}
+	if cfg.MeasurementLog != nil {
+		logs["measurement log"] = cfg.MeasurementLog.Path
+	}
+	for what, path := range logs {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("the join service attests with its control-plane node's %s, and cannot find it (the orrery-services chart mounts it from the node; an empty flag means none): %w", what, err)
+		}
+	}
 	rw, err := cfg.OpenTPM()
 	if err != nil {
 		return nil, fmt.Errorf("the join service attests with its control-plane node's vTPM, and cannot open it (its container needs /dev/tpmrm0: see the orrery-services chart): %w", err)

@@ -103,6 +103,14 @@ func TestJoinServiceAttests(t *testing.T) {
 	}
 }
 
+func TestJoinServiceWithoutFirmwareLogSaysWhy(t *testing.T) {
+	cp := qemutest.NewNode(t)
+	_, err := nodeIssuer(qemu.IssuerConfig{OpenTPM: cp.TPM.Open, MeasurementLog: cp.Log, FirmwareEventLogPath: "/nonexistent/binary_bios_measurements"})
+	if err == nil || !strings.Contains(err.Error(), "firmware event log") {
+		t.Fatalf("err = %v, want it to name the missing firmware event log", err)
+	}
+}
+
 func TestJoinServiceWithoutTPMSaysWhy(t *testing.T) {
 	_, err := nodeIssuer(qemu.IssuerConfig{OpenTPM: func() (io.ReadWriteCloser, error) { return nil, errors.New("no such device") }})
 	if err == nil || !strings.Contains(err.Error(), "/dev/tpmrm0") {

@@ -140,11 +140,11 @@ func platformCAs(openTPM func() (io.ReadWriteCloser, error)) ([]*x509.Certificat
 	return []*x509.Certificate{ca}, nil
 }
 
-// importImages waits until orrery-images.service has loaded the baked
-// container images. Its line in out, in kubeadm's "[phase]" form, lets the
+// importImages waits until orrery-images.service has linked the baked
+// container images into containerd. Its line in out, in kubeadm's "[phase]" form, lets the
 // owner's timeline tell this wait from kubeadm's own phases.
 func importImages(ctx context.Context, tool *kubeadm.Tool, out io.Writer) error {
-	fmt.Fprintln(out, "[orrery-images] loading the baked container images into containerd")
+	fmt.Fprintln(out, "[orrery-images] linking the baked container images into containerd")
 	if err := tool.Runner.Run(ctx, "systemctl", []string{"start", "orrery-images.service"}, nil, out); err != nil {
 		return fmt.Errorf("import the baked container images: %w", err)
 	}

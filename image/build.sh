@@ -46,6 +46,7 @@ need mkfs.fat dosfstools
 need mcopy mtools
 need qemu-img qemu-utils
 need cpio cpio
+need jq jq
 need busybox busybox-static
 need go "Go 1.26, see hack/deps.sh"
 [[ -f $stub ]] || missing+=("$stub (Debian package systemd-boot-efi)")
@@ -188,6 +189,23 @@ systemctl --root="$root" mask "${mask[@]}" >/dev/null 2>&1 || die "systemctl mas
 if [[ $have_bootstrapperd == yes ]]; then
 	install -m 0755 build/bin/bootstrapperd "$root/usr/bin/bootstrapperd"
 fi
+# bake_image ARCHIVE DIR: the archive's OCI image layout in DIR, and its one
+# layer unpacked in DIR/rootfs. At boot, orrery-images links both into
+# containerd in place (image/components/containerd/cmd/orrery-images): the
+# unpacking and hashing that importing the archives cost every boot (two to
+# three minutes under TCG) happen here, once.
+bake_image() {
+	local archive=$1 dir=$2 manifest layer
+	rm -rf "$dir" && mkdir -p "$dir/rootfs"
+	tar -xf "$archive" -C "$dir" --no-same-owner index.json oci-layout blobs
+	manifest=$(jq -er '.manifests | if length == 1 then .[0].digest | ltrimstr("sha256:") else error("want one manifest") end' "$dir/index.json") ||
+		die "$archive: not an OCI layout of one image"
+	layer=$(jq -er '.layers | if length == 1 then .[0].digest | ltrimstr("sha256:") else error("want one layer") end' "$dir/blobs/sha256/$manifest") ||
+		die "$archive: orrery-images links single-layer images only"
+	tar -xzf "$dir/blobs/sha256/$layer" -C "$dir/rootfs" --numeric-owner --same-owner --same-permissions ||
+		die "$archive: cannot unpack its layer"
+}
+
 # build/components (image/components/build.sh) counts once its manifest.json
 # exists: it is written last.
 have_components=no
@@ -198,16 +216,19 @@ if [[ -f build/components/manifest.json ]]; then
 	shopt -u nullglob
 	((${#bins[@]} == 0)) || install -m 0755 -t "$root/usr/bin" "${bins[@]}"
 	((${#cnis[@]} == 0)) || { mkdir -p "$root/opt/cni/bin" && install -m 0755 -t "$root/opt/cni/bin" "${cnis[@]}"; }
-	if [[ -d build/components/images ]]; then
-		mkdir -p "$root/usr/share/orrery/images" && cp -r --no-preserve=ownership build/components/images/. "$root/usr/share/orrery/images/"
-	fi
+	shopt -s nullglob
+	for f in build/components/images/*.tar; do
+		bake_image "$f" "$root/usr/share/orrery/images/$(basename "$f" .tar)"
+	done
+	shopt -u nullglob
 	# Orrery's own cluster services, as an image beside the upstream ones:
 	# the join service and the key service (one binary, two containers).
 	if [[ -x build/components/.work/mkimage && -n $(go list -f '{{if eq .Name "main"}}main{{end}}' ./joinservice 2>/dev/null) ]]; then
 		CGO_ENABLED=0 go build -trimpath -o "$cache/joinservice" ./joinservice
-		build/components/.work/mkimage -ref "$JOINSERVICE_REF" -out "$root/usr/share/orrery/images/joinservice.tar" \
+		build/components/.work/mkimage -ref "$JOINSERVICE_REF" -out "$cache/joinservice.tar" \
 			-created "$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)" \
 			-add "$cache/joinservice:/joinservice" -entrypoint '["/joinservice"]' >"$cache/joinservice-image.json"
+		bake_image "$cache/joinservice.tar" "$root/usr/share/orrery/images/joinservice"
 		printf 'image: join service image %s\n' "$JOINSERVICE_REF"
 	fi
 else

@@ -2,9 +2,9 @@
 # build.sh OUTDIR: builds the node's upstream components from Go modules pinned
 # in the modules beside this script, and the container images kubeadm needs.
 #
-#   OUTDIR/bin/        kubeadm kubelet kubectl containerd containerd-shim-runc-v2 ctr runc
+#   OUTDIR/bin/        kubeadm kubelet kubectl containerd containerd-shim-runc-v2 ctr runc orrery-images
 #   OUTDIR/cni/bin/    bridge host-local loopback portmap flannel
-#   OUTDIR/images/     one OCI image archive per image (ctr -n k8s.io images import)
+#   OUTDIR/images/     one OCI image archive per image (image/build.sh unpacks them for orrery-images)
 #   OUTDIR/manifest.json  every binary and image: version, path, install path, sha256, digest
 #   OUTDIR/timings.txt    seconds per component of the last run
 #
@@ -135,6 +135,9 @@ ctrd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD
 gobuild containerd containerd github.com/containerd/containerd/v2/cmd/containerd "$OUT/bin/containerd" 0 "" "$ctrd_ldflags"
 gobuild containerd-shim-runc-v2 containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$OUT/bin/containerd-shim-runc-v2" 0 "no_grpc" "$ctrd_ldflags"
 gobuild ctr containerd github.com/containerd/containerd/v2/cmd/ctr "$OUT/bin/ctr" 0 "" "$ctrd_ldflags"
+# Ours, beside the containerd it talks to: links the images the OS image
+# bakes into containerd at boot (cmd/orrery-images in containerd/).
+gobuild orrery-images containerd ./cmd/orrery-images "$OUT/bin/orrery-images" 0 "" "-s -w"
 
 # runc needs cgo (libcontainer/nsenter) and libseccomp; linked as a static PIE
 # so the node needs no libseccomp. Upstream's "libpathrs" tag (a Rust library)

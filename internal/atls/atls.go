@@ -2,9 +2,12 @@
 // 1.3 connection after which one side (or both) proves with a remote
 // attestation what it runs, bound to this very connection.
 //
-// Either side may attest. The owner's CLI verifies a node it sends secrets
-// to (the server attests: init, recover); the join service verifies a node
-// before it hands out keys (the client attests: join, rejoin).
+// Either side may attest, or both. The owner's CLI verifies a node it sends
+// secrets to (the server attests: init, recover). On a join both do: the
+// joining node verifies that the join service is a control plane of its
+// own image before it sends its request or uses the answer (the server
+// attests first), and the join service verifies the node before it hands
+// out keys (then the client attests).
 //
 // After the TLS handshake, and before gRPC sees the connection, the two
 // sides exchange four framed messages:

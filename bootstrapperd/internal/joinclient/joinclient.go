@@ -17,15 +17,21 @@
 //     every control plane, and no image this one trusts runs the join
 //     service anywhere else.
 //
-// So a ticket comes from a genuine control plane of some cluster that runs
-// this image, and holds what that node's join service hands out. It does
-// not show that the cluster is the one the owner meant this node for: a
-// genuine control plane of another cluster of the same image passes (its
-// PCR 15 holds that cluster's ID, which this node cannot know before its
-// first join). What such a service could do is admit the node into its own
-// cluster, which the metadata service that names the control planes can
-// arrange anyway. A rejoin (issue 11) knows its cluster ID and will also
-// require PCR 15 to equal it.
+// So a ticket comes from a genuine node of this image that is locked to
+// some cluster, through a process that can quote on its vTPM: on an
+// Orrery node, only the join service can (its pod is the only one given
+// the TPM). It does not show:
+//   - that the cluster is the one the owner meant this node for: a genuine
+//     control plane of another cluster of the same image passes (its PCR
+//     15 holds that cluster's ID, which this node cannot know before its
+//     first join). Such a service can admit the node into its own cluster,
+//     which the metadata service, naming the control planes, can arrange
+//     anyway; it cannot learn a secret of this node's intended cluster. A
+//     rejoin (issue 11) knows its cluster ID and will also require PCR 15
+//     to equal it;
+//   - the control-plane role: a worker is locked to its cluster too, so a
+//     privileged pod on a worker (which only the cluster's admin can run)
+//     could quote there and pass.
 package joinclient
 
 import (

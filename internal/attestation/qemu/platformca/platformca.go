@@ -1,7 +1,9 @@
 // Package platformca is the local cloud's platform CA: it certifies the
 // attestation keys that the QEMU harness provisions into each VM's vTPM,
 // the way a cloud provider certifies its vTPMs' keys. Verifiers (the CLI,
-// the join service) trust attestations whose key chains to this CA.
+// the join service) trust attestations whose key chains to this CA, and so
+// do joining nodes checking the join service: they read the CA from their
+// own vTPM, where ProvisionAK publishes it.
 package platformca
 
 import (

@@ -141,8 +141,9 @@ func platformCAs(openTPM func() (io.ReadWriteCloser, error)) ([]*x509.Certificat
 }
 
 // importImages waits until orrery-images.service has linked the baked
-// container images into containerd. Its line in out, in kubeadm's "[phase]" form, lets the
-// owner's timeline tell this wait from kubeadm's own phases.
+// container images into containerd. Its line in out, in kubeadm's
+// "[phase]" form, lets the owner's timeline tell this wait from kubeadm's
+// own phases.
 func importImages(ctx context.Context, tool *kubeadm.Tool, out io.Writer) error {
 	fmt.Fprintln(out, "[orrery-images] linking the baked container images into containerd")
 	if err := tool.Runner.Run(ctx, "systemctl", []string{"start", "orrery-images.service"}, nil, out); err != nil {

@@ -33,6 +33,46 @@ type Validator interface {
 	Validate(ctx context.Context, doc, nonce []byte) (userData []byte, err error)
 }
 
+// Instance is the identity a platform certified for an attesting machine:
+// the cloud's name and ID of the VM, as the certificate of its attestation
+// key states them (GCE's AK certificates carry them; so do the local
+// cloud's, see package platformca). It is what a verifier may use to tell
+// one machine from another. The zero value names no machine.
+type Instance struct {
+	// Name is the VM's name, which is also its Kubernetes node name.
+	Name string
+	// ID is unique per VM the platform created: a VM created again under
+	// an old name gets a new ID.
+	ID string
+}
+
+// IsZero reports whether i names no machine.
+func (i Instance) IsZero() bool { return i == Instance{} }
+
+// String is "name (instance ID id)", for logs and errors.
+func (i Instance) String() string {
+	if i.IsZero() {
+		return "no instance"
+	}
+	return i.Name + " (instance ID " + i.ID + ")"
+}
+
+// InstanceValidator is a Validator that also tells which machine attested.
+// A caller that needs the identity (the join service naming a node) asks
+// for it through this interface, and must treat a validator that does not
+// implement it as one that identifies nobody.
+type InstanceValidator interface {
+	Validator
+	// ValidateInstance does what Validate does, and also returns the
+	// instance named by the platform's certificate of the key that signed
+	// the document: only from a certificate that chains to the
+	// validator's trusted roots, never from what the machine says of
+	// itself. The zero Instance means the certificate names none (or no
+	// certificate was checked, as with a development validator that
+	// trusts any key).
+	ValidateInstance(ctx context.Context, doc, nonce []byte) (userData []byte, inst Instance, err error)
+}
+
 // bindingDomain separates our binding digests from any other use of a quote's
 // qualifying data.
 const bindingDomain = "orrery attestation binding v1"

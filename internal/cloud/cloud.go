@@ -246,7 +246,10 @@ func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []strin
 		StateDiskMiB: c.spec.StateDiskMiB,
 		Net:          &vm.NetConfig{Tap: n.Tap, MAC: mac},
 		ExecPrefix:   append(c.network.ExecPrefix(), wrap...),
-		ProvisionTPM: func(rw io.ReadWriter) error { _, err := c.ca.ProvisionAK(rw); return err },
+		ProvisionTPM: func(rw io.ReadWriter) error {
+			_, err := c.ca.ProvisionAK(rw, platformca.NewInstance(n.Name))
+			return err
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("start VM %s: %w", n.Name, err)

@@ -47,7 +47,7 @@ func newNode(t testing.TB) *node {
 		t.Fatal(err)
 	}
 	withTPM(t, n.tpm, func(rw io.ReadWriter) {
-		if _, err := n.ca.ProvisionAK(rw); err != nil {
+		if _, err := n.ca.ProvisionAK(rw, platformca.NewInstance("node-0")); err != nil {
 			t.Fatalf("provision AK: %v", err)
 		}
 		if err := n.log.Measure(rw, 11, []byte("enter-initrd"), "initrd: enter-initrd"); err != nil {
@@ -387,7 +387,7 @@ func newNodeWithFirmware(t *testing.T, events []fwEvent) *node {
 				t.Fatal(err)
 			}
 		}
-		if _, err := n.ca.ProvisionAK(rw); err != nil {
+		if _, err := n.ca.ProvisionAK(rw, platformca.NewInstance("node-0")); err != nil {
 			t.Fatal(err)
 		}
 		if err := n.log.Measure(rw, 11, []byte("enter-initrd"), "initrd: enter-initrd"); err != nil {

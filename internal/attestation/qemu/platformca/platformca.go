@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-tpm-tools/client"
 	"github.com/google/go-tpm/legacy/tpm2"
 	"github.com/google/go-tpm/tpmutil"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
 )
 
 // File names inside a CA directory.
@@ -161,12 +163,23 @@ func LoadCert(path string) (*x509.Certificate, error) {
 }
 
 // ProvisionAK acts as the cloud provider for one vTPM: it creates the
-// attestation key in the endorsement hierarchy, certifies it and publishes
-// the key's template and certificate in NV, and the CA's own certificate
-// at CACertNVIndex. Running it again replaces both
-// (the key itself is the same: it is derived from the TPM's endorsement
-// seed and the template).
-func (ca *CA) ProvisionAK(rw io.ReadWriter) (*x509.Certificate, error) {
+// attestation key in the endorsement hierarchy, certifies it as the key of
+// instance inst (in its subject, see InstanceOf) and publishes the key's template and
+// certificate in NV, and the CA's own certificate at CACertNVIndex.
+// Running it again replaces both (the key itself is the same: it is
+// derived from the TPM's endorsement seed and the template).
+//
+// The zero Instance certifies the key without naming an instance, as the
+// local cloud did before it named them: only tests of such old VMs want
+// that, since verifiers that need to know the node refuse its quotes.
+func (ca *CA) ProvisionAK(rw io.ReadWriter, inst attestation.Instance) (*x509.Certificate, error) {
+	subject := pkix.Name{CommonName: "Orrery local cloud vTPM attestation key"}
+	if !inst.IsZero() {
+		var err error
+		if subject, err = instanceSubject(inst); err != nil {
+			return nil, fmt.Errorf("certify attestation key: %w", err)
+		}
+	}
 	tmpl := client.AKTemplateECC()
 	tmplBytes, err := tmpl.Encode()
 	if err != nil {
@@ -182,7 +195,7 @@ func (ca *CA) ProvisionAK(rw io.ReadWriter) (*x509.Certificate, error) {
 	now := time.Now()
 	certTmpl := &x509.Certificate{
 		SerialNumber: randomSerial(),
-		Subject:      pkix.Name{CommonName: "Orrery local cloud vTPM attestation key"},
+		Subject:      subject,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     ca.Cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
@@ -19,14 +20,20 @@ import (
 
 // Node is a provisioned vTPM with its issuer.
 type Node struct {
-	TPM    *swtpm.Instance
-	CA     *platformca.CA
-	Log    *measurelog.Log
-	Issuer *vtpm.Issuer
+	TPM *swtpm.Instance
+	CA  *platformca.CA
+	// Instance is what the AK certificate names (zero: nothing).
+	Instance attestation.Instance
+	Log      *measurelog.Log
+	Issuer   *vtpm.Issuer
 }
 
+// DefaultName is the instance name of a node made by NewNode or NewNodeOf.
+const DefaultName = "worker-0"
+
 // NewNode starts and provisions a vTPM under a platform CA of its own; it
-// stops when the test ends.
+// stops when the test ends. Its AK certificate names an instance called
+// DefaultName with a fresh ID.
 func NewNode(tb testing.TB) *Node {
 	tb.Helper()
 	ca, err := platformca.New("test platform CA")
@@ -37,13 +44,21 @@ func NewNode(tb testing.TB) *Node {
 }
 
 // NewNodeOf starts a vTPM provisioned by ca: another node of the same
-// platform as every node ca provisioned.
+// platform as every node ca provisioned, called DefaultName.
 func NewNodeOf(tb testing.TB, ca *platformca.CA) *Node {
 	tb.Helper()
-	n := &Node{TPM: swtpmtest.Start(tb), CA: ca, Log: &measurelog.Log{Path: filepath.Join(tb.TempDir(), "measurements.log")}}
+	return NewInstance(tb, ca, platformca.NewInstance(DefaultName))
+}
+
+// NewInstance starts a vTPM provisioned by ca for instance inst. The zero
+// Instance provisions it as the local cloud did before it named
+// instances: an AK certificate without an instance.
+func NewInstance(tb testing.TB, ca *platformca.CA, inst attestation.Instance) *Node {
+	tb.Helper()
+	n := &Node{TPM: swtpmtest.Start(tb), CA: ca, Instance: inst, Log: &measurelog.Log{Path: filepath.Join(tb.TempDir(), "measurements.log")}}
 	var err error
 	rw := swtpmtest.Open(tb, n.TPM)
-	if _, err := n.CA.ProvisionAK(rw); err != nil {
+	if _, err := n.CA.ProvisionAK(rw, inst); err != nil {
 		tb.Fatalf("provision AK: %v", err)
 	}
 	rw.Close()

@@ -197,6 +197,12 @@ type AuthInfo struct {
 	// PeerVariant is the variant the peer attested with; the zero value
 	// if this side did not require an attestation.
 	PeerVariant variant.Variant
+	// PeerInstance is the machine the peer's platform certified, as the
+	// validator that accepted the peer read it from the certificate of
+	// the peer's attestation key (see attestation.InstanceValidator).
+	// The zero value if the peer did not attest, its validator does not
+	// tell instances, or the certificate names none.
+	PeerInstance attestation.Instance
 }
 
 // AuthType implements credentials.AuthInfo.
@@ -379,12 +385,12 @@ func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 
 	info := AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, TLS: state}
 	if hello.Nonce != nil {
-		v, err := c.validate(ctx, reply, hello.Nonce, exporter, state)
+		v, inst, err := c.validate(ctx, reply, hello.Nonce, exporter, state)
 		if err != nil {
 			_ = writeMessage(conn, message{Error: truncate("client rejected the server's attestation: " + err.Error())})
 			return nil, &RejectedError{Err: err}
 		}
-		info.PeerVariant = v
+		info.PeerVariant, info.PeerInstance = v, inst
 	}
 
 	var finish message
@@ -454,7 +460,7 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 	}
 	info := AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, TLS: state}
 	if reply.Nonce != nil {
-		v, err := c.validate(ctx, finish, reply.Nonce, exporter, state)
+		v, inst, err := c.validate(ctx, finish, reply.Nonce, exporter, state)
 		if err != nil {
 			if c.cfg.OnPeerRejected != nil {
 				c.cfg.OnPeerRejected(conn.RemoteAddr(), err)
@@ -462,7 +468,7 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 			_ = writeMessage(conn, message{Error: truncate("attestation rejected: " + err.Error())})
 			return nil, fmt.Errorf("atls: client's attestation rejected: %w", err)
 		}
-		info.PeerVariant = v
+		info.PeerVariant, info.PeerInstance = v, inst
 	}
 	if err := writeMessage(conn, message{}); err != nil {
 		return nil, err
@@ -508,16 +514,18 @@ func (c *creds) attest(ctx context.Context, peerNonce, exporter []byte, cert tls
 
 // validate checks the peer's attestation against our nonce and this
 // connection, and that it names the key the peer holds in this TLS session.
-func (c *creds) validate(ctx context.Context, m message, nonce, exporter []byte, state tls.ConnectionState) (variant.Variant, error) {
+// It returns the peer's variant and, if its validator tells it, instance.
+func (c *creds) validate(ctx context.Context, m message, nonce, exporter []byte, state tls.ConnectionState) (variant.Variant, attestation.Instance, error) {
+	var none attestation.Instance
 	if len(m.Attestation) == 0 {
-		return variant.Variant{}, errors.New("peer sent no attestation")
+		return variant.Variant{}, none, errors.New("peer sent no attestation")
 	}
 	if len(m.Attestation) > c.cfg.MaxAttestationSize {
-		return variant.Variant{}, fmt.Errorf("peer sent a %d-byte attestation, more than the limit of %d; raise Config.MaxAttestationSize if a genuine node's is this large", len(m.Attestation), c.cfg.MaxAttestationSize)
+		return variant.Variant{}, none, fmt.Errorf("peer sent a %d-byte attestation, more than the limit of %d; raise Config.MaxAttestationSize if a genuine node's is this large", len(m.Attestation), c.cfg.MaxAttestationSize)
 	}
 	v, err := variant.FromOID(m.Variant)
 	if err != nil {
-		return variant.Variant{}, err
+		return variant.Variant{}, none, err
 	}
 	var val attestation.Validator
 	for _, cand := range c.cfg.Validators {
@@ -526,19 +534,25 @@ func (c *creds) validate(ctx context.Context, m message, nonce, exporter []byte,
 		}
 	}
 	if val == nil {
-		return variant.Variant{}, fmt.Errorf("peer attested as %s, which this side does not accept", v)
+		return variant.Variant{}, none, fmt.Errorf("peer attested as %s, which this side does not accept", v)
 	}
-	userData, err := val.Validate(ctx, m.Attestation, sessionNonce(nonce, exporter))
+	var userData []byte
+	var inst attestation.Instance
+	if iv, ok := val.(attestation.InstanceValidator); ok {
+		userData, inst, err = iv.ValidateInstance(ctx, m.Attestation, sessionNonce(nonce, exporter))
+	} else {
+		userData, err = val.Validate(ctx, m.Attestation, sessionNonce(nonce, exporter))
+	}
 	if err != nil {
-		return variant.Variant{}, err
+		return variant.Variant{}, none, err
 	}
 	if len(state.PeerCertificates) == 0 {
-		return variant.Variant{}, errors.New("peer presented no TLS certificate")
+		return variant.Variant{}, none, errors.New("peer presented no TLS certificate")
 	}
 	if string(userData) != string(state.PeerCertificates[0].RawSubjectPublicKeyInfo) {
-		return variant.Variant{}, errors.New("attestation is bound to a different TLS key than the peer's (relayed from another connection?)")
+		return variant.Variant{}, none, errors.New("attestation is bound to a different TLS key than the peer's (relayed from another connection?)")
 	}
-	return v, nil
+	return v, inst, nil
 }
 
 // sessionNonce mixes the verifier's nonce with the connection's exporter.

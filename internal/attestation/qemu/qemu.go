@@ -11,6 +11,7 @@ package qemu
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/google/go-tpm/legacy/tpm2"
 	"github.com/google/go-tpm/tpmutil"
 
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
@@ -140,5 +142,18 @@ func NewValidator(cfg ValidatorConfig) (*vtpm.Validator, error) {
 		TrustAnyAK:   cfg.TrustAnyAK,
 		NonZero:      cfg.NonZero,
 		Logger:       cfg.Logger,
+		AKInstance:   akInstance,
 	})
+}
+
+// akInstance reads the instance the local cloud named in an AK
+// certificate. A certificate from before instance identities names none:
+// verifiers that do not ask who attested (the CLI, the joining node) keep
+// accepting such VMs, and the join service, which does ask, refuses them.
+func akInstance(cert *x509.Certificate) (attestation.Instance, error) {
+	inst, err := platformca.InstanceOf(cert)
+	if errors.Is(err, platformca.ErrNoInstance) {
+		return attestation.Instance{}, nil
+	}
+	return inst, err
 }

@@ -53,6 +53,13 @@ type ValidatorConfig struct {
 	Logger *slog.Logger
 	// Now is the clock for certificate validity. Nil means time.Now.
 	Now func() time.Time
+	// AKInstance reads the instance a verified AK certificate names (for
+	// QEMU: platformca.InstanceOf), for ValidateInstance. It returns the
+	// zero Instance for a certificate that names none, and an error for
+	// one that names it malformed, which rejects the attestation. Nil
+	// means the platform names no instances: ValidateInstance returns
+	// the zero Instance.
+	AKInstance func(*x509.Certificate) (attestation.Instance, error)
 }
 
 // Validator checks vTPM attestation documents. It needs no TPM.
@@ -121,55 +128,75 @@ func (v *Validator) Variant() variant.Variant { return v.cfg.Variant }
 //     was measured into it (made printable and bounded: the node wrote
 //     it); a warn-only mismatch is logged the same way;
 //   - every PCR in NonZero is quoted and not all zeros (a *ZeroPCRError
-//     otherwise).
+//     otherwise);
+//   - with AKInstance set, the instance the verified AK certificate names
+//     is well-formed (see ValidateInstance).
 //
 // It returns the user data the document binds; the caller must check it.
 func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, error) {
+	userData, _, err := v.ValidateInstance(ctx, raw, nonce)
+	return userData, err
+}
+
+// ValidateInstance implements attestation.InstanceValidator: it checks
+// what Validate checks and returns, besides the user data, the instance
+// that ValidatorConfig.AKInstance reads from the AK certificate, which
+// has then been verified against AKRoots. With TrustAnyAK no certificate
+// is checked, and the instance is always the zero Instance: an
+// unverified certificate names nobody.
+func (v *Validator) ValidateInstance(ctx context.Context, raw, nonce []byte) ([]byte, attestation.Instance, error) {
+	var none attestation.Instance
 	if len(nonce) == 0 {
-		return nil, errors.New("validate attestation: empty nonce")
+		return nil, none, errors.New("validate attestation: empty nonce")
 	}
 	doc, err := ParseDocument(raw)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	var att attestpb.Attestation
 	if err := proto.Unmarshal(doc.Attestation, &att); err != nil {
-		return nil, fmt.Errorf("decode TPM attestation: %w", err)
+		return nil, none, fmt.Errorf("decode TPM attestation: %w", err)
 	}
-	ak, err := v.checkAK(&att)
+	ak, cert, err := v.checkAK(&att)
 	if err != nil {
-		return nil, err
+		return nil, none, err
+	}
+	var inst attestation.Instance
+	if cert != nil && v.cfg.AKInstance != nil {
+		if inst, err = v.cfg.AKInstance(cert); err != nil {
+			return nil, none, fmt.Errorf("attestation key certificate: %w", err)
+		}
 	}
 	q, err := sha256Quote(&att)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if err := checkPCRValues(q); err != nil {
-		return nil, fmt.Errorf("TPM quote: %w", err)
+		return nil, none, fmt.Errorf("TPM quote: %w", err)
 	}
 	if err := quote.Verify(q, ak, attestation.BindingDigest(nonce, doc.UserData)); err != nil {
-		return nil, fmt.Errorf("TPM quote does not verify for this nonce and user data (replayed, relayed or tampered): %w", err)
+		return nil, none, fmt.Errorf("TPM quote does not verify for this nonce and user data (replayed, relayed or tampered): %w", err)
 	}
 	quoted := q.GetPcrs().GetPcrs()
 
 	userLog, err := measurelog.Parse(doc.MeasurementLog)
 	if err != nil {
-		return nil, fmt.Errorf("userspace measurement log: %w", err)
+		return nil, none, fmt.Errorf("userspace measurement log: %w", err)
 	}
 	fwEvents, err := firmwareEvents(att.GetEventLog())
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if err := replay(fwEvents, userLog, quoted); err != nil {
-		return nil, err
+		return nil, none, err
 	}
 
 	warnings, err := v.cfg.Measurements.Compare(quoted)
 	if err != nil {
-		return nil, fmt.Errorf("measurements do not match: %w%s", err, v.explain(err, fwEvents, userLog))
+		return nil, none, fmt.Errorf("measurements do not match: %w%s", err, v.explain(err, fwEvents, userLog))
 	}
 	if err := checkNonZero(v.cfg.NonZero, quoted); err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	for _, w := range warnings {
 		v.log.Warn("warn-only PCR does not match its expected value",
@@ -180,7 +207,7 @@ func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, er
 		v.log.Warn("INSECURE: accepted an attestation without checking its attestation key's certificate",
 			"variant", v.cfg.Variant.String())
 	}
-	return doc.UserData, nil
+	return doc.UserData, inst, nil
 }
 
 // ZeroPCRError is a PCR listed in ValidatorConfig.NonZero that the quote
@@ -206,41 +233,43 @@ func checkNonZero(pcrs []uint32, quoted map[uint32][]byte) error {
 	return nil
 }
 
-func (v *Validator) checkAK(att *attestpb.Attestation) (crypto.PublicKey, error) {
+// checkAK returns the attestation key and, unless TrustAnyAK, its
+// certificate, verified against AKRoots (with TrustAnyAK, no certificate).
+func (v *Validator) checkAK(att *attestpb.Attestation) (crypto.PublicKey, *x509.Certificate, error) {
 	pub, err := tpm2.DecodePublic(att.GetAkPub())
 	if err != nil {
-		return nil, fmt.Errorf("decode attestation key: %w", err)
+		return nil, nil, fmt.Errorf("decode attestation key: %w", err)
 	}
 	const want = tpm2.FlagRestricted | tpm2.FlagSign | tpm2.FlagFixedTPM | tpm2.FlagFixedParent
 	if pub.Attributes&want != want {
-		return nil, fmt.Errorf("attestation key attributes %#x lack restricted/sign/fixedTPM/fixedParent: it could sign data the TPM did not generate", uint32(pub.Attributes))
+		return nil, nil, fmt.Errorf("attestation key attributes %#x lack restricted/sign/fixedTPM/fixedParent: it could sign data the TPM did not generate", uint32(pub.Attributes))
 	}
 	key, err := pub.Key()
 	if err != nil {
-		return nil, fmt.Errorf("attestation key: %w", err)
+		return nil, nil, fmt.Errorf("attestation key: %w", err)
 	}
 	if v.cfg.TrustAnyAK {
-		return key, nil
+		return key, nil, nil
 	}
 	if len(att.GetAkCert()) == 0 {
-		return nil, errors.New("attestation key has no certificate: the platform did not certify it (is the vTPM provisioned by the cloud?)")
+		return nil, nil, errors.New("attestation key has no certificate: the platform did not certify it (is the vTPM provisioned by the cloud?)")
 	}
 	cert, err := x509.ParseCertificate(att.GetAkCert())
 	if err != nil {
-		return nil, fmt.Errorf("parse attestation key certificate: %w", err)
+		return nil, nil, fmt.Errorf("parse attestation key certificate: %w", err)
 	}
 	if _, err := cert.Verify(x509.VerifyOptions{
 		Roots:       v.roots,
 		CurrentTime: v.cfg.Now(),
 		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
 	}); err != nil {
-		return nil, fmt.Errorf("attestation key certificate is not signed by the platform CA: %w", err)
+		return nil, nil, fmt.Errorf("attestation key certificate is not signed by the platform CA: %w", err)
 	}
 	eq, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
 	if !ok || !eq.Equal(key) {
-		return nil, errors.New("attestation key certificate certifies a different key than the one that signed the quote")
+		return nil, nil, errors.New("attestation key certificate certifies a different key than the one that signed the quote")
 	}
-	return key, nil
+	return key, cert, nil
 }
 
 func sha256Quote(att *attestpb.Attestation) (*tpmpb.Quote, error) {

@@ -53,18 +53,33 @@ func (w *Validator) Variant() variant.Variant { return w.variant }
 // Validate implements attestation.Validator. Refusals are logged with the
 // reason (which names the PCR that differs).
 func (w *Validator) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
+	userData, _, err := w.ValidateInstance(ctx, doc, nonce)
+	return userData, err
+}
+
+// ValidateInstance implements attestation.InstanceValidator: the instance
+// is what the current validator tells, and the zero Instance if it is
+// not an attestation.InstanceValidator.
+func (w *Validator) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
 	if err := w.reload(); err != nil {
 		w.log.Error("measurements file changed but cannot be used; keeping the previous measurements", "path", w.path, "error", err)
 	}
 	w.mu.Lock()
 	v := w.current
 	w.mu.Unlock()
-	userData, err := v.Validate(ctx, doc, nonce)
+	var userData []byte
+	var inst attestation.Instance
+	var err error
+	if iv, ok := v.(attestation.InstanceValidator); ok {
+		userData, inst, err = iv.ValidateInstance(ctx, doc, nonce)
+	} else {
+		userData, err = v.Validate(ctx, doc, nonce)
+	}
 	if err != nil {
 		w.log.Warn("attestation refused", "variant", w.variant.String(), "reason", err.Error())
-		return nil, err
+		return nil, attestation.Instance{}, err
 	}
-	return userData, nil
+	return userData, inst, nil
 }
 
 func (w *Validator) reload() error {

@@ -42,6 +42,7 @@ func runJoin(ctx context.Context, args []string) error {
 	caPath := fs.String("platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
 	pki := fs.String("pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
 	saltPath := fs.String("measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
+	controlPlanesPath := fs.String("control-planes", "/etc/orrery/join-config/"+joinserver.ControlPlanesKey, "instance IDs the owner approved as control planes (a key of the orrery-join-config ConfigMap; re-read on every request; missing means none)")
 	node := qemu.NodeIssuerConfig()
 	measurementLog := fs.String("measurement-log", node.MeasurementLog.Path, "this control-plane node's userspace measurement log (a read-only host path)")
 	firmwareLog := fs.String("firmware-event-log", node.FirmwareEventLogPath, "this control-plane node's firmware event log (a read-only host path; missing means none)")
@@ -87,6 +88,7 @@ func runJoin(ctx context.Context, args []string) error {
 		Keys: kc, Tokens: tokens, CA: clusterCA, CAKey: clusterKey, PKIDir: *pki,
 		Endpoint: *endpoint, KubernetesVersion: *version, Components: components,
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(*saltPath) },
+		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(*controlPlanesPath) },
 		Logger:          log,
 	})
 	if err != nil {
@@ -169,6 +171,19 @@ func readSalt(path string) ([]byte, error) {
 		return nil, err
 	}
 	return base64.StdEncoding.DecodeString(string(bytes.TrimSpace(raw)))
+}
+
+// readControlPlanes reads the owner's approved control-plane instance IDs.
+// A missing file (the ConfigMap has no such key) approves none.
+func readControlPlanes(path string) ([]string, error) {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return joinserver.ParseInstanceIDs(string(raw))
 }
 
 func loadClusterCA(dir string) (*x509.Certificate, crypto.Signer, error) {

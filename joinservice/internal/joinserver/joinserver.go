@@ -3,6 +3,20 @@
 // run `kubeadm join`. The measurements a node must match are enforced by
 // the transport (see internal/atls and joinservice/internal/watchvalidator);
 // this package checks the request and assembles the ticket.
+//
+// A ticket holds what the node needs and no more:
+//   - Who the node is comes from its attestation: the instance (name and
+//     ID) that the platform CA certified in the node's attestation key
+//     certificate (atls.AuthInfo.PeerInstance). A request is refused if it
+//     names another node, or if the node's certificate names no instance.
+//   - The kubelet certificate names that node only (system:node:<name>,
+//     group system:nodes), for client authentication only, with no DNS
+//     names or addresses.
+//   - Control-plane files (the cluster's CA keys) go only to a node whose
+//     instance ID the owner approved as a control plane
+//     (Config.ControlPlanes); a node that asks for them otherwise is
+//     refused, and the refusal logged. What the node says its role is
+//     decides nothing.
 package joinserver
 
 import (
@@ -26,6 +40,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -33,6 +48,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
@@ -78,6 +95,11 @@ type Config struct {
 	Components        []*joinpb.KubernetesComponent
 	// MeasurementSalt returns the cluster's measurement salt.
 	MeasurementSalt func(ctx context.Context) ([]byte, error)
+	// ControlPlanes returns the instance IDs the owner approved as
+	// control planes (see ParseInstanceIDs); it is asked on every request
+	// for control-plane files, so an approval needs no restart. Nil
+	// approves none: every request for control-plane files is refused.
+	ControlPlanes func(ctx context.Context) ([]string, error)
 	// TokenTTL is the bootstrap tokens' lifetime; zero means MaxTokenTTL.
 	TokenTTL time.Duration
 	// Now is the clock; nil means time.Now.
@@ -112,18 +134,41 @@ func New(cfg Config) (*Server, error) {
 
 // IssueJoinTicket implements joinpb.JoinServiceServer.
 func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicketRequest) (*joinpb.IssueJoinTicketResponse, error) {
-	if err := requireAttested(ctx); err != nil {
+	info, err := requireAttested(ctx)
+	if err != nil {
 		return nil, err
 	}
+	inst, err := requireInstance(info)
+	if err != nil {
+		s.log.Warn("refused a join: the node's attestation names no instance", "peer", peerAddr(ctx), "variant", info.PeerVariant.String())
+		return nil, err
+	}
+	log := s.log.With("node", inst.Name, "instanceID", inst.ID, "diskUUID", strings.ToLower(req.GetDiskUuid()), "controlPlane", req.GetIsControlPlane())
 	keyID, err := keys.DiskKeyID(req.GetDiskUuid())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	csr, nodeName, err := checkCSR(req.GetCertificateRequest())
+	csr, claimed, err := checkCSR(req.GetCertificateRequest())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "kubelet certificate request: %v", err)
 	}
-	log := s.log.With("node", nodeName, "diskUUID", strings.ToLower(req.GetDiskUuid()), "controlPlane", req.GetIsControlPlane())
+	// Refuse rather than quietly sign for the attested name: a node that
+	// asks under another name is either misconfigured (the metadata
+	// service told it a name that is not its own, and kubeadm would
+	// register it under that name) or attacking, and either way an
+	// operator should hear of it.
+	if claimed != inst.Name {
+		log.Warn("refused a join: the request names another node", "claimedName", claimed)
+		return nil, status.Errorf(codes.PermissionDenied,
+			"the kubelet certificate request names node %q, but this node's attestation key certificate names it %s: a node joins only under the name its platform certified; check the name the metadata service gives this VM",
+			claimed, inst)
+	}
+	if req.GetIsControlPlane() {
+		if err := s.requireApprovedControlPlane(ctx, inst); err != nil {
+			log.Warn("refused a join: the node asked for control-plane files and is not an approved control plane", "reason", err.Error())
+			return nil, err
+		}
+	}
 
 	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
 	if err != nil {
@@ -138,7 +183,7 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "read the measurement salt: %v", err)
 	}
-	cert, err := s.signKubeletCert(csr)
+	cert, err := s.signKubeletCert(inst.Name, csr.PublicKey)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "sign the kubelet certificate: %v", err)
 	}
@@ -170,7 +215,7 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 
 // IssueRejoinTicket implements joinpb.JoinServiceServer.
 func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinTicketRequest) (*joinpb.IssueRejoinTicketResponse, error) {
-	if err := requireAttested(ctx); err != nil {
+	if _, err := requireAttested(ctx); err != nil {
 		return nil, err
 	}
 	keyID, err := keys.DiskKeyID(req.GetDiskUuid())
@@ -191,20 +236,98 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 
 // requireAttested refuses callers that did not attest: the transport should
 // never let one through, and a ticket is worth a second check.
-func requireAttested(ctx context.Context) error {
+func requireAttested(ctx context.Context) (atls.AuthInfo, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return status.Error(codes.PermissionDenied, "caller did not attest")
+		return atls.AuthInfo{}, status.Error(codes.PermissionDenied, "caller did not attest")
 	}
 	info, ok := p.AuthInfo.(atls.AuthInfo)
 	if !ok || info.PeerVariant == (variant.Variant{}) {
-		return status.Error(codes.PermissionDenied, "caller did not attest")
+		return atls.AuthInfo{}, status.Error(codes.PermissionDenied, "caller did not attest")
 	}
-	return nil
+	return info, nil
 }
 
-// checkCSR parses a kubelet serving CSR and checks it asks for exactly what
-// a kubelet should have.
+// requireInstance returns the instance the caller's platform certified,
+// and refuses a caller whose attestation key certificate names none: the
+// join service would not know whom it admits.
+func requireInstance(info atls.AuthInfo) (attestation.Instance, error) {
+	if info.PeerInstance.IsZero() {
+		return attestation.Instance{}, status.Error(codes.PermissionDenied,
+			"this node's attestation key certificate names no instance, so the join service cannot tell which node it is: "+
+				"its vTPM was provisioned by a local cloud older than instance identities; recreate the VM ('orrery mini down', then 'orrery mini up') so that its vTPM is provisioned again")
+	}
+	return info.PeerInstance, nil
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// requireApprovedControlPlane refuses control-plane files to an instance
+// the owner did not approve. Whether a node asks as a control plane is
+// its own choice (its metadata role, or a compromised node's whim); the
+// CA keys in those files sign any identity in the cluster, so the rule
+// rests on something the node cannot choose: its certified instance ID,
+// in a list only the owner writes.
+func (s *Server) requireApprovedControlPlane(ctx context.Context, inst attestation.Instance) error {
+	var approved []string
+	if s.cfg.ControlPlanes != nil {
+		var err error
+		if approved, err = s.cfg.ControlPlanes(ctx); err != nil {
+			return status.Errorf(codes.Unavailable, "read the approved control planes: %v", err)
+		}
+	}
+	if slices.Contains(approved, inst.ID) {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied,
+		"node %s asked to join as a control plane, and the owner has not approved this instance as one, so it gets no control-plane files: "+
+			"to make it a control plane, add its instance ID to %q in the %s ConfigMap (see joinservice/README.md); to make it a worker, give it the worker role",
+		inst, ControlPlanesKey, ConfigMapName)
+}
+
+// ConfigMapName and ControlPlanesKey name where the owner approves control
+// planes: a key of the join service's ConfigMap (namespace kube-system).
+const (
+	ConfigMapName    = "orrery-join-config"
+	ControlPlanesKey = "controlPlaneInstanceIDs"
+)
+
+// maxApprovedControlPlanes bounds the list an owner writes.
+const maxApprovedControlPlanes = 1000
+
+// ParseInstanceIDs reads the owner's list of control-plane instance IDs:
+// IDs separated by white space or commas; a '#' starts a comment that runs
+// to the end of its line. An ID that the platform could not have issued
+// (see platformca.CheckInstanceID) is an error, so that a typo is found
+// when the list is written, not when a control plane is refused.
+func ParseInstanceIDs(text string) ([]string, error) {
+	var ids []string
+	for line := range strings.Lines(text) {
+		line, _, _ = strings.Cut(line, "#")
+		for _, id := range strings.FieldsFunc(line, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+			if err := platformca.CheckInstanceID(id); err != nil {
+				return nil, fmt.Errorf("%s: %w", ControlPlanesKey, err)
+			}
+			if len(ids) == maxApprovedControlPlanes {
+				return nil, fmt.Errorf("%s: more than %d instance IDs", ControlPlanesKey, maxApprovedControlPlanes)
+			}
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// checkCSR parses the node's kubelet CSR and checks it asks for exactly
+// what a kubelet should have. It returns the node name the CSR claims,
+// which the caller must compare with the attested one. The signed
+// certificate takes only the public key from it (see signKubeletCert):
+// subject alternative names are allowed in the request, for nodes of an
+// older image that still ask for them, and never signed.
 func checkCSR(der []byte) (*x509.CertificateRequest, string, error) {
 	if len(der) == 0 {
 		return nil, "", errors.New("missing")
@@ -261,7 +384,20 @@ func checkKubeletKey(pub any) error {
 	}
 }
 
-func (s *Server) signKubeletCert(csr *x509.CertificateRequest) ([]byte, error) {
+// signKubeletCert signs the kubelet's client certificate for node name,
+// taken from the node's attestation: system:node:<name> in system:nodes,
+// the identity the API server's Node authorizer and NodeRestriction admit,
+// for client authentication only, with no DNS names or addresses. Nothing
+// in it comes from the request but the public key.
+//
+// It used to be the kubelet's serving certificate, with the names and
+// addresses the request asked for: a certificate of the cluster CA, which
+// every pod trusts for the API server, for any name a node chose. A kubelet
+// serves with its own self-signed certificate instead (Kubernetes'
+// default; see bootstrapperd/internal/joinclient): the API server, as
+// kubeadm sets it up, does not verify kubelets' serving certificates, so
+// the signed one bought no check and only gave nodes that power.
+func (s *Server) signKubeletCert(name string, pub any) ([]byte, error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
 		return nil, err
@@ -269,15 +405,13 @@ func (s *Server) signKubeletCert(csr *x509.CertificateRequest) ([]byte, error) {
 	now := s.cfg.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: csr.Subject.CommonName, Organization: csr.Subject.Organization},
-		DNSNames:     csr.DNSNames,
-		IPAddresses:  csr.IPAddresses,
+		Subject:      pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
 		NotBefore:    now.Add(-5 * time.Minute),
 		NotAfter:     now.AddDate(1, 0, 0),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	return x509.CreateCertificate(rand.Reader, tmpl, s.cfg.CA, csr.PublicKey, s.cfg.CAKey)
+	return x509.CreateCertificate(rand.Reader, tmpl, s.cfg.CA, pub, s.cfg.CAKey)
 }
 
 func (s *Server) controlPlaneFiles() ([]*joinpb.ControlPlaneFile, error) {

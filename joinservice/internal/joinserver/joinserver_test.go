@@ -13,12 +13,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
@@ -84,31 +87,77 @@ func csrWithKey(t testing.TB, cn string, org []string, key crypto.Signer) []byte
 type env struct {
 	ca       *x509.Certificate
 	tokens   *tokens
+	node     *qemutest.Node
+	logs     *syncBuffer
 	attested joinpb.JoinServiceClient
 	plain    joinpb.JoinServiceClient
 }
 
+// envOptions shape newEnv's node and join service.
+type envOptions struct {
+	// instance is what the node's AK certificate names; nil means a
+	// fresh instance called qemutest.DefaultName, and a pointer to the
+	// zero Instance an AK certificate from before instance identities.
+	instance *attestation.Instance
+	// approveNode puts the node's instance ID on the approved
+	// control-plane list (which also holds an unrelated ID).
+	approveNode bool
+}
+
+// syncBuffer is a bytes.Buffer the server's logger and the test share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // newEnv serves the join service twice: over attested TLS (the node's
-// swtpm attests) and, to check the server's own guard, without it.
-func newEnv(t *testing.T) *env {
+// swtpm attests, through the same validator the join service uses) and,
+// to check the server's own guard, without it.
+func newEnv(t *testing.T, opts envOptions) *env {
 	ca, caKey := newCA(t)
 	pki := t.TempDir()
 	for _, f := range ControlPlaneFiles {
 		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
 		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
 	}
-	e := &env{ca: ca, tokens: &tokens{}}
+	e := &env{ca: ca, tokens: &tokens{}, logs: &syncBuffer{}}
+	pca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := platformca.NewInstance(qemutest.DefaultName)
+	if opts.instance != nil {
+		inst = *opts.instance
+	}
+	node := qemutest.NewInstance(t, pca, inst)
+	e.node = node
+	approved := "4242424242 # another control plane\n"
+	if opts.approveNode {
+		approved += node.Instance.ID + "\n"
+	}
 	srv, err := New(Config{
 		Keys: localKeys{}, Tokens: e.tokens, CA: ca, CAKey: caKey, PKIDir: pki,
 		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
+		ControlPlanes:   func(context.Context) ([]string, error) { return ParseInstanceIDs(approved) },
+		Logger:          slog.New(slog.NewTextHandler(e.logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	node := qemutest.NewNode(t)
-	pca, iss := node.CA, node.Issuer
+	iss := node.Issuer
 	val, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: measurements.M{15: {Expected: make([]byte, 32)}}, PlatformCAs: []*x509.Certificate{pca.Cert}})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +189,7 @@ func newEnv(t *testing.T) *env {
 const uuid = "0B5C1F3E-8D2A-4C6B-9E7F-1A2B3C4D5E6F"
 
 func TestJoinTicket(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, envOptions{approveNode: true})
 	ctx := context.Background()
 	for _, cp := range []bool{false, true} {
 		resp, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
@@ -154,15 +203,7 @@ func TestJoinTicket(t *testing.T) {
 		if !bytes.Equal(resp.GetStateDiskKey(), wantDisk) || !bytes.Equal(resp.GetMeasurementSecret(), wantMS) {
 			t.Fatal("ticket carries the wrong disk key or measurement secret")
 		}
-		cert, err := x509.ParseCertificate(resp.GetKubeletCert())
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots := x509.NewCertPool()
-		roots.AddCert(e.ca)
-		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "worker-0", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			t.Fatalf("kubelet certificate: %v", err)
-		}
+		checkKubeletCert(t, e.ca, resp.GetKubeletCert(), "worker-0")
 		sum := sha256.Sum256(e.ca.RawSubjectPublicKeyInfo)
 		if resp.GetDiscoveryTokenCaCertHash() != "sha256:"+hex.EncodeToString(sum[:]) || resp.GetToken() == "" || resp.GetApiServerEndpoint() != "10.42.1.100:6443" {
 			t.Fatalf("ticket: %v", resp)
@@ -176,8 +217,35 @@ func TestJoinTicket(t *testing.T) {
 	}
 }
 
+// checkKubeletCert checks that der is a client certificate of the cluster
+// CA for node name and nothing else.
+func checkKubeletCert(t *testing.T, ca *x509.Certificate, der []byte, name string) {
+	t.Helper()
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatalf("kubelet certificate is not a client certificate of the cluster CA: %v", err)
+	}
+	if cert.Subject.CommonName != "system:node:"+name || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
+		t.Errorf("kubelet certificate subject %v, want CN system:node:%s, O system:nodes", cert.Subject, name)
+	}
+	if !slices.Equal(cert.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) || len(cert.UnknownExtKeyUsage) > 0 {
+		t.Errorf("kubelet certificate extended key usages %v %v, want client auth only", cert.ExtKeyUsage, cert.UnknownExtKeyUsage)
+	}
+	if len(cert.DNSNames)+len(cert.IPAddresses)+len(cert.EmailAddresses)+len(cert.URIs) > 0 {
+		t.Errorf("kubelet certificate has subject alternative names %v %v %v %v, want none", cert.DNSNames, cert.IPAddresses, cert.EmailAddresses, cert.URIs)
+	}
+	if cert.IsCA || cert.KeyUsage&^x509.KeyUsageDigitalSignature != 0 {
+		t.Errorf("kubelet certificate: CA %v, key usage %#x", cert.IsCA, cert.KeyUsage)
+	}
+}
+
 func TestJoinRefusals(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, envOptions{})
 	weakRSA, err := rsa.GenerateKey(rand.Reader, 1024)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +285,7 @@ func TestJoinRefusals(t *testing.T) {
 }
 
 func TestRejoinTicket(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, envOptions{})
 	resp, err := e.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +330,7 @@ func FuzzCheckCSR(f *testing.F) {
 		if csr.Subject.CommonName != "system:node:"+name || !slices.Equal(csr.Subject.Organization, []string{"system:nodes"}) {
 			t.Fatalf("accepted subject %v", csr.Subject)
 		}
-		cert, err := s.signKubeletCert(csr)
+		cert, err := s.signKubeletCert(name, csr.PublicKey)
 		if err != nil {
 			t.Fatalf("accepted a CSR the CA cannot sign: %v", err)
 		}

@@ -1,0 +1,128 @@
+package joinserver
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+)
+
+// The attacks below go through the real transport: a node's swtpm,
+// provisioned by a platform CA, attests over attested TLS to a gRPC server
+// whose validator trusts that CA; only the request is the attacker's.
+
+// A node with root on itself asks under another node's name: the join
+// service must sign nothing for that name.
+func TestJoinUnderAnotherNodesNameRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, claimed := range []string{"worker-1", "cp-0"} {
+		t.Run(claimed, func(t *testing.T) {
+			resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+				DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+claimed, []string{"system:nodes"}),
+			})
+			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `names node "`+claimed+`"`) ||
+				!strings.Contains(err.Error(), e.node.Instance.ID) {
+				t.Fatalf("err = %v, want PermissionDenied naming the claimed node and the attested instance", err)
+			}
+			if len(resp.GetKubeletCert()) > 0 || len(resp.GetStateDiskKey()) > 0 {
+				t.Fatal("a refused request got a certificate or a disk key")
+			}
+			if !strings.Contains(e.logs.String(), "claimedName="+claimed) {
+				t.Errorf("refusal not logged with the claimed name:\n%s", e.logs)
+			}
+		})
+	}
+}
+
+// The node's own name still gets its certificate, and the name in it is
+// the attested one, whatever names the request adds as SANs.
+func TestKubeletCertificateFromAttestedName(t *testing.T) {
+	name := "worker-7"
+	inst := attestation.Instance{Name: name, ID: "1234567890"}
+	e := newEnv(t, envOptions{instance: &inst})
+	resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+		// csr asks for DNS name worker-0 and IP 10.42.2.100 as SANs.
+		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+name, []string{"system:nodes"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkKubeletCert(t, e.ca, resp.GetKubeletCert(), name)
+}
+
+// A worker (its metadata role, or a compromised node's request) asks for
+// the control-plane files: it gets nothing, and the refusal is logged.
+func TestWorkerAskingForControlPlaneFilesRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+e.node.Instance.Name, []string{"system:nodes"}), IsControlPlane: true,
+	})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "not approved") || !strings.Contains(err.Error(), ControlPlanesKey) {
+		t.Fatalf("err = %v, want PermissionDenied saying the instance is not approved and where to approve it", err)
+	}
+	if len(resp.GetControlPlaneFiles()) > 0 || len(resp.GetStateDiskKey()) > 0 {
+		t.Fatal("a refused worker got control-plane files or a disk key")
+	}
+	if logs := e.logs.String(); !strings.Contains(logs, "not an approved control plane") || !strings.Contains(logs, e.node.Instance.ID) {
+		t.Errorf("refusal not logged with the instance ID:\n%s", logs)
+	}
+	// The same node asking as a worker is admitted.
+	if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+e.node.Instance.Name, []string{"system:nodes"}),
+	}); err != nil {
+		t.Fatalf("as a worker: %v", err)
+	}
+}
+
+// A VM provisioned before AK certificates named instances cannot be told
+// from any other: it is refused, and told to recreate the VM.
+func TestJoinWithoutInstanceRefused(t *testing.T) {
+	e := newEnv(t, envOptions{instance: &attestation.Instance{}, approveNode: true})
+	for _, cp := range []bool{false, true} {
+		resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+			DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}), IsControlPlane: cp,
+		})
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "names no instance") || !strings.Contains(err.Error(), "recreate the VM") {
+			t.Fatalf("control plane %v: err = %v, want PermissionDenied telling to recreate the VM", cp, err)
+		}
+		if resp != nil {
+			t.Fatal("a node without an instance got a ticket")
+		}
+	}
+}
+
+func TestParseInstanceIDs(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    []string
+		wantErr string
+	}{
+		"empty":              {in: "", want: nil},
+		"one":                {in: "123", want: []string{"123"}},
+		"lines and commas":   {in: "1\n2, 3\t4\r\n", want: []string{"1", "2", "3", "4"}},
+		"comments":           {in: "# approved by the owner\n1 # cp-0\n#2\n", want: []string{"1"}},
+		"bad character":      {in: "12;rm", wantErr: "character"},
+		"too long":           {in: strings.Repeat("1", 65), wantErr: "want 1 to 64"},
+		"non-ASCII space ok": {in: "1\u00a02", want: []string{"1", "2"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseInstanceIDs(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}

@@ -126,7 +126,8 @@ type Config struct {
 	Joiner      Joiner
 	// StateDir keeps what a later rejoin needs (the measurement salt).
 	StateDir string
-	// KubeletPKIDir receives the kubelet's serving certificate and key.
+	// KubeletPKIDir receives the node's client certificate from the join
+	// ticket and its key (NodeClientCertFile, NodeClientKeyFile).
 	KubeletPKIDir string
 	// PKIDir receives a control plane's cluster PKI files.
 	PKIDir string
@@ -315,10 +316,10 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 		return err
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: t.GetKubeletCert()})
-	if err := writeFile(filepath.Join(cfg.KubeletPKIDir, "kubelet.crt"), certPEM, 0o644); err != nil {
+	if err := writeFile(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile), certPEM, 0o644); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(cfg.KubeletPKIDir, "kubelet.key"), key, 0o600); err != nil {
+	if err := writeFile(filepath.Join(cfg.KubeletPKIDir, NodeClientKeyFile), key, 0o600); err != nil {
 		return err
 	}
 	for _, f := range t.GetControlPlaneFiles() {
@@ -334,16 +335,41 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	}, os.Stderr)
 }
 
-// kubeletCSR makes the kubelet's serving key and a CSR for it.
+// Where the node keeps the client certificate of its join ticket, in
+// Config.KubeletPKIDir.
+//
+// The join service signs a client certificate for the node's attested
+// name (system:node:<name>, system:nodes), never a serving certificate.
+// It used to sign the kubelet's serving certificate, with the names and
+// addresses this node asked for, and the node installed it as kubelet.crt:
+// a certificate of the cluster CA, which pods trust for the API server,
+// for whatever names a node chose. Now nothing is written there, and the
+// kubelet makes its own self-signed serving certificate, Kubernetes'
+// default and what the first control plane has always had. That is the
+// smallest correct change: the API server as kubeadm configures it (no
+// --kubelet-certificate-authority) does not verify kubelets' serving
+// certificates, so the signed one bought no check. Verified serving
+// certificates would be kubelet's serverTLSBootstrap with an approver
+// that checks each node's names and addresses (see joinservice/README.md).
+//
+// The client certificate is kept here, unused so far: kubelet still
+// authenticates with the certificate kubeadm's TLS bootstrap gets it.
+const (
+	NodeClientCertFile = "orrery-node-client.crt"
+	NodeClientKeyFile  = "orrery-node-client.key"
+)
+
+// kubeletCSR makes the node's client key and a CSR for it. The CSR asks
+// for the node's identity and nothing else; the join service takes only
+// the public key from it, and refuses it if it names another node than
+// the one the node's attestation certifies.
 func kubeletCSR(self Instance) (keyPEM, csrDER []byte, err error) {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	csrDER, err = x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:     pkix.Name{CommonName: "system:node:" + self.Name, Organization: []string{"system:nodes"}},
-		DNSNames:    []string{self.Name},
-		IPAddresses: []net.IP{self.IP.AsSlice()},
+		Subject: pkix.Name{CommonName: "system:node:" + self.Name, Organization: []string{"system:nodes"}},
 	}, k)
 	if err != nil {
 		return nil, nil, err

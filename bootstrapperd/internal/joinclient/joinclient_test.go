@@ -260,8 +260,23 @@ func TestJoinWorker(t *testing.T) {
 	if salt, _ := os.ReadFile(filepath.Join(cfg.StateDir, "measurement-salt")); !bytes.Equal(salt, bytes.Repeat([]byte{6}, 32)) {
 		t.Fatal("measurement salt not kept for rejoin")
 	}
-	if st, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, "kubelet.key")); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("kubelet key: %v %v", st, err)
+	if st, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, NodeClientKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("node client key: %v %v", st, err)
+	}
+	// The ticket's certificate is a client certificate: it must not
+	// become the kubelet's serving certificate, which kubelet makes
+	// itself when kubelet.crt and kubelet.key are missing.
+	for _, f := range []string{"kubelet.crt", "kubelet.key"} {
+		if _, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s written (%v): the join ticket's certificate is no serving certificate", f, err)
+		}
+	}
+	csr, err := x509.ParseCertificateRequest(got.GetCertificateRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if csr.Subject.CommonName != "system:node:worker-0" || len(csr.DNSNames)+len(csr.IPAddresses) > 0 {
+		t.Fatalf("CSR asks for %v, DNS names %v, addresses %v; want the node's identity only", csr.Subject, csr.DNSNames, csr.IPAddresses)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,7 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 	// One lock and one disk for both paths: the lock's mutex orders them.
 	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: statedisk.DefaultFirstBootKey, TmpDir: runDir}
 	log := slogTo(os.Stderr)
+	tool.Instance = selfInstance(cfg.openTPM, log)
 	finish := func() {
 		if err := markBootstrapped(cfg.bootstrappedMarker); err != nil {
 			log.Error("cannot mark the node bootstrapped", "error", err)
@@ -123,6 +125,27 @@ func (m metadataAdapter) Peers(ctx context.Context) ([]joinclient.Instance, erro
 		out = append(out, joinclient.Instance{Name: i.Name, Role: i.Role, IP: i.IP})
 	}
 	return out, err
+}
+
+// selfInstance is this node's VM as its platform certified it, which an
+// init approves as the first control plane. Without it (a VM provisioned
+// before AK certificates named instances) init still works, and no
+// control plane is approved: joining nodes are refused anyway, since the
+// join service cannot tell who they are either.
+func selfInstance(openTPM func() (io.ReadWriteCloser, error), log *slog.Logger) attestation.Instance {
+	rw, err := openTPM()
+	if err != nil {
+		log.Warn("cannot read this node's certified instance; an init will approve no control plane", "error", err)
+		return attestation.Instance{}
+	}
+	defer rw.Close()
+	inst, err := qemu.ReadInstance(rw)
+	if err != nil || inst.IsZero() {
+		log.Warn("this node's attestation key certificate names no instance; an init will approve no control plane, and the join service will refuse nodes like it: recreate the VMs", "error", err)
+		return attestation.Instance{}
+	}
+	log.Info("this node's certified instance", "node", inst.Name, "instanceID", inst.ID)
+	return inst
 }
 
 // platformCAs is what the join client checks a join service's attestation

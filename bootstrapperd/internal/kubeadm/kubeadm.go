@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
 
@@ -21,6 +22,10 @@ const (
 	MasterSecretKey    = "master-secret.json"
 	JoinConfigName     = "orrery-join-config"
 	MeasurementSaltKey = "measurementSalt"
+	// ControlPlanesKey lists the instance IDs the owner approved as
+	// control planes; the join service hands the cluster's CA keys to
+	// those only (joinservice/internal/joinserver.ControlPlanesKey).
+	ControlPlanesKey = "controlPlaneInstanceIDs"
 )
 
 // Runner runs a tool: the one seam to kubeadm and kubectl.
@@ -49,6 +54,12 @@ type Tool struct {
 	ConfigDir string
 	// AdminKubeconfig is where kubeadm init writes the admin kubeconfig.
 	AdminKubeconfig string
+	// Instance is this node's VM as its platform certified it (see
+	// qemu.ReadInstance). StoreMasterSecret writes its ID as the first
+	// approved control plane: the one the owner initialised. The zero
+	// Instance (a VM provisioned before instances were certified)
+	// approves none.
+	Instance attestation.Instance
 }
 
 // Init runs kubeadm init and returns the admin kubeconfig.
@@ -119,7 +130,7 @@ func (t *Tool) writeConfig(name string, data []byte) (string, error) {
 // for the join service. The manifest goes to kubectl on stdin, so the
 // secret never lands in a file.
 func (t *Tool) StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, measurementSalt []byte) error {
-	manifest, err := secretManifests(ms, measurementSalt)
+	manifest, err := secretManifests(ms, measurementSalt, t.Instance)
 	if err != nil {
 		return err
 	}
@@ -132,7 +143,7 @@ func (t *Tool) StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, meas
 	return nil
 }
 
-func secretManifests(ms keys.MasterSecret, salt []byte) ([]byte, error) {
+func secretManifests(ms keys.MasterSecret, salt []byte, self attestation.Instance) ([]byte, error) {
 	file, err := json.Marshal(ms)
 	if err != nil {
 		return nil, err
@@ -142,10 +153,14 @@ func secretManifests(ms keys.MasterSecret, salt []byte) ([]byte, error) {
 		"metadata": map[string]any{"name": MasterSecretName, "namespace": Namespace},
 		"data":     map[string]string{MasterSecretKey: base64.StdEncoding.EncodeToString(file)},
 	}
+	data := map[string]string{MeasurementSaltKey: base64.StdEncoding.EncodeToString(salt)}
+	if !self.IsZero() {
+		data[ControlPlanesKey] = self.ID + " # " + self.Name + ", the node 'orrery init' initialised\n"
+	}
 	cm := map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": JoinConfigName, "namespace": Namespace},
-		"data":     map[string]string{MeasurementSaltKey: base64.StdEncoding.EncodeToString(salt)},
+		"data":     data,
 	}
 	return documents(secret, cm)
 }

@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
 
@@ -212,6 +213,19 @@ func TestStoreMasterSecret(t *testing.T) {
 	}
 	if s, _ := base64.StdEncoding.DecodeString(get(docs[1], "data", MeasurementSaltKey).(string)); !bytes.Equal(s, salt) {
 		t.Fatal("ConfigMap does not hold the measurement salt")
+	}
+	if cps := get(docs[1], "data", ControlPlanesKey); cps != nil {
+		t.Fatalf("a node that knows no instance of its own approved control planes %q", cps)
+	}
+
+	// The initialised node approves itself as a control plane.
+	tool.Instance = attestation.Instance{Name: "cp-0", ID: "4242"}
+	if err := tool.StoreMasterSecret(context.Background(), ms, salt); err != nil {
+		t.Fatal(err)
+	}
+	docs = splitDocs(t, r.calls[1].stdin)
+	if cps, _ := get(docs[1], "data", ControlPlanesKey).(string); !strings.HasPrefix(cps, "4242 # cp-0") {
+		t.Fatalf("%s = %q, want the initialised node's instance ID", ControlPlanesKey, cps)
 	}
 }
 

@@ -101,3 +101,23 @@ func TestInstanceFromForeignCARefused(t *testing.T) {
 		}
 	}
 }
+
+// A node reads its own instance from its vTPM, as verifiers see it.
+func TestReadInstance(t *testing.T) {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range []attestation.Instance{{Name: "cp-0", ID: "77"}, {}} {
+		n := qemutest.NewInstance(t, ca, inst)
+		rw, err := n.TPM.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := qemu.ReadInstance(rw)
+		rw.Close()
+		if err != nil || got != inst {
+			t.Fatalf("ReadInstance = %v, %v; want %v", got, err, inst)
+		}
+	}
+}

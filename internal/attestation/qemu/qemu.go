@@ -118,6 +118,23 @@ func ReadPlatformCA(rw io.ReadWriter) (*x509.Certificate, error) {
 	return ca, nil
 }
 
+// ReadInstance returns the instance the platform named in this vTPM's own
+// AK certificate (see platformca.InstanceOf): which VM this is, as
+// verifiers will see it. A vTPM provisioned before AK certificates named
+// instances gives the zero Instance. The certificate is not verified: it
+// is this node's own, as far as its NV is (see ReadPlatformCA).
+func ReadInstance(rw io.ReadWriter) (attestation.Instance, error) {
+	akDER, err := tpm2.NVReadEx(rw, tpmutil.Handle(AKCertNVIndex), tpm2.HandleOwner, "", 0)
+	if err != nil {
+		return attestation.Instance{}, fmt.Errorf("read this vTPM's attestation key certificate from NV index %#x: %w", AKCertNVIndex, err)
+	}
+	cert, err := x509.ParseCertificate(akDER)
+	if err != nil {
+		return attestation.Instance{}, fmt.Errorf("parse this vTPM's attestation key certificate: %w", err)
+	}
+	return akInstance(cert)
+}
+
 // ValidatorConfig configures NewValidator.
 type ValidatorConfig struct {
 	// Measurements are the expected PCR values. Required.

@@ -33,17 +33,19 @@ type IssueJoinTicketRequest struct {
 	// disk gets the same key on every later rejoin.
 	DiskUuid string `protobuf:"bytes,1,opt,name=disk_uuid,json=diskUuid,proto3" json:"disk_uuid,omitempty"`
 	// certificate_request is a DER-encoded PKCS #10 certificate signing
-	// request (not PEM) for the kubelet's serving certificate, signed with a
-	// key the node generated and keeps. Subject: CN "system:node:<node name>",
-	// O "system:nodes"; subject alternative names: the node's host name and IP
-	// addresses. The join service signs it with the cluster CA and returns it
-	// as kubelet_cert.
+	// request (not PEM) for the node's client certificate, signed with a key
+	// the node generated and keeps. Subject: CN "system:node:<node name>",
+	// O "system:nodes", where the node name must be the instance name that
+	// the platform certified in the node's attestation key certificate (the
+	// join service refuses any other). The join service takes only the
+	// public key from it (subject alternative names are ignored) and returns
+	// kubelet_cert.
 	CertificateRequest []byte `protobuf:"bytes,2,opt,name=certificate_request,json=certificateRequest,proto3" json:"certificate_request,omitempty"`
 	// is_control_plane is true if the node joins as a control-plane node and
 	// false for a worker. The node takes its role from the metadata service.
-	// All roles boot the same measured image, so the join service trusts an
-	// attested node's claim; true makes the response carry
-	// control_plane_files.
+	// The join service does not trust the claim: it answers true with
+	// control_plane_files only if the owner approved the node's certified
+	// instance ID as a control plane, and refuses the request otherwise.
 	IsControlPlane bool `protobuf:"varint,3,opt,name=is_control_plane,json=isControlPlane,proto3" json:"is_control_plane,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -122,8 +124,10 @@ type IssueJoinTicketResponse struct {
 	// takes the node lock.
 	MeasurementSecret []byte `protobuf:"bytes,3,opt,name=measurement_secret,json=measurementSecret,proto3" json:"measurement_secret,omitempty"`
 	// kubelet_cert is the DER-encoded X.509 certificate the join service
-	// issued for certificate_request, signed by the cluster CA. The kubelet
-	// serves its API with it.
+	// issued for certificate_request's key, signed by the cluster CA: CN
+	// "system:node:<certified node name>", O "system:nodes", client
+	// authentication only, no subject alternative names. It is no serving
+	// certificate.
 	KubeletCert []byte `protobuf:"bytes,4,opt,name=kubelet_cert,json=kubeletCert,proto3" json:"kubelet_cert,omitempty"`
 	// api_server_endpoint is the Kubernetes API server the node joins through,
 	// "host:port" with an IPv6 host in brackets, e.g. "10.42.0.2:6443". Set

@@ -33,8 +33,9 @@ const (
 type JoinServiceClient interface {
 	// IssueJoinTicket gives a node that has never been part of the cluster
 	// what it needs to join: its state-disk key, the secrets to compute the
-	// cluster ID, a kubelet certificate and the kubeadm join parameters, and
-	// for a control-plane node the control-plane certificates and keys.
+	// cluster ID, a client certificate naming the node and the kubeadm join
+	// parameters, and for a control plane the owner approved the
+	// control-plane certificates and keys.
 	IssueJoinTicket(ctx context.Context, in *IssueJoinTicketRequest, opts ...grpc.CallOption) (*IssueJoinTicketResponse, error)
 	// IssueRejoinTicket gives a node that already joined, and is booting
 	// again, what its initrd needs to open the state disk and to extend PCR 15
@@ -80,8 +81,9 @@ func (c *joinServiceClient) IssueRejoinTicket(ctx context.Context, in *IssueRejo
 type JoinServiceServer interface {
 	// IssueJoinTicket gives a node that has never been part of the cluster
 	// what it needs to join: its state-disk key, the secrets to compute the
-	// cluster ID, a kubelet certificate and the kubeadm join parameters, and
-	// for a control-plane node the control-plane certificates and keys.
+	// cluster ID, a client certificate naming the node and the kubeadm join
+	// parameters, and for a control plane the owner approved the
+	// control-plane certificates and keys.
 	IssueJoinTicket(context.Context, *IssueJoinTicketRequest) (*IssueJoinTicketResponse, error)
 	// IssueRejoinTicket gives a node that already joined, and is booting
 	// again, what its initrd needs to open the state disk and to extend PCR 15

@@ -30,9 +30,10 @@ import (
 // env is one attesting node (a provisioned swtpm) and the expected
 // measurements a verifier holds for it.
 type env struct {
-	issuer attestation.Issuer
-	ca     *platformca.CA
-	want   measurements.M
+	issuer   attestation.Issuer
+	ca       *platformca.CA
+	instance attestation.Instance
+	want     measurements.M
 }
 
 func newEnv(t testing.TB) *env {
@@ -43,7 +44,7 @@ func newEnv(t testing.TB) *env {
 	d := sha256.Sum256([]byte("enter-initrd"))
 	pcr11 := sha256.Sum256(append(zero, d[:]...))
 	want := measurements.M{4: {Expected: zero}, 9: {Expected: zero}, 11: {Expected: pcr11[:]}, 15: {Expected: zero}}
-	return &env{issuer: n.Issuer, ca: n.CA, want: want}
+	return &env{issuer: n.Issuer, ca: n.CA, instance: n.Instance, want: want}
 }
 
 func (e *env) validator(t testing.TB, m measurements.M) attestation.Validator {
@@ -105,8 +106,8 @@ func TestServerAttests(t *testing.T) {
 	if err := call(t, addr, atls.Config{Validators: []attestation.Validator{e.validator(t, e.want)}}); err != nil {
 		t.Fatalf("RPC to attested server failed: %v", err)
 	}
-	if ai := <-seen; ai.PeerVariant != (variant.Variant{}) {
-		t.Fatalf("server saw a client variant %v, but the client did not attest", ai.PeerVariant)
+	if ai := <-seen; ai.PeerVariant != (variant.Variant{}) || !ai.PeerInstance.IsZero() {
+		t.Fatalf("server saw a client variant %v, instance %v, but the client did not attest", ai.PeerVariant, ai.PeerInstance)
 	}
 }
 
@@ -116,8 +117,24 @@ func TestClientAttests(t *testing.T) {
 	if err := call(t, addr, atls.Config{Issuer: e.issuer}); err != nil {
 		t.Fatalf("RPC from attested client failed: %v", err)
 	}
-	if ai := <-seen; ai.PeerVariant != variant.QEMUVTPM {
-		t.Fatalf("server saw client variant %v, want %v", ai.PeerVariant, variant.QEMUVTPM)
+	if ai := <-seen; ai.PeerVariant != variant.QEMUVTPM || ai.PeerInstance != e.instance {
+		t.Fatalf("server saw client variant %v, instance %v; want %v, %v", ai.PeerVariant, ai.PeerInstance, variant.QEMUVTPM, e.instance)
+	}
+}
+
+// onlyValidator hides every method of a validator but attestation.Validator's.
+type onlyValidator struct{ attestation.Validator }
+
+// A validator that cannot tell instances names none: the handler must not
+// take the zero Instance for anyone.
+func TestValidatorWithoutInstances(t *testing.T) {
+	e := newEnv(t)
+	addr, seen := serve(t, atls.Config{Validators: []attestation.Validator{onlyValidator{e.validator(t, e.want)}}})
+	if err := call(t, addr, atls.Config{Issuer: e.issuer}); err != nil {
+		t.Fatalf("RPC from attested client failed: %v", err)
+	}
+	if ai := <-seen; ai.PeerVariant != variant.QEMUVTPM || !ai.PeerInstance.IsZero() {
+		t.Fatalf("server saw client variant %v, instance %v; want %v and no instance", ai.PeerVariant, ai.PeerInstance, variant.QEMUVTPM)
 	}
 }
 

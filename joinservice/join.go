@@ -85,7 +85,7 @@ func runJoin(ctx context.Context, args []string) error {
 		return err
 	}
 	js, err := joinserver.New(joinserver.Config{
-		Keys: kc, Tokens: tokens, CA: clusterCA, CAKey: clusterKey, PKIDir: *pki,
+		Keys: kc, Tokens: &bootstraptoken.Cache{Issuer: tokens}, CA: clusterCA, CAKey: clusterKey, PKIDir: *pki,
 		Endpoint: *endpoint, KubernetesVersion: *version, Components: components,
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(*saltPath) },
 		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(*controlPlanesPath) },

@@ -2,7 +2,8 @@
 // bootstrap.kubernetes.io/token in kube-system, which the API server
 // accepts for a node's first contact until they expire. It talks to the
 // API server with the pod's service account over plain HTTPS, so the join
-// service needs no Kubernetes client library for this one call.
+// service needs no Kubernetes client library for this one call. Cache
+// shares a fresh token between joins instead of making one per join.
 package bootstraptoken
 
 import (
@@ -97,7 +98,7 @@ func (c *Client) CreateToken(ctx context.Context, ttl time.Duration) (string, er
 		"type":       "bootstrap.kubernetes.io/token",
 		"metadata":   map[string]any{"name": "bootstrap-token-" + id, "namespace": "kube-system"},
 		"stringData": map[string]string{
-			"description":                    "Orrery join service: one attested node's join",
+			"description":                    "Orrery join service: joins of attested nodes (shared while fresh)",
 			"token-id":                       id,
 			"token-secret":                   secret,
 			"expiration":                     now().Add(ttl).UTC().Format(time.RFC3339),

@@ -126,3 +126,42 @@ func TestParseInstanceIDs(t *testing.T) {
 		})
 	}
 }
+
+// Disk UUIDs are not secret: another genuine VM that names this node's
+// disk gets neither a join nor a rejoin ticket for it.
+func TestAnotherVMsDiskRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	if _, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
+		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	join, err := e.other.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
+		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-1", []string{"system:nodes"}),
+	})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "another VM") || len(join.GetStateDiskKey()) > 0 {
+		t.Fatalf("join with another VM's disk: err = %v, want PermissionDenied", err)
+	}
+	rejoin, err := e.other.IssueRejoinTicket(ctx, &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "admitted for worker-0") || len(rejoin.GetStateDiskKey()) > 0 {
+		t.Fatalf("rejoin with another VM's disk: err = %v, want PermissionDenied naming the disk's VM", err)
+	}
+	if !strings.Contains(e.logs.String(), "refused a rejoin: the state disk was admitted for another VM") {
+		t.Errorf("refusal not logged:\n%s", e.logs)
+	}
+}
+
+// A rejoin ticket only for a disk the cluster admitted.
+func TestRejoinOfUnadmittedDiskRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	resp, err := e.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "never admitted") || len(resp.GetStateDiskKey()) > 0 {
+		t.Fatalf("err = %v, want PermissionDenied for a disk never admitted", err)
+	}
+	// Nor for a node that cannot say which VM it is.
+	e2 := newEnv(t, envOptions{instance: &attestation.Instance{}})
+	if _, err := e2.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid}); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "recreate the VM") {
+		t.Fatalf("rejoin without an instance: err = %v", err)
+	}
+}

@@ -17,6 +17,11 @@
 //     (Config.ControlPlanes); a node that asks for them otherwise is
 //     refused, and the refusal logged. What the node says its role is
 //     decides nothing.
+//   - A state disk is admitted for one VM (Config.Admissions records it
+//     at join): a join with a disk recorded for another VM, and a rejoin
+//     for a disk never admitted or admitted for another VM, are refused.
+//     Disk UUIDs are not secret; the certified instance is what a node
+//     cannot borrow.
 package joinserver
 
 import (
@@ -53,6 +58,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 )
 
 // MaxTokenTTL bounds a bootstrap token's life: long enough for a joining
@@ -75,6 +81,16 @@ type KeyClient interface {
 	GetDataKey(ctx context.Context, keyID string, length int) ([]byte, error)
 }
 
+// Admissions is the cluster's record of which VM each state disk was
+// admitted for (admissions.Store).
+type Admissions interface {
+	// Admit records diskUUID for inst; admissions.ErrOtherInstance if
+	// it is recorded for another VM.
+	Admit(ctx context.Context, diskUUID string, inst attestation.Instance) error
+	// Lookup returns the VM diskUUID was admitted for, if any.
+	Lookup(ctx context.Context, diskUUID string) (inst attestation.Instance, found bool, err error)
+}
+
 // TokenIssuer creates kubeadm bootstrap tokens in the cluster.
 type TokenIssuer interface {
 	CreateToken(ctx context.Context, ttl time.Duration) (string, error)
@@ -84,6 +100,8 @@ type TokenIssuer interface {
 type Config struct {
 	Keys   KeyClient
 	Tokens TokenIssuer
+	// Admissions records admitted disks. Required.
+	Admissions Admissions
 	// CA and CAKey are the cluster CA, which signs kubelet certificates.
 	CA    *x509.Certificate
 	CAKey crypto.Signer
@@ -116,6 +134,9 @@ type Server struct {
 
 // New returns a join server.
 func New(cfg Config) (*Server, error) {
+	if cfg.Admissions == nil {
+		return nil, errors.New("join server: no record of admitted nodes configured (Config.Admissions)")
+	}
 	if cfg.TokenTTL == 0 {
 		cfg.TokenTTL = MaxTokenTTL
 	}
@@ -169,6 +190,15 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 			return nil, err
 		}
 	}
+	// Recorded before any key is handed out: a node that got its disk
+	// key can always rejoin with it, and no other VM can.
+	if err := s.cfg.Admissions.Admit(ctx, req.GetDiskUuid(), inst); errors.Is(err, admissions.ErrOtherInstance) {
+		log.Warn("refused a join: the state disk was admitted for another VM", "reason", err.Error())
+		return nil, status.Errorf(codes.PermissionDenied, "state disk %s: %v; a VM joins only with a disk of its own", strings.ToLower(req.GetDiskUuid()), err)
+	} else if err != nil {
+		log.Error("cannot record the admitted disk", "error", err)
+		return nil, status.Errorf(codes.Unavailable, "record the admitted state disk: %v", err)
+	}
 
 	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
 	if err != nil {
@@ -215,12 +245,34 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 
 // IssueRejoinTicket implements joinpb.JoinServiceServer.
 func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinTicketRequest) (*joinpb.IssueRejoinTicketResponse, error) {
-	if _, err := requireAttested(ctx); err != nil {
+	info, err := requireAttested(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := requireInstance(info)
+	if err != nil {
+		s.log.Warn("refused a rejoin: the node's attestation names no instance", "peer", peerAddr(ctx), "variant", info.PeerVariant.String())
 		return nil, err
 	}
 	keyID, err := keys.DiskKeyID(req.GetDiskUuid())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	disk := strings.ToLower(req.GetDiskUuid())
+	log := s.log.With("node", inst.Name, "instanceID", inst.ID, "diskUUID", disk)
+	owner, found, err := s.cfg.Admissions.Lookup(ctx, disk)
+	switch {
+	case err != nil:
+		log.Error("cannot read the record of admitted disks", "error", err)
+		return nil, status.Errorf(codes.Unavailable, "read the record of admitted disks: %v", err)
+	case !found:
+		log.Warn("refused a rejoin: the state disk was never admitted, or its node was removed")
+		return nil, status.Errorf(codes.PermissionDenied,
+			"state disk %s was never admitted to this cluster, or the owner removed its node: a rejoin ticket goes only to the VM the disk was admitted for; to bring this VM back, recreate it and let it join as a new node", disk)
+	case owner.ID != inst.ID:
+		log.Warn("refused a rejoin: the state disk was admitted for another VM", "admittedFor", owner.String())
+		return nil, status.Errorf(codes.PermissionDenied,
+			"state disk %s was admitted for %s, not for this node, %s: a rejoin ticket goes only to the VM the disk was admitted for", disk, owner, inst)
 	}
 	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
 	if err != nil {
@@ -230,7 +282,7 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
 	}
-	s.log.Info("issued rejoin ticket", "diskUUID", strings.ToLower(req.GetDiskUuid()))
+	log.Info("issued rejoin ticket")
 	return &joinpb.IssueRejoinTicketResponse{StateDiskKey: diskKey, MeasurementSecret: measurementSecret}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -37,6 +38,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 )
 
 var master = keys.MasterSecret{Key: bytes.Repeat([]byte{1}, 32), Salt: bytes.Repeat([]byte{2}, 32)}
@@ -48,6 +50,31 @@ func (localKeys) GetDataKey(_ context.Context, id string, n int) ([]byte, error)
 		return master.MeasurementSecret()
 	}
 	return master.DeriveKey(id, n)
+}
+
+// memAdmissions is the record of admitted disks in memory, with the
+// semantics of admissions.Store.
+type memAdmissions struct {
+	mu    sync.Mutex
+	disks map[string]attestation.Instance
+}
+
+func (m *memAdmissions) Admit(_ context.Context, disk string, inst attestation.Instance) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	disk = strings.ToLower(disk)
+	if have, ok := m.disks[disk]; ok && have.ID != inst.ID {
+		return fmt.Errorf("%w (%s)", admissions.ErrOtherInstance, have)
+	}
+	m.disks[disk] = inst
+	return nil
+}
+
+func (m *memAdmissions) Lookup(_ context.Context, disk string) (attestation.Instance, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inst, ok := m.disks[strings.ToLower(disk)]
+	return inst, ok, nil
 }
 
 type tokens struct{ ttl time.Duration }
@@ -85,12 +112,15 @@ func csrWithKey(t testing.TB, cn string, org []string, key crypto.Signer) []byte
 }
 
 type env struct {
-	ca       *x509.Certificate
-	tokens   *tokens
-	node     *qemutest.Node
-	logs     *syncBuffer
-	attested joinpb.JoinServiceClient
-	plain    joinpb.JoinServiceClient
+	ca         *x509.Certificate
+	tokens     *tokens
+	admissions *memAdmissions
+	node       *qemutest.Node
+	logs       *syncBuffer
+	attested   joinpb.JoinServiceClient
+	// other is another VM of the same platform, worker-1, attested.
+	other joinpb.JoinServiceClient
+	plain joinpb.JoinServiceClient
 }
 
 // envOptions shape newEnv's node and join service.
@@ -132,7 +162,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
 		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
 	}
-	e := &env{ca: ca, tokens: &tokens{}, logs: &syncBuffer{}}
+	e := &env{ca: ca, tokens: &tokens{}, admissions: &memAdmissions{disks: map[string]attestation.Instance{}}, logs: &syncBuffer{}}
 	pca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +178,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		approved += node.Instance.ID + "\n"
 	}
 	srv, err := New(Config{
-		Keys: localKeys{}, Tokens: e.tokens, CA: ca, CAKey: caKey, PKIDir: pki,
+		Keys: localKeys{}, Tokens: e.tokens, Admissions: e.admissions, CA: ca, CAKey: caKey, PKIDir: pki,
 		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
 		ControlPlanes:   func(context.Context) ([]string, error) { return ParseInstanceIDs(approved) },
@@ -181,7 +211,11 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		t.Cleanup(func() { conn.Close() })
 		return joinpb.NewJoinServiceClient(conn)
 	}
-	e.attested = dial(serve(grpc.Creds(serverCreds)), grpc.WithTransportCredentials(clientCreds))
+	attestedAddr := serve(grpc.Creds(serverCreds))
+	e.attested = dial(attestedAddr, grpc.WithTransportCredentials(clientCreds))
+	other := qemutest.NewInstance(t, pca, platformca.NewInstance("worker-1"))
+	otherCreds, _ := atls.NewCredentials(atls.Config{Issuer: other.Issuer})
+	e.other = dial(attestedAddr, grpc.WithTransportCredentials(otherCreds))
 	e.plain = dial(serve(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	return e
 }
@@ -286,7 +320,12 @@ func TestJoinRefusals(t *testing.T) {
 
 func TestRejoinTicket(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	resp, err := e.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
+	if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: strings.ToLower(uuid)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +336,11 @@ func TestRejoinTicket(t *testing.T) {
 }
 
 func TestTokenTTLBounded(t *testing.T) {
-	if _, err := New(Config{TokenTTL: time.Hour}); err == nil {
+	if _, err := New(Config{Admissions: &memAdmissions{}, TokenTTL: time.Hour}); err == nil {
 		t.Fatal("a one-hour bootstrap token was allowed")
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("a join server without a record of admitted disks was created")
 	}
 }
 
@@ -315,7 +357,7 @@ func FuzzCheckCSR(f *testing.F) {
 	f.Add(good[:len(good)/2])
 	f.Add([]byte{})
 	ca, caKey := newCA(f)
-	s, err := New(Config{CA: ca, CAKey: caKey})
+	s, err := New(Config{CA: ca, CAKey: caKey, Admissions: &memAdmissions{}})
 	if err != nil {
 		f.Fatal(err)
 	}

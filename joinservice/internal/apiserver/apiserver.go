@@ -1,0 +1,102 @@
+// Package apiserver is the join service's connection to the Kubernetes API
+// server: the pod's service account over plain HTTPS, so that the few
+// calls the service makes (bootstrap tokens, the record of admitted nodes)
+// need no Kubernetes client library.
+package apiserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ServiceAccountDir holds a pod's in-cluster credentials.
+const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// maxResponse bounds what is read of an answer: the objects the join
+// service reads are small ConfigMaps.
+const maxResponse = 1 << 20
+
+// Conn talks to the API server.
+type Conn struct {
+	// Server is the API server's URL, e.g. https://10.42.1.100:6443.
+	Server string
+	// Token authenticates; HTTP carries the cluster CA.
+	Token string
+	HTTP  *http.Client
+}
+
+// InCluster builds a connection from the pod's service account and the
+// KUBERNETES_SERVICE_HOST/PORT environment.
+func InCluster() (*Conn, error) {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return nil, fmt.Errorf("not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST/PORT unset)")
+	}
+	token, err := os.ReadFile(filepath.Join(ServiceAccountDir, "token"))
+	if err != nil {
+		return nil, fmt.Errorf("read service account token: %w", err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(ServiceAccountDir, "ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("read cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("cluster CA in %s is not PEM", ServiceAccountDir)
+	}
+	return &Conn{
+		Server: "https://" + host + ":" + port,
+		Token:  string(bytes.TrimSpace(token)),
+		HTTP:   &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}},
+	}, nil
+}
+
+// Do sends body (JSON-encoded, or nothing if nil) to path and returns the
+// status code and up to 1 MiB of the answer. Only a transport failure is
+// an error; the caller judges the status.
+func (c *Conn) Do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	var r io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Server+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read the API server's answer: %w", err)
+	}
+	return resp.StatusCode, out, nil
+}
+
+// Excerpt is the start of an error answer, for an error message.
+func Excerpt(body []byte) string {
+	const n = 512
+	if len(body) > n {
+		body = body[:n]
+	}
+	return string(bytes.TrimSpace(body))
+}

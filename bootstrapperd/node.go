@@ -46,7 +46,7 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 	// One lock and one disk for both paths: the lock's mutex orders them.
 	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: statedisk.DefaultFirstBootKey, TmpDir: runDir}
 	log := slogTo(os.Stderr)
-	tool.Instance = selfInstance(cfg.openTPM, log)
+	tool.Instance, tool.DiskUUID = selfInstance(cfg.openTPM, log), disk.UUID
 	finish := func() {
 		if err := markBootstrapped(cfg.bootstrappedMarker); err != nil {
 			log.Error("cannot mark the node bootstrapped", "error", err)

@@ -169,7 +169,9 @@ func secretManifests(ms keys.MasterSecret, salt []byte, self attestation.Instanc
 	}
 	data := map[string]string{MeasurementSaltKey: base64.StdEncoding.EncodeToString(salt)}
 	if !self.IsZero() {
-		data[ControlPlanesKey] = self.ID + " # " + self.Name + ", the node 'orrery init' initialised\n"
+		// The ID alone: an owner appends to this list, and a comment
+		// here would swallow an ID appended to its line.
+		data[ControlPlanesKey] = self.ID + "\n"
 	}
 	cm := map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",

@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/versions"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
@@ -44,7 +45,7 @@ func runJoin(ctx context.Context, args []string) error {
 	caPath := fs.String("platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
 	pki := fs.String("pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
 	saltPath := fs.String("measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
-	controlPlanesPath := fs.String("control-planes", "/etc/orrery/join-config/"+joinserver.ControlPlanesKey, "instance IDs the owner approved as control planes (a key of the orrery-join-config ConfigMap; re-read on every request; missing means none)")
+	controlPlanesPath := fs.String("control-planes", "/etc/orrery/join-config/"+controlplanes.Key, "instance IDs the owner approved as control planes (a key of the orrery-join-config ConfigMap; re-read on every request; missing means none)")
 	node := qemu.NodeIssuerConfig()
 	measurementLog := fs.String("measurement-log", node.MeasurementLog.Path, "this control-plane node's userspace measurement log (a read-only host path)")
 	firmwareLog := fs.String("firmware-event-log", node.FirmwareEventLogPath, "this control-plane node's firmware event log (a read-only host path; missing means none)")
@@ -186,7 +187,7 @@ func readControlPlanes(path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return joinserver.ParseInstanceIDs(string(raw))
+	return controlplanes.Parse(string(raw))
 }
 
 func loadClusterCA(dir string) (*x509.Certificate, crypto.Signer, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
 
@@ -25,8 +26,8 @@ const (
 	MeasurementSaltKey = "measurementSalt"
 	// ControlPlanesKey lists the instance IDs the owner approved as
 	// control planes; the join service hands the cluster's CA keys to
-	// those only (joinservice/internal/joinserver.ControlPlanesKey).
-	ControlPlanesKey = "controlPlaneInstanceIDs"
+	// those only (see internal/controlplanes).
+	ControlPlanesKey = controlplanes.Key
 )
 
 // Runner runs a tool: the one seam to kubeadm and kubectl.

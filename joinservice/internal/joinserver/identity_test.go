@@ -2,7 +2,6 @@ package joinserver
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
@@ -63,7 +63,7 @@ func TestWorkerAskingForControlPlaneFilesRefused(t *testing.T) {
 	resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+e.node.Instance.Name, []string{"system:nodes"}), IsControlPlane: true,
 	})
-	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "not approved") || !strings.Contains(err.Error(), ControlPlanesKey) {
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "not approved") || !strings.Contains(err.Error(), controlplanes.Key) {
 		t.Fatalf("err = %v, want PermissionDenied saying the instance is not approved and where to approve it", err)
 	}
 	if len(resp.GetControlPlaneFiles()) > 0 || len(resp.GetStateDiskKey()) > 0 {
@@ -94,36 +94,6 @@ func TestJoinWithoutInstanceRefused(t *testing.T) {
 		if resp != nil {
 			t.Fatal("a node without an instance got a ticket")
 		}
-	}
-}
-
-func TestParseInstanceIDs(t *testing.T) {
-	tests := map[string]struct {
-		in      string
-		want    []string
-		wantErr string
-	}{
-		"empty":              {in: "", want: nil},
-		"one":                {in: "123", want: []string{"123"}},
-		"lines and commas":   {in: "1\n2, 3\t4\r\n", want: []string{"1", "2", "3", "4"}},
-		"comments":           {in: "# approved by the owner\n1 # cp-0\n#2\n", want: []string{"1"}},
-		"bad character":      {in: "12;rm", wantErr: "character"},
-		"too long":           {in: strings.Repeat("1", 65), wantErr: "want 1 to 64"},
-		"non-ASCII space ok": {in: "1\u00a02", want: []string{"1", "2"}},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			got, err := ParseInstanceIDs(tc.in)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || !slices.Equal(got, tc.want) {
-				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
-			}
-		})
 	}
 }
 

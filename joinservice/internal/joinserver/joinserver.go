@@ -45,7 +45,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -54,8 +53,8 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
@@ -114,7 +113,7 @@ type Config struct {
 	// MeasurementSalt returns the cluster's measurement salt.
 	MeasurementSalt func(ctx context.Context) ([]byte, error)
 	// ControlPlanes returns the instance IDs the owner approved as
-	// control planes (see ParseInstanceIDs); it is asked on every request
+	// control planes (see internal/controlplanes); it is asked on every request
 	// for control-plane files, so an approval needs no restart. Nil
 	// approves none: every request for control-plane files is refused.
 	ControlPlanes func(ctx context.Context) ([]string, error)
@@ -339,39 +338,7 @@ func (s *Server) requireApprovedControlPlane(ctx context.Context, inst attestati
 	return status.Errorf(codes.PermissionDenied,
 		"node %s asked to join as a control plane, and the owner has not approved this instance as one, so it gets no control-plane files: "+
 			"to make it a control plane, add its instance ID to %q in the %s ConfigMap (see joinservice/README.md); to make it a worker, give it the worker role",
-		inst, ControlPlanesKey, ConfigMapName)
-}
-
-// ConfigMapName and ControlPlanesKey name where the owner approves control
-// planes: a key of the join service's ConfigMap (namespace kube-system).
-const (
-	ConfigMapName    = "orrery-join-config"
-	ControlPlanesKey = "controlPlaneInstanceIDs"
-)
-
-// maxApprovedControlPlanes bounds the list an owner writes.
-const maxApprovedControlPlanes = 1000
-
-// ParseInstanceIDs reads the owner's list of control-plane instance IDs:
-// IDs separated by white space or commas; a '#' starts a comment that runs
-// to the end of its line. An ID that the platform could not have issued
-// (see platformca.CheckInstanceID) is an error, so that a typo is found
-// when the list is written, not when a control plane is refused.
-func ParseInstanceIDs(text string) ([]string, error) {
-	var ids []string
-	for line := range strings.Lines(text) {
-		line, _, _ = strings.Cut(line, "#")
-		for _, id := range strings.FieldsFunc(line, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
-			if err := platformca.CheckInstanceID(id); err != nil {
-				return nil, fmt.Errorf("%s: %w", ControlPlanesKey, err)
-			}
-			if len(ids) == maxApprovedControlPlanes {
-				return nil, fmt.Errorf("%s: more than %d instance IDs", ControlPlanesKey, maxApprovedControlPlanes)
-			}
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
+		inst, controlplanes.Key, controlplanes.ConfigMapName)
 }
 
 // checkCSR parses the node's kubelet CSR and checks it asks for exactly

@@ -36,6 +36,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
@@ -181,7 +182,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		Keys: localKeys{}, Tokens: e.tokens, Admissions: e.admissions, CA: ca, CAKey: caKey, PKIDir: pki,
 		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
-		ControlPlanes:   func(context.Context) ([]string, error) { return ParseInstanceIDs(approved) },
+		ControlPlanes:   func(context.Context) ([]string, error) { return controlplanes.Parse(approved) },
 		Logger:          slog.New(slog.NewTextHandler(e.logs, nil)),
 	})
 	if err != nil {

@@ -1,0 +1,62 @@
+package controlplanes
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    []string
+		wantErr string
+	}{
+		"empty":              {in: "", want: nil},
+		"one":                {in: "123", want: []string{"123"}},
+		"lines and commas":   {in: "1\n2, 3\t4\r\n", want: []string{"1", "2", "3", "4"}},
+		"comments":           {in: "# approved by the owner\n1 # cp-0\n#2\n", want: []string{"1"}},
+		"bad character":      {in: "12;rm", wantErr: "character"},
+		"too long":           {in: strings.Repeat("1", 65), wantErr: "want 1 to 64"},
+		"non-ASCII space ok": {in: "1\u00a02", want: []string{"1", "2"}},
+		"too many":           {in: strings.Repeat("1 ", MaxIDs+1), wantErr: "more than"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := Parse(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestApprove(t *testing.T) {
+	text, added, err := Approve("", "11")
+	if err != nil || !added || text != "11\n" {
+		t.Fatalf("Approve on empty = %q, %v, %v", text, added, err)
+	}
+	// A line ending in a comment does not swallow the new ID.
+	text, added, err = Approve("11 # cp-0", "22")
+	if err != nil || !added {
+		t.Fatal(added, err)
+	}
+	if ids, _ := Parse(text); !slices.Equal(ids, []string{"11", "22"}) {
+		t.Fatalf("approved list %q parses to %q", text, ids)
+	}
+	if again, added, err := Approve(text, "22"); err != nil || added || again != text {
+		t.Fatalf("approving twice changed the list: %q, %v, %v", again, added, err)
+	}
+	if _, _, err := Approve(text, "2 2"); err == nil {
+		t.Fatal("an invalid ID was approved")
+	}
+	if _, _, err := Approve("bad;id", "3"); err == nil {
+		t.Fatal("a list that does not parse was extended")
+	}
+}

@@ -31,6 +31,6 @@ node's vTPM attestation before it trusts the node with any secret.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVerifyCmd(), newInitCmd(), newMiniCmd())
+	root.AddCommand(newVerifyCmd(), newInitCmd(), newMiniCmd(), newControlPlaneCmd())
 	return root
 }

@@ -42,7 +42,9 @@ func newVerifyCmd() *cobra.Command {
 		Long: `verify connects to a node over attested TLS, has it quote its PCRs with its
 vTPM, and checks the quote against the expected measurements of the image
 (measurements.json from 'make image') and the attestation key against the
-platform CA. It changes nothing on the node.`,
+platform CA. It changes nothing on the node. It also prints the instance
+(VM name and ID) the platform certified in the attestation key's
+certificate: the ID is what 'orrery control-plane approve' takes.`,
 		Example: `  orrery verify --node 10.42.1.100 \
     --measurements build/image/measurements.json \
     --platform-ca orrery-mini/platform-ca.crt`,
@@ -108,5 +110,11 @@ func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
 	}
 	info, _ := p.AuthInfo.(atls.AuthInfo)
 	fmt.Fprintf(cmd.OutOrStdout(), "OK: %s attested as %s; its PCRs match %s\n", addr, info.PeerVariant, o.measurementsPath)
+	// What an owner needs to approve the VM as a control plane
+	// ('orrery control-plane approve'): only a certified instance, read
+	// from an AK certificate that chained to the platform CA.
+	if !info.PeerInstance.IsZero() {
+		fmt.Fprintf(cmd.OutOrStdout(), "Its platform certifies it as instance %q with instance ID %s\n", info.PeerInstance.Name, info.PeerInstance.ID)
+	}
 	return nil
 }

@@ -70,6 +70,10 @@ func TestVerify(t *testing.T) {
 			args:    []string{"--measurements", writeMeasurements(t, pcr11[:]), "--platform-ca", caPath},
 			wantOut: "OK: " + addr + " attested as qemu-vtpm",
 		},
+		"prints the certified instance": {
+			args:    []string{"--measurements", writeMeasurements(t, pcr11[:]), "--platform-ca", caPath},
+			wantOut: `Its platform certifies it as instance "worker-0" with instance ID `,
+		},
 		"wrong PCR 11": {
 			args:     []string{"--measurements", writeMeasurements(t, bytes.Repeat([]byte{9}, 32)), "--platform-ca", caPath},
 			wantCode: 1, wantErr: "PCR 11 mismatch",

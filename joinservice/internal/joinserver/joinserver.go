@@ -337,8 +337,8 @@ func (s *Server) requireApprovedControlPlane(ctx context.Context, inst attestati
 	}
 	return status.Errorf(codes.PermissionDenied,
 		"node %s asked to join as a control plane, and the owner has not approved this instance as one, so it gets no control-plane files: "+
-			"to make it a control plane, add its instance ID to %q in the %s ConfigMap (see joinservice/README.md); to make it a worker, give it the worker role",
-		inst, controlplanes.Key, controlplanes.ConfigMapName)
+			"to make it a control plane, the owner runs 'orrery control-plane approve %s' (which adds it to %q in the %s ConfigMap); to make it a worker, give it the worker role",
+		inst, inst.ID, controlplanes.Key, controlplanes.ConfigMapName)
 }
 
 // checkCSR parses the node's kubelet CSR and checks it asks for exactly

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 )
 
 func TestParse(t *testing.T) {
@@ -59,4 +61,35 @@ func TestApprove(t *testing.T) {
 	if _, _, err := Approve("bad;id", "3"); err == nil {
 		t.Fatal("a list that does not parse was extended")
 	}
+}
+
+// FuzzParse feeds arbitrary text as the list: no panic, every ID accepted
+// is one the platform could issue, and Approve keeps what was there.
+func FuzzParse(f *testing.F) {
+	f.Add("1111\n2222 # cp-1\n")
+	f.Add("1,2,3")
+	f.Add("# only a comment")
+	f.Add("a b\x00c")
+	f.Fuzz(func(t *testing.T, text string) {
+		ids, err := Parse(text)
+		if err != nil {
+			return
+		}
+		for _, id := range ids {
+			if err := platformca.CheckInstanceID(id); err != nil {
+				t.Fatalf("accepted %q: %v", id, err)
+			}
+		}
+		more, _, err := Approve(text, "4242")
+		if err != nil {
+			if len(ids) == MaxIDs {
+				return
+			}
+			t.Fatalf("Approve on a list that parses: %v", err)
+		}
+		got, err := Parse(more)
+		if err != nil || !slices.Contains(got, "4242") || len(got) < len(ids) {
+			t.Fatalf("after Approve: %q, %v", got, err)
+		}
+	})
 }

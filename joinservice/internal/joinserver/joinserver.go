@@ -172,33 +172,9 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "kubelet certificate request: %v", err)
 	}
-	// Refuse rather than quietly sign for the attested name: a node that
-	// asks under another name is either misconfigured (the metadata
-	// service told it a name that is not its own, and kubeadm would
-	// register it under that name) or attacking, and either way an
-	// operator should hear of it.
-	if claimed != inst.Name {
-		log.Warn("refused a join: the request names another node", "claimedName", claimed)
-		return nil, status.Errorf(codes.PermissionDenied,
-			"the kubelet certificate request names node %q, but this node's attestation key certificate names it %s: a node joins only under the name its platform certified; check the name the metadata service gives this VM",
-			claimed, inst)
+	if err := s.authorizeJoin(ctx, log, req, inst, claimed); err != nil {
+		return nil, err
 	}
-	if req.GetIsControlPlane() {
-		if err := s.requireApprovedControlPlane(ctx, inst); err != nil {
-			log.Warn("refused a join: the node asked for control-plane files and is not an approved control plane", "reason", err.Error())
-			return nil, err
-		}
-	}
-	// Recorded before any key is handed out: a node that got its disk
-	// key can always rejoin with it, and no other VM can.
-	if err := s.cfg.Admissions.Admit(ctx, req.GetDiskUuid(), inst); errors.Is(err, admissions.ErrOtherInstance) {
-		log.Warn("refused a join: the state disk was admitted for another VM", "reason", err.Error())
-		return nil, status.Errorf(codes.PermissionDenied, "state disk %s: %v; a VM joins only with a disk of its own", strings.ToLower(req.GetDiskUuid()), err)
-	} else if err != nil {
-		log.Error("cannot record the admitted disk", "error", err)
-		return nil, status.Errorf(codes.Unavailable, "record the admitted state disk: %v", err)
-	}
-
 	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
 	if err != nil {
 		log.Error("key service failed", "error", err)
@@ -240,6 +216,41 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 		KubernetesVersion:        s.cfg.KubernetesVersion,
 		KubernetesComponents:     s.cfg.Components,
 	}, nil
+}
+
+// authorizeJoin decides whether instance inst, whose CSR claims node name
+// claimed, gets a join ticket for req, and records its disk as admitted
+// for it. Every refusal is logged.
+func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinpb.IssueJoinTicketRequest, inst attestation.Instance, claimed string) error {
+	// Refuse rather than quietly sign for the attested name: a node that
+	// asks under another name is either misconfigured (the metadata
+	// service told it a name that is not its own, and kubeadm would
+	// register it under that name) or attacking, and either way an
+	// operator should hear of it.
+	if claimed != inst.Name {
+		log.Warn("refused a join: the request names another node", "claimedName", claimed)
+		return status.Errorf(codes.PermissionDenied,
+			"the kubelet certificate request names node %q, but this node's attestation key certificate names it %s: a node joins only under the name its platform certified; check the name the metadata service gives this VM",
+			claimed, inst)
+	}
+	if req.GetIsControlPlane() {
+		if err := s.requireApprovedControlPlane(ctx, inst); err != nil {
+			log.Warn("refused a join: the node asked for control-plane files and is not an approved control plane", "reason", err.Error())
+			return err
+		}
+	}
+	// Recorded before any key is handed out: a node that got its disk
+	// key can always rejoin with it, and no other VM can.
+	err := s.cfg.Admissions.Admit(ctx, req.GetDiskUuid(), inst)
+	switch {
+	case errors.Is(err, admissions.ErrOtherInstance):
+		log.Warn("refused a join: the state disk was admitted for another VM", "reason", err.Error())
+		return status.Errorf(codes.PermissionDenied, "state disk %s: %v; a VM joins only with a disk of its own", strings.ToLower(req.GetDiskUuid()), err)
+	case err != nil:
+		log.Error("cannot record the admitted disk", "error", err)
+		return status.Errorf(codes.Unavailable, "record the admitted state disk: %v", err)
+	}
+	return nil
 }
 
 // IssueRejoinTicket implements joinpb.JoinServiceServer.

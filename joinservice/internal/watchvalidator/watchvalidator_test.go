@@ -78,3 +78,47 @@ func TestMissingFileAtStart(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// fakeInstance is a fake that also names the attesting VM.
+type fakeInstance struct {
+	fake
+	inst attestation.Instance
+}
+
+func (f fakeInstance) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
+	userData, err := f.Validate(ctx, doc, nonce)
+	if err != nil {
+		return nil, attestation.Instance{}, err
+	}
+	return userData, f.inst, nil
+}
+
+// The join service learns who a node is through this wrapper: it must
+// pass the instance on, or every node would be refused as nameless.
+func TestPassesInstanceOn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "measurements.json")
+	write(t, path, 1)
+	vm := attestation.Instance{Name: "worker-0", ID: "42"}
+	for name, tc := range map[string]struct {
+		build func(measurements.M) attestation.Validator
+		want  attestation.Instance
+	}{
+		"instance validator": {func(m measurements.M) attestation.Validator { return fakeInstance{fake{m[4].Expected}, vm} }, vm},
+		"plain validator":    {func(m measurements.M) attestation.Validator { return fake{m[4].Expected} }, attestation.Instance{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v, err := New(path, variant.QEMUVTPM, func(m measurements.M) (attestation.Validator, error) { return tc.build(m), nil }, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var iv attestation.InstanceValidator = v
+			ud, inst, err := iv.ValidateInstance(context.Background(), bytes.Repeat([]byte{1}, 32), nil)
+			if err != nil || string(ud) != "ok" || inst != tc.want {
+				t.Fatalf("ValidateInstance = %q, %v, %v; want the instance %v", ud, inst, err, tc.want)
+			}
+			if _, inst, err := iv.ValidateInstance(context.Background(), bytes.Repeat([]byte{2}, 32), nil); err == nil || !inst.IsZero() {
+				t.Fatalf("a refused attestation gave %v, %v", inst, err)
+			}
+		})
+	}
+}

@@ -126,11 +126,14 @@ func runJoin(ctx context.Context, args []string) error {
 // replay to its PCRs (the UKI's measurements into PCR 11 are in the
 // firmware's log).
 func nodeIssuer(cfg qemu.IssuerConfig) (attestation.Issuer, error) {
-	logs := map[string]string{"firmware event log": cfg.FirmwareEventLogPath}
+	// In a fixed order, so that the same missing files always give the
+	// same error (a map's order made a test fail now and then).
+	logs := [][2]string{{"firmware event log", cfg.FirmwareEventLogPath}}
 	if cfg.MeasurementLog != nil {
-		logs["measurement log"] = cfg.MeasurementLog.Path
+		logs = append(logs, [2]string{"measurement log", cfg.MeasurementLog.Path})
 	}
-	for what, path := range logs {
+	for _, l := range logs {
+		what, path := l[0], l[1]
 		if path == "" {
 			continue
 		}

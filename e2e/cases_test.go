@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/cloud"
 )
 
@@ -136,8 +141,16 @@ func powerOff(t *testing.T, ctx context.Context, n *cloud.Node) {
 	}
 }
 
-// refusedModified checks that the join service turned the modified node
-// away, naming the PCRs that differ, and that it never became a node.
+// refusedModified checks both refusals a modified image meets, with the
+// real cluster:
+//   - a node booted from it refuses the join service (the service attests
+//     first, as a control plane of an image that is not the node's), names
+//     the PCRs that differ, gets no ticket and never becomes a node;
+//   - the join service refuses a node that does not check it back: a vTPM
+//     that the cloud's platform CA certified, as it does every VM's, with
+//     measurements that are not the image's. The test plays that node from
+//     the host with swtpm, as an attacker with a modified bootstrapperd
+//     would.
 func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), dir, img string, modified *cloud.Node) {
 	t.Helper()
 	modDir := filepath.Join(dir, "modified-image")
@@ -149,30 +162,70 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 		t.Fatalf("build the modified image: %v", err)
 	}
 	startSpare(t, ctx, c, cloud.SpareOptions{Image: qcow}, modified)
-	deadline := time.Now().Add(5 * time.Minute)
-	var logs string
-	for {
-		logs = joinServiceLog(k, -1)
-		if line := findLine(logs, "refused a node", modified.IP.String()); line != "" {
-			for _, pcr := range []string{"PCR 4 mismatch", "PCR 9 mismatch", "PCR 11 mismatch"} {
-				if !strings.Contains(line, pcr) {
-					t.Errorf("the join service's refusal does not name %s:\n%s", pcr, line)
-				}
-			}
-			t.Logf("the join service refused %s:\n%s", modified.Name, truncate(line, 1500))
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("the join service never logged refusing %s (%s):\n%s", modified.Name, modified.IP, lastLines(logs, 30))
-		}
-		time.Sleep(5 * time.Second)
-	}
+	line := waitConsoleLine(t, ctx, modified, 5*time.Minute, "refused a join service", "PCR 4 mismatch")
+	t.Logf("%s refused the join service:\n%s", modified.Name, truncate(line, 1500))
 	if s, err := k("get", "node", modified.Name, "--ignore-not-found", "-o", "name"); err != nil || strings.TrimSpace(s) != "" {
 		t.Fatalf("the node from the modified image is in the cluster (%v): %s", err, s)
 	}
 	if raw, _ := os.ReadFile(modified.SerialLog()); strings.Contains(string(raw), "got a join ticket") {
 		t.Fatalf("the node from the modified image got a join ticket")
 	}
+
+	ca, err := platformca.Load(dir)
+	if err != nil {
+		t.Fatalf("the local cloud's platform CA: %v", err)
+	}
+	attacker := qemutest.NewInstance(t, ca, platformca.NewInstance(modified.Name))
+	before := strings.Count(joinServiceLog(k, -1), "refused a node")
+	err = attestToJoinService(ctx, attacker.Issuer, net.JoinHostPort(c.Nodes()[0].IP.String(), "30090"))
+	if err == nil || !strings.Contains(err.Error(), "server refused this client") {
+		t.Fatalf("a node with measurements that are not the image's attested to the join service: want it refused, got %v", err)
+	}
+	logs := joinServiceLog(k, -1)
+	if strings.Count(logs, "refused a node") <= before {
+		t.Fatalf("the join service did not log refusing the host's swtpm node:\n%s", lastLines(logs, 30))
+	}
+	refusal := lastLine(logs, "refused a node")
+	for _, pcr := range []string{"PCR 4 mismatch", "PCR 9 mismatch", "PCR 11 mismatch"} {
+		if !strings.Contains(refusal, pcr) {
+			t.Errorf("the join service's refusal does not name %s:\n%s", pcr, refusal)
+		}
+	}
+	t.Logf("the join service refused a node with foreign measurements:\n%s", truncate(refusal, 1500))
+}
+
+// attestToJoinService runs the attested-TLS handshake with the join
+// service at addr as a node that attests with issuer and, unlike
+// bootstrapperd, takes any join service: what a modified bootstrapperd
+// would do before it asks for a ticket.
+func attestToJoinService(ctx context.Context, issuer attestation.Issuer, addr string) error {
+	creds, err := atls.NewCredentials(atls.Config{Issuer: issuer})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	conn, _, err := creds.ClientHandshake(ctx, addr, raw)
+	if err == nil {
+		conn.Close()
+	}
+	return err
+}
+
+// lastLine is the last line of s that contains what.
+func lastLine(s, what string) string {
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], what) {
+			return lines[i]
+		}
+	}
+	return ""
 }
 
 // assertNothingLeft checks what 'orrery mini down' must remove: the
@@ -200,14 +253,21 @@ func assertNothingLeft(t *testing.T, dir string, nodes []*cloud.Node) {
 
 func waitConsole(t *testing.T, ctx context.Context, n *cloud.Node, what string, timeout time.Duration) {
 	t.Helper()
+	waitConsoleLine(t, ctx, n, timeout, what)
+}
+
+// waitConsoleLine waits for a line of n's console that contains all of
+// words, and returns it.
+func waitConsoleLine(t *testing.T, ctx context.Context, n *cloud.Node, timeout time.Duration, words ...string) string {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		raw, _ := os.ReadFile(n.SerialLog())
-		if strings.Contains(string(raw), what) {
-			return
+		if line := findLine(string(raw), words...); line != "" {
+			return line
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s's console never showed %q:\n%s", n.Name, what, lastLines(string(raw), 40))
+			t.Fatalf("%s's console never showed a line with %q:\n%s", n.Name, words, lastLines(string(raw), 40))
 		}
 		time.Sleep(3 * time.Second)
 	}

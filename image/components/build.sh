@@ -227,7 +227,7 @@ mkimage() {
 		echo "$key" >"$OUT/.cache/image-$name.key"
 	fi
 	IMAGES_JSON+=("$(jq -c --arg name "$name" --arg version "$version" --arg path "images/$name.tar" \
-		--arg install "$NODE_IMAGES/$name.tar" --argjson pinned "$pinned" \
+		--arg install "$NODE_IMAGES/$name" --argjson pinned "$pinned" \
 		'{name: $name, version: $version, ref: .ref, path: $path, installPath: $install, sha256: .sha256, size: .size, digest: .digest, configDigest: .config, pinned: $pinned}' "$meta")")
 	local dt=$(($(date +%s) - t0))
 	TIMINGS+=("image-$name $dt")

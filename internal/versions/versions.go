@@ -64,13 +64,15 @@ type Binary struct {
 	Size        int64  `json:"size"`
 }
 
-// Image is a container image archive that the node imports into containerd.
+// Image is a container image the node runs. The components build writes it
+// as an archive; the OS image carries it unpacked (see orrery-images in
+// image/components/containerd).
 type Image struct {
 	Name         string `json:"name"`         // e.g. "kube-apiserver"
 	Version      string `json:"version"`      // upstream version of the program in it
 	Ref          string `json:"ref"`          // e.g. "registry.k8s.io/kube-apiserver:v1.36.3"
 	Path         string `json:"path"`         // archive, relative to the components build directory
-	InstallPath  string `json:"installPath"`  // archive, absolute path on the node
+	InstallPath  string `json:"installPath"`  // absolute path on the node of its OCI layout and unpacked rootfs/
 	SHA256       string `json:"sha256"`       // hex, of the archive
 	Size         int64  `json:"size"`         // of the archive
 	Digest       string `json:"digest"`       // manifest digest, "sha256:..."

@@ -102,7 +102,7 @@ func validRelease() Release {
 		if ref == "" {
 			ref = "registry.k8s.io/" + n + ":v1.99.0"
 		}
-		r.Images = append(r.Images, Image{Name: n, Version: "v1", Ref: ref, Path: "images/" + n + ".tar", InstallPath: "/usr/share/orrery/images/" + n + ".tar",
+		r.Images = append(r.Images, Image{Name: n, Version: "v1", Ref: ref, Path: "images/" + n + ".tar", InstallPath: "/usr/share/orrery/images/" + n,
 			SHA256: sum, Size: 1, Digest: "sha256:" + sum, ConfigDigest: "sha256:" + sum, Pinned: true})
 	}
 	return r

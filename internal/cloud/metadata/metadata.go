@@ -23,7 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
+
+	"github.com/orrery-dev/orrery/internal/nodename"
 )
 
 // Roles of an instance.
@@ -71,7 +72,7 @@ type errorBody struct {
 }
 
 func (in Instance) validate() error {
-	if !validName(in.Name) {
+	if !nodename.Valid(in.Name) {
 		return fmt.Errorf("invalid instance name %q: use lowercase letters, digits and '-' in dot-separated labels (at most 253 bytes)", in.Name)
 	}
 	if in.Role != RoleControlPlane && in.Role != RoleWorker {
@@ -102,25 +103,6 @@ func checkInstances(ins []Instance) error {
 		ips[in.IP] = true
 	}
 	return nil
-}
-
-// validName accepts lowercase RFC 1123 subdomains, the names Kubernetes
-// accepts for nodes.
-func validName(s string) bool {
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // errNoControlPlane means there is no endpoint to hand out.

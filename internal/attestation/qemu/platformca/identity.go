@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
-	"strings"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/nodename"
 )
 
 // The local cloud names the VM an attestation key belongs to in the AK
@@ -59,7 +59,7 @@ func NewInstance(name string) attestation.Instance {
 // letters, digits, '-', '.' or '_': both end up in logs, ConfigMaps and
 // certificate subjects, and the platform writes nothing else.
 func CheckInstance(inst attestation.Instance) error {
-	if !validNodeName(inst.Name) {
+	if !nodename.Valid(inst.Name) {
 		return fmt.Errorf("instance name %.80q is not a valid node name (a lowercase DNS subdomain of at most 253 bytes)", inst.Name)
 	}
 	return CheckInstanceID(inst.ID)
@@ -77,27 +77,6 @@ func CheckInstanceID(id string) error {
 		}
 	}
 	return nil
-}
-
-// validNodeName accepts lowercase RFC 1123 subdomains, the names
-// Kubernetes accepts for nodes. (Written out rather than taken from
-// k8s.io/apimachinery: the initrd's /init links this package and must not
-// pull in Kubernetes' libraries.)
-func validNodeName(s string) bool {
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // instanceSubject is the AK certificate's subject for inst.

@@ -177,7 +177,10 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 	}
 	attacker := qemutest.NewInstance(t, ca, platformca.NewInstance(modified.Name))
 	before := strings.Count(joinServiceLog(k, -1), "refused a node")
-	err = attestToJoinService(ctx, attacker.Issuer, net.JoinHostPort(c.Nodes()[0].IP.String(), "30090"))
+	// The VMs' network lives in the cloud's network namespace.
+	err = c.Network().Do(func() error {
+		return attestToJoinService(ctx, attacker.Issuer, net.JoinHostPort(c.Nodes()[0].IP.String(), "30090"))
+	})
 	if err == nil || !strings.Contains(err.Error(), "server refused this client") {
 		t.Fatalf("a node with measurements that are not the image's attested to the join service: want it refused, got %v", err)
 	}

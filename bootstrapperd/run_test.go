@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,24 +22,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/syncbuffer"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestServesAttestedTLSUntilCancelled(t *testing.T) {
 	n := qemutest.NewNode(t)
@@ -52,7 +34,7 @@ func TestServesAttestedTLSUntilCancelled(t *testing.T) {
 	cfg.measurementLog = filepath.Join(dir, "measurements.log")
 	cfg.firmwareLog = filepath.Join(dir, "none")
 	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
-	var logs syncBuffer
+	var logs syncbuffer.Buffer
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +89,7 @@ func TestStopsDespiteAnOpenStream(t *testing.T) {
 	ctx, bootstrapped := context.WithCancel(context.Background())
 	defer bootstrapped()
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs syncbuffer.Buffer
 	go func() { done <- serve(ctx, cfg, lis, slogTo(&logs), time.Now(), nil) }()
 
 	zero := make([]byte, 32)
@@ -161,7 +143,7 @@ func TestLockedNodeExitsAtOnce(t *testing.T) {
 	cfg.measurementLog = mlog.Path
 	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
 	cfg.listen = "127.0.0.1:0"
-	var logs syncBuffer
+	var logs syncbuffer.Buffer
 	if err := run(context.Background(), cfg, slogTo(&logs)); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +172,7 @@ func TestInterruptedInitKeepsDaemon(t *testing.T) {
 	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
 	cfg.stateDir = dir
 	cfg.listen = "127.0.0.1:0"
-	var logs syncBuffer
+	var logs syncbuffer.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, slogTo(&logs)) }()

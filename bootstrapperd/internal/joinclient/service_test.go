@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/syncbuffer"
 )
 
 // The tests in this file are attacks by someone on the network between a
@@ -48,25 +48,6 @@ func (anyAttestation) Validate(_ context.Context, doc, _ []byte) ([]byte, error)
 		return nil, err
 	}
 	return d.UserData, nil
-}
-
-// logBuffer collects a test's logs; handlers may write from several
-// goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestJoinServiceMustProveItself(t *testing.T) {
@@ -109,7 +90,7 @@ func TestJoinServiceMustProveItself(t *testing.T) {
 			fake := &joinService{resp: attackerTicket()}
 			cfg := nodeConfig(t, self, "control-plane", []Instance{cp0})
 			cfg.dialNet = route(map[netip.Addr]string{cp0.IP: serveJoin(t, tc.service(t), fake)})
-			var logs logBuffer
+			var logs syncbuffer.Buffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -165,7 +146,7 @@ func TestRefusedServiceThenGenuineJoins(t *testing.T) {
 	cp1 := Instance{Name: "cp-1", Role: "control-plane", IP: netip.MustParseAddr("10.42.1.101")}
 	cfg := nodeConfig(t, self, "worker", []Instance{cp0, cp1})
 	cfg.dialNet = route(map[netip.Addr]string{cp0.IP: fakeAddr, cp1.IP: genuineAddr})
-	var logs logBuffer
+	var logs syncbuffer.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 
 	if err := Run(context.Background(), cfg); err != nil {

@@ -1,7 +1,6 @@
 package dhcpd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,32 +12,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/orrery-dev/orrery/internal/cloud/netenv"
+	"github.com/orrery-dev/orrery/internal/syncbuffer"
 	"golang.org/x/sys/unix"
 )
-
-// syncBuffer is a log sink that tests can read while the server writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func ip(t *testing.T, args ...string) {
 	t.Helper()
@@ -102,7 +83,7 @@ func TestServeInNamespace(t *testing.T) {
 
 	lease := Lease{MAC: testMAC, IP: netip.MustParseAddr("10.233.0.10"), Hostname: "cp-0"}
 	leased := make(chan Lease, 10)
-	var logs syncBuffer
+	var logs syncbuffer.Buffer
 	var srv *Server
 	err = n.Do(func() error {
 		var err error

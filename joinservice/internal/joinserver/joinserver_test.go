@@ -39,6 +39,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/syncbuffer"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 )
 
@@ -117,7 +118,7 @@ type env struct {
 	tokens     *tokens
 	admissions *memAdmissions
 	node       *qemutest.Node
-	logs       *syncBuffer
+	logs       *syncbuffer.Buffer
 	attested   joinpb.JoinServiceClient
 	// other is another VM of the same platform, worker-1, attested.
 	other joinpb.JoinServiceClient
@@ -135,24 +136,6 @@ type envOptions struct {
 	approveNode bool
 }
 
-// syncBuffer is a bytes.Buffer the server's logger and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // newEnv serves the join service twice: over attested TLS (the node's
 // swtpm attests, through the same validator the join service uses) and,
 // to check the server's own guard, without it.
@@ -163,7 +146,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
 		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
 	}
-	e := &env{ca: ca, tokens: &tokens{}, admissions: &memAdmissions{disks: map[string]attestation.Instance{}}, logs: &syncBuffer{}}
+	e := &env{ca: ca, tokens: &tokens{}, admissions: &memAdmissions{disks: map[string]attestation.Instance{}}, logs: &syncbuffer.Buffer{}}
 	pca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)

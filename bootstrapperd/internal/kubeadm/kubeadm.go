@@ -150,7 +150,12 @@ func (t *Tool) StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, meas
 		return err
 	}
 	var out bytes.Buffer
-	err = t.Runner.Run(ctx, "kubectl", []string{"--kubeconfig", t.AdminKubeconfig, "apply", "--server-side", "-f", "-"}, bytes.NewReader(manifest), &out)
+	// --validate=false: client-side validation first downloads and parses
+	// the API server's OpenAPI document, seconds of CPU under TCG on the
+	// init's critical path, to check a manifest this package generates.
+	// The API server still checks the objects against their schema.
+	err = t.Runner.Run(ctx, "kubectl", []string{"--kubeconfig", t.AdminKubeconfig, "apply", "--server-side", "--validate=false", "-f", "-"},
+		bytes.NewReader(manifest), &out)
 	if err != nil {
 		// kubectl's output names objects, never their data.
 		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(out.Bytes()))

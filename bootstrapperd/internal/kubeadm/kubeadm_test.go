@@ -195,7 +195,7 @@ func TestStoreMasterSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := r.calls[0]
-	if c.name != "kubectl" || strings.Join(c.args, " ") != "--kubeconfig /etc/kubernetes/admin.conf apply --server-side -f -" {
+	if c.name != "kubectl" || strings.Join(c.args, " ") != "--kubeconfig /etc/kubernetes/admin.conf apply --server-side --validate=false -f -" {
 		t.Fatalf("call %v", c)
 	}
 	for _, a := range c.args {

@@ -327,9 +327,12 @@ func (o initOptions) serviceReleases(nodeAddr string) []serviceRelease {
 	meas, _ := os.ReadFile(o.measurementsPath)
 	ca, _ := os.ReadFile(o.platformCAPath)
 	return []serviceRelease{
-		{name: "flannel", chart: charts.Flannel, values: map[string]any{"podCIDR": podCIDR}},
+		{name: "flannel", chart: charts.Flannel, values: map[string]any{
+			"podCIDR":   podCIDR,
+			"apiServer": map[string]any{"host": host, "port": kubeAPIPort},
+		}},
 		{name: "orrery-services", chart: charts.OrreryServices, values: map[string]any{
-			"endpoint":          net.JoinHostPort(host, "6443"),
+			"endpoint":          net.JoinHostPort(host, kubeAPIPort),
 			"kubernetesVersion": o.kubernetesVersion,
 			"measurements":      string(meas),
 			"platformCA":        string(ca),

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/cli"
@@ -30,26 +32,49 @@ type serviceRelease struct {
 
 // installServices installs or upgrades the cluster services with Helm and
 // waits until they run. Installing again (a retried init) upgrades in place.
+// The releases do not depend on each other (the join service is on the
+// host network), so they install side by side: on a slow machine most of
+// each install is waiting for its pods.
 func installServices(ctx context.Context, out io.Writer, kubeconfig string, releases []serviceRelease, timeout time.Duration) error {
-	settings := cli.New()
-	settings.KubeConfig = kubeconfig
-	cfg := new(action.Configuration)
-	if err := cfg.Init(settings.RESTClientGetter(), servicesNamespace, "secret", func(string, ...any) {}); err != nil {
-		return fmt.Errorf("connect Helm to the cluster: %w", err)
-	}
+	out = &lockedWriter{w: out}
+	g, ctx := errgroup.WithContext(ctx)
 	for _, r := range releases {
-		start := time.Now()
-		c, err := charts.Load(r.chart)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "  installing %s (chart %s %s)\n", r.name, c.Metadata.Name, c.Metadata.Version)
-		if err := installOrUpgrade(ctx, cfg, r.name, c, r.values, timeout); err != nil {
-			return fmt.Errorf("install %s: %w", r.name, err)
-		}
-		fmt.Fprintf(out, "  %s runs (%s)\n", r.name, time.Since(start).Round(time.Second))
+		g.Go(func() error {
+			start := time.Now()
+			c, err := charts.Load(r.chart)
+			if err != nil {
+				return err
+			}
+			// One Helm configuration per release: its client and
+			// release storage are not meant to be shared between
+			// goroutines.
+			settings := cli.New()
+			settings.KubeConfig = kubeconfig
+			cfg := new(action.Configuration)
+			if err := cfg.Init(settings.RESTClientGetter(), servicesNamespace, "secret", func(string, ...any) {}); err != nil {
+				return fmt.Errorf("connect Helm to the cluster: %w", err)
+			}
+			fmt.Fprintf(out, "  installing %s (chart %s %s)\n", r.name, c.Metadata.Name, c.Metadata.Version)
+			if err := installOrUpgrade(ctx, cfg, r.name, c, r.values, timeout); err != nil {
+				return fmt.Errorf("install %s: %w", r.name, err)
+			}
+			fmt.Fprintf(out, "  %s runs (%s)\n", r.name, time.Since(start).Round(time.Second))
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
+}
+
+// lockedWriter lets goroutines write whole lines to one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func installOrUpgrade(ctx context.Context, cfg *action.Configuration, name string, c *chart.Chart, values map[string]any, timeout time.Duration) error {

@@ -178,14 +178,11 @@ func importImages(ctx context.Context, tool *kubeadm.Tool, out io.Writer) error 
 // joiner runs kubeadm join once the baked images are in containerd.
 type joiner struct{ tool *kubeadm.Tool }
 
-func (j *joiner) Join(ctx context.Context, p joinclient.JoinParams, out io.Writer) error {
+func (j *joiner) Join(ctx context.Context, p kubeadm.JoinParams, out io.Writer) error {
 	if err := importImages(ctx, j.tool, out); err != nil {
 		return err
 	}
-	return j.tool.Join(ctx, kubeadm.JoinParams{
-		NodeName: p.NodeName, NodeIP: p.NodeIP, Endpoint: p.Endpoint, Token: p.Token,
-		CACertHash: p.CACertHash, ControlPlane: p.ControlPlane,
-	}, out)
+	return j.tool.Join(ctx, p, out)
 }
 
 func (j *joiner) Reset(ctx context.Context, out io.Writer) error { return j.tool.Reset(ctx, out) }

@@ -29,7 +29,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/versions"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
-	"github.com/orrery-dev/orrery/joinservice/internal/bootstraptoken"
 	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
 	"github.com/orrery-dev/orrery/joinservice/internal/watchvalidator"
 )
@@ -87,9 +86,8 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tokens := &bootstraptoken.Client{Server: api.Server, Token: api.Token, HTTP: api.HTTP}
 	js, err := joinserver.New(joinserver.Config{
-		Keys: kc, Tokens: &bootstraptoken.Cache{Issuer: tokens}, Admissions: &admissions.Store{Conn: api}, CA: clusterCA, CAKey: clusterKey, PKIDir: *pki,
+		Keys: kc, Admissions: &admissions.Store{Conn: api}, CA: clusterCA, CAKey: clusterKey, PKIDir: *pki,
 		Endpoint: *endpoint, KubernetesVersion: *version, Components: components,
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(*saltPath) },
 		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(*controlPlanesPath) },

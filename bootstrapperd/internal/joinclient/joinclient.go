@@ -55,6 +55,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -93,20 +94,10 @@ type StateDisk interface {
 
 // Joiner runs kubeadm join.
 type Joiner interface {
-	Join(ctx context.Context, p JoinParams, out io.Writer) error
+	Join(ctx context.Context, p kubeadm.JoinParams, out io.Writer) error
 	// Reset undoes what a failed kubeadm join left behind, so that the
 	// next attempt starts clean.
 	Reset(ctx context.Context, out io.Writer) error
-}
-
-// JoinParams are what kubeadm join needs.
-type JoinParams struct {
-	NodeName     string
-	NodeIP       netip.Addr
-	Endpoint     string
-	Token        string
-	CACertHash   string
-	ControlPlane bool
 }
 
 // Config wires the client.
@@ -329,9 +320,10 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	}
 	log.Info("running kubeadm join", "phase", "kubeadm-join", "endpoint", t.GetApiServerEndpoint())
 	status("running kubeadm join against " + t.GetApiServerEndpoint())
-	return cfg.Joiner.Join(ctx, JoinParams{
-		NodeName: self.Name, NodeIP: self.IP, Endpoint: t.GetApiServerEndpoint(), Token: t.GetToken(),
-		CACertHash: t.GetDiscoveryTokenCaCertHash(), ControlPlane: self.Role == "control-plane",
+	return cfg.Joiner.Join(ctx, kubeadm.JoinParams{
+		NodeName: self.Name, NodeIP: self.IP, Endpoint: t.GetApiServerEndpoint(),
+		CACert: t.GetClusterCaCert(), ClientCert: t.GetKubeletCert(), ClientKey: key,
+		ControlPlane: self.Role == "control-plane",
 	}, os.Stderr)
 }
 
@@ -352,8 +344,10 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 // certificates would be kubelet's serverTLSBootstrap with an approver
 // that checks each node's names and addresses (see joinservice/README.md).
 //
-// The client certificate is kept here, unused so far: kubelet still
-// authenticates with the certificate kubeadm's TLS bootstrap gets it.
+// kubelet bootstraps with the client certificate (kubeadm's discovery
+// kubeconfig holds it too): it asks the cluster for its own certificate
+// as system:node:<name>, which the cluster approves for that name only.
+// The copy here says which certificate the join service issued.
 const (
 	NodeClientCertFile = "orrery-node-client.crt"
 	NodeClientKeyFile  = "orrery-node-client.key"

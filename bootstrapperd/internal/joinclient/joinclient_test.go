@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/google/go-tpm/legacy/tpm2"
 	"google.golang.org/grpc"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -90,12 +92,12 @@ func (d *disk) UUID(context.Context) (string, error) {
 func (d *disk) Rekey(_ context.Context, k []byte) error { d.key = k; return nil }
 
 type joiner struct {
-	p      *JoinParams
+	p      *kubeadm.JoinParams
 	fail   int // fail this many joins first
 	resets int
 }
 
-func (j *joiner) Join(_ context.Context, p JoinParams, _ io.Writer) error {
+func (j *joiner) Join(_ context.Context, p kubeadm.JoinParams, _ io.Writer) error {
 	if j.fail > 0 {
 		j.fail--
 		return errors.New("kubeadm join: exit status 1")
@@ -110,7 +112,7 @@ func ticket() *joinpb.IssueJoinTicketResponse {
 	return &joinpb.IssueJoinTicketResponse{
 		StateDiskKey: bytes.Repeat([]byte{5}, 32), MeasurementSalt: bytes.Repeat([]byte{6}, 32),
 		MeasurementSecret: bytes.Repeat([]byte{7}, 32), KubeletCert: []byte("der"),
-		ApiServerEndpoint: "10.42.1.100:6443", Token: "abcdef.0123456789abcdef", DiscoveryTokenCaCertHash: "sha256:aa",
+		ApiServerEndpoint: "10.42.1.100:6443", ClusterCaCert: []byte("ca der"),
 	}
 }
 
@@ -254,8 +256,25 @@ func TestJoinWorker(t *testing.T) {
 	if got.GetIsControlPlane() || got.GetDiskUuid() == "" || len(got.GetCertificateRequest()) == 0 {
 		t.Fatalf("request %v", got)
 	}
-	if j.p == nil || j.p.Token != "abcdef.0123456789abcdef" || j.p.ControlPlane || j.p.NodeName != "worker-0" {
-		t.Fatalf("kubeadm join params %+v", j.p)
+	if j.p == nil || j.p.Endpoint != "10.42.1.100:6443" || j.p.ControlPlane || j.p.NodeName != "worker-0" {
+		t.Fatalf("kubeadm join params: %v", j.p != nil)
+	}
+	// kubeadm gets the ticket's CA and certificate, and the key the node
+	// made for the certificate request it sent.
+	if !bytes.Equal(j.p.CACert, []byte("ca der")) || !bytes.Equal(j.p.ClientCert, []byte("der")) {
+		t.Fatal("kubeadm join did not get the ticket's cluster CA and client certificate")
+	}
+	csr, err := x509.ParseCertificateRequest(got.GetCertificateRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(j.p.ClientKey)
+	if block == nil {
+		t.Fatal("kubeadm join got no PEM client key")
+	}
+	key, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil || !key.PublicKey.Equal(csr.PublicKey) {
+		t.Fatalf("kubeadm join got a client key that is not the CSR's (%v)", err)
 	}
 	if salt, _ := os.ReadFile(filepath.Join(cfg.StateDir, "measurement-salt")); !bytes.Equal(salt, bytes.Repeat([]byte{6}, 32)) {
 		t.Fatal("measurement salt not kept for rejoin")
@@ -271,7 +290,7 @@ func TestJoinWorker(t *testing.T) {
 			t.Errorf("%s written (%v): the join ticket's certificate is no serving certificate", f, err)
 		}
 	}
-	csr, err := x509.ParseCertificateRequest(got.GetCertificateRequest())
+	csr, err = x509.ParseCertificateRequest(got.GetCertificateRequest())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ package kubeadm
 
 import (
 	"bytes"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/netip"
 
@@ -178,12 +180,16 @@ func InitConfig(p InitParams) ([]byte, error) {
 
 // JoinParams are the inputs of `kubeadm join`.
 type JoinParams struct {
-	NodeName     string
-	NodeIP       netip.Addr
-	Endpoint     string
-	Token        string
-	CACertHash   string
-	ControlPlane bool
+	NodeName string
+	NodeIP   netip.Addr
+	// Endpoint is the API server, host:port.
+	Endpoint string
+	// CACert (DER) is the cluster CA, through which the node trusts the
+	// API server. ClientCert (DER) and ClientKey (PEM) are the node's
+	// client certificate from the join service (system:node:<name>):
+	// kubelet bootstraps with it, so no bootstrap token is involved.
+	CACert, ClientCert, ClientKey []byte
+	ControlPlane                  bool
 	// PatchDir: see InitParams.
 	PatchDir string
 }
@@ -193,11 +199,9 @@ type joinConfiguration struct {
 	Kind             string           `json:"kind"`
 	NodeRegistration nodeRegistration `json:"nodeRegistration"`
 	Discovery        struct {
-		BootstrapToken struct {
-			APIServerEndpoint string   `json:"apiServerEndpoint"`
-			Token             string   `json:"token"`
-			CACertHashes      []string `json:"caCertHashes"`
-		} `json:"bootstrapToken"`
+		File struct {
+			KubeConfigPath string `json:"kubeConfigPath"`
+		} `json:"file"`
 	} `json:"discovery"`
 	ControlPlane *struct {
 		LocalAPIEndpoint struct {
@@ -209,15 +213,15 @@ type joinConfiguration struct {
 	Timeouts timeouts `json:"timeouts"`
 }
 
-// JoinConfig renders the configuration file for `kubeadm join --config`.
-func JoinConfig(p JoinParams) ([]byte, error) {
-	if p.NodeName == "" || !p.NodeIP.IsValid() || p.Endpoint == "" || p.Token == "" || p.CACertHash == "" {
-		return nil, fmt.Errorf("kubeadm join config: node name, IP, endpoint, token and CA hash are required")
+// JoinConfig renders the configuration file for `kubeadm join --config`,
+// which finds the cluster through the kubeconfig at discoveryFile (see
+// DiscoveryKubeconfig).
+func JoinConfig(p JoinParams, discoveryFile string) ([]byte, error) {
+	if p.NodeName == "" || !p.NodeIP.IsValid() || discoveryFile == "" {
+		return nil, fmt.Errorf("kubeadm join config: node name, IP and discovery kubeconfig are required")
 	}
 	jc := joinConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "JoinConfiguration", NodeRegistration: nodeReg(p.NodeName, p.NodeIP)}
-	jc.Discovery.BootstrapToken.APIServerEndpoint = p.Endpoint
-	jc.Discovery.BootstrapToken.Token = p.Token
-	jc.Discovery.BootstrapToken.CACertHashes = []string{p.CACertHash}
+	jc.Discovery.File.KubeConfigPath = discoveryFile
 	jc.Patches = patchesIn(p.PatchDir)
 	jc.Timeouts = slowTimeouts
 	if p.ControlPlane {
@@ -246,4 +250,39 @@ func documents(docs ...any) ([]byte, error) {
 		b.Write(y)
 	}
 	return b.Bytes(), nil
+}
+
+// DiscoveryKubeconfig renders the kubeconfig `kubeadm join` discovers the
+// cluster with (kubeadm's file discovery): the API server at p.Endpoint,
+// trusted through p.CACert, and the node's client certificate and key,
+// embedded. kubeadm gives it to kubelet as its bootstrap kubeconfig, and
+// kubelet asks for its own certificate with the node's: the cluster
+// approves that only for the name in the certificate.
+func DiscoveryKubeconfig(p JoinParams) ([]byte, error) {
+	if p.Endpoint == "" || len(p.CACert) == 0 || len(p.ClientCert) == 0 || len(p.ClientKey) == 0 {
+		return nil, fmt.Errorf("discovery kubeconfig: endpoint, cluster CA, client certificate and key are required")
+	}
+	if _, err := x509.ParseCertificate(p.CACert); err != nil {
+		return nil, fmt.Errorf("discovery kubeconfig: the cluster CA certificate does not parse: %w", err)
+	}
+	if _, err := x509.ParseCertificate(p.ClientCert); err != nil {
+		return nil, fmt.Errorf("discovery kubeconfig: the node's client certificate does not parse: %w", err)
+	}
+	pemCert := func(der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}) }
+	const name = "orrery"
+	kc := map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Config",
+		"clusters": []any{map[string]any{"name": name, "cluster": map[string]any{
+			"server":                     "https://" + p.Endpoint,
+			"certificate-authority-data": pemCert(p.CACert),
+		}}},
+		"users": []any{map[string]any{"name": name, "user": map[string]any{
+			"client-certificate-data": pemCert(p.ClientCert),
+			"client-key-data":         p.ClientKey,
+		}}},
+		"contexts":        []any{map[string]any{"name": name, "context": map[string]any{"cluster": name, "user": name}}},
+		"current-context": name,
+	}
+	return yaml.Marshal(kc)
 }

@@ -51,8 +51,8 @@ func (ExecRunner) Run(ctx context.Context, name string, args []string, stdin io.
 // Tool runs kubeadm and kubectl on this node.
 type Tool struct {
 	Runner Runner
-	// ConfigDir receives kubeadm's configuration files (a tmpfs: a join
-	// configuration holds a bootstrap token).
+	// ConfigDir receives kubeadm's configuration files (a tmpfs: a join's
+	// discovery kubeconfig holds the node's client key).
 	ConfigDir string
 	// AdminKubeconfig is where kubeadm init writes the admin kubeconfig.
 	AdminKubeconfig string
@@ -83,8 +83,8 @@ func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, e
 	if err != nil {
 		return nil, err
 	}
-	// The token kubeadm would print is useless here: nodes join with
-	// short-lived tokens from the join service.
+	// The token kubeadm would print is useless here: nodes join with the
+	// client certificate the join service signs for them.
 	if err := t.Runner.Run(ctx, "kubeadm", []string{"init", "--config", path, "--skip-token-print"}, nil, out); err != nil {
 		return nil, err
 	}
@@ -103,7 +103,16 @@ func (t *Tool) Join(ctx context.Context, p JoinParams, out io.Writer) error {
 			return err
 		}
 	}
-	cfg, err := JoinConfig(p)
+	discovery, err := DiscoveryKubeconfig(p)
+	if err != nil {
+		return err
+	}
+	discoveryPath, err := t.writeConfig("kubeadm-discovery.conf", discovery)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(discoveryPath)
+	cfg, err := JoinConfig(p, discoveryPath)
 	if err != nil {
 		return err
 	}

@@ -106,18 +106,24 @@ func TestInitConfig(t *testing.T) {
 }
 
 func TestJoinConfig(t *testing.T) {
-	p := JoinParams{NodeName: "w-0", NodeIP: netip.MustParseAddr("10.42.2.100"), Endpoint: "10.42.1.100:6443",
-		Token: "abcdef.0123456789abcdef", CACertHash: "sha256:00"}
-	raw, err := JoinConfig(p)
+	p := JoinParams{NodeName: "w-0", NodeIP: netip.MustParseAddr("10.42.2.100"), Endpoint: "10.42.1.100:6443"}
+	raw, err := JoinConfig(p, "/run/d.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := splitDocs(t, raw)[0]
-	if get(doc, "discovery", "bootstrapToken", "token") != p.Token || get(doc, "controlPlane") != nil {
+	if get(doc, "discovery", "file", "kubeConfigPath") != "/run/d.conf" || get(doc, "controlPlane") != nil {
 		t.Fatalf("worker join config: %s", raw)
 	}
+	// A bootstrap token lets its holder ask for any node's certificate.
+	if get(doc, "discovery", "bootstrapToken") != nil || get(doc, "discovery", "tlsBootstrapToken") != nil {
+		t.Fatalf("join config uses a bootstrap token: %s", raw)
+	}
+	if _, err := JoinConfig(p, ""); err == nil {
+		t.Error("join config without a discovery kubeconfig accepted")
+	}
 	p.ControlPlane, p.PatchDir = true, "/run/p"
-	raw, _ = JoinConfig(p)
+	raw, _ = JoinConfig(p, "/run/d.conf")
 	doc = splitDocs(t, raw)[0]
 	if get(doc, "controlPlane", "localAPIEndpoint", "advertiseAddress") != "10.42.2.100" || get(doc, "patches", "directory") != "/run/p" {
 		t.Fatalf("control-plane join config: %s", raw)
@@ -308,8 +314,7 @@ func TestControlPlanePatches(t *testing.T) {
 		}
 		return nil
 	}
-	if err := tool.Join(context.Background(), JoinParams{NodeName: "w-0", NodeIP: netip.MustParseAddr("10.42.2.100"), Endpoint: "10.42.1.100:6443",
-		Token: "abcdef.0123456789abcdef", CACertHash: "sha256:00"}, io.Discard); err != nil {
+	if err := tool.Join(context.Background(), testJoinParams(t), io.Discard); err != nil {
 		t.Fatal(err)
 	}
 }

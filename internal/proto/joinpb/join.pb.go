@@ -134,15 +134,6 @@ type IssueJoinTicketResponse struct {
 	// by the join service from the cluster's control-plane endpoint; passed to
 	// `kubeadm join`.
 	ApiServerEndpoint string `protobuf:"bytes,5,opt,name=api_server_endpoint,json=apiServerEndpoint,proto3" json:"api_server_endpoint,omitempty"`
-	// token is a kubeadm bootstrap token, "<6 chars>.<16 chars>" of
-	// [a-z0-9], e.g. "abcdef.0123456789abcdef". The join service creates it for
-	// this request only with a lifetime of minutes; the node uses it right
-	// away with `kubeadm join` for the kubelet's TLS bootstrap.
-	Token string `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
-	// discovery_token_ca_cert_hash pins the cluster CA for `kubeadm join`:
-	// "sha256:" followed by 64 lowercase hex digits, the SHA-256 of the CA
-	// certificate's DER-encoded SubjectPublicKeyInfo (kubeadm's format).
-	DiscoveryTokenCaCertHash string `protobuf:"bytes,7,opt,name=discovery_token_ca_cert_hash,json=discoveryTokenCaCertHash,proto3" json:"discovery_token_ca_cert_hash,omitempty"`
 	// control_plane_files are the certificates and keys shared by all
 	// control-plane nodes, which a control-plane joiner must have before
 	// `kubeadm join --control-plane`. Empty when is_control_plane was false.
@@ -156,8 +147,14 @@ type IssueJoinTicketResponse struct {
 	// verifies and installs each one before it runs `kubeadm join`. May be
 	// empty when the image's own components are the right ones.
 	KubernetesComponents []*KubernetesComponent `protobuf:"bytes,10,rep,name=kubernetes_components,json=kubernetesComponents,proto3" json:"kubernetes_components,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// cluster_ca_cert is the DER-encoded certificate of the cluster CA, which
+	// signed kubelet_cert and the API server's certificate. The node trusts
+	// the API server at api_server_endpoint through it: `kubeadm join` gets a
+	// kubeconfig with this CA and kubelet_cert (file discovery), and the
+	// kubelet renews its certificate with it.
+	ClusterCaCert []byte `protobuf:"bytes,11,opt,name=cluster_ca_cert,json=clusterCaCert,proto3" json:"cluster_ca_cert,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IssueJoinTicketResponse) Reset() {
@@ -225,20 +222,6 @@ func (x *IssueJoinTicketResponse) GetApiServerEndpoint() string {
 	return ""
 }
 
-func (x *IssueJoinTicketResponse) GetToken() string {
-	if x != nil {
-		return x.Token
-	}
-	return ""
-}
-
-func (x *IssueJoinTicketResponse) GetDiscoveryTokenCaCertHash() string {
-	if x != nil {
-		return x.DiscoveryTokenCaCertHash
-	}
-	return ""
-}
-
 func (x *IssueJoinTicketResponse) GetControlPlaneFiles() []*ControlPlaneFile {
 	if x != nil {
 		return x.ControlPlaneFiles
@@ -256,6 +239,13 @@ func (x *IssueJoinTicketResponse) GetKubernetesVersion() string {
 func (x *IssueJoinTicketResponse) GetKubernetesComponents() []*KubernetesComponent {
 	if x != nil {
 		return x.KubernetesComponents
+	}
+	return nil
+}
+
+func (x *IssueJoinTicketResponse) GetClusterCaCert() []byte {
+	if x != nil {
+		return x.ClusterCaCert
 	}
 	return nil
 }
@@ -515,19 +505,18 @@ const file_internal_proto_joinpb_join_proto_rawDesc = "" +
 	"\x16IssueJoinTicketRequest\x12\x1b\n" +
 	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\x12/\n" +
 	"\x13certificate_request\x18\x02 \x01(\fR\x12certificateRequest\x12(\n" +
-	"\x10is_control_plane\x18\x03 \x01(\bR\x0eisControlPlane\"\x9d\x04\n" +
+	"\x10is_control_plane\x18\x03 \x01(\bR\x0eisControlPlane\"\xa0\x04\n" +
 	"\x17IssueJoinTicketResponse\x12$\n" +
 	"\x0estate_disk_key\x18\x01 \x01(\fR\fstateDiskKey\x12)\n" +
 	"\x10measurement_salt\x18\x02 \x01(\fR\x0fmeasurementSalt\x12-\n" +
 	"\x12measurement_secret\x18\x03 \x01(\fR\x11measurementSecret\x12!\n" +
 	"\fkubelet_cert\x18\x04 \x01(\fR\vkubeletCert\x12.\n" +
-	"\x13api_server_endpoint\x18\x05 \x01(\tR\x11apiServerEndpoint\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\tR\x05token\x12>\n" +
-	"\x1cdiscovery_token_ca_cert_hash\x18\a \x01(\tR\x18discoveryTokenCaCertHash\x12P\n" +
+	"\x13api_server_endpoint\x18\x05 \x01(\tR\x11apiServerEndpoint\x12P\n" +
 	"\x13control_plane_files\x18\b \x03(\v2 .orrery.join.v1.ControlPlaneFileR\x11controlPlaneFiles\x12-\n" +
 	"\x12kubernetes_version\x18\t \x01(\tR\x11kubernetesVersion\x12X\n" +
 	"\x15kubernetes_components\x18\n" +
-	" \x03(\v2#.orrery.join.v1.KubernetesComponentR\x14kubernetesComponents\":\n" +
+	" \x03(\v2#.orrery.join.v1.KubernetesComponentR\x14kubernetesComponents\x12&\n" +
+	"\x0fcluster_ca_cert\x18\v \x01(\fR\rclusterCaCertJ\x04\b\x06\x10\aJ\x04\b\a\x10\bR\x05tokenR\x1cdiscovery_token_ca_cert_hash\":\n" +
 	"\x10ControlPlaneFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"x\n" +

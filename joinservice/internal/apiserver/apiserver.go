@@ -1,6 +1,6 @@
 // Package apiserver is the join service's connection to the Kubernetes API
 // server: the pod's service account over plain HTTPS, so that the few
-// calls the service makes (bootstrap tokens, the record of admitted nodes)
+// calls the service makes (the record of admitted nodes)
 // need no Kubernetes client library.
 package apiserver
 

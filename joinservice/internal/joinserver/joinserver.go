@@ -12,6 +12,11 @@
 //   - The kubelet certificate names that node only (system:node:<name>,
 //     group system:nodes), for client authentication only, with no DNS
 //     names or addresses.
+//   - No bootstrap token: with one, a node could ask the cluster for a
+//     client certificate of any node name. The node joins with the
+//     kubelet certificate and the cluster CA (kubeadm's file discovery);
+//     kubelet renews that certificate for its own name only (the
+//     selfnodeclient approval).
 //   - Control-plane files (the cluster's CA keys) go only to a node whose
 //     instance ID the owner approved as a control plane
 //     (Config.ControlPlanes); a node that asks for them otherwise is
@@ -32,10 +37,8 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,10 +62,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 )
-
-// MaxTokenTTL bounds a bootstrap token's life: long enough for a joining
-// node under emulation, short enough to be useless if it leaks.
-const MaxTokenTTL = 15 * time.Minute
 
 // MeasurementSecretID is the key service's ID for the measurement secret.
 const MeasurementSecretID = "measurement-secret"
@@ -90,15 +89,9 @@ type Admissions interface {
 	Lookup(ctx context.Context, diskUUID string) (inst attestation.Instance, found bool, err error)
 }
 
-// TokenIssuer creates kubeadm bootstrap tokens in the cluster.
-type TokenIssuer interface {
-	CreateToken(ctx context.Context, ttl time.Duration) (string, error)
-}
-
 // Config wires the server.
 type Config struct {
-	Keys   KeyClient
-	Tokens TokenIssuer
+	Keys KeyClient
 	// Admissions records admitted disks. Required.
 	Admissions Admissions
 	// CA and CAKey are the cluster CA, which signs kubelet certificates.
@@ -117,8 +110,6 @@ type Config struct {
 	// for control-plane files, so an approval needs no restart. Nil
 	// approves none: every request for control-plane files is refused.
 	ControlPlanes func(ctx context.Context) ([]string, error)
-	// TokenTTL is the bootstrap tokens' lifetime; zero means MaxTokenTTL.
-	TokenTTL time.Duration
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -136,11 +127,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Admissions == nil {
 		return nil, errors.New("join server: no record of admitted nodes configured (Config.Admissions)")
 	}
-	if cfg.TokenTTL == 0 {
-		cfg.TokenTTL = MaxTokenTTL
-	}
-	if cfg.TokenTTL > MaxTokenTTL {
-		return nil, fmt.Errorf("bootstrap token lifetime %s exceeds %s", cfg.TokenTTL, MaxTokenTTL)
+	if cfg.CA == nil || cfg.CAKey == nil {
+		return nil, errors.New("join server: no cluster CA configured (Config.CA, Config.CAKey)")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -199,22 +187,17 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 			return nil, status.Errorf(codes.Internal, "read control-plane files: %v", err)
 		}
 	}
-	token, err := s.cfg.Tokens.CreateToken(ctx, s.cfg.TokenTTL)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "create a bootstrap token: %v", err)
-	}
 	log.Info("issued join ticket")
 	return &joinpb.IssueJoinTicketResponse{
-		StateDiskKey:             diskKey,
-		MeasurementSalt:          salt,
-		MeasurementSecret:        measurementSecret,
-		KubeletCert:              cert,
-		ApiServerEndpoint:        s.cfg.Endpoint,
-		Token:                    token,
-		DiscoveryTokenCaCertHash: CAHash(s.cfg.CA),
-		ControlPlaneFiles:        files,
-		KubernetesVersion:        s.cfg.KubernetesVersion,
-		KubernetesComponents:     s.cfg.Components,
+		StateDiskKey:         diskKey,
+		MeasurementSalt:      salt,
+		MeasurementSecret:    measurementSecret,
+		KubeletCert:          cert,
+		ClusterCaCert:        s.cfg.CA.Raw,
+		ApiServerEndpoint:    s.cfg.Endpoint,
+		ControlPlaneFiles:    files,
+		KubernetesVersion:    s.cfg.KubernetesVersion,
+		KubernetesComponents: s.cfg.Components,
 	}, nil
 }
 
@@ -454,11 +437,4 @@ func (s *Server) controlPlaneFiles() ([]*joinpb.ControlPlaneFile, error) {
 		out = append(out, &joinpb.ControlPlaneFile{Name: name, Data: data})
 	}
 	return out, nil
-}
-
-// CAHash is kubeadm's discovery hash of a CA: SHA-256 over its subject
-// public key info.
-func CAHash(ca *x509.Certificate) string {
-	sum := sha256.Sum256(ca.RawSubjectPublicKeyInfo)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

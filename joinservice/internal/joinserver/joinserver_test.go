@@ -9,10 +9,8 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -79,13 +77,6 @@ func (m *memAdmissions) Lookup(_ context.Context, disk string) (attestation.Inst
 	return inst, ok, nil
 }
 
-type tokens struct{ ttl time.Duration }
-
-func (t *tokens) CreateToken(_ context.Context, ttl time.Duration) (string, error) {
-	t.ttl = ttl
-	return "abcdef.0123456789abcdef", nil
-}
-
 func newCA(t testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, IsCA: true,
@@ -115,7 +106,6 @@ func csrWithKey(t testing.TB, cn string, org []string, key crypto.Signer) []byte
 
 type env struct {
 	ca         *x509.Certificate
-	tokens     *tokens
 	admissions *memAdmissions
 	node       *qemutest.Node
 	logs       *syncbuffer.Buffer
@@ -146,7 +136,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
 		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
 	}
-	e := &env{ca: ca, tokens: &tokens{}, admissions: &memAdmissions{disks: map[string]attestation.Instance{}}, logs: &syncbuffer.Buffer{}}
+	e := &env{ca: ca, admissions: &memAdmissions{disks: map[string]attestation.Instance{}}, logs: &syncbuffer.Buffer{}}
 	pca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +152,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		approved += node.Instance.ID + "\n"
 	}
 	srv, err := New(Config{
-		Keys: localKeys{}, Tokens: e.tokens, Admissions: e.admissions, CA: ca, CAKey: caKey, PKIDir: pki,
+		Keys: localKeys{}, Admissions: e.admissions, CA: ca, CAKey: caKey, PKIDir: pki,
 		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
 		ControlPlanes:   func(context.Context) ([]string, error) { return controlplanes.Parse(approved) },
@@ -222,16 +212,15 @@ func TestJoinTicket(t *testing.T) {
 			t.Fatal("ticket carries the wrong disk key or measurement secret")
 		}
 		checkKubeletCert(t, e.ca, resp.GetKubeletCert(), "worker-0")
-		sum := sha256.Sum256(e.ca.RawSubjectPublicKeyInfo)
-		if resp.GetDiscoveryTokenCaCertHash() != "sha256:"+hex.EncodeToString(sum[:]) || resp.GetToken() == "" || resp.GetApiServerEndpoint() != "10.42.1.100:6443" {
-			t.Fatalf("ticket: %v", resp)
+		// The node trusts the API server through the cluster CA, and
+		// joins with the certificate above: no bootstrap token, which
+		// would let it ask for any node's certificate.
+		if !bytes.Equal(resp.GetClusterCaCert(), e.ca.Raw) || resp.GetApiServerEndpoint() != "10.42.1.100:6443" {
+			t.Fatalf("ticket: cluster CA %d bytes (want the CA's %d), endpoint %q", len(resp.GetClusterCaCert()), len(e.ca.Raw), resp.GetApiServerEndpoint())
 		}
 		if got := len(resp.GetControlPlaneFiles()); (got > 0) != cp || (cp && got != len(ControlPlaneFiles)) {
 			t.Fatalf("control plane %v: %d files", cp, got)
 		}
-	}
-	if e.tokens.ttl > MaxTokenTTL || e.tokens.ttl == 0 {
-		t.Fatalf("token TTL %s", e.tokens.ttl)
 	}
 }
 
@@ -319,12 +308,12 @@ func TestRejoinTicket(t *testing.T) {
 	}
 }
 
-func TestTokenTTLBounded(t *testing.T) {
-	if _, err := New(Config{Admissions: &memAdmissions{}, TokenTTL: time.Hour}); err == nil {
-		t.Fatal("a one-hour bootstrap token was allowed")
-	}
-	if _, err := New(Config{}); err == nil {
+func TestNewRequiresAdmissionsAndCA(t *testing.T) {
+	if _, err := New(Config{CA: &x509.Certificate{}, CAKey: &ecdsa.PrivateKey{}}); err == nil {
 		t.Fatal("a join server without a record of admitted disks was created")
+	}
+	if _, err := New(Config{Admissions: &memAdmissions{}}); err == nil {
+		t.Fatal("a join server without the cluster CA was created")
 	}
 }
 

@@ -303,3 +303,29 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// assertJoinedWithNodeCert checks that node asked for its kubelet
+// certificate as itself, with the certificate the join service signed
+// for it, and that no node used a bootstrap token: a token would let a
+// node ask for any node's certificate.
+func assertJoinedWithNodeCert(t *testing.T, k func(...string) (string, error), node string) {
+	t.Helper()
+	out, err := k("get", "csr", "-o", `jsonpath={range .items[*]}{.spec.signerName} {.spec.username}{"\n"}{end}`)
+	if err != nil {
+		t.Fatalf("list certificate signing requests: %v\n%s", err, out)
+	}
+	var mine bool
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		signer, user, _ := strings.Cut(line, " ")
+		if signer != "kubernetes.io/kube-apiserver-client-kubelet" {
+			continue
+		}
+		if strings.HasPrefix(user, "system:bootstrap:") {
+			t.Errorf("a kubelet asked for its certificate with a bootstrap token (%s)", user)
+		}
+		mine = mine || user == "system:node:"+node
+	}
+	if !mine {
+		t.Errorf("no kubelet certificate request from system:node:%s; requests:\n%s", node, out)
+	}
+}

@@ -230,6 +230,7 @@ func TestCluster(t *testing.T) {
 	}
 	waitFor("worker joins and both nodes are Ready", 15*time.Minute, ready("cp-0", "worker-0"))
 	initToReady := time.Since(initStart)
+	assertJoinedWithNodeCert(t, k, "worker-0")
 	for _, sel := range []string{"app=orrery-joinservice", "app=flannel", "k8s-app=kube-dns"} {
 		if s, err := k("-n", "kube-system", "wait", "--for=condition=Ready", "pod", "-l", sel, "--timeout=10m"); err != nil {
 			t.Fatalf("pods %s not ready: %v\n%s", sel, err, s)

@@ -35,7 +35,7 @@ func main() {
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
-	log := slogTo(os.Stderr)
+	log := daemonLog()
 	exit(run(ctx, cfg, log))
 }
 

@@ -45,7 +45,7 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: runDir, AdminKubeconfig: "/etc/kubernetes/admin.conf"}
 	// One lock and one disk for both paths: the lock's mutex orders them.
 	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: statedisk.DefaultFirstBootKey, TmpDir: runDir}
-	log := slogTo(os.Stderr)
+	log := daemonLog()
 	tool.Instance, tool.DiskUUID = selfInstance(cfg.openTPM, log), disk.UUID
 	finish := func() {
 		if err := markBootstrapped(cfg.bootstrappedMarker); err != nil {

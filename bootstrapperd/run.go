@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -210,3 +212,17 @@ func notify(state string) {
 func slogTo(w io.Writer) *slog.Logger {
 	return journallog.New("bootstrapperd", w).With("component", "bootstrapperd")
 }
+
+// daemonLog is the daemon's log: slogTo(os.Stderr), copied to the serial
+// console. journald forwards nothing to the console, which the host
+// reads; bootstrapperd's log is written for that reader (it never holds
+// a secret) and is the only account of a node that has no login.
+var daemonLog = sync.OnceValue(func() *slog.Logger {
+	console, err := os.OpenFile("/dev/console", os.O_WRONLY|os.O_APPEND|syscall.O_NOCTTY, 0)
+	if err != nil {
+		log := slogTo(os.Stderr)
+		log.Warn("cannot write to the console; the log is in the journal only", "error", err)
+		return log
+	}
+	return journallog.NewWithConsole("bootstrapperd", os.Stderr, console).With("component", "bootstrapperd")
+})

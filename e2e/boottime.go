@@ -20,8 +20,8 @@ var bootMarkers = []struct{ name, text string }{
 	{"initrd /init starts", "orrery-init: start:"},
 	{"switch to the OS", "orrery-init: switch-root:"},
 	{"bootstrapperd listens", "waiting for init or join"},
-	{"images imported", "Finished orrery-images.service"},
-	{"kubelet starts", "Started kubelet.service"},
+	{"images imported", "baked images available"},
+	{"kubeadm starts", "running kubeadm"},
 }
 
 // bootWatch records when each boot marker first appears on a node's

@@ -55,6 +55,15 @@ func (d *diagnostics) clusterState(k kubectlFunc) []error {
 	save("kubectl/restarts.txt", "get", "pods", "-A", "-o",
 		"custom-columns=NAMESPACE:.metadata.namespace,POD:.metadata.name,CONTAINER:.status.containerStatuses[*].name,RESTARTS:.status.containerStatuses[*].restartCount,LAST-EXIT:.status.containerStatuses[*].lastState.terminated.reason")
 	save("kubectl/describe-kube-system.txt", "-n", "kube-system", "describe", "pods")
+	// The nodes' journals: journald does not forward them to the serial
+	// console, the owner reads them through kubelet's node log query.
+	if nodes, err := k("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"); err == nil {
+		for _, n := range strings.Fields(nodes) {
+			for _, unit := range journalUnits {
+				save("nodes/"+n+"/journal-"+unit+".log", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/logs/?query="+unit)
+			}
+		}
+	}
 	pods, err := k("-n", "kube-system", "get", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}")
 	if err != nil {
 		return append(errs, fmt.Errorf("the API server does not answer, no pod logs: %v", err))
@@ -70,8 +79,12 @@ func (d *diagnostics) clusterState(k kubectlFunc) []error {
 	return errs
 }
 
-// nodeLogs copies each node's serial console (the boot, the initrd and,
-// as journald forwards there, the whole journal) and QEMU's log.
+// journalUnits are the units whose journals a failed run keeps for each
+// node the API server knows.
+var journalUnits = []string{"bootstrapperd", "kubelet", "containerd", "orrery-images"}
+
+// nodeLogs copies each node's serial console (the boot, the initrd, the
+// kernel's messages and bootstrapperd's log) and QEMU's log.
 func (d *diagnostics) nodeLogs(nodes []*cloud.Node) []error {
 	var errs []error
 	for _, n := range nodes {

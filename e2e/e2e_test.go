@@ -333,11 +333,22 @@ spec:
 		}
 		for _, phase := range phases {
 			if !strings.Contains(string(raw), phase) {
-				t.Errorf("bootstrapperd's journal on %s lacks %q", n.Name, phase)
+				t.Errorf("bootstrapperd's log on %s's console lacks %q", n.Name, phase)
+			}
+		}
+		// The host reads the console: the journal of kubelet, containerd
+		// and the pods is not forwarded there.
+		for _, other := range []string{"kubelet[", "containerd["} {
+			if strings.Contains(string(raw), other) {
+				t.Errorf("%s's console carries the journal (%q lines): journald forwards to the console", n.Name, other)
 			}
 		}
 	}
-	p.done("bootstrapperd's phases in the nodes' journals")
+	// The owner reads a node's journal through the API server instead.
+	if logs, err := k("get", "--raw", "/api/v1/nodes/cp-0/proxy/logs/?query=bootstrapperd"); err != nil || !strings.Contains(logs, "node bootstrapped") {
+		t.Errorf("cp-0's journal through kubelet's node log query: %v\n%s", err, lastLines(logs, 5))
+	}
+	p.done("bootstrapperd's phases on the consoles; journals only through the API")
 	assertControlPlaneSteady(t, k)
 	t.Logf("orrery init to both nodes Ready: %s (goal 8m)", initToReady.Round(time.Second))
 }

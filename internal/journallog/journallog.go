@@ -16,12 +16,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unicode"
 
 	"github.com/coreos/go-systemd/v22/journal"
+	"golang.org/x/sys/unix"
 )
 
 // SendFunc writes one journal entry (journal.Send).
@@ -36,6 +40,48 @@ func New(identifier string, fallback io.Writer) *slog.Logger {
 	return slog.New(NewHandler(identifier, journal.Send, fallback))
 }
 
+// NewWithConsole is New, and writes each entry's MESSAGE to console too,
+// as a line "[uptime] identifier[pid]: MESSAGE" (journald's console form).
+// A node's serial console is read by whoever runs the host, so journald
+// forwards nothing there; a program whose log is written for that reader
+// (no secrets, and the only window into a node that has no login) copies
+// its own entries. Native journal entries never reach a unit's
+// StandardOutput=journal+console, hence this handler.
+func NewWithConsole(identifier string, fallback, console io.Writer) *slog.Logger {
+	if !journal.Enabled() {
+		return slog.New(slog.NewTextHandler(fallback, nil))
+	}
+	h := NewHandler(identifier, journal.Send, fallback)
+	h.console = &consoleWriter{w: console, prefix: fmt.Sprintf("%s[%d]: ", identifier, os.Getpid()), now: uptime}
+	return slog.New(h)
+}
+
+// consoleWriter writes whole lines to the console, one writer at a time.
+type consoleWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	now    func() time.Duration
+}
+
+func (c *consoleWriter) line(msg string) {
+	t := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// A console that fails must not fail the log: the journal has it.
+	_, _ = fmt.Fprintf(c.w, "[%5d.%06d] %s%s\n", t/time.Second, (t%time.Second)/time.Microsecond, c.prefix, msg)
+}
+
+// uptime is CLOCK_MONOTONIC, the clock of the kernel's and journald's
+// console timestamps.
+func uptime() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
 // Handler is the slog.Handler. Records it cannot send go to the fallback
 // writer as text, so that nothing is lost if journald goes away.
 type Handler struct {
@@ -44,6 +90,7 @@ type Handler struct {
 	fallback   io.Writer
 	attrs      []slog.Attr // from WithAttrs, keys already qualified by groups
 	group      string      // WithGroup prefix, "a.b."
+	console    *consoleWriter
 }
 
 // NewHandler returns a handler that sends through send.
@@ -95,6 +142,9 @@ func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 		if name := FieldName(a.Key); name != "" {
 			fields[name] = v
 		}
+	}
+	if h.console != nil {
+		h.console.line(msg.String())
 	}
 	if err := h.send(msg.String(), priority(r.Level), fields); err != nil {
 		_, werr := fmt.Fprintf(h.fallback, "level=%s msg=%s (journald: %v)\n", r.Level, quote(msg.String()), err)

@@ -83,3 +83,23 @@ func TestFieldName(t *testing.T) {
 		}
 	}
 }
+
+// Entries go to the console too, one whole line each, in journald's
+// console form, with attribute values that could break the line quoted.
+func TestConsoleCopy(t *testing.T) {
+	var console bytes.Buffer
+	var sent int
+	h := NewHandler("bootstrapperd", func(string, journal.Priority, map[string]string) error { sent++; return nil }, &bytes.Buffer{})
+	h.console = &consoleWriter{w: &console, prefix: "bootstrapperd[42]: ", now: func() time.Duration { return 18*time.Second + 770358*time.Microsecond }}
+	log := slog.New(h).With("component", "bootstrapperd")
+	log.Info("waiting for init or join", "phase", "wait")
+	log.Warn("refused a join service", "reason", "PCR 4 mismatch\n\x1b[2Jforged line")
+	want := "[   18.770358] bootstrapperd[42]: waiting for init or join component=bootstrapperd phase=wait\n" +
+		`[   18.770358] bootstrapperd[42]: refused a join service component=bootstrapperd reason="PCR 4 mismatch\n\x1b[2Jforged line"` + "\n"
+	if console.String() != want {
+		t.Fatalf("console:\n%q\nwant\n%q", console.String(), want)
+	}
+	if sent != 2 {
+		t.Fatalf("%d entries reached the journal, want 2", sent)
+	}
+}

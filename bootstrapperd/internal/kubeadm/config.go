@@ -137,6 +137,12 @@ type kubeletConfiguration struct {
 	// /etc/resolv.conf points at systemd-resolved's stub, which pods
 	// cannot reach; kubelet hands them the real upstream servers.
 	ResolvConf string `json:"resolvConf"`
+	// The journal is not forwarded to the serial console, which the host
+	// reads; the owner reads a node's journal through the API server
+	// instead (GET /api/v1/nodes/NODE/proxy/logs/?query=UNIT, which needs
+	// the nodes/proxy permission).
+	EnableSystemLogHandler bool `json:"enableSystemLogHandler"`
+	EnableSystemLogQuery   bool `json:"enableSystemLogQuery"`
 }
 
 func nodeReg(name string, ip netip.Addr) nodeRegistration {
@@ -174,7 +180,7 @@ func InitConfig(p InitParams) ([]byte, error) {
 	cc.Scheduler.ExtraArgs = leaderElection
 
 	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100,
-		ResolvConf: "/run/systemd/resolve/resolv.conf"}
+		ResolvConf: "/run/systemd/resolve/resolv.conf", EnableSystemLogHandler: true, EnableSystemLogQuery: true}
 	return documents(ic, cc, kc)
 }
 

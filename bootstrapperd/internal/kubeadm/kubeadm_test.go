@@ -75,6 +75,9 @@ func TestInitConfig(t *testing.T) {
 		{0, []string{"timeouts", "kubernetesAPICall"}, "5m0s"},
 		{1, []string{"encryptionAlgorithm"}, "ECDSA-P256"},
 		{2, []string{"cgroupDriver"}, "systemd"},
+		// The owner reads node journals through the API, not the console.
+		{2, []string{"enableSystemLogQuery"}, true},
+		{2, []string{"enableSystemLogHandler"}, true},
 	}
 	for _, c := range checks {
 		if got := get(docs[c.doc], c.path...); got != c.want {

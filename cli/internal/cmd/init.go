@@ -284,8 +284,10 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 				}
 				step("checking that the control plane is healthy and stays so")
 				if err := waitSteady(ctx, out, kubeconfig, steadyTimeout); err != nil {
-					return fmt.Errorf("%w\nthe control-plane node's journal tells why (with 'orrery mini': the serial.log of each VM in %s); "+
-						"run the same 'orrery init' again to check again", err, o.miniDir)
+					host, _, _ := net.SplitHostPort(addr)
+					return fmt.Errorf("%w\nthe control-plane node's journal tells why: kubectl --kubeconfig %s get --raw '/api/v1/nodes/NODE/proxy/logs/?query=kubelet' "+
+						"(the API server at %s must answer; 'kubectl get events -A' too); "+
+						"run the same 'orrery init' again to check again", err, kubeconfig, host)
 				}
 			}
 			fmt.Fprintln(out, "Time per step:")

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/orrery-dev/orrery/internal/childproc"
 )
 
 // stopTimeout is how long Stop gives swtpm to save its state after SIGTERM
@@ -47,12 +49,15 @@ func launch(ctx context.Context, stateDir string, channels func(sockDir string) 
 	// SIGTERM when we die lets swtpm save its state; its own process group
 	// keeps a terminal's Ctrl-C from stopping it before its owner does.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := p.cmd.Start(); err != nil {
+	// childproc: a plain Start would tie the SIGTERM to whichever thread
+	// forked, and a network-namespace helper may end that thread.
+	wait, err := childproc.Start(p.cmd)
+	if err != nil {
 		os.RemoveAll(sockDir)
 		return nil, fmt.Errorf("start swtpm: %w", err)
 	}
 	go func() {
-		p.waitErr = p.cmd.Wait()
+		p.waitErr = <-wait
 		os.RemoveAll(sockDir)
 		close(p.exited)
 	}()

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/orrery-dev/orrery/internal/childproc"
 	"github.com/orrery-dev/orrery/internal/cloud/qmp"
 	"github.com/orrery-dev/orrery/internal/swtpm"
 )
@@ -386,19 +387,21 @@ func (v *VM) startQEMU(qemuPath string) error {
 	// (its disks are scratch space or get replaced); its own process group
 	// keeps a terminal's Ctrl-C from killing it behind the harness's back.
 	// Pdeathsig is bound to the thread that forks, which the Go runtime
-	// keeps alive unless it was locked by a goroutine that ended.
+	// ends when a goroutine locked to it returns (netenv.Network.Do):
+	// childproc forks from a thread that lives as long as QEMU.
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := v.cmd.Start(); err != nil {
+	wait, err := childproc.Start(v.cmd)
+	if err != nil {
 		return fmt.Errorf("vm %s: start QEMU: %w", v.cfg.Name, err)
 	}
-	go v.reap()
+	go v.reap(wait)
 	return nil
 }
 
 // reap waits for QEMU and then tears down what belongs to the VM: QMP,
 // swtpm (which stays after QEMU was killed) and the sockets.
-func (v *VM) reap() {
-	v.waitErr = v.cmd.Wait()
+func (v *VM) reap(wait <-chan error) {
+	v.waitErr = <-wait
 	v.mu.Lock()
 	v.reaped = true
 	c := v.qmp

@@ -22,7 +22,9 @@ func TestChartsRender(t *testing.T) {
 				// flanneld must not depend on kube-proxy to reach the API server.
 				"name: KUBERNETES_SERVICE_HOST\n              value: \"10.42.1.100\"", "name: KUBERNETES_SERVICE_PORT\n              value: \"6443\"",
 				// The node's network is ready (CNI config) only once flanneld has a subnet.
-				"until [ -s /run/flannel/subnet.env ]; do busybox sleep 1; done\n              cp -f /etc/kube-flannel/cni-conf.json /etc/cni/net.d/10-flannel.conflist"}},
+				"until [ -s /run/flannel/subnet.env ]; do busybox sleep 1 & wait $!; done\n              cp -f /etc/kube-flannel/cni-conf.json /etc/cni/net.d/10-flannel.conflist",
+				// As PID 1 it must end on SIGTERM, or stopping the pod waits for SIGKILL.
+				"trap 'exit 0' TERM INT"}},
 		Flannel + " without the API server": {values: map[string]any{"podCIDR": "10.244.0.0/16"}, wantErr: "apiServer.host is required"},
 		OrreryServices: {values: map[string]any{"endpoint": "10.42.1.100:6443", "measurements": `{"4":{}}`, "platformCA": "PEM"},
 			want: []string{"kind: DaemonSet", "--endpoint=10.42.1.100:6443", "hostPort: 30090", "defaultMode: 0400", "node-role.kubernetes.io/control-plane",

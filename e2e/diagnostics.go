@@ -64,15 +64,19 @@ func (d *diagnostics) clusterState(k kubectlFunc) []error {
 			}
 		}
 	}
-	pods, err := k("-n", "kube-system", "get", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}")
-	if err != nil {
-		return append(errs, fmt.Errorf("the API server does not answer, no pod logs: %v", err))
-	}
-	for _, pod := range strings.Fields(pods) {
-		save("logs/"+pod+".log", "-n", "kube-system", "logs", pod, "--all-containers", "--timestamps")
-		if prev, err := k("-n", "kube-system", "logs", pod, "--all-containers", "--timestamps", "--previous"); err == nil {
-			if werr := d.write("logs/"+pod+".previous.log", []byte(prev)); werr != nil {
-				errs = append(errs, werr)
+	// kube-system's pods, and the suite's own (the client pod's output
+	// says which of DNS and the Service failed).
+	for _, ns := range []string{"kube-system", "default"} {
+		pods, err := k("-n", ns, "get", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}")
+		if err != nil {
+			return append(errs, fmt.Errorf("the API server does not answer, no pod logs: %v", err))
+		}
+		for _, pod := range strings.Fields(pods) {
+			save("logs/"+ns+"/"+pod+".log", "-n", ns, "logs", pod, "--all-containers", "--timestamps")
+			if prev, err := k("-n", ns, "logs", pod, "--all-containers", "--timestamps", "--previous"); err == nil {
+				if werr := d.write("logs/"+ns+"/"+pod+".previous.log", []byte(prev)); werr != nil {
+					errs = append(errs, werr)
+				}
 			}
 		}
 	}

@@ -118,7 +118,7 @@ type Config struct {
 	// StateDir keeps what a later rejoin needs (the measurement salt).
 	StateDir string
 	// KubeletPKIDir receives the node's client certificate from the join
-	// ticket and its key (NodeClientCertFile, NodeClientKeyFile).
+	// ticket (NodeClientCertFile); its key stays in memory.
 	KubeletPKIDir string
 	// PKIDir receives a control plane's cluster PKI files.
 	PKIDir string
@@ -310,9 +310,6 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	if err := writeFile(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile), certPEM, 0o644); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(cfg.KubeletPKIDir, NodeClientKeyFile), key, 0o600); err != nil {
-		return err
-	}
 	for _, f := range t.GetControlPlaneFiles() {
 		if err := writeFile(filepath.Join(cfg.PKIDir, f.GetName()), f.GetData(), 0o600); err != nil {
 			return err
@@ -347,11 +344,12 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 // kubelet bootstraps with the client certificate (kubeadm's discovery
 // kubeconfig holds it too): it asks the cluster for its own certificate
 // as system:node:<name>, which the cluster approves for that name only.
-// The copy here says which certificate the join service issued.
-const (
-	NodeClientCertFile = "orrery-node-client.crt"
-	NodeClientKeyFile  = "orrery-node-client.key"
-)
+// The copy here says which certificate the join service issued. Its key
+// is not kept: it reaches kubeadm only inside the discovery kubeconfig,
+// which is removed after the join, and once kubelet holds a certificate
+// of its own the join service's one would only be a second credential
+// for the node lying on disk.
+const NodeClientCertFile = "orrery-node-client.crt"
 
 // kubeletCSR makes the node's client key and a CSR for it. The CSR asks
 // for the node's identity and nothing else; the join service takes only

@@ -279,8 +279,23 @@ func TestJoinWorker(t *testing.T) {
 	if salt, _ := os.ReadFile(filepath.Join(cfg.StateDir, "measurement-salt")); !bytes.Equal(salt, bytes.Repeat([]byte{6}, 32)) {
 		t.Fatal("measurement salt not kept for rejoin")
 	}
-	if st, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, NodeClientKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("node client key: %v %v", st, err)
+	if _, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile)); err != nil {
+		t.Fatalf("the issued client certificate is not kept: %v", err)
+	}
+	// The key reaches kubeadm in memory only: a copy on the state disk
+	// would be a second, long-lived credential for the node.
+	entries, err := os.ReadDir(cfg.KubeletPKIDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(cfg.KubeletPKIDir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte("PRIVATE KEY")) {
+			t.Errorf("%s holds a private key; the node's client key must not be written to disk", e.Name())
+		}
 	}
 	// The ticket's certificate is a client certificate: it must not
 	// become the kubelet's serving certificate, which kubelet makes

@@ -33,12 +33,9 @@ import (
 	"github.com/orrery-dev/orrery/joinservice/internal/watchvalidator"
 )
 
-// Port is where the join service listens on every control-plane node.
-const Port = 30090
-
 func runJoin(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("joinservice join", flag.ExitOnError)
-	listen := fs.String("listen", fmt.Sprintf(":%d", Port), "address to serve attested TLS on")
+	listen := fs.String("listen", fmt.Sprintf(":%d", joinpb.Port), "address to serve attested TLS on")
 	keys := fs.String("key-service", DefaultKeyServiceSocket, "unix socket of the key service beside this one")
 	measurementsPath := fs.String("measurements", "/etc/orrery/measurements/measurements.json", "expected measurements (a ConfigMap; re-read when it changes)")
 	caPath := fs.String("platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")

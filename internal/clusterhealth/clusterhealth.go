@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -42,8 +41,8 @@ type Config struct {
 	Window time.Duration
 	// Interval is the time between checks. Zero means 2 s.
 	Interval time.Duration
-	// Progress receives a line when the state changes; nil discards.
-	Progress io.Writer
+	// Progress receives a message when the state changes; nil discards.
+	Progress func(msg string)
 }
 
 // ControlPlaneLabel selects kubeadm's static control-plane pods.
@@ -75,7 +74,7 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 		cfg.Interval = 2 * time.Second
 	}
 	if cfg.Progress == nil {
-		cfg.Progress = io.Discard
+		cfg.Progress = func(string) {}
 	}
 	c := checker{cfg: cfg, restarts: map[string]int32{}}
 	var since time.Time // start of the current run of passing checks
@@ -85,13 +84,13 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 		switch {
 		case problem == "" && since.IsZero():
 			since = time.Now()
-			fmt.Fprintf(cfg.Progress, "  control plane healthy; checking that it stays so for %s\n", cfg.Window)
+			cfg.Progress(fmt.Sprintf("control plane healthy; checking that it stays so for %s", cfg.Window))
 		case problem == "" && time.Since(since) >= cfg.Window:
 			return nil
 		case problem != "":
 			since = time.Time{}
 			if problem != lastProblem {
-				fmt.Fprintf(cfg.Progress, "  waiting for the control plane: %s\n", problem)
+				cfg.Progress("waiting for the control plane: " + problem)
 			}
 		}
 		if problem != "" {

@@ -143,7 +143,7 @@ func TestWaitSteady(t *testing.T) {
 			defer cancel()
 			var progress strings.Builder
 			cfg := config(client, tc.readyz)
-			cfg.Progress = &progress
+			cfg.Progress = func(msg string) { progress.WriteString(msg + "\n") }
 			err := WaitSteady(ctx, cfg)
 			if len(tc.wantErr) == 0 {
 				if err != nil {
@@ -177,7 +177,7 @@ func TestWaitSteadyAfterRecovery(t *testing.T) {
 	}
 	cfg := config(fake.NewClientset(healthyObjects()...), readyz)
 	var progress strings.Builder
-	cfg.Progress = &progress
+	cfg.Progress = func(msg string) { progress.WriteString(msg + "\n") }
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := WaitSteady(ctx, cfg); err != nil {

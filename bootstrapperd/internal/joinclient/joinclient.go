@@ -62,9 +62,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
-// Port is the join service's port on control-plane nodes.
-const Port = 30090
-
 // Instance is a node as the metadata service describes it.
 type Instance struct {
 	Name string
@@ -206,7 +203,7 @@ func joinOnce(ctx context.Context, cfg Config, service attestation.Validator, lo
 		if p.Role != "control-plane" || p.IP == self.IP {
 			continue
 		}
-		addr := netip.AddrPortFrom(p.IP, Port).String()
+		addr := netip.AddrPortFrom(p.IP, joinpb.Port).String()
 		status("joining via " + p.IP.String())
 		ticket, err := requestTicket(ctx, cfg, service, addr, &joinpb.IssueJoinTicketRequest{
 			DiskUuid: uuid, CertificateRequest: csr, IsControlPlane: self.Role == "control-plane",

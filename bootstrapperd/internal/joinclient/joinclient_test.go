@@ -200,7 +200,7 @@ func genuineService(t *testing.T, cp, self *qemutest.Node, svc *joinService) str
 func route(routes map[netip.Addr]string) func(ctx context.Context, addr string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(addr)
-		if err != nil || ap.Port() != Port || routes[ap.Addr()] == "" {
+		if err != nil || ap.Port() != joinpb.Port || routes[ap.Addr()] == "" {
 			return nil, fmt.Errorf("dial %s: connection refused", addr)
 		}
 		var d net.Dialer

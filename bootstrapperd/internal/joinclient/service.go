@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
 // ImagePCRs are the PCRs in which the join service must equal this node:
@@ -41,7 +42,7 @@ func (e *ServiceRefusedError) Error() string {
 	return fmt.Sprintf("refused the join service at %s, and used nothing it sent: it did not prove that it is a control plane running this node's image "+
 		"(attestation key certified by this node's platform CA, PCRs %v equal to this node's own, PCR %d set by the node lock): %v; "+
 		"the join client tries the other control planes and retries. If this lasts, check that the control planes run this image "+
-		"and that nothing else answers on their port %d", e.Addr, ImagePCRs, LockPCR, e.Err, Port)
+		"and that nothing else answers on their port %d", e.Addr, ImagePCRs, LockPCR, e.Err, joinpb.Port)
 }
 
 func (e *ServiceRefusedError) Unwrap() error { return e.Err }

@@ -14,15 +14,12 @@ import (
 	"net/netip"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/orrery-dev/orrery/internal/clusternet"
 )
 
-// Node-wide settings every Orrery node shares.
-const (
-	CRISocket     = "unix:///run/containerd/containerd.sock"
-	APIServerPort = 6443
-	// PodSubnet is flannel's default network.
-	PodSubnet = "10.244.0.0/16"
-)
+// CRISocket is containerd's socket on every Orrery node.
+const CRISocket = "unix:///run/containerd/containerd.sock"
 
 // InitParams are the inputs of `kubeadm init`.
 type InitParams struct {
@@ -163,15 +160,15 @@ func InitConfig(p InitParams) ([]byte, error) {
 	ic := initConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "InitConfiguration", NodeRegistration: nodeReg(p.NodeName, p.NodeIP)}
 	// Without a default route the API server cannot pick an address itself.
 	ic.LocalAPIEndpoint.AdvertiseAddress = p.NodeIP.String()
-	ic.LocalAPIEndpoint.BindPort = APIServerPort
+	ic.LocalAPIEndpoint.BindPort = clusternet.APIServerPort
 	ic.Patches = patchesIn(p.PatchDir)
 	ic.Timeouts = slowTimeouts
 
 	cc := clusterConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "ClusterConfiguration",
 		KubernetesVersion: p.KubernetesVersion, ClusterName: p.ClusterName,
-		ControlPlaneEndpoint: netip.AddrPortFrom(p.NodeIP, APIServerPort).String()}
+		ControlPlaneEndpoint: netip.AddrPortFrom(p.NodeIP, clusternet.APIServerPort).String()}
 	cc.Networking.ServiceSubnet = p.ServiceCIDR
-	cc.Networking.PodSubnet = PodSubnet
+	cc.Networking.PodSubnet = clusternet.PodCIDR
 	cc.APIServer.CertSANs = p.CertSANs
 	cc.APIServer.ExtraArgs = apiServerArgs
 	cc.Etcd.Local.ExtraArgs = etcdArgs
@@ -238,7 +235,7 @@ func JoinConfig(p JoinParams, discoveryFile string) ([]byte, error) {
 			} `json:"localAPIEndpoint"`
 		}{}
 		jc.ControlPlane.LocalAPIEndpoint.AdvertiseAddress = p.NodeIP.String()
-		jc.ControlPlane.LocalAPIEndpoint.BindPort = APIServerPort
+		jc.ControlPlane.LocalAPIEndpoint.BindPort = clusternet.APIServerPort
 	}
 	return documents(jc)
 }

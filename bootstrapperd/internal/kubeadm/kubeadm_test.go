@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
 
@@ -69,7 +70,7 @@ func TestInitConfig(t *testing.T) {
 		{1, []string{"clusterName"}, "demo"},
 		{1, []string{"controlPlaneEndpoint"}, "10.42.1.100:6443"},
 		{1, []string{"networking", "serviceSubnet"}, "10.96.0.0/12"},
-		{1, []string{"networking", "podSubnet"}, PodSubnet},
+		{1, []string{"networking", "podSubnet"}, clusternet.PodCIDR},
 		{0, []string{"patches", "directory"}, "/run/orrery/kubeadm-patches"},
 		{0, []string{"timeouts", "controlPlaneComponentHealthCheck"}, "10m0s"},
 		{0, []string{"timeouts", "kubernetesAPICall"}, "5m0s"},

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/orrery-dev/orrery/internal/controlplanes"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
 
 func newControlPlaneCmd() *cobra.Command {
@@ -47,7 +48,7 @@ the ConfigMap reaches the service (a minute or so).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 			if err != nil {
-				return fmt.Errorf("load kubeconfig %s (pass --kubeconfig: 'orrery init' writes %s): %w", kubeconfig, KubeconfigFile, err)
+				return fmt.Errorf("load kubeconfig %s (pass --kubeconfig: 'orrery init' writes %s): %w", kubeconfig, workspace.KubeconfigFile, err)
 			}
 			client, err := kubernetes.NewForConfig(rc)
 			if err != nil {
@@ -56,7 +57,7 @@ the ConfigMap reaches the service (a minute or so).`,
 			return approveControlPlane(cmd.Context(), client.CoreV1().ConfigMaps(controlplanes.Namespace), args[0], cmd.OutOrStdout())
 		},
 	}
-	c.Flags().StringVar(&kubeconfig, "kubeconfig", KubeconfigFile, "the cluster's admin kubeconfig")
+	c.Flags().StringVar(&kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
 	return c
 }
 

@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +21,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
 
@@ -135,7 +134,7 @@ func TestInit(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, stdout.String())
 		}
 	}
-	ms, err := keys.ReadMasterSecretFile(filepath.Join(out, MasterSecretFile))
+	ms, err := keys.ReadMasterSecretFile(filepath.Join(out, workspace.MasterSecretFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,14 +145,14 @@ func TestInit(t *testing.T) {
 	if bytes.Equal(req.GetMeasurementSalt(), ms.Salt) {
 		t.Fatal("measurement salt equals the master salt")
 	}
-	for _, f := range []string{MasterSecretFile, KubeconfigFile, StateFile} {
+	for _, f := range []string{workspace.MasterSecretFile, workspace.KubeconfigFile, workspace.StateFile} {
 		st, err := os.Stat(filepath.Join(out, f))
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v, %v; want mode 0600", f, st, err)
 		}
 	}
-	var state initState
-	raw, _ := os.ReadFile(filepath.Join(out, StateFile))
+	var state workspace.State
+	raw, _ := os.ReadFile(filepath.Join(out, workspace.StateFile))
 	json.Unmarshal(raw, &state)
 	msec, _ := ms.MeasurementSecret()
 	wantID, _ := keys.ClusterID(msec, state.MeasurementSalt)
@@ -204,46 +203,13 @@ func TestInitErrors(t *testing.T) {
 			if !strings.Contains(stderr.String(), tc.wantErr) {
 				t.Fatalf("stderr %q lacks %q", stderr.String(), tc.wantErr)
 			}
-			if _, err := os.Stat(filepath.Join(out, JournalFile)); (err == nil) != tc.wantLog {
+			if _, err := os.Stat(filepath.Join(out, workspace.JournalFile)); (err == nil) != tc.wantLog {
 				t.Errorf("journal file present = %v, want %v", err == nil, tc.wantLog)
 			}
-			if _, err := os.Stat(filepath.Join(out, KubeconfigFile)); err == nil {
+			if _, err := os.Stat(filepath.Join(out, workspace.KubeconfigFile)); err == nil {
 				t.Error("a failed init wrote a kubeconfig")
 			}
 		})
-	}
-}
-
-// A node that belongs to a cluster has stopped its bootstrapper: init
-// says so instead of waiting for a node that seems to boot.
-func TestInitOnInitialisedNode(t *testing.T) {
-	api := httptest.NewTLSServer(http.NotFoundHandler())
-	defer api.Close()
-	_, apiPort, _ := net.SplitHostPort(api.Listener.Addr().String())
-	old := kubeAPIPort
-	kubeAPIPort = apiPort
-	defer func() { kubeAPIPort = old }()
-
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := lis.Addr().String()
-	lis.Close()
-	_, caPath, measPath := startInitNode(t, &fakeNode{})
-	dir := t.TempDir()
-	secretPath := filepath.Join(dir, "init-secret")
-	os.WriteFile(secretPath, []byte("s3cret"), 0o600)
-	var stdout, stderr bytes.Buffer
-	start := time.Now()
-	code := Execute(context.Background(), []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", closed,
-		"--measurements", measPath, "--platform-ca", caPath, "--init-secret-file", secretPath,
-		"--out-dir", filepath.Join(dir, "out"), "--timeout", "30s", "--skip-services"}, &stdout, &stderr)
-	if code == 0 || !strings.Contains(stderr.String(), "already belongs to a cluster") {
-		t.Fatalf("init: exit %d, stderr %q; want 'already belongs to a cluster'", code, stderr.String())
-	}
-	if time.Since(start) > 20*time.Second {
-		t.Fatalf("init took %s to notice; it should not wait for its timeout", time.Since(start))
 	}
 }
 
@@ -331,15 +297,15 @@ func TestInitRetryAfterNodeLock(t *testing.T) {
 	// Other owners, each with both files so that they count as retries.
 	otherSecret := filepath.Join(dir, "other-secret")
 	other, _ := keys.GenerateMasterSecret(rand.Reader)
-	copyFile(t, filepath.Join(out, StateFile), filepath.Join(otherSecret, StateFile))
-	if err := keys.WriteMasterSecretFile(filepath.Join(otherSecret, MasterSecretFile), other); err != nil {
+	copyFile(t, filepath.Join(out, workspace.StateFile), filepath.Join(otherSecret, workspace.StateFile))
+	if err := keys.WriteMasterSecretFile(filepath.Join(otherSecret, workspace.MasterSecretFile), other); err != nil {
 		t.Fatal(err)
 	}
 	otherSalt := filepath.Join(dir, "other-salt")
-	copyFile(t, filepath.Join(out, MasterSecretFile), filepath.Join(otherSalt, MasterSecretFile))
+	copyFile(t, filepath.Join(out, workspace.MasterSecretFile), filepath.Join(otherSalt, workspace.MasterSecretFile))
 	salt, _ := keys.GenerateSalt(rand.Reader)
 	os.MkdirAll(otherSalt, 0o700)
-	if err := writeJSON(filepath.Join(otherSalt, StateFile), initState{MeasurementSalt: salt}); err != nil {
+	if err := workspace.Dir(otherSalt).WriteState(workspace.State{MeasurementSalt: salt}); err != nil {
 		t.Fatal(err)
 	}
 	before := node.initCount()
@@ -362,7 +328,7 @@ func TestInitRetryAfterNodeLock(t *testing.T) {
 	if code := Execute(context.Background(), initArgs(out), &stdout, &stderr); code != 0 {
 		t.Fatalf("the owner's retry: exit %d: %s", code, stderr.String())
 	}
-	if _, err := os.Stat(filepath.Join(out, KubeconfigFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(out, workspace.KubeconfigFile)); err != nil {
 		t.Fatalf("the retry wrote no kubeconfig: %v", err)
 	}
 }

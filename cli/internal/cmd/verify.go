@@ -6,25 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
-	"github.com/orrery-dev/orrery/internal/atls"
-	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/owner"
+	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
-
-// DefaultNodePort is where bootstrapperd serves attested TLS.
-const DefaultNodePort = "9000"
 
 type verifyOptions struct {
 	node             string
@@ -54,7 +45,7 @@ certificate: the ID is what 'orrery control-plane approve' takes.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.node, "node", "", "node address, HOST or HOST:PORT (port defaults to "+DefaultNodePort+")")
+	f.StringVar(&o.node, "node", "", fmt.Sprintf("node address, HOST or HOST:PORT (port defaults to %d)", initpb.Port))
 	f.StringVar(&o.measurementsPath, "measurements", "", "expected measurements, JSON or YAML")
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "PEM certificate of the CA that certifies the nodes' attestation keys")
 	f.BoolVar(&o.trustAnyAK, "insecure-trust-any-ak", false, "accept any attestation key (development only: a software TPM can then impersonate a node)")
@@ -80,41 +71,22 @@ func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
 	case !o.trustAnyAK:
 		return errors.New("no --platform-ca given: pass the platform CA certificate (for 'orrery mini': orrery-mini/platform-ca.crt), or --insecure-trust-any-ak for development")
 	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	v, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: cas, TrustAnyAK: o.trustAnyAK, Logger: log})
-	if err != nil {
-		return err
-	}
-	creds, err := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{v}})
-	if err != nil {
-		return err
-	}
-	addr := o.node
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		addr = net.JoinHostPort(addr, DefaultNodePort)
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", addr, err)
-	}
-	defer conn.Close()
+	addr := dialer.Address(o.node, initpb.Port)
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	var p peer.Peer
-	// The attestation is checked while the connection is set up; any
-	// answer from the node's gRPC server, even "unimplemented", means it
-	// passed.
-	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
-	if err != nil && status.Code(err) != codes.Unimplemented {
-		return fmt.Errorf("verify %s: %w", addr, err)
+	res, err := owner.Verify(ctx, owner.VerifyConfig{
+		Node: addr, Measurements: m, PlatformCAs: cas, TrustAnyAK: o.trustAnyAK,
+		Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return err
 	}
-	info, _ := p.AuthInfo.(atls.AuthInfo)
-	fmt.Fprintf(cmd.OutOrStdout(), "OK: %s attested as %s; its PCRs match %s\n", addr, info.PeerVariant, o.measurementsPath)
+	fmt.Fprintf(cmd.OutOrStdout(), "OK: %s attested as %s; its PCRs match %s\n", addr, res.Variant, o.measurementsPath)
 	// What an owner needs to approve the VM as a control plane
 	// ('orrery control-plane approve'): only a certified instance, read
 	// from an AK certificate that chained to the platform CA.
-	if !info.PeerInstance.IsZero() {
-		fmt.Fprintf(cmd.OutOrStdout(), "Its platform certifies it as instance %q with instance ID %s\n", info.PeerInstance.Name, info.PeerInstance.ID)
+	if !res.Instance.IsZero() {
+		fmt.Fprintf(cmd.OutOrStdout(), "Its platform certifies it as instance %q with instance ID %s\n", res.Instance.Name, res.Instance.ID)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/nodename"
 )
 
@@ -35,7 +36,7 @@ const (
 
 // DefaultAPIServerPort is the Kubernetes API server's port when
 // Config.APIServerPort is zero.
-const DefaultAPIServerPort = 6443
+const DefaultAPIServerPort = clusternet.APIServerPort
 
 // Paths of the endpoints.
 const (

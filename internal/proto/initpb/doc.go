@@ -7,3 +7,8 @@
 // files are generated from it by hack/proto.sh (`make proto`); do not edit
 // them by hand.
 package initpb
+
+// Port is where bootstrapperd serves this protocol over attested TLS, on
+// every node that belongs to no cluster yet. bootstrapperd.socket listens
+// on the same port.
+const Port = 9000

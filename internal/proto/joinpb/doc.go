@@ -8,3 +8,8 @@
 // files are generated from it by hack/proto.sh (`make proto`); do not edit
 // them by hand.
 package joinpb
+
+// Port is where the join service serves this protocol over attested TLS,
+// on the host network of every control-plane node. The orrery-services
+// chart opens the same port.
+const Port = 30090

@@ -1,0 +1,133 @@
+package dialer
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+)
+
+// node serves attested TLS from a provisioned swtpm on addr once after has
+// passed (a node still booting), and returns its address at once.
+func node(t *testing.T, n *qemutest.Node, after time.Duration) string {
+	t.Helper()
+	creds, err := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	t.Cleanup(srv.Stop)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	time.AfterFunc(after, func() {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		go srv.Serve(lis)
+	})
+	return addr
+}
+
+func dialerFor(t *testing.T, n *qemutest.Node, pcr11 []byte) *Dialer {
+	t.Helper()
+	zero := make([]byte, 32)
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{
+		Measurements: measurements.M{4: {Expected: zero}, 11: {Expected: pcr11}},
+		PlatformCAs:  []*x509.Certificate{n.CA.Cert},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.retryEvery = 100 * time.Millisecond
+	return d
+}
+
+func TestWaitAttestedWaitsForABootingNode(t *testing.T) {
+	n := qemutest.NewNode(t)
+	addr := node(t, n, time.Second)
+	d := dialerFor(t, n, make([]byte, 32))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var retries int
+	err := d.WaitAttested(ctx, addr, func(attempt int, err error) error {
+		retries = attempt
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retries == 0 {
+		t.Fatal("the node was up at once; the test wants one that boots")
+	}
+}
+
+func TestWaitAttestedStopsWhenTold(t *testing.T) {
+	n := qemutest.NewNode(t)
+	addr := node(t, n, time.Hour)
+	d := dialerFor(t, n, make([]byte, 32))
+	stop := errors.New("the node will never answer")
+	err := d.WaitAttested(context.Background(), addr, func(int, error) error { return stop })
+	if !errors.Is(err, stop) {
+		t.Fatalf("err %v, want the callback's", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := d.WaitAttested(ctx, addr, nil); err == nil || !strings.Contains(err.Error(), "did not answer in time") {
+		t.Fatalf("err %v, want a timeout that says so", err)
+	}
+}
+
+// A node that answers with the wrong measurements is refused at once.
+func TestWaitAttestedRefusesAnotherImage(t *testing.T) {
+	n := qemutest.NewNode(t)
+	addr := node(t, n, 0)
+	d := dialerFor(t, n, bytes.Repeat([]byte{1}, 32))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var retried bool
+	err := d.WaitAttested(ctx, addr, func(_ int, err error) error {
+		// The listener may not be up for the very first attempt.
+		if !strings.Contains(err.Error(), "connection refused") {
+			retried = true
+		}
+		return nil
+	})
+	var refused *NotAttestedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "PCR 11 mismatch") {
+		t.Fatalf("err %v; want a NotAttestedError naming PCR 11", err)
+	}
+	if retried {
+		t.Fatal("a refused attestation was retried")
+	}
+}
+
+func TestAddress(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.1": "10.0.0.1:9000", "10.0.0.1:1234": "10.0.0.1:1234", "fd00::1": "[fd00::1]:9000", "[fd00::1]:22": "[fd00::1]:22", "node": "node:9000",
+	} {
+		if got := Address(in, 9000); got != want {
+			t.Errorf("Address(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

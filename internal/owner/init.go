@@ -1,0 +1,306 @@
+package owner
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/clusternet"
+	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/owner/services"
+	"github.com/orrery-dev/orrery/internal/owner/toolout"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
+)
+
+// InitConfig is what Init needs: the node, what it must prove, and the
+// cluster's settings. The context passed to Init bounds the whole flow.
+type InitConfig struct {
+	// Node is bootstrapperd's attested-TLS address on the first control
+	// plane, HOST:PORT.
+	Node         string
+	Measurements measurements.M
+	// PlatformCA certifies the nodes' attestation keys.
+	PlatformCA *x509.Certificate
+	// InitSecret is the secret the VM was created with; only its holder
+	// may initialise the node.
+	InitSecret []byte
+	// Workspace is where the owner's files go: the master secret (kept
+	// if there is one), the state, the kubeconfig.
+	Workspace         workspace.Dir
+	KubernetesVersion string
+	ClusterName       string
+	APIServerSANs     []string
+	ServiceCIDR       string
+	// SkipServices stops after kubeadm init: no cluster services, no
+	// health check (tests of the init protocol).
+	SkipServices bool
+	// APIServerPort is the Kubernetes API's port on the node; zero
+	// means clusternet.APIServerPort.
+	APIServerPort int
+	// Logger receives the validator's warnings; nil discards them.
+	Logger   *slog.Logger
+	Progress Progress
+}
+
+// InitResult is a cluster that Init set up.
+type InitResult struct {
+	ClusterID []byte
+	// Kubeconfig is the path of the admin kubeconfig in the workspace.
+	Kubeconfig string
+}
+
+// Timeouts of Init's last steps, within the context's deadline.
+const (
+	servicesTimeout = 15 * time.Minute
+	steadyTimeout   = 10 * time.Minute
+)
+
+// Init initialises a cluster on the node of cfg: it waits for the node,
+// checks its attestation, sends it the master secret and the cluster's
+// settings, follows kubeadm init, and then installs the cluster services
+// and waits until the control plane is steady. Run again after a failure,
+// it sends the same secrets (from the workspace), so the node that an
+// interrupted run locked to this cluster is accepted and finishes.
+func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
+	r := newReporter(cfg.Progress)
+	if cfg.APIServerPort == 0 {
+		cfg.APIServerPort = clusternet.APIServerPort
+	}
+	if err := cfg.Workspace.Create(); err != nil {
+		return InitResult{}, err
+	}
+	ms, created, err := cfg.Workspace.MasterSecret()
+	if err != nil {
+		return InitResult{}, err
+	}
+	if created {
+		r.notice(fmt.Sprintf("Generated the master secret: %s (keep it safe: it recovers the cluster's disks)", cfg.Workspace.Path(workspace.MasterSecretFile)))
+	}
+	// A retry must send the same measurement salt, or the node derives
+	// another cluster ID and refuses.
+	state, newState, err := cfg.Workspace.StateOrCreate(cfg.Node, cfg.ClusterName)
+	if err != nil {
+		return InitResult{}, err
+	}
+	v, err := initValidator(cfg.Measurements, cfg.PlatformCA, orDiscard(cfg.Logger), ms, state.MeasurementSalt, !created && !newState)
+	if err != nil {
+		return InitResult{}, err
+	}
+	d, err := dialer.New(v)
+	if err != nil {
+		return InitResult{}, err
+	}
+	r.notice(fmt.Sprintf("Initialising the cluster %q on %s", cfg.ClusterName, cfg.Node))
+	start := time.Now()
+	if err := d.WaitAttested(ctx, cfg.Node, cfg.onNodeAbsent(ctx, r)); err != nil {
+		return InitResult{}, err
+	}
+	req := &initpb.InitRequest{
+		MasterSecret:      ms.Key,
+		MasterSecretSalt:  ms.Salt,
+		MeasurementSalt:   state.MeasurementSalt,
+		KubernetesVersion: cfg.KubernetesVersion,
+		InitSecret:        cfg.InitSecret,
+		ClusterName:       cfg.ClusterName,
+		ApiServerCertSans: cfg.APIServerSANs,
+		ServiceCidr:       cfg.ServiceCIDR,
+	}
+	done, err := runInit(ctx, d, cfg, req, r)
+	if err != nil {
+		return InitResult{}, err
+	}
+	kubeconfig, err := cfg.Workspace.WriteKubeconfig(done.GetKubeconfig())
+	if err != nil {
+		return InitResult{}, err
+	}
+	state.ClusterID = done.GetClusterId()
+	if err := cfg.Workspace.WriteState(state); err != nil {
+		return InitResult{}, err
+	}
+	r.notice(fmt.Sprintf("The cluster is initialised (%s). Cluster ID: %x", time.Since(start).Round(time.Second), state.ClusterID))
+	res := InitResult{ClusterID: state.ClusterID, Kubeconfig: kubeconfig}
+	if cfg.SkipServices {
+		return res, nil
+	}
+	return res, cfg.startServices(ctx, kubeconfig, r)
+}
+
+// onNodeAbsent is Init's answer to a node that does not answer yet: it
+// says so now and then, and ends the wait for a node that will never
+// answer because it already runs a cluster.
+func (cfg InitConfig) onNodeAbsent(ctx context.Context, r *reporter) func(int, error) error {
+	return func(attempt int, err error) error {
+		// bootstrapperd stops for good once its node belongs to a
+		// cluster, so a refused port alone looks like a node still
+		// booting; an API server beside it tells the two apart.
+		if errors.Is(err, syscall.ECONNREFUSED) && kubeAPIAnswers(ctx, cfg.Node, cfg.APIServerPort) {
+			return fmt.Errorf("the node at %s already belongs to a cluster: its Kubernetes API server answers and its bootstrapper has stopped. "+
+				"Use the kubeconfig of the init that set it up; to start another cluster, create new VMs ('orrery mini down', then 'orrery mini up')", cfg.Node)
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			r.detail(fmt.Sprintf("waiting for %s: %v", cfg.Node, err))
+		}
+		return nil
+	}
+}
+
+// runInit sends the init request and follows the node's progress stream
+// until the node reports its result.
+func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.InitRequest, r *reporter) (*initpb.InitSuccess, error) {
+	conn, err := d.Conn(cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	stream, err := openInitStream(ctx, conn, req)
+	if err != nil {
+		return nil, err
+	}
+	kubeadmOut := &toolout.Follower{OnPhase: func(phase string) {
+		if !strings.HasPrefix(phase, "orrery-") { // the node's own steps around kubeadm
+			phase = "kubeadm " + phase
+		}
+		r.step(phase)
+	}}
+	for {
+		resp, err := stream.Recv()
+		if err == io.EOF {
+			return nil, errors.New("init: the node closed the stream without a result")
+		}
+		if err != nil {
+			return nil, streamError(cfg.Node, err)
+		}
+		switch k := resp.GetKind().(type) {
+		case *initpb.InitResponse_Progress:
+			r.step(k.Progress.GetMessage())
+		case *initpb.InitResponse_Log:
+			kubeadmOut.Write(k.Log.GetData())
+			r.emit(ToolOutput, "", k.Log.GetData())
+		case *initpb.InitResponse_Failed:
+			return nil, initFailed(cfg.Workspace, k.Failed, kubeadmOut)
+		case *initpb.InitResponse_Done:
+			return k.Done, nil
+		}
+	}
+}
+
+// openInitStream starts the Init call. The node's gRPC server may not
+// take calls yet in the first seconds after its attested-TLS port
+// answered.
+func openInitStream(ctx context.Context, conn *grpc.ClientConn, req *initpb.InitRequest) (initpb.InitService_InitClient, error) {
+	for attempt := 1; ; attempt++ {
+		stream, err := initpb.NewInitServiceClient(conn).Init(ctx, req)
+		if err == nil {
+			return stream, nil
+		}
+		if status.Code(err) != codes.Unavailable || attempt == 5 || ctx.Err() != nil {
+			return nil, fmt.Errorf("init: %w", err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// streamError turns a broken progress stream into what the owner can do.
+func streamError(node string, err error) error {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown, codes.Internal:
+		return fmt.Errorf("init on %s: %s (%s); if the connection dropped, run the same command again: the node returns its result", node, st.Message(), st.Code())
+	}
+	// The node refused the request as it stands: retrying the same
+	// command cannot help.
+	return fmt.Errorf("init on %s: %s (%s)", node, st.Message(), st.Code())
+}
+
+// initFailed saves what the node sent about its failure (its journal)
+// and kubeadm's output, and returns an error with the end of the output,
+// where kubeadm says what went wrong.
+func initFailed(ws workspace.Dir, f *initpb.InitFailure, kubeadmOut *toolout.Follower) error {
+	save := func(name string, data []byte) string {
+		path, err := ws.Save(name, data)
+		if err != nil {
+			return "(could not save it: " + err.Error() + ")"
+		}
+		return path
+	}
+	msg := "init failed on the node: " + f.GetErrorMessage()
+	if len(kubeadmOut.Output()) > 0 {
+		msg += "\nthe end of kubeadm's output:\n" + indent(kubeadmOut.Tail(15), "    ") +
+			"\nall of it is in " + save(workspace.KubeadmLogFile, kubeadmOut.Output())
+	}
+	return errors.New(msg + "\nthe node's journal is in " + save(workspace.JournalFile, f.GetJournal()))
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// startServices installs the cluster services and waits until the
+// control plane is steady.
+func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, r *reporter) error {
+	host, _, err := net.SplitHostPort(cfg.Node)
+	if err != nil {
+		return fmt.Errorf("node address %q: %w", cfg.Node, err)
+	}
+	meas, err := json.Marshal(cfg.Measurements)
+	if err != nil {
+		return fmt.Errorf("encode the measurements for the join service: %w", err)
+	}
+	releases, err := services.Releases(services.Settings{
+		APIServer:         net.JoinHostPort(host, strconv.Itoa(cfg.APIServerPort)),
+		PodCIDR:           clusternet.PodCIDR,
+		KubernetesVersion: cfg.KubernetesVersion,
+		Measurements:      meas,
+		PlatformCA:        pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cfg.PlatformCA.Raw}),
+	})
+	if err != nil {
+		return err
+	}
+	r.step("installing the cluster services (pod network, join service, key service)")
+	if err := services.Install(ctx, kubeconfig, releases, servicesTimeout, r.detail); err != nil {
+		return fmt.Errorf("%w\nthe cluster runs; run the same 'orrery init' again to retry installing its services", err)
+	}
+	r.step("checking that the control plane is healthy and stays so")
+	if err := services.WaitSteady(ctx, kubeconfig, steadyTimeout, r.detail); err != nil {
+		return fmt.Errorf("%w\nthe control-plane node's journal tells why: kubectl --kubeconfig %s get --raw '/api/v1/nodes/NODE/proxy/logs/?query=kubelet' "+
+			"(the API server at %s must answer; 'kubectl get events -A' too); "+
+			"run the same 'orrery init' again to check again", err, kubeconfig, host)
+	}
+	return nil
+}
+
+// kubeAPIAnswers reports whether a TLS server listens on the Kubernetes
+// API port of the node at addr. It is a hint for an error message, not
+// trust: the certificate is not checked and nothing is sent.
+func kubeAPIAnswers(ctx context.Context, addr string, port int) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // presence check only
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}

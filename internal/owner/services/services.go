@@ -1,0 +1,164 @@
+// Package services installs the cluster services Orrery runs in a new
+// cluster (the pod network, the join and key services) as Helm releases,
+// and waits until the control plane is healthy and stays so.
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/cli"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/orrery-dev/orrery/internal/clusterhealth"
+	"github.com/orrery-dev/orrery/internal/owner/charts"
+)
+
+// Namespace holds Orrery's cluster services and their releases.
+const Namespace = "kube-system"
+
+// Release is one chart installed into the cluster.
+type Release struct {
+	Name   string
+	Chart  string
+	Values map[string]any
+}
+
+// Settings are what the releases need to know about the cluster.
+type Settings struct {
+	// APIServer is the control plane's API server, HOST:PORT.
+	APIServer string
+	// PodCIDR is the pod network; kubeadm's podSubnet on the nodes
+	// must be the same.
+	PodCIDR           string
+	KubernetesVersion string
+	// Measurements is the image's measurements file, as the join service
+	// reads it.
+	Measurements []byte
+	// PlatformCA is the PEM certificate of the CA that certifies nodes'
+	// attestation keys.
+	PlatformCA []byte
+}
+
+// Releases returns the releases of a cluster with settings s.
+func Releases(s Settings) ([]Release, error) {
+	host, port, err := net.SplitHostPort(s.APIServer)
+	if err != nil {
+		return nil, fmt.Errorf("API server address %q: %w", s.APIServer, err)
+	}
+	return []Release{
+		{Name: "flannel", Chart: charts.Flannel, Values: map[string]any{
+			"podCIDR":   s.PodCIDR,
+			"apiServer": map[string]any{"host": host, "port": port},
+		}},
+		{Name: "orrery-services", Chart: charts.OrreryServices, Values: map[string]any{
+			"endpoint":          s.APIServer,
+			"kubernetesVersion": s.KubernetesVersion,
+			"measurements":      string(s.Measurements),
+			"platformCA":        string(s.PlatformCA),
+		}},
+	}, nil
+}
+
+// Install installs or upgrades releases with Helm and waits until they
+// run; progress gets a message as each starts and ends, from the
+// release's own goroutine (calls can overlap). Installing again
+// (a retried init) upgrades in place. The releases do not depend on each
+// other (the join service is on the host network), so they install side
+// by side: on a slow machine most of each install is waiting for its
+// pods.
+func Install(ctx context.Context, kubeconfig string, releases []Release, timeout time.Duration, progress func(msg string)) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, r := range releases {
+		g.Go(func() error {
+			start := time.Now()
+			c, err := charts.Load(r.Chart)
+			if err != nil {
+				return err
+			}
+			// One Helm configuration per release: its client and
+			// release storage are not meant to be shared between
+			// goroutines.
+			settings := cli.New()
+			settings.KubeConfig = kubeconfig
+			cfg := new(action.Configuration)
+			if err := cfg.Init(settings.RESTClientGetter(), Namespace, "secret", func(string, ...any) {}); err != nil {
+				return fmt.Errorf("connect Helm to the cluster: %w", err)
+			}
+			progress(fmt.Sprintf("installing %s (chart %s %s)", r.Name, c.Metadata.Name, c.Metadata.Version))
+			if err := installOrUpgrade(ctx, cfg, r.Name, c, r.Values, timeout); err != nil {
+				return fmt.Errorf("install %s: %w", r.Name, err)
+			}
+			progress(fmt.Sprintf("%s runs (%s)", r.Name, time.Since(start).Round(time.Second)))
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func installOrUpgrade(ctx context.Context, cfg *action.Configuration, name string, c *chart.Chart, values map[string]any, timeout time.Duration) error {
+	_, err := action.NewHistory(cfg).Run(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		in := action.NewInstall(cfg)
+		in.ReleaseName, in.Namespace = name, Namespace
+		in.Wait, in.Timeout = true, timeout
+		_, err = in.RunWithContext(ctx, c, values)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace = Namespace
+	up.Wait, up.Timeout = true, timeout
+	// A failed upgrade rolls back, so the cluster keeps working services.
+	up.Atomic = true
+	_, err = up.RunWithContext(ctx, name, c, values)
+	return err
+}
+
+// steadyWorkloads are what a new cluster runs besides its control plane:
+// DNS (kubeadm's addon), the pod network and the join and key services.
+var steadyWorkloads = struct{ deployments, daemonSets []clusterhealth.Workload }{
+	deployments: []clusterhealth.Workload{{Namespace: "kube-system", Name: "coredns"}},
+	daemonSets: []clusterhealth.Workload{
+		{Namespace: "kube-system", Name: "kube-flannel-ds"},
+		{Namespace: Namespace, Name: "orrery-joinservice"},
+	},
+}
+
+// WaitSteady waits until the cluster of kubeconfig is healthy and stays
+// so: an API server that answers once and falls over a minute later is
+// not a cluster to hand to the owner.
+func WaitSteady(ctx context.Context, kubeconfig string, timeout time.Duration, progress func(msg string)) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("read kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("connect to the cluster: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	err = clusterhealth.WaitSteady(ctx, clusterhealth.Config{
+		Client:      client,
+		Deployments: steadyWorkloads.deployments,
+		DaemonSets:  steadyWorkloads.daemonSets,
+		Progress:    progress,
+	})
+	if err != nil {
+		return err
+	}
+	progress(fmt.Sprintf("control plane steady (%s)", time.Since(start).Round(time.Second)))
+	return nil
+}

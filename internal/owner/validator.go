@@ -1,0 +1,75 @@
+package owner
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+)
+
+// initValidator checks the node's attestation for an init. A node that
+// belongs to no cluster shows PCR 15 as zero, as the measurements say.
+// Once an init has taken the node lock, PCR 15 holds the lock's value for
+// that init's cluster ID, and no reboot-free way leads back to zero. So a
+// retry of this owner's own init (retry: the master secret and the
+// measurement salt both come from an earlier run) also accepts PCR 15
+// locked to exactly the cluster ID they derive, which only a holder of
+// both could have caused. Every other PCR is checked as before, and no
+// other value of PCR 15 passes: a node locked to someone else's cluster
+// is refused.
+func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.Validator, error) {
+	fresh, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	want, ok := m[nodelock.PCR]
+	if !retry || !ok {
+		return fresh, nil
+	}
+	msec, err := ms.MeasurementSecret()
+	if err != nil {
+		return nil, err
+	}
+	clusterID, err := keys.ClusterID(msec, measurementSalt)
+	if err != nil {
+		return nil, err
+	}
+	lockedM := maps.Clone(m)
+	lockedM[nodelock.PCR] = measurements.Measurement{Expected: nodelock.Expected(clusterID), WarnOnly: want.WarnOnly}
+	locked, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: lockedM, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return freshOrLocked{fresh: fresh, locked: locked}, nil
+}
+
+// freshOrLocked accepts a node that fresh accepts, or else one that
+// locked accepts: the two differ only in PCR 15.
+type freshOrLocked struct{ fresh, locked attestation.Validator }
+
+func (v freshOrLocked) Variant() variant.Variant { return v.fresh.Variant() }
+
+func (v freshOrLocked) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
+	userData, err := v.fresh.Validate(ctx, doc, nonce)
+	if err == nil {
+		return userData, nil
+	}
+	var mismatch *measurements.MismatchError
+	if !errors.As(err, &mismatch) {
+		return nil, err
+	}
+	userData, lockedErr := v.locked.Validate(ctx, doc, nonce)
+	if lockedErr == nil {
+		return userData, nil
+	}
+	return nil, fmt.Errorf("%w; nor does it show the node lock of this cluster's own earlier init: %v", err, lockedErr)
+}

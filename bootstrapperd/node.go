@@ -20,9 +20,9 @@ import (
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/cloud/metadata"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/versions"
@@ -81,7 +81,7 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 			return
 		}
 		err = joinclient.Run(ctx, joinclient.Config{
-			Metadata:      metadataAdapter{meta},
+			Metadata:      meta,
 			Issuer:        issuer,
 			OpenTPM:       cfg.openTPM,
 			PlatformCAs:   cas,
@@ -109,23 +109,6 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 // initResultPath is where the init server keeps its result; the record
 // of the request that took the node lock goes beside it.
 func initResultPath(cfg config) string { return filepath.Join(cfg.stateDir, "init-result.json") }
-
-// metadataAdapter gives the join client the metadata service's view.
-type metadataAdapter struct{ c *metadata.Client }
-
-func (m metadataAdapter) Self(ctx context.Context) (joinclient.Instance, error) {
-	i, err := m.c.Self(ctx)
-	return joinclient.Instance{Name: i.Name, Role: i.Role, IP: i.IP}, err
-}
-
-func (m metadataAdapter) Peers(ctx context.Context) ([]joinclient.Instance, error) {
-	ps, err := m.c.Peers(ctx)
-	var out []joinclient.Instance
-	for _, i := range ps {
-		out = append(out, joinclient.Instance{Name: i.Name, Role: i.Role, IP: i.IP})
-	}
-	return out, err
-}
 
 // selfInstance is this node's VM as its platform certified it, which an
 // init approves as the first control plane. Without it (a VM provisioned

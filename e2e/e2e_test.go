@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 var (
@@ -328,7 +329,7 @@ spec:
 	for _, n := range []*cloud.Node{c.Nodes()[0], c.Nodes()[1], good} {
 		raw, _ := os.ReadFile(n.SerialLog())
 		phases := []string{"waiting for init or join", "node locked to the new cluster", "running kubeadm init", "node bootstrapped"}
-		if n.Role == cloud.Worker {
+		if n.Role == role.Worker {
 			phases = []string{"waiting for init or join", "got a join ticket", "node locked to the cluster", "running kubeadm join", "joined the cluster"}
 		}
 		for _, phase := range phases {

@@ -32,15 +32,11 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/cloud/dhcpd"
-	"github.com/orrery-dev/orrery/internal/cloud/metadata"
+	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
 	"github.com/orrery-dev/orrery/internal/cloud/netenv"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
-)
-
-// Roles of nodes.
-const (
-	ControlPlane = "control-plane"
-	Worker       = "worker"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 // The cloud's network plan: control planes and workers get addresses from
@@ -101,7 +97,7 @@ type Spec struct {
 // Node is one VM of the cloud.
 type Node struct {
 	Name string     `json:"name"`
-	Role string     `json:"role"`
+	Role role.Role  `json:"role"`
 	IP   netip.Addr `json:"ip"`
 	MAC  string     `json:"mac"`
 	Tap  string     `json:"tap"`
@@ -285,7 +281,7 @@ const TCGWorkerNice = 5
 
 // defaultNice is the niceness n's VM runs at unless told otherwise.
 func (c *Cloud) defaultNice(n *Node) int {
-	if n.Role == Worker && c.accel == vm.AccelTCG {
+	if n.Role == role.Worker && c.accel == vm.AccelTCG {
 		return TCGWorkerNice
 	}
 	return 0
@@ -408,13 +404,13 @@ func (c *Cloud) initSecret() ([]byte, error) {
 }
 
 func (c *Cloud) planNodes() {
-	add := func(role, prefix string, count int, first netip.Addr, roleByte byte, tapTag string, spare bool) {
+	add := func(r role.Role, prefix string, count int, first netip.Addr, roleByte byte, tapTag string, spare bool) {
 		ip := first
 		for i := 0; i < count; i++ {
 			name := fmt.Sprintf("%s-%d", prefix, i)
 			c.nodes = append(c.nodes, &Node{
 				Name:  name,
-				Role:  role,
+				Role:  r,
 				IP:    ip,
 				MAC:   fmt.Sprintf("52:54:00:42:%02x:%02x", roleByte, i),
 				Tap:   fmt.Sprintf("%s%s%d", tapPrefix(c.spec.Bridge), tapTag, i),
@@ -424,14 +420,14 @@ func (c *Cloud) planNodes() {
 			ip = ip.Next()
 		}
 	}
-	add(ControlPlane, "cp", c.spec.ControlPlanes, firstCP, 1, "c", false)
-	add(Worker, "worker", c.spec.Workers, firstWorker, 2, "w", false)
+	add(role.ControlPlane, "cp", c.spec.ControlPlanes, firstCP, 1, "c", false)
+	add(role.Worker, "worker", c.spec.Workers, firstWorker, 2, "w", false)
 	// Spares sit in the workers' range, after them.
 	firstSpare := firstWorker
 	for range c.spec.Workers {
 		firstSpare = firstSpare.Next()
 	}
-	add(Worker, "spare", c.spec.Spares, firstSpare, 3, "s", true)
+	add(role.Worker, "spare", c.spec.Spares, firstSpare, 3, "s", true)
 }
 
 func (c *Cloud) startServices(initSecretHash []byte) error {
@@ -442,7 +438,7 @@ func (c *Cloud) startServices(initSecretHash []byte) error {
 		leases = append(leases, dhcpd.Lease{MAC: mac, IP: n.IP, Hostname: n.Name})
 		instances = append(instances, metadata.Instance{Name: n.Name, Role: n.Role, IP: n.IP})
 	}
-	handler, err := metadata.NewHandler(metadata.Config{Instances: instances, InitSecretHash: initSecretHash})
+	handler, err := metadataserver.NewHandler(metadataserver.Config{Instances: instances, InitSecretHash: initSecretHash})
 	if err != nil {
 		return err
 	}

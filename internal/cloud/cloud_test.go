@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/cloud/cloudtest"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 func requireRoot(t testing.TB) {
@@ -322,7 +323,7 @@ func TestSpareStartsLater(t *testing.T) {
 		t.Fatalf("the started node's lease: %v", err)
 	}
 	cp, spare := c.Nodes()[0], c.Nodes()[1]
-	if !spare.Spare || spare.VM() != nil || spare.Name != "spare-0" || spare.Role != cloud.Worker {
+	if !spare.Spare || spare.VM() != nil || spare.Name != "spare-0" || spare.Role != role.Worker {
 		t.Fatalf("spare slot %+v: want an unstarted worker named spare-0", spare)
 	}
 	if got := waitReport(t, ctx, cp, "peers", 1); got[0] != "cp-0,spare-0" {

@@ -59,20 +59,16 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
-// Instance is a node as the metadata service describes it.
-type Instance struct {
-	Name string
-	Role string
-	IP   netip.Addr
-}
-
-// Metadata tells the client who it is and where the control planes are.
+// Metadata tells the client who it is and where the control planes are
+// (a *metadata.Client on a node).
 type Metadata interface {
-	Self(ctx context.Context) (Instance, error)
-	Peers(ctx context.Context) ([]Instance, error)
+	Self(ctx context.Context) (metadata.Instance, error)
+	Peers(ctx context.Context) ([]metadata.Instance, error)
 }
 
 // Locker is the node lock.
@@ -200,13 +196,13 @@ func joinOnce(ctx context.Context, cfg Config, service attestation.Validator, lo
 	}
 	var lastErr error = errors.New("no other control-plane node is known")
 	for _, p := range peers {
-		if p.Role != "control-plane" || p.IP == self.IP {
+		if p.Role != role.ControlPlane || p.IP == self.IP {
 			continue
 		}
 		addr := netip.AddrPortFrom(p.IP, joinpb.Port).String()
 		status("joining via " + p.IP.String())
 		ticket, err := requestTicket(ctx, cfg, service, addr, &joinpb.IssueJoinTicketRequest{
-			DiskUuid: uuid, CertificateRequest: csr, IsControlPlane: self.Role == "control-plane",
+			DiskUuid: uuid, CertificateRequest: csr, IsControlPlane: self.Role == role.ControlPlane,
 		})
 		var refused *ServiceRefusedError
 		if errors.As(err, &refused) {
@@ -263,7 +259,7 @@ func requestTicket(ctx context.Context, cfg Config, service attestation.Validato
 }
 
 // apply uses a ticket: lock, re-key, files, kubeadm join.
-func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string), self Instance, key []byte, t *joinpb.IssueJoinTicketResponse) error {
+func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string), self metadata.Instance, key []byte, t *joinpb.IssueJoinTicketResponse) error {
 	clusterID, err := keys.ClusterID(t.GetMeasurementSecret(), t.GetMeasurementSalt())
 	if err != nil {
 		return fmt.Errorf("join ticket: %w", err)
@@ -317,7 +313,7 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	return cfg.Joiner.Join(ctx, kubeadm.JoinParams{
 		NodeName: self.Name, NodeIP: self.IP, Endpoint: t.GetApiServerEndpoint(),
 		CACert: t.GetClusterCaCert(), ClientCert: t.GetKubeletCert(), ClientKey: key,
-		ControlPlane: self.Role == "control-plane",
+		ControlPlane: self.Role == role.ControlPlane,
 	}, os.Stderr)
 }
 
@@ -352,7 +348,7 @@ const NodeClientCertFile = "orrery-node-client.crt"
 // for the node's identity and nothing else; the join service takes only
 // the public key from it, and refuses it if it names another node than
 // the one the node's attestation certifies.
-func kubeletCSR(self Instance) (keyPEM, csrDER []byte, err error) {
+func kubeletCSR(self metadata.Instance) (keyPEM, csrDER []byte, err error) {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err

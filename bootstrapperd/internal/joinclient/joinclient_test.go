@@ -31,21 +31,23 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
 )
 
 type meta struct {
-	self  Instance
-	peers []Instance
+	self  metadata.Instance
+	peers []metadata.Instance
 }
 
-func (m meta) Self(context.Context) (Instance, error) { return m.self, nil }
-func (m meta) Peers(context.Context) ([]Instance, error) {
+func (m meta) Self(context.Context) (metadata.Instance, error) { return m.self, nil }
+func (m meta) Peers(context.Context) ([]metadata.Instance, error) {
 	return append(slices.Clone(m.peers), m.self), nil
 }
 
-var cp0 = Instance{Name: "cp-0", Role: "control-plane", IP: netip.MustParseAddr("10.42.1.100")}
+var cp0 = metadata.Instance{Name: "cp-0", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.1.100")}
 
 // joinService answers every request with resp and records what it got.
 type joinService struct {
@@ -210,12 +212,12 @@ func route(routes map[netip.Addr]string) func(ctx context.Context, addr string) 
 
 // setup wires a worker or control-plane node (self) to one genuine
 // control plane, cp-0, of the same platform and image.
-func setup(t *testing.T, role string, resp *joinpb.IssueJoinTicketResponse, failFirst bool) (Config, *joinService, *lock, *disk, *joiner) {
+func setup(t *testing.T, r role.Role, resp *joinpb.IssueJoinTicketResponse, failFirst bool) (Config, *joinService, *lock, *disk, *joiner) {
 	p := newPlatform(t)
 	self := p.bootedNode(t, "image-1")
 	svc := &joinService{resp: resp}
 	addr := genuineService(t, p.controlPlane(t, "image-1"), self, svc)
-	cfg := nodeConfig(t, self, role, []Instance{cp0})
+	cfg := nodeConfig(t, self, r, []metadata.Instance{cp0})
 	dial := route(map[netip.Addr]string{cp0.IP: addr})
 	var calls atomic.Int32
 	cfg.dialNet = func(ctx context.Context, addr string) (net.Conn, error) {
@@ -229,10 +231,10 @@ func setup(t *testing.T, role string, resp *joinpb.IssueJoinTicketResponse, fail
 
 // nodeConfig is the join client of node self, which trusts its own
 // platform CA, with the given control planes in the metadata service.
-func nodeConfig(t *testing.T, self *qemutest.Node, role string, peers []Instance) Config {
+func nodeConfig(t *testing.T, self *qemutest.Node, r role.Role, peers []metadata.Instance) Config {
 	dir := t.TempDir()
 	return Config{
-		Metadata: meta{self: Instance{Name: "worker-0", Role: role, IP: netip.MustParseAddr("10.42.2.100")}, peers: peers},
+		Metadata: meta{self: metadata.Instance{Name: "worker-0", Role: r, IP: netip.MustParseAddr("10.42.2.100")}, peers: peers},
 		Issuer:   self.Issuer, OpenTPM: self.TPM.Open, PlatformCAs: []*x509.Certificate{self.CA.Cert},
 		Lock: &lock{free: true}, Disk: &disk{}, Joiner: &joiner{},
 		StateDir: filepath.Join(dir, "state"), KubeletPKIDir: filepath.Join(dir, "kubelet"), PKIDir: filepath.Join(dir, "pki"),
@@ -241,7 +243,7 @@ func nodeConfig(t *testing.T, self *qemutest.Node, role string, peers []Instance
 }
 
 func TestJoinWorker(t *testing.T) {
-	cfg, svc, l, d, j := setup(t, "worker", ticket(), true)
+	cfg, svc, l, d, j := setup(t, role.Worker, ticket(), true)
 	if err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +317,7 @@ func TestJoinWorker(t *testing.T) {
 }
 
 func TestJoinLosesToInit(t *testing.T) {
-	cfg, _, l, d, j := setup(t, "worker", ticket(), false)
+	cfg, _, l, d, j := setup(t, role.Worker, ticket(), false)
 	l.free = false
 	if err := Run(context.Background(), cfg); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("err = %v, want ErrLockLost", err)
@@ -328,7 +330,7 @@ func TestJoinLosesToInit(t *testing.T) {
 func TestControlPlaneFilesStayInPKIDir(t *testing.T) {
 	tk := ticket()
 	tk.ControlPlaneFiles = []*joinpb.ControlPlaneFile{{Name: "etcd/ca.crt", Data: []byte("ok")}, {Name: "../../etc/shadow", Data: []byte("x")}}
-	cfg, _, l, _, j := setup(t, "control-plane", tk, false)
+	cfg, _, l, _, j := setup(t, role.ControlPlane, tk, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	err := Run(ctx, cfg)
@@ -351,7 +353,7 @@ func TestControlPlaneFilesStayInPKIDir(t *testing.T) {
 }
 
 func TestJoinRetriedAfterLockTakenFinishes(t *testing.T) {
-	cfg, _, l, d, j := setup(t, "worker", ticket(), false)
+	cfg, _, l, d, j := setup(t, role.Worker, ticket(), false)
 	j.fail = 1
 	if err := Run(context.Background(), cfg); err != nil {
 		t.Fatalf("a join that failed after taking the lock did not finish on retry: %v", err)
@@ -366,7 +368,7 @@ func TestJoinRetriedAfterLockTakenFinishes(t *testing.T) {
 }
 
 func TestJoinLockedToAnotherClusterStops(t *testing.T) {
-	cfg, _, l, _, j := setup(t, "worker", ticket(), false)
+	cfg, _, l, _, j := setup(t, role.Worker, ticket(), false)
 	l.free, l.id = false, []byte("another cluster")
 	if err := Run(context.Background(), cfg); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("err = %v, want ErrLockLost", err)
@@ -377,7 +379,7 @@ func TestJoinLockedToAnotherClusterStops(t *testing.T) {
 }
 
 func TestRetriesBackOff(t *testing.T) {
-	cfg, _, _, _, _ := setup(t, "worker", ticket(), false)
+	cfg, _, _, _, _ := setup(t, role.Worker, ticket(), false)
 	failures := 6
 	dial := cfg.dialNet
 	cfg.dialNet = func(ctx context.Context, addr string) (net.Conn, error) {

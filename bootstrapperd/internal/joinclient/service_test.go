@@ -17,7 +17,9 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/syncbuffer"
 )
 
@@ -88,7 +90,7 @@ func TestJoinServiceMustProveItself(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			self := p.bootedNode(t, "image-1")
 			fake := &joinService{resp: attackerTicket()}
-			cfg := nodeConfig(t, self, "control-plane", []Instance{cp0})
+			cfg := nodeConfig(t, self, role.ControlPlane, []metadata.Instance{cp0})
 			cfg.dialNet = route(map[netip.Addr]string{cp0.IP: serveJoin(t, tc.service(t), fake)})
 			var logs syncbuffer.Buffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -143,8 +145,8 @@ func TestRefusedServiceThenGenuineJoins(t *testing.T) {
 	fakeAddr := serveJoin(t, atls.Config{Issuer: lockNode(t, p.node(t, "image-1", "image-2")).Issuer, Validators: []attestation.Validator{anyAttestation{}}}, fake)
 	genuine := &joinService{resp: ticket()}
 	genuineAddr := genuineService(t, p.controlPlane(t, "image-1"), self, genuine)
-	cp1 := Instance{Name: "cp-1", Role: "control-plane", IP: netip.MustParseAddr("10.42.1.101")}
-	cfg := nodeConfig(t, self, "worker", []Instance{cp0, cp1})
+	cp1 := metadata.Instance{Name: "cp-1", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.1.101")}
+	cfg := nodeConfig(t, self, role.Worker, []metadata.Instance{cp0, cp1})
 	cfg.dialNet = route(map[netip.Addr]string{cp0.IP: fakeAddr, cp1.IP: genuineAddr})
 	var logs syncbuffer.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -170,7 +172,7 @@ func TestRefusedServiceThenGenuineJoins(t *testing.T) {
 // service's key against: it refuses to run rather than trust anyone.
 func TestJoinClientNeedsPlatformCA(t *testing.T) {
 	p := newPlatform(t)
-	cfg := nodeConfig(t, p.bootedNode(t, "image-1"), "worker", []Instance{cp0})
+	cfg := nodeConfig(t, p.bootedNode(t, "image-1"), role.Worker, []metadata.Instance{cp0})
 	cfg.PlatformCAs = nil
 	if err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "platform CA") {
 		t.Fatalf("Run = %v, want a refusal to run without a platform CA", err)

@@ -14,11 +14,12 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 func newControlPlaneCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use:   "control-plane",
+		Use:   string(role.ControlPlane),
 		Short: "Decide which VMs may be the cluster's control planes",
 		Long: `The join service hands the cluster's CA keys only to a VM whose instance ID
 the owner approved as a control plane: what a node says its role is decides

@@ -23,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/toolout"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 type initOptions struct {
@@ -97,7 +98,7 @@ func (o *initOptions) applyMiniDefaults() error {
 	}
 	if o.node == "" {
 		for _, n := range st.Nodes {
-			if n.Role == cloud.ControlPlane {
+			if n.Role == role.ControlPlane {
 				o.node = n.IP.String()
 				break
 			}

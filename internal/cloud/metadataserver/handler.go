@@ -1,4 +1,10 @@
-package metadata
+// Package metadataserver is the local cloud's metadata API server, the
+// harness's stand-in for a cloud's metadata service (the wire format and
+// the client nodes use are in internal/metadata). Like a cloud's, it knows
+// its callers by their source address: a request from an address that is
+// not one of the configured VMs gets 404. Its endpoints are described in
+// internal/metadata.
+package metadataserver
 
 import (
 	"cmp"
@@ -12,7 +18,14 @@ import (
 	"slices"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/orrery-dev/orrery/internal/clusternet"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/role"
 )
+
+// errNoControlPlane means there is no endpoint to hand out.
+var errNoControlPlane = errors.New("no control-plane instance: add at least one with role " + string(role.ControlPlane))
 
 // maxRequestBody is how much of a request body the handler reads to tell
 // an empty body from a non-empty one; larger ones are refused unread.
@@ -21,11 +34,11 @@ const maxRequestBody = 4 << 10
 // Config configures the handler.
 type Config struct {
 	// Instances are the VMs; at least one must be a control-plane.
-	Instances []Instance
+	Instances []metadata.Instance
 	// InitSecretHash is the bcrypt hash of the init secret.
 	InitSecretHash []byte
 	// APIServerPort is the control plane's API server port. Zero means
-	// DefaultAPIServerPort.
+	// clusternet.APIServerPort.
 	APIServerPort int
 	// Logger receives a line per request; nil discards them.
 	Logger *slog.Logger
@@ -47,17 +60,17 @@ type handler struct {
 // returns the API's handler. The control-plane endpoint is the first
 // control-plane instance in cfg.Instances.
 func NewHandler(cfg Config) (http.Handler, error) {
-	if err := checkInstances(cfg.Instances); err != nil {
+	if err := metadata.CheckInstances(cfg.Instances); err != nil {
 		return nil, err
 	}
 	if _, err := bcrypt.Cost(cfg.InitSecretHash); err != nil {
 		return nil, fmt.Errorf("init secret hash is not a bcrypt hash (%w): pass the output of bcrypt.GenerateFromPassword", err)
 	}
-	port := cmp.Or(cfg.APIServerPort, DefaultAPIServerPort)
+	port := cmp.Or(cfg.APIServerPort, clusternet.APIServerPort)
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("invalid API server port %d: want 1-65535", cfg.APIServerPort)
 	}
-	cp := slices.IndexFunc(cfg.Instances, func(in Instance) bool { return in.Role == RoleControlPlane })
+	cp := slices.IndexFunc(cfg.Instances, func(in metadata.Instance) bool { return in.Role == role.ControlPlane })
 	if cp < 0 {
 		return nil, errNoControlPlane
 	}
@@ -74,12 +87,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		h.names[in.IP] = in.Name
 	}
 	peers := slices.Clone(cfg.Instances)
-	slices.SortFunc(peers, func(a, b Instance) int {
+	slices.SortFunc(peers, func(a, b metadata.Instance) int {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.Name, b.Name))
 	})
 	h.peers = mustJSON(peers)
-	h.endpoint = mustJSON(endpointBody{Endpoint: netip.AddrPortFrom(cfg.Instances[cp].IP, uint16(port)).String()})
-	h.hash = mustJSON(hashBody{Hash: string(cfg.InitSecretHash)})
+	h.endpoint = mustJSON(metadata.EndpointAnswer{Endpoint: netip.AddrPortFrom(cfg.Instances[cp].IP, uint16(port)).String()})
+	h.hash = mustJSON(metadata.InitSecretHashAnswer{Hash: string(cfg.InitSecretHash)})
 	return h, nil
 }
 
@@ -88,7 +101,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		panic(fmt.Sprintf("metadata: encode %T: %v", v, err))
+		panic(fmt.Sprintf("metadataserver: encode %T: %v", v, err))
 	}
 	return append(b, '\n')
 }
@@ -96,7 +109,7 @@ func mustJSON(v any) []byte {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := h.log.With("method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
 	switch r.URL.Path {
-	case pathSelf, pathPeers, pathEndpoint, pathInitSecretHash:
+	case metadata.PathSelf, metadata.PathPeers, metadata.PathEndpoint, metadata.PathInitSecretHash:
 	default:
 		h.fail(w, log, http.StatusNotFound, "no such endpoint")
 		return
@@ -132,13 +145,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var body []byte
 	switch r.URL.Path {
-	case pathSelf:
+	case metadata.PathSelf:
 		body = self
-	case pathPeers:
+	case metadata.PathPeers:
 		body = h.peers
-	case pathEndpoint:
+	case metadata.PathEndpoint:
 		body = h.endpoint
-	case pathInitSecretHash:
+	case metadata.PathInitSecretHash:
 		body = h.hash
 	}
 	log.Debug("metadata request served", "instance", h.names[caller])
@@ -166,7 +179,7 @@ func checkNoBody(w http.ResponseWriter, r *http.Request) (int, string) {
 
 func (h *handler) fail(w http.ResponseWriter, log *slog.Logger, status int, msg string) {
 	log.Debug("metadata request refused", "status", status, "reason", msg)
-	writeJSON(w, status, mustJSON(errorBody{Error: msg}))
+	writeJSON(w, status, mustJSON(metadata.ErrorAnswer{Error: msg}))
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {

@@ -51,52 +51,52 @@ func (e *StatusError) Error() string {
 
 // Self returns the calling VM's own instance.
 func (c *Client) Self(ctx context.Context) (Instance, error) {
-	b, err := c.get(ctx, pathSelf)
+	b, err := c.get(ctx, PathSelf)
 	if err != nil {
 		return Instance{}, err
 	}
 	in, err := decodeSelf(b)
 	if err != nil {
-		return Instance{}, fmt.Errorf("decode metadata %s: %w", pathSelf, err)
+		return Instance{}, fmt.Errorf("decode metadata %s: %w", PathSelf, err)
 	}
 	return in, nil
 }
 
 // Peers returns every instance, sorted by role, then name.
 func (c *Client) Peers(ctx context.Context) ([]Instance, error) {
-	b, err := c.get(ctx, pathPeers)
+	b, err := c.get(ctx, PathPeers)
 	if err != nil {
 		return nil, err
 	}
 	ins, err := decodePeers(b)
 	if err != nil {
-		return nil, fmt.Errorf("decode metadata %s: %w", pathPeers, err)
+		return nil, fmt.Errorf("decode metadata %s: %w", PathPeers, err)
 	}
 	return ins, nil
 }
 
 // Endpoint returns the control plane's API server address.
 func (c *Client) Endpoint(ctx context.Context) (netip.AddrPort, error) {
-	b, err := c.get(ctx, pathEndpoint)
+	b, err := c.get(ctx, PathEndpoint)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
 	ep, err := decodeEndpoint(b)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("decode metadata %s: %w", pathEndpoint, err)
+		return netip.AddrPort{}, fmt.Errorf("decode metadata %s: %w", PathEndpoint, err)
 	}
 	return ep, nil
 }
 
 // InitSecretHash returns the bcrypt hash of the init secret.
 func (c *Client) InitSecretHash(ctx context.Context) ([]byte, error) {
-	b, err := c.get(ctx, pathInitSecretHash)
+	b, err := c.get(ctx, PathInitSecretHash)
 	if err != nil {
 		return nil, err
 	}
 	h, err := decodeInitSecretHash(b)
 	if err != nil {
-		return nil, fmt.Errorf("decode metadata %s: %w", pathInitSecretHash, err)
+		return nil, fmt.Errorf("decode metadata %s: %w", PathInitSecretHash, err)
 	}
 	return h, nil
 }
@@ -141,7 +141,7 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 // errorExcerpt returns the error message of a JSON error body, or else the
 // body's start, for an error message.
 func errorExcerpt(body []byte) string {
-	var e errorBody
+	var e ErrorAnswer
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		body = []byte(e.Error)
 	}
@@ -177,7 +177,7 @@ func decodeSelf(b []byte) (Instance, error) {
 	if err := decodeJSON(b, &in); err != nil {
 		return Instance{}, err
 	}
-	if err := in.validate(); err != nil {
+	if err := in.Validate(); err != nil {
 		return Instance{}, err
 	}
 	return in, nil
@@ -191,14 +191,14 @@ func decodePeers(b []byte) ([]Instance, error) {
 	if ins == nil {
 		return nil, errors.New("no peer list")
 	}
-	if err := checkInstances(ins); err != nil {
+	if err := CheckInstances(ins); err != nil {
 		return nil, err
 	}
 	return ins, nil
 }
 
 func decodeEndpoint(b []byte) (netip.AddrPort, error) {
-	var e endpointBody
+	var e EndpointAnswer
 	if err := decodeJSON(b, &e); err != nil {
 		return netip.AddrPort{}, err
 	}
@@ -213,7 +213,7 @@ func decodeEndpoint(b []byte) (netip.AddrPort, error) {
 }
 
 func decodeInitSecretHash(b []byte) ([]byte, error) {
-	var h hashBody
+	var h InitSecretHashAnswer
 	if err := decodeJSON(b, &h); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package metadata
+package metadataserver
 
 import (
 	"encoding/json"
@@ -12,6 +12,9 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 var testHash = sync.OnceValue(func() []byte {
@@ -22,11 +25,11 @@ var testHash = sync.OnceValue(func() []byte {
 	return h
 })
 
-var testInstances = []Instance{
-	{Name: "worker-1", Role: RoleWorker, IP: netip.MustParseAddr("10.42.0.12")},
-	{Name: "cp-1", Role: RoleControlPlane, IP: netip.MustParseAddr("10.42.0.11")},
-	{Name: "cp-0", Role: RoleControlPlane, IP: netip.MustParseAddr("10.42.0.10")},
-	{Name: "worker-0", Role: RoleWorker, IP: netip.MustParseAddr("10.42.0.13")},
+var testInstances = []metadata.Instance{
+	{Name: "worker-1", Role: role.Worker, IP: netip.MustParseAddr("10.42.0.12")},
+	{Name: "cp-1", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.0.11")},
+	{Name: "cp-0", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.0.10")},
+	{Name: "worker-0", Role: role.Worker, IP: netip.MustParseAddr("10.42.0.13")},
 }
 
 func testHandler(t *testing.T) http.Handler {
@@ -165,7 +168,7 @@ func TestHandlerRefuses(t *testing.T) {
 				t.Errorf("status = %d, want %d", rec.Code, tc.wantStatus)
 			}
 			checkJSONHeaders(t, rec)
-			var e errorBody
+			var e metadata.ErrorAnswer
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error != tc.wantError {
 				t.Errorf("body = %q (%v), want error %q", rec.Body, err, tc.wantError)
 			}
@@ -227,7 +230,7 @@ func TestHandlerEndpointFormat(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ip := netip.MustParseAddr(tc.ip)
 			h, err := NewHandler(Config{
-				Instances:      []Instance{{Name: "cp-0", Role: RoleControlPlane, IP: ip}},
+				Instances:      []metadata.Instance{{Name: "cp-0", Role: role.ControlPlane, IP: ip}},
 				InitSecretHash: testHash(),
 				APIServerPort:  tc.port,
 			})
@@ -238,7 +241,7 @@ func TestHandlerEndpointFormat(t *testing.T) {
 			req.RemoteAddr = netip.AddrPortFrom(ip, 5555).String()
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
-			var got endpointBody
+			var got metadata.EndpointAnswer
 			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Endpoint != tc.want {
 				t.Errorf("body = %s (%v), want endpoint %s", rec.Body, err, tc.want)
 			}

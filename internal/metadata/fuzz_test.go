@@ -44,7 +44,7 @@ func FuzzDecodeEndpoint(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again, err := decodeEndpoint(mustJSON(endpointBody{Endpoint: ep.String()}))
+		again, err := decodeEndpoint(mustJSON(EndpointAnswer{Endpoint: ep.String()}))
 		if err != nil || again != ep {
 			t.Fatalf("round trip of %s = %s, %v", ep, again, err)
 		}
@@ -58,7 +58,7 @@ func FuzzDecodeInitSecretHash(f *testing.F) {
 		if err != nil {
 			return
 		}
-		body, err := json.Marshal(hashBody{Hash: string(h)})
+		body, err := json.Marshal(InitSecretHashAnswer{Hash: string(h)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,4 +67,12 @@ func FuzzDecodeInitSecretHash(f *testing.F) {
 			t.Fatalf("round trip of %q = %q, %v", h, again, err)
 		}
 	})
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -1,4 +1,4 @@
-package metadata_test
+package metadataserver_test
 
 import (
 	"context"
@@ -8,8 +8,11 @@ import (
 	"net/http/httptest"
 	"net/netip"
 
-	"github.com/orrery-dev/orrery/internal/cloud/metadata"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 func Example() {
@@ -17,10 +20,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	h, err := metadata.NewHandler(metadata.Config{
+	h, err := metadataserver.NewHandler(metadataserver.Config{
 		Instances: []metadata.Instance{
-			{Name: "cp-0", Role: metadata.RoleControlPlane, IP: netip.MustParseAddr("10.42.0.10")},
-			{Name: "worker-0", Role: metadata.RoleWorker, IP: netip.MustParseAddr("10.42.0.11")},
+			{Name: "cp-0", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.0.10")},
+			{Name: "worker-0", Role: role.Worker, IP: netip.MustParseAddr("10.42.0.11")},
 		},
 		InitSecretHash: hash,
 	})

@@ -1,0 +1,96 @@
+// Package metadata is a node's view of its cloud's metadata API, which tells
+// the node who it is, who its peers are, where the control plane is and the
+// hash of the init secret: the API's wire format and the client nodes use.
+// The local cloud's server side is internal/cloud/metadataserver, which no
+// node program imports.
+//
+// Like a cloud's, the service knows its callers by their source address.
+// Nodes do not trust its answers for anything security-relevant: peers
+// prove who they are by attestation, and the init secret hash only lets the
+// party that created the VMs initialise the first one.
+//
+// Endpoints, all GET without query or body, all answering JSON:
+//
+//	/self            {"name": ..., "role": ..., "ip": ...} of the caller
+//	/peers           [{"name", "role", "ip"}, ...] sorted by role, then name
+//	/endpoint        {"endpoint": "<first control-plane IP>:<API server port>"}
+//	/initsecrethash  {"hash": "<bcrypt hash of the init secret>"}
+//
+// Errors answer {"error": "..."} with a 4xx status.
+package metadata
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/orrery-dev/orrery/internal/nodename"
+	"github.com/orrery-dev/orrery/internal/role"
+)
+
+// Paths of the endpoints.
+const (
+	PathSelf           = "/self"
+	PathPeers          = "/peers"
+	PathEndpoint       = "/endpoint"
+	PathInitSecretHash = "/initsecrethash"
+)
+
+// Instance is one VM of the local cloud.
+type Instance struct {
+	// Name is the VM's (and Kubernetes node's) name: lowercase letters,
+	// digits, '-' and '.', as Kubernetes requires of node names.
+	Name string    `json:"name"`
+	Role role.Role `json:"role"`
+	// IP is the VM's address, from which it calls the API.
+	IP netip.Addr `json:"ip"`
+}
+
+// EndpointAnswer is the JSON answer of /endpoint.
+type EndpointAnswer struct {
+	Endpoint string `json:"endpoint"`
+}
+
+// InitSecretHashAnswer is the JSON answer of /initsecrethash.
+type InitSecretHashAnswer struct {
+	Hash string `json:"hash"`
+}
+
+// ErrorAnswer is the JSON answer of every failed request.
+type ErrorAnswer struct {
+	Error string `json:"error"`
+}
+
+// Validate checks the instance's name, role and address.
+func (in Instance) Validate() error {
+	if !nodename.Valid(in.Name) {
+		return fmt.Errorf("invalid instance name %q: use lowercase letters, digits and '-' in dot-separated labels (at most 253 bytes)", in.Name)
+	}
+	if err := in.Role.Validate(); err != nil {
+		return fmt.Errorf("instance %s: %w", in.Name, err)
+	}
+	if !in.IP.IsValid() || in.IP.Zone() != "" || in.IP.Is4In6() {
+		return fmt.Errorf("instance %s: invalid address %q: want a plain IPv4 or IPv6 address", in.Name, in.IP)
+	}
+	return nil
+}
+
+// CheckInstances validates each instance and that names and addresses are
+// unique.
+func CheckInstances(ins []Instance) error {
+	names := map[string]bool{}
+	ips := map[netip.Addr]bool{}
+	for _, in := range ins {
+		if err := in.Validate(); err != nil {
+			return err
+		}
+		if names[in.Name] {
+			return fmt.Errorf("instance name %q appears twice: give each VM its own", in.Name)
+		}
+		if ips[in.IP] {
+			return fmt.Errorf("instance %s: address %s appears twice: give each VM its own", in.Name, in.IP)
+		}
+		names[in.Name] = true
+		ips[in.IP] = true
+	}
+	return nil
+}

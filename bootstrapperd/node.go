@@ -21,6 +21,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
@@ -44,7 +45,7 @@ func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, loc
 	meta := &metadata.Client{BaseURL: metadataURL}
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: runDir, AdminKubeconfig: "/etc/kubernetes/admin.conf"}
 	// One lock and one disk for both paths: the lock's mutex orders them.
-	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: statedisk.DefaultFirstBootKey, TmpDir: runDir}
+	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: diskhandoff.KeyFile, TmpDir: runDir}
 	log := daemonLog()
 	tool.Instance, tool.DiskUUID = selfInstance(cfg.openTPM, log), disk.UUID
 	finish := func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
 	"github.com/orrery-dev/orrery/initrd/internal/verity"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/disks"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/u-root/u-root/pkg/mount"
@@ -210,10 +211,10 @@ func openRoot(ctx context.Context, c *console, tool *cryptsetup.Tool, cfg cmdlin
 
 func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool) error {
 	dev, err := disks.Wait(ctx, diskTimeout, 50*time.Millisecond, func() (string, error) {
-		return disks.BySerial("/sys", statedisk.Serial)
+		return disks.BySerial("/sys", diskhandoff.Serial)
 	})
 	if errors.Is(err, disks.ErrNotFound) {
-		return fmt.Errorf("no state disk: attach a blank virtual disk with serial %q", statedisk.Serial)
+		return fmt.Errorf("no state disk: attach a blank virtual disk with serial %q", diskhandoff.Serial)
 	}
 	if err != nil {
 		return err

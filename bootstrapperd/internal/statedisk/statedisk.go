@@ -6,25 +6,15 @@ package statedisk
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/disks"
 )
-
-// Serial is the virtio serial of the state disk.
-const Serial = "state"
-
-// DefaultFirstBootKey is where the initrd leaves the first-boot passphrase.
-const DefaultFirstBootKey = "/run/orrery/first-boot-key"
-
-// DefaultVolumeRecord is where the initrd records which volume it
-// formatted (a cryptsetup.Volume as JSON).
-const DefaultVolumeRecord = "/run/orrery/first-boot-volume.json"
 
 // ErrWrongVolume means the state disk is not the volume the initrd
 // formatted at first boot, or not formatted the way Orrery formats it.
@@ -49,7 +39,7 @@ type Disk struct {
 	// FirstBootKey is the first-boot passphrase file.
 	FirstBootKey string
 	// VolumeRecord is the initrd's record of the volume it formatted;
-	// "" means DefaultVolumeRecord.
+	// "" means diskhandoff.VolumeRecordFile.
 	VolumeRecord string
 	// TmpDir holds the new key while cryptsetup reads it: a tmpfs.
 	TmpDir string
@@ -59,9 +49,9 @@ func (d *Disk) device() (string, error) {
 	if d.Device != "" {
 		return d.Device, nil
 	}
-	dev, err := disks.BySerial(d.Sysfs, Serial)
+	dev, err := disks.BySerial(d.Sysfs, diskhandoff.Serial)
 	if err != nil {
-		return "", fmt.Errorf("find the state disk (virtio serial %q): %w", Serial, err)
+		return "", fmt.Errorf("find the state disk (virtio serial %q): %w", diskhandoff.Serial, err)
 	}
 	return dev, nil
 }
@@ -90,17 +80,9 @@ func (d *Disk) UUID(ctx context.Context) (string, error) {
 func (d *Disk) record() (cryptsetup.Volume, error) {
 	path := d.VolumeRecord
 	if path == "" {
-		path = DefaultVolumeRecord
+		path = diskhandoff.VolumeRecordFile
 	}
-	var v cryptsetup.Volume
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return v, fmt.Errorf("read the initrd's record of the state disk: %w", err)
-	}
-	if err := json.Unmarshal(b, &v); err != nil || v.UUID == "" {
-		return v, fmt.Errorf("the initrd's record of the state disk (%s) is damaged: reboot the node before it joins a cluster", path)
-	}
-	return v, nil
+	return diskhandoff.ReadVolumeRecord(path)
 }
 
 // checkVolume makes sure dev is the volume the initrd formatted (same UUID,
@@ -114,7 +96,7 @@ func (d *Disk) checkVolume(ctx context.Context, dev string, rec cryptsetup.Volum
 	}
 	if got != rec {
 		return fmt.Errorf("%w: %s is %s (%s, %d-bit key), the initrd formatted %s (%s, %d-bit key); check which disk has serial %q, then reboot the node",
-			ErrWrongVolume, dev, got.UUID, got.Cipher, got.KeyBits, rec.UUID, rec.Cipher, rec.KeyBits, Serial)
+			ErrWrongVolume, dev, got.UUID, got.Cipher, got.KeyBits, rec.UUID, rec.Cipher, rec.KeyBits, diskhandoff.Serial)
 	}
 	if got.Cipher != cryptsetup.Cipher || got.KeyBits != cryptsetup.KeyBits {
 		return fmt.Errorf("%w: %s uses %s with a %d-bit key, want %s with %d bits",

@@ -16,7 +16,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,17 +24,13 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
 )
-
-// Serial is the serial of the state disk (/sys/block/<dev>/serial).
-const Serial = "state"
 
 // Defaults for Preparer's fields.
 const (
-	DefaultKeyFile = "/run/orrery/first-boot-key"
-	// DefaultVolumeRecord holds the formatted volume's
-	// cryptsetup.Volume as JSON.
-	DefaultVolumeRecord = "/run/orrery/first-boot-volume.json"
+	DefaultKeyFile      = diskhandoff.KeyFile
+	DefaultVolumeRecord = diskhandoff.VolumeRecordFile
 	DefaultSysroot      = "/sysroot"
 	MapperName          = "state"
 	// Label is the LUKS2 and ext4 label of the state disk.
@@ -114,7 +109,7 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 		return res, err
 	}
 	if !blank {
-		return res, fmt.Errorf("%s is neither blank nor a LUKS volume: refusing to format a disk that holds data; attach a blank disk with serial %q", dev, Serial)
+		return res, fmt.Errorf("%s is neither blank nor a LUKS volume: refusing to format a disk that holds data; attach a blank disk with serial %q", dev, diskhandoff.Serial)
 	}
 
 	keyFile := p.KeyFile
@@ -143,7 +138,7 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	if record == "" {
 		record = DefaultVolumeRecord
 	}
-	if err := writeRecord(record, cryptsetup.Volume{UUID: uuid, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits}); err != nil {
+	if err := diskhandoff.WriteVolumeRecord(record, cryptsetup.Volume{UUID: uuid, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits}); err != nil {
 		return res, err
 	}
 
@@ -220,27 +215,6 @@ func newUUID(r io.Reader) (string, error) {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:]), nil
-}
-
-// writeRecord records which volume Prepare formatted. Like the
-// passphrase, it refuses to overwrite an existing file.
-func writeRecord(path string, v cryptsetup.Volume) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
-	if err != nil {
-		return fmt.Errorf("record the formatted state disk: %w", err)
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("record the formatted state disk: %w", err)
-	}
-	return nil
 }
 
 // writeKey writes a new random 32-byte passphrase to path, readable by

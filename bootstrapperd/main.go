@@ -16,6 +16,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/orrery-dev/orrery/internal/logging"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
 
 func main() {
@@ -25,18 +28,25 @@ func main() {
 		exit(printPCRs(os.Stdout))
 	}
 	fs := flag.NewFlagSet("bootstrapperd", flag.ExitOnError)
-	cfg := defaultConfig()
-	fs.StringVar(&cfg.listen, "listen", "", "listen on this address instead of the socket systemd passes (e.g. :9000)")
-	fs.StringVar(&cfg.measurementLog, "measurement-log", cfg.measurementLog, "userspace measurement log")
-	fs.StringVar(&cfg.firmwareLog, "firmware-event-log", cfg.firmwareLog, "the firmware's TCG event log")
-	fs.StringVar(&cfg.bootstrappedMarker, "bootstrapped-marker", cfg.bootstrappedMarker, "file that marks the node as part of a cluster")
+	p := nodePaths()
+	var listen string
+	var level logging.Level
+	logging.AddLevelFlag(fs, &level)
+	fs.StringVar(&listen, "listen", "", "listen on this address instead of the socket systemd passes (e.g. :9000)")
+	fs.StringVar(&p.measurementLog, "measurement-log", p.measurementLog, "userspace measurement log")
+	fs.StringVar(&p.firmwareLog, "firmware-event-log", p.firmwareLog, "the firmware's TCG event log")
+	fs.StringVar(&p.bootstrappedMarker, "bootstrapped-marker", p.bootstrappedMarker, "file that marks the node as part of a cluster")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: bootstrapperd [flags]\n       bootstrapperd pcrs\n\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
-	log := daemonLog()
-	exit(run(ctx, cfg, log))
+	b, err := newBootstrapper(p, tpmdev.Open, daemonLog(level))
+	if err != nil {
+		exit(err)
+	}
+	b.listen = listen
+	exit(run(ctx, b))
 }
 
 func exit(err error) {

@@ -12,111 +12,77 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"google.golang.org/grpc"
-
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/joinclient"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
-	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
-	"github.com/orrery-dev/orrery/internal/nodelock"
-	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 
-// Node paths.
-const (
-	metadataURL = "http://169.254.169.254"
-	stateDir    = "/var/lib/orrery"
-	runDir      = "/run/orrery"
-)
-
-// registerNodeServices adds the init service and starts the join client
-// beside it, both wired to this node's TPM, state disk, metadata service
-// and kubeadm. done is called once the node is bootstrapped either way.
-// A node whose lock an interrupted init holds (resume) runs no join
-// client: only that init's owner can still make something of it.
-func registerNodeServices(ctx context.Context, cfg config, srv *grpc.Server, lock *nodelock.Lock, issuer attestation.Issuer, resume bool, done func()) {
-	meta := &metadata.Client{BaseURL: metadataURL}
-	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: runDir, AdminKubeconfig: "/etc/kubernetes/admin.conf"}
-	// One lock and one disk for both paths: the lock's mutex orders them.
-	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: "/sys", FirstBootKey: diskhandoff.KeyFile, TmpDir: runDir}
-	log := daemonLog()
-	tool.Instance, tool.DiskUUID = selfInstance(cfg.openTPM, log), disk.UUID
-	finish := func() {
-		if err := markBootstrapped(cfg.bootstrappedMarker); err != nil {
-			log.Error("cannot mark the node bootstrapped", "error", err)
-		}
-		done()
-	}
-	init := initserver.New(initserver.Config{
-		Lock:           lock,
-		Disk:           disk,
-		Cluster:        &cluster{tool: tool, meta: meta},
-		InitSecretHash: meta.InitSecretHash,
+// initServer is the init service, wired to this node's lock, state disk,
+// metadata service and kubeadm.
+func (b *bootstrapper) initServer(bootstrapped func()) *initserver.Server {
+	return initserver.New(initserver.Config{
+		Lock:           b.lock,
+		Disk:           b.disk,
+		Cluster:        &cluster{tool: b.tool, meta: b.meta},
+		InitSecretHash: b.meta.InitSecretHash,
 		Supported: func(v string) error {
 			_, err := versions.Get(v)
 			return err
 		},
 		Journal:      journal,
-		ResultPath:   initResultPath(cfg),
-		Bootstrapped: finish,
-		Status:       func(s string) { notify("STATUS=" + s) },
-		Logger:       log,
+		ResultPath:   b.paths.initResultPath(),
+		Bootstrapped: bootstrapped,
+		Status:       func(s string) { b.notify("STATUS=" + s) },
+		Logger:       b.log,
 	})
-	initpb.RegisterInitServiceServer(srv, init)
-	if resume {
-		return
-	}
-
-	go func() {
-		cas, err := platformCAs(cfg.openTPM)
-		if err != nil {
-			log.Error("the join client cannot run: it has nothing to check a join service's attestation against, and takes no ticket from an unproven one; this node can still be initialised with 'orrery init'",
-				"phase", "join", "error", err)
-			return
-		}
-		err = joinclient.Run(ctx, joinclient.Config{
-			Metadata:      meta,
-			Issuer:        issuer,
-			OpenTPM:       cfg.openTPM,
-			PlatformCAs:   cas,
-			Lock:          lock,
-			Disk:          disk,
-			Joiner:        &joiner{tool: tool},
-			StateDir:      stateDir,
-			KubeletPKIDir: "/var/lib/kubelet/pki",
-			PKIDir:        "/etc/kubernetes/pki",
-			Logger:        log,
-			Status:        func(s string) { notify("STATUS=" + s) },
-		})
-		switch {
-		case err == nil:
-			log.Info("joined the cluster", "phase", "joined")
-			finish()
-		case errors.Is(err, joinclient.ErrLockLost), errors.Is(err, context.Canceled):
-			// Initialised by the owner, or stopping: the init path decides.
-		default:
-			log.Error("join failed", "phase", "join", "error", err)
-		}
-	}()
 }
 
-// initResultPath is where the init server keeps its result; the record
-// of the request that took the node lock goes beside it.
-func initResultPath(cfg config) string { return filepath.Join(cfg.stateDir, "init-result.json") }
+// join runs the join client until the node joined a cluster (then it
+// calls bootstrapped), an init took the node, or ctx ends.
+func (b *bootstrapper) join(ctx context.Context, bootstrapped func()) {
+	cas, err := platformCAs(b.openTPM)
+	if err != nil {
+		b.log.Error("the join client cannot run: it has nothing to check a join service's attestation against, and takes no ticket from an unproven one; this node can still be initialised with 'orrery init'",
+			"phase", "join", "error", err)
+		return
+	}
+	err = joinclient.Run(ctx, joinclient.Config{
+		Metadata:      b.meta,
+		Issuer:        b.issuer,
+		OpenTPM:       b.openTPM,
+		PlatformCAs:   cas,
+		Lock:          b.lock,
+		Disk:          b.disk,
+		Joiner:        &joiner{tool: b.tool},
+		StateDir:      b.paths.stateDir,
+		KubeletPKIDir: b.paths.kubeletPKIDir,
+		PKIDir:        b.paths.pkiDir,
+		Logger:        b.log,
+		Status:        func(s string) { b.notify("STATUS=" + s) },
+	})
+	switch {
+	case err == nil:
+		b.log.Info("joined the cluster", "phase", "joined")
+		bootstrapped()
+	case errors.Is(err, joinclient.ErrLockLost), errors.Is(err, context.Canceled):
+		// Initialised by the owner, or stopping: the init path decides.
+	default:
+		b.log.Error("join failed", "phase", "join", "error", err)
+	}
+}
 
 // selfInstance is this node's VM as its platform certified it, which an
 // init approves as the first control plane. Without it (a VM provisioned
 // before AK certificates named instances) init still works, and no
 // control plane is approved: joining nodes are refused anyway, since the
 // join service cannot tell who they are either.
-func selfInstance(openTPM func() (io.ReadWriteCloser, error), log *slog.Logger) attestation.Instance {
+func selfInstance(openTPM tpmdev.Opener, log *slog.Logger) attestation.Instance {
 	rw, err := openTPM()
 	if err != nil {
 		log.Warn("cannot read this node's certified instance; an init will approve no control plane", "error", err)
@@ -134,7 +100,7 @@ func selfInstance(openTPM func() (io.ReadWriteCloser, error), log *slog.Logger) 
 
 // platformCAs is what the join client checks a join service's attestation
 // key against: the platform CA that certified this node's own vTPM.
-func platformCAs(openTPM func() (io.ReadWriteCloser, error)) ([]*x509.Certificate, error) {
+func platformCAs(openTPM tpmdev.Opener) ([]*x509.Certificate, error) {
 	rw, err := openTPM()
 	if err != nil {
 		return nil, fmt.Errorf("open TPM: %w", err)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
 
@@ -21,127 +19,120 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
 	"github.com/orrery-dev/orrery/internal/atls"
-	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/journallog"
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/logging"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
-
-type config struct {
-	listen             string
-	measurementLog     string
-	firmwareLog        string
-	bootstrappedMarker string
-	// stateDir is on the state disk; it keeps what an interrupted init
-	// needs to be finished.
-	stateDir string
-	openTPM  func() (io.ReadWriteCloser, error)
-	// stopGrace is how long open RPCs may run on once the daemon stops;
-	// then they are cut. Zero means defaultStopGrace.
-	stopGrace time.Duration
-}
 
 // defaultStopGrace lets an init stream deliver its last message (the
 // kubeconfig) after the node is bootstrapped, yet does not let a client
 // that holds a stream open (a health Watch) keep the daemon alive.
 const defaultStopGrace = 10 * time.Second
 
-func defaultConfig() config {
-	node := qemu.NodeIssuerConfig()
-	return config{
-		measurementLog:     node.MeasurementLog.Path,
-		firmwareLog:        node.FirmwareEventLogPath,
-		bootstrappedMarker: "/var/lib/orrery/bootstrapped",
-		stateDir:           stateDir,
-		openTPM:            node.OpenTPM,
-	}
-}
-
 // StatusWaiting is what the daemon tells systemd and the journal while the
 // node belongs to no cluster.
 const StatusWaiting = "waiting for init or join"
 
-func run(ctx context.Context, cfg config, log *slog.Logger) error {
+// run serves the node until it belongs to a cluster: the init service for
+// the owner and, beside it, the join client. A node that belongs to a
+// cluster already returns at once.
+func run(ctx context.Context, b *bootstrapper) error {
 	start := time.Now()
-	mlog := &measurelog.Log{Path: cfg.measurementLog}
-	lock := nodelock.New(cfg.openTPM, mlog)
-	locked, err := lock.IsLocked()
+	needed, resume, err := b.needed()
+	if err != nil || !needed {
+		return err
+	}
+	lis, err := listener(b.listen)
 	if err != nil {
-		return fmt.Errorf("read node lock: %w", err)
+		return err
+	}
+	srv, healthSrv, err := b.server()
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	bootstrapped := b.onBootstrapped(ctx, stop)
+	b.tool.Instance = selfInstance(b.openTPM, b.log)
+	initpb.RegisterInitServiceServer(srv, b.initServer(bootstrapped))
+	// A node whose lock an interrupted init holds runs no join client:
+	// only that init's owner can still make something of it.
+	if !resume {
+		go b.join(ctx, bootstrapped)
+	}
+	return b.serve(ctx, srv, healthSrv, lis, start)
+}
+
+// needed reports whether the node still needs the daemon, and whether an
+// interrupted init holds its lock (resume).
+func (b *bootstrapper) needed() (needed, resume bool, err error) {
+	locked, err := b.lock.IsLocked()
+	if err != nil {
+		return false, false, fmt.Errorf("read node lock: %w", err)
 	}
 	// A lock without a finished init is an init this daemon was stopped
 	// in: leaving now would strand the node, locked and without a cluster.
-	resume := false
 	if locked {
-		resume, err = initserver.Interrupted(initserver.Config{Lock: lock, ResultPath: initResultPath(cfg)})
+		resume, err = initserver.Interrupted(initserver.Config{Lock: b.lock, ResultPath: b.paths.initResultPath()})
 		if err != nil {
-			return fmt.Errorf("look for an interrupted init: %w", err)
+			return false, false, fmt.Errorf("look for an interrupted init: %w", err)
 		}
 	}
-	if _, err := os.Stat(cfg.bootstrappedMarker); err == nil || locked && !resume {
-		log.Info("node is already part of a cluster; nothing to do", "phase", "bootstrapped")
-		notify("READY=1\nSTATUS=bootstrapped")
-		return nil
+	if _, err := os.Stat(b.paths.bootstrappedMarker); err == nil || locked && !resume {
+		b.log.Info("node is already part of a cluster; nothing to do", "phase", "bootstrapped")
+		b.notify("READY=1\nSTATUS=bootstrapped")
+		return false, false, nil
 	}
 	if resume {
-		log.Info("an init locked this node and was interrupted; waiting for its owner to run 'orrery init' again to finish it", "phase", "resume")
+		b.log.Info("an init locked this node and was interrupted; waiting for its owner to run 'orrery init' again to finish it", "phase", "resume")
 	}
-
-	lis, err := listener(cfg.listen)
-	if err != nil {
-		return err
-	}
-	ctx, bootstrapped := context.WithCancel(ctx)
-	defer bootstrapped()
-	return serve(ctx, cfg, lis, log, start, func(srv *grpc.Server, issuer attestation.Issuer) {
-		registerNodeServices(ctx, cfg, srv, lock, issuer, resume, func() {
-			log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
-			notify("STATUS=bootstrapped")
-			if cfg.listen == "" {
-				stopSocket(ctx, log)
-			}
-			bootstrapped()
-		})
-	})
+	return true, resume, nil
 }
 
-// serve runs the attested-TLS gRPC server on lis until ctx ends.
-// register adds further services; they get the server's issuer, so that
-// the node attests with one issuer whichever side it is on.
-func serve(ctx context.Context, cfg config, lis net.Listener, log *slog.Logger, start time.Time, register func(*grpc.Server, attestation.Issuer)) error {
-	mlog := &measurelog.Log{Path: cfg.measurementLog}
-	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{
-		OpenTPM:              cfg.openTPM,
-		FirmwareEventLogPath: cfg.firmwareLog,
-		MeasurementLog:       mlog,
-	})
-	if err != nil {
-		return err
+// onBootstrapped returns what runs once the node belongs to a cluster,
+// by init or by join: it marks the node, closes the socket and ends the
+// daemon through stop.
+func (b *bootstrapper) onBootstrapped(ctx context.Context, stop func()) func() {
+	return func() {
+		if err := markBootstrapped(b.paths.bootstrappedMarker); err != nil {
+			b.log.Error("cannot mark the node bootstrapped", "error", err)
+		}
+		b.log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
+		b.notify("STATUS=bootstrapped")
+		if b.listen == "" {
+			stopSocket(ctx, b.log)
+		}
+		stop()
 	}
-	creds, err := atls.NewCredentials(atls.Config{Issuer: issuer})
+}
+
+// server returns the attested-TLS gRPC server with its health service.
+// The node attests with the daemon's one issuer, on whichever side of a
+// connection it is.
+func (b *bootstrapper) server() (*grpc.Server, *health.Server, error) {
+	creds, err := atls.NewCredentials(atls.Config{Issuer: b.issuer})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	srv := grpc.NewServer(grpc.Creds(creds))
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)
-	if register != nil {
-		register(srv, issuer)
-	}
+	return srv, healthSrv, nil
+}
 
+// serve runs srv on lis until ctx ends.
+func (b *bootstrapper) serve(ctx context.Context, srv *grpc.Server, healthSrv *health.Server, lis net.Listener, start time.Time) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	log.Info(StatusWaiting, "phase", "wait", "listen", lis.Addr().String(), "startup", time.Since(start).Round(time.Millisecond))
-	notify("READY=1\nSTATUS=" + StatusWaiting)
+	b.log.Info(StatusWaiting, "phase", "wait", "listen", lis.Addr().String(), "startup", time.Since(start).Round(time.Millisecond))
+	b.notify("READY=1\nSTATUS=" + StatusWaiting)
 
 	select {
 	case <-ctx.Done():
-		log.Info("stopping", "phase", "stop")
-		notify("STOPPING=1")
+		b.log.Info("stopping", "phase", "stop")
+		b.notify("STOPPING=1")
 		// Watchers learn that the node stops serving before their streams close.
 		healthSrv.Shutdown()
-		stopWithin(srv, cfg.stopGrace, log)
+		stopWithin(srv, b.stopGrace, b.log)
 		return nil
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -207,22 +198,19 @@ func notify(state string) {
 	_, _ = daemon.SdNotify(false, state)
 }
 
-// slogTo logs to journald with a field per attribute (PHASE=, PEER=,
-// CLUSTER_ID=), or as text to w outside systemd.
-func slogTo(w io.Writer) *slog.Logger {
-	return journallog.New("bootstrapperd", w).With("component", "bootstrapperd")
-}
-
-// daemonLog is the daemon's log: slogTo(os.Stderr), copied to the serial
-// console. journald forwards nothing to the console, which the host
-// reads; bootstrapperd's log is written for that reader (it never holds
-// a secret) and is the only account of a node that has no login.
-var daemonLog = sync.OnceValue(func() *slog.Logger {
+// daemonLog is the daemon's log: journald, with a field per attribute
+// (PHASE=, PEER=, CLUSTER_ID=), copied to the serial console. journald
+// forwards nothing to the console, which the host reads; bootstrapperd's
+// log is written for that reader (it never holds a secret) and is the only
+// account of a node that has no login.
+func daemonLog(level logging.Level) *slog.Logger {
+	cfg := logging.Config{Program: "bootstrapperd", Format: logging.Journal, Level: level, Output: os.Stderr}
 	console, err := os.OpenFile("/dev/console", os.O_WRONLY|os.O_APPEND|syscall.O_NOCTTY, 0)
 	if err != nil {
-		log := slogTo(os.Stderr)
+		log := logging.New(cfg)
 		log.Warn("cannot write to the console; the log is in the journal only", "error", err)
 		return log
 	}
-	return journallog.NewWithConsole("bootstrapperd", os.Stderr, console).With("component", "bootstrapperd")
-})
+	cfg.Console = console
+	return logging.New(cfg)
+}

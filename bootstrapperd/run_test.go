@@ -19,29 +19,53 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
 	"github.com/orrery-dev/orrery/internal/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
+
+// testBootstrapper is a bootstrapper whose files are in dir and whose TPM
+// openTPM opens; it logs to logs.
+func testBootstrapper(t *testing.T, openTPM tpmdev.Opener, dir string, logs *syncbuffer.Buffer) *bootstrapper {
+	t.Helper()
+	p := nodePaths()
+	p.measurementLog = filepath.Join(dir, "measurements.log")
+	p.firmwareLog = filepath.Join(dir, "none")
+	p.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
+	p.stateDir = dir
+	p.runDir = dir
+	b, err := newBootstrapper(p, openTPM, logging.New(logging.Config{Output: logs}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.notify = func(string) {}
+	return b
+}
+
+// serveOn runs b's server on lis, as run does, until ctx ends.
+func serveOn(ctx context.Context, t *testing.T, b *bootstrapper, lis net.Listener) error {
+	srv, healthSrv, err := b.server()
+	if err != nil {
+		return err
+	}
+	return b.serve(ctx, srv, healthSrv, lis, time.Now())
+}
 
 func TestServesAttestedTLSUntilCancelled(t *testing.T) {
 	n := qemutest.NewNode(t)
 	ca := n.CA
-	dir := t.TempDir()
-	cfg := defaultConfig()
-	cfg.openTPM = n.TPM.Open
-	cfg.measurementLog = filepath.Join(dir, "measurements.log")
-	cfg.firmwareLog = filepath.Join(dir, "none")
-	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
 	var logs syncbuffer.Buffer
+	b := testBootstrapper(t, n.TPM.Open, t.TempDir(), &logs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, lis, slogTo(&logs), time.Now(), nil) }()
+	go func() { done <- serveOn(ctx, t, b, lis) }()
 
 	zero := make([]byte, 32)
 	v, err := qemu.NewValidator(qemu.ValidatorConfig{
@@ -75,13 +99,9 @@ func TestServesAttestedTLSUntilCancelled(t *testing.T) {
 // the daemon alive once it is told to stop, as after bootstrapping.
 func TestStopsDespiteAnOpenStream(t *testing.T) {
 	n := qemutest.NewNode(t)
-	dir := t.TempDir()
-	cfg := defaultConfig()
-	cfg.openTPM = n.TPM.Open
-	cfg.measurementLog = filepath.Join(dir, "measurements.log")
-	cfg.firmwareLog = filepath.Join(dir, "none")
-	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
-	cfg.stopGrace = 500 * time.Millisecond
+	var logs syncbuffer.Buffer
+	b := testBootstrapper(t, n.TPM.Open, t.TempDir(), &logs)
+	b.stopGrace = 500 * time.Millisecond
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +109,7 @@ func TestStopsDespiteAnOpenStream(t *testing.T) {
 	ctx, bootstrapped := context.WithCancel(context.Background())
 	defer bootstrapped()
 	done := make(chan error, 1)
-	var logs syncbuffer.Buffer
-	go func() { done <- serve(ctx, cfg, lis, slogTo(&logs), time.Now(), nil) }()
+	go func() { done <- serveOn(ctx, t, b, lis) }()
 
 	zero := make([]byte, 32)
 	v, err := qemu.NewValidator(qemu.ValidatorConfig{
@@ -124,7 +143,7 @@ func TestStopsDespiteAnOpenStream(t *testing.T) {
 			t.Fatalf("serve: %v", err)
 		}
 		if d := time.Since(stopAt); d > 5*time.Second {
-			t.Errorf("stopping took %v with a stream open; want about %v", d, cfg.stopGrace)
+			t.Errorf("stopping took %v with a stream open; want about %v", d, b.stopGrace)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not return while a client held a health Watch open")
@@ -138,13 +157,10 @@ func TestLockedNodeExitsAtOnce(t *testing.T) {
 	if ok, err := nodelock.New(tpm.Open, mlog).TryLock([]byte("cluster")); err != nil || !ok {
 		t.Fatalf("TryLock: %v %v", ok, err)
 	}
-	cfg := defaultConfig()
-	cfg.openTPM = tpm.Open
-	cfg.measurementLog = mlog.Path
-	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
-	cfg.listen = "127.0.0.1:0"
 	var logs syncbuffer.Buffer
-	if err := run(context.Background(), cfg, slogTo(&logs)); err != nil {
+	b := testBootstrapper(t, tpm.Open, dir, &logs)
+	b.listen = "127.0.0.1:0"
+	if err := run(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), "already part of a cluster") {
@@ -165,17 +181,12 @@ func TestInterruptedInitKeepsDaemon(t *testing.T) {
 	if ok, err := nodelock.New(n.TPM.Open, n.Log).TryLock(clusterID); err != nil || !ok {
 		t.Fatalf("TryLock: %v %v", ok, err)
 	}
-	cfg := defaultConfig()
-	cfg.openTPM = n.TPM.Open
-	cfg.measurementLog = n.Log.Path
-	cfg.firmwareLog = filepath.Join(dir, "none")
-	cfg.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
-	cfg.stateDir = dir
-	cfg.listen = "127.0.0.1:0"
 	var logs syncbuffer.Buffer
+	b := testBootstrapper(t, n.TPM.Open, dir, &logs)
+	b.listen = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, slogTo(&logs)) }()
+	go func() { done <- run(ctx, b) }()
 	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), StatusWaiting); time.Sleep(50 * time.Millisecond) {
 		select {
 		case err := <-done:

@@ -1,5 +1,7 @@
 // Command orrery is the cluster owner's tool: it verifies nodes, initialises
-// clusters and (in later versions) runs a local cluster in QEMU.
+// clusters, approves control planes and runs a local cloud of QEMU VMs
+// with vTPMs ('orrery mini'). The flows live in internal/owner; this
+// command parses flags and prints.
 package main
 
 import (

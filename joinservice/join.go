@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
@@ -47,8 +48,10 @@ func runJoin(ctx context.Context, args []string) error {
 	firmwareLog := fs.String("firmware-event-log", node.FirmwareEventLogPath, "this control-plane node's firmware event log (a read-only host path; missing means none)")
 	endpoint := fs.String("endpoint", "", "API server endpoint handed to joining nodes, host:port")
 	version := fs.String("kubernetes-version", versions.Default, "Kubernetes version of the cluster")
+	var level logging.Level
+	logging.AddLevelFlag(fs, &level)
 	_ = fs.Parse(args)
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "joinservice")
+	log := logging.New(logging.Config{Program: "joinservice", Format: logging.JSON, Level: level, Output: os.Stderr})
 	if *endpoint == "" {
 		return errors.New("--endpoint is required (the API server's host:port)")
 	}

@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	iofs "io/fs"
-	"log/slog"
+
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/proto/keypb"
 	"github.com/orrery-dev/orrery/joinservice/internal/keyservice"
 )
@@ -28,8 +29,10 @@ func runKeys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("joinservice keys", flag.ExitOnError)
 	listen := fs.String("listen", DefaultKeyServiceSocket, "unix socket to serve on, in a directory shared only with the join service")
 	secretPath := fs.String("master-secret", "/var/run/orrery/master-secret/master-secret.json", "the master secret file (mounted from its Secret, mode 0400)")
+	var level logging.Level
+	logging.AddLevelFlag(fs, &level)
 	_ = fs.Parse(args)
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log := logging.New(logging.Config{Program: "joinservice", Format: logging.JSON, Level: level, Output: os.Stderr})
 	// Fail at start if the secret is unreadable, not at the first join.
 	load := keyservice.FileLoader(*secretPath)
 	if _, err := load(); err != nil {

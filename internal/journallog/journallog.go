@@ -31,28 +31,34 @@ import (
 // SendFunc writes one journal entry (journal.Send).
 type SendFunc func(message string, priority journal.Priority, fields map[string]string) error
 
-// New returns a logger that writes to journald if it runs, and slog text
-// to fallback if not. identifier becomes SYSLOG_IDENTIFIER.
-func New(identifier string, fallback io.Writer) *slog.Logger {
-	if !journal.Enabled() {
-		return slog.New(slog.NewTextHandler(fallback, nil))
-	}
-	return slog.New(NewHandler(identifier, journal.Send, fallback))
+// Options are a logger's settings beyond its identifier.
+type Options struct {
+	// Fallback receives slog text when journald does not run (tests, a
+	// program started by hand), and records journald refused.
+	Fallback io.Writer
+	// Console, if set, receives each entry's MESSAGE too, as a line
+	// "[uptime] identifier[pid]: MESSAGE" (journald's console form). A
+	// node's serial console is read by whoever runs the host, so journald
+	// forwards nothing there; a program whose log is written for that
+	// reader (no secrets, and the only window into a node that has no
+	// login) copies its own entries. Native journal entries never reach
+	// a unit's StandardOutput=journal+console, hence this option.
+	Console io.Writer
+	// Level is the least level logged; nil means Info.
+	Level slog.Leveler
 }
 
-// NewWithConsole is New, and writes each entry's MESSAGE to console too,
-// as a line "[uptime] identifier[pid]: MESSAGE" (journald's console form).
-// A node's serial console is read by whoever runs the host, so journald
-// forwards nothing there; a program whose log is written for that reader
-// (no secrets, and the only window into a node that has no login) copies
-// its own entries. Native journal entries never reach a unit's
-// StandardOutput=journal+console, hence this handler.
-func NewWithConsole(identifier string, fallback, console io.Writer) *slog.Logger {
+// New returns a logger that writes to journald if it runs, and slog text
+// to o.Fallback if not. identifier becomes SYSLOG_IDENTIFIER.
+func New(identifier string, o Options) *slog.Logger {
 	if !journal.Enabled() {
-		return slog.New(slog.NewTextHandler(fallback, nil))
+		return slog.New(slog.NewTextHandler(o.Fallback, &slog.HandlerOptions{Level: o.Level}))
 	}
-	h := NewHandler(identifier, journal.Send, fallback)
-	h.console = &consoleWriter{w: console, prefix: fmt.Sprintf("%s[%d]: ", identifier, os.Getpid()), now: uptime}
+	h := NewHandler(identifier, journal.Send, o.Fallback)
+	h.level = o.Level
+	if o.Console != nil {
+		h.console = &consoleWriter{w: o.Console, prefix: fmt.Sprintf("%s[%d]: ", identifier, os.Getpid()), now: uptime}
+	}
 	return slog.New(h)
 }
 
@@ -91,6 +97,7 @@ type Handler struct {
 	attrs      []slog.Attr // from WithAttrs, keys already qualified by groups
 	group      string      // WithGroup prefix, "a.b."
 	console    *consoleWriter
+	level      slog.Leveler // nil: Info
 }
 
 // NewHandler returns a handler that sends through send.
@@ -98,8 +105,14 @@ func NewHandler(identifier string, send SendFunc, fallback io.Writer) *Handler {
 	return &Handler{identifier: identifier, send: send, fallback: fallback}
 }
 
-// Enabled implements slog.Handler: Info and above, like slog's default.
-func (h *Handler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+// Enabled implements slog.Handler: the handler's level and above, Info
+// unless set.
+func (h *Handler) Enabled(_ context.Context, l slog.Level) bool {
+	if h.level == nil {
+		return l >= slog.LevelInfo
+	}
+	return l >= h.level.Level()
+}
 
 // WithAttrs implements slog.Handler.
 func (h *Handler) WithAttrs(as []slog.Attr) slog.Handler {

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-tpm/legacy/tpm2"
 
 	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
 
 // PCR is the PCR the lock extends. It is zero at boot and no boot component
@@ -28,17 +29,17 @@ const PCR = 15
 
 // Lock is the node lock.
 type Lock struct {
-	openTPM func() (io.ReadWriteCloser, error)
-	log     *measurelog.Log
+	openTPM tpmdev.Opener
+	mlog    *measurelog.Log
 
 	// mu orders TryLock calls within this process; the TPM's PCR 15 is the
 	// source of truth across processes and restarts.
 	mu sync.Mutex
 }
 
-// New returns the node lock. log records the extend for verifiers.
-func New(openTPM func() (io.ReadWriteCloser, error), log *measurelog.Log) *Lock {
-	return &Lock{openTPM: openTPM, log: log}
+// New returns the node lock. mlog records the extend for verifiers.
+func New(openTPM tpmdev.Opener, mlog *measurelog.Log) *Lock {
+	return &Lock{openTPM: openTPM, mlog: mlog}
 }
 
 // TryLock locks the node to clusterID. It returns true if this call took
@@ -62,7 +63,7 @@ func (l *Lock) TryLock(clusterID []byte) (bool, error) {
 	if !bytes.Equal(v, make([]byte, len(v))) {
 		return false, nil
 	}
-	if err := l.log.Measure(rw, PCR, clusterID, "node lock: cluster ID "+hex.EncodeToString(clusterID)); err != nil {
+	if err := l.mlog.Measure(rw, PCR, clusterID, "node lock: cluster ID "+hex.EncodeToString(clusterID)); err != nil {
 		return false, fmt.Errorf("node lock: %w", err)
 	}
 	return true, nil

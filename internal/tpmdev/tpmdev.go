@@ -14,6 +14,11 @@ import (
 // several processes use the TPM at once and flushes what a process leaves.
 var Paths = []string{"/dev/tpmrm0", "/dev/tpm0"}
 
+// Opener opens a TPM: Open on a node, a swtpm instance's Open in tests.
+// Each caller closes what it opened, so that the kernel's resource manager
+// flushes the handles it left.
+type Opener func() (io.ReadWriteCloser, error)
+
 // Open opens the node's TPM.
 func Open() (io.ReadWriteCloser, error) {
 	var errs []error

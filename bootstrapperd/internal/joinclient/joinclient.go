@@ -62,6 +62,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
 
 // Metadata tells the client who it is and where the control planes are
@@ -100,7 +101,7 @@ type Config struct {
 	Issuer attestation.Issuer
 	// OpenTPM opens this node's TPM; the client reads its own PCRs 4, 9
 	// and 11 from it, which the join service must show too. Required.
-	OpenTPM func() (io.ReadWriteCloser, error)
+	OpenTPM tpmdev.Opener
 	// PlatformCAs certify the attestation keys of genuine nodes: on a
 	// node, the CA that certified its own (qemu.ReadPlatformCA).
 	// Required.
@@ -144,6 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = log.With("component", "joinclient")
 	status := cfg.Status
 	if status == nil {
 		status = func(string) {}

@@ -64,7 +64,7 @@ cluster's disks.`,
     --platform-ca orrery-mini/platform-ca.crt --init-secret-file orrery-mini/init-secret`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runInit(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+			return runInit(cmd.Context(), cmd.OutOrStdout(), logger(cmd), o)
 		},
 	}
 	f := c.Flags()
@@ -113,7 +113,7 @@ func (o *initOptions) applyMiniDefaults() error {
 	return nil
 }
 
-func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
+func runInit(ctx context.Context, out io.Writer, log *slog.Logger, o initOptions) error {
 	cfg, err := o.config()
 	if err != nil {
 		return err
@@ -121,7 +121,7 @@ func runInit(ctx context.Context, out, errOut io.Writer, o initOptions) error {
 	start := time.Now()
 	p := &progressPrinter{out: out, start: start, verbose: o.verbose}
 	cfg.Progress = p.event
-	cfg.Logger = slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = log
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	res, err := owner.Init(ctx, cfg)

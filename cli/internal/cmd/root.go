@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/spf13/cobra"
+
+	"github.com/orrery-dev/orrery/internal/logging"
 )
 
 // Execute runs the command line with args and returns the exit code.
@@ -31,6 +34,19 @@ node's vTPM attestation before it trusts the node with any secret.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	level := &logging.Level{Level: slog.LevelWarn}
+	root.PersistentFlags().Var(level, "log-level", logging.LevelUsage)
 	root.AddCommand(newVerifyCmd(), newInitCmd(), newMiniCmd(), newControlPlaneCmd())
 	return root
+}
+
+// logger is the log of a command: text on its standard error, at the
+// level of --log-level (warnings by default: the owner reads the command's
+// own output, and the log adds what a validator warns about).
+func logger(cmd *cobra.Command) *slog.Logger {
+	level, _ := cmd.Flag("log-level").Value.(*logging.Level)
+	if level == nil {
+		level = &logging.Level{Level: slog.LevelWarn}
+	}
+	return logging.New(logging.Config{Program: "orrery", Format: logging.Text, Level: *level, Output: cmd.ErrOrStderr()})
 }

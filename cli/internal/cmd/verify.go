@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,7 +75,7 @@ func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
 	defer cancel()
 	res, err := owner.Verify(ctx, owner.VerifyConfig{
 		Node: addr, Measurements: m, PlatformCAs: cas, TrustAnyAK: o.trustAnyAK,
-		Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: logger(cmd),
 	})
 	if err != nil {
 		return err

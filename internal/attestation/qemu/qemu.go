@@ -38,7 +38,7 @@ const (
 // IssuerConfig configures NewIssuer. Zero values of the paths mean "no log".
 type IssuerConfig struct {
 	// OpenTPM opens the vTPM (on a node: /dev/tpmrm0). Required.
-	OpenTPM func() (io.ReadWriteCloser, error)
+	OpenTPM tpmdev.Opener
 	// FirmwareEventLogPath, normally vtpm.DefaultFirmwareEventLogPath.
 	FirmwareEventLogPath string
 	// MeasurementLog, normally at measurelog.DefaultPath.

@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
 
 // DefaultFirmwareEventLogPath is where Linux publishes the firmware's event log.
@@ -26,7 +27,7 @@ type IssuerConfig struct {
 	Variant variant.Variant
 	// OpenTPM opens the TPM for one attestation; the issuer closes it.
 	// Required.
-	OpenTPM func() (io.ReadWriteCloser, error)
+	OpenTPM tpmdev.Opener
 	// LoadAK loads the attestation key; the issuer closes it. Required.
 	LoadAK func(rw io.ReadWriter) (*client.Key, error)
 	// FirmwareEventLogPath is the firmware's TCG event log. Empty, or a

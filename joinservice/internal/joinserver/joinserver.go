@@ -137,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: log.With("component", "joinservice")}, nil
+	return &Server{cfg: cfg, log: log.With("component", "joinserver")}, nil
 }
 
 // IssueJoinTicket implements joinpb.JoinServiceServer.

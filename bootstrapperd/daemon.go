@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
+)
+
+// paths are where the daemon finds and keeps its files. On a node they are
+// nodePaths(); a test points them into a temporary directory.
+type paths struct {
+	measurementLog string
+	firmwareLog    string
+	// bootstrappedMarker marks the node as part of a cluster.
+	bootstrappedMarker string
+	// stateDir is on the state disk; it keeps what an interrupted init
+	// needs to be finished and what a rejoin needs.
+	stateDir string
+	// runDir is a tmpfs for files that must not outlive the boot
+	// (kubeadm's configuration with the node's key).
+	runDir        string
+	firstBootKey  string
+	sysfs         string
+	kubeletPKIDir string
+	// pkiDir receives a control plane's cluster PKI.
+	pkiDir          string
+	adminKubeconfig string
+	metadataURL     string
+}
+
+func nodePaths() paths {
+	return paths{
+		measurementLog:     measurelog.DefaultPath,
+		firmwareLog:        vtpm.DefaultFirmwareEventLogPath,
+		bootstrappedMarker: "/var/lib/orrery/bootstrapped",
+		stateDir:           "/var/lib/orrery",
+		runDir:             "/run/orrery",
+		firstBootKey:       diskhandoff.KeyFile,
+		sysfs:              "/sys",
+		kubeletPKIDir:      "/var/lib/kubelet/pki",
+		pkiDir:             "/etc/kubernetes/pki",
+		adminKubeconfig:    "/etc/kubernetes/admin.conf",
+		metadataURL:        "http://169.254.169.254",
+	}
+}
+
+// initResultPath is where the init server keeps its result; the record of
+// the request that took the node lock goes beside it.
+func (p paths) initResultPath() string { return filepath.Join(p.stateDir, "init-result.json") }
+
+// bootstrapper is bootstrapperd with each of its dependencies built once: the
+// init server and the join client share the node lock (its mutex orders
+// them), the state disk, the issuer and the kubeadm tool.
+type bootstrapper struct {
+	paths paths
+	// listen is an address to listen on instead of the socket systemd
+	// passes (tests, and a daemon started by hand).
+	listen string
+	// stopGrace is how long open RPCs may run on once the daemon stops;
+	// zero means defaultStopGrace.
+	stopGrace time.Duration
+	log       *slog.Logger
+	openTPM   tpmdev.Opener
+	lock      *nodelock.Lock
+	issuer    *vtpm.Issuer
+	meta      *metadata.Client
+	tool      *kubeadm.Tool
+	disk      *statedisk.Disk
+	// notify tells systemd the daemon's state (sd_notify).
+	notify func(state string)
+}
+
+// newBootstrapper builds the bootstrapper of a node whose files are at p and whose TPM
+// openTPM opens.
+func newBootstrapper(p paths, openTPM tpmdev.Opener, log *slog.Logger) (*bootstrapper, error) {
+	mlog := &measurelog.Log{Path: p.measurementLog}
+	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: openTPM, FirmwareEventLogPath: p.firmwareLog, MeasurementLog: mlog})
+	if err != nil {
+		return nil, fmt.Errorf("set up attestation: %w", err)
+	}
+	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: p.sysfs, FirstBootKey: p.firstBootKey, TmpDir: p.runDir}
+	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: p.runDir, AdminKubeconfig: p.adminKubeconfig, DiskUUID: disk.UUID}
+	return &bootstrapper{
+		paths:   p,
+		log:     log,
+		openTPM: openTPM,
+		lock:    nodelock.New(openTPM, mlog),
+		issuer:  issuer,
+		meta:    &metadata.Client{BaseURL: p.metadataURL},
+		tool:    tool,
+		disk:    disk,
+		notify:  notify,
+	}, nil
+}

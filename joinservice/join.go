@@ -34,86 +34,109 @@ import (
 	"github.com/orrery-dev/orrery/joinservice/internal/watchvalidator"
 )
 
-func runJoin(ctx context.Context, args []string) error {
+// joinFlags are the join service's settings.
+type joinFlags struct {
+	listen, keys, measurements, platformCA, pki, salt, controlPlanes string
+	measurementLog, firmwareLog, endpoint, version                   string
+	level                                                            logging.Level
+}
+
+func parseJoinFlags(args []string) joinFlags {
+	var f joinFlags
 	fs := flag.NewFlagSet("joinservice join", flag.ExitOnError)
-	listen := fs.String("listen", fmt.Sprintf(":%d", joinpb.Port), "address to serve attested TLS on")
-	keys := fs.String("key-service", DefaultKeyServiceSocket, "unix socket of the key service beside this one")
-	measurementsPath := fs.String("measurements", "/etc/orrery/measurements/measurements.json", "expected measurements (a ConfigMap; re-read when it changes)")
-	caPath := fs.String("platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
-	pki := fs.String("pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
-	saltPath := fs.String("measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
-	controlPlanesPath := fs.String("control-planes", "/etc/orrery/join-config/"+controlplanes.Key, "instance IDs the owner approved as control planes (a key of the orrery-join-config ConfigMap; re-read on every request; missing means none)")
+	fs.StringVar(&f.listen, "listen", fmt.Sprintf(":%d", joinpb.Port), "address to serve attested TLS on")
+	fs.StringVar(&f.keys, "key-service", DefaultKeyServiceSocket, "unix socket of the key service beside this one")
+	fs.StringVar(&f.measurements, "measurements", "/etc/orrery/measurements/measurements.json", "expected measurements (a ConfigMap; re-read when it changes)")
+	fs.StringVar(&f.platformCA, "platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
+	fs.StringVar(&f.pki, "pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
+	fs.StringVar(&f.salt, "measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
+	fs.StringVar(&f.controlPlanes, "control-planes", "/etc/orrery/join-config/"+controlplanes.Key, "instance IDs the owner approved as control planes (a key of the orrery-join-config ConfigMap; re-read on every request; missing means none)")
 	node := qemu.NodeIssuerConfig()
-	measurementLog := fs.String("measurement-log", node.MeasurementLog.Path, "this control-plane node's userspace measurement log (a read-only host path)")
-	firmwareLog := fs.String("firmware-event-log", node.FirmwareEventLogPath, "this control-plane node's firmware event log (a read-only host path; missing means none)")
-	endpoint := fs.String("endpoint", "", "API server endpoint handed to joining nodes, host:port")
-	version := fs.String("kubernetes-version", versions.Default, "Kubernetes version of the cluster")
-	var level logging.Level
-	logging.AddLevelFlag(fs, &level)
+	fs.StringVar(&f.measurementLog, "measurement-log", node.MeasurementLog.Path, "this control-plane node's userspace measurement log (a read-only host path)")
+	fs.StringVar(&f.firmwareLog, "firmware-event-log", node.FirmwareEventLogPath, "this control-plane node's firmware event log (a read-only host path; missing means none)")
+	fs.StringVar(&f.endpoint, "endpoint", "", "API server endpoint handed to joining nodes, host:port")
+	fs.StringVar(&f.version, "kubernetes-version", versions.Default, "Kubernetes version of the cluster")
+	logging.AddLevelFlag(fs, &f.level)
 	_ = fs.Parse(args)
-	log := logging.New(logging.Config{Program: "joinservice", Format: logging.JSON, Level: level, Output: os.Stderr})
-	if *endpoint == "" {
+	return f
+}
+
+func runJoin(ctx context.Context, args []string) error {
+	f := parseJoinFlags(args)
+	log := logging.New(logging.Config{Program: "joinservice", Format: logging.JSON, Level: f.level, Output: os.Stderr})
+	if f.endpoint == "" {
 		return errors.New("--endpoint is required (the API server's host:port)")
 	}
-
-	ca, err := platformca.LoadCert(*caPath)
+	ca, err := platformca.LoadCert(f.platformCA)
 	if err != nil {
-		return err
+		return fmt.Errorf("load the platform CA: %w", err)
 	}
-	validator, err := watchvalidator.New(*measurementsPath, variant.QEMUVTPM, func(m measurements.M) (attestation.Validator, error) {
+	validator, err := watchvalidator.New(f.measurements, variant.QEMUVTPM, func(m measurements.M) (attestation.Validator, error) {
 		return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
 	}, log)
 	if err != nil {
-		return err
+		return fmt.Errorf("load the accepted measurements: %w", err)
 	}
-	clusterCA, clusterKey, err := loadClusterCA(*pki)
+	js, err := newJoinServer(f, log)
 	if err != nil {
 		return err
 	}
-	release, err := versions.Get(*version)
-	if err != nil {
-		return err
-	}
-	var components []*joinpb.KubernetesComponent
-	for _, b := range release.Binaries {
-		components = append(components, &joinpb.KubernetesComponent{Url: "file://" + b.InstallPath, Hash: "sha256:" + b.SHA256, InstallPath: b.InstallPath})
-	}
-	kc, err := dialKeys(*keys)
-	if err != nil {
-		return err
-	}
-	api, err := apiserver.InCluster()
-	if err != nil {
-		return err
-	}
-	js, err := joinserver.New(joinserver.Config{
-		Keys: kc, Admissions: &admissions.Store{Conn: api}, CA: clusterCA, CAKey: clusterKey, PKIDir: *pki,
-		Endpoint: *endpoint, KubernetesVersion: *version, Components: components,
-		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(*saltPath) },
-		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(*controlPlanesPath) },
-		Logger:          log,
-	})
-	if err != nil {
-		return err
-	}
-	node.MeasurementLog.Path, node.FirmwareEventLogPath = *measurementLog, *firmwareLog
+	node := qemu.NodeIssuerConfig()
+	node.MeasurementLog.Path, node.FirmwareEventLogPath = f.measurementLog, f.firmwareLog
 	issuer, err := nodeIssuer(node)
 	if err != nil {
-		return err
+		return fmt.Errorf("set up this node's attestation: %w", err)
 	}
 	creds, err := serverCredentials(issuer, validator, log)
 	if err != nil {
-		return err
+		return fmt.Errorf("set up attested TLS: %w", err)
 	}
-	lis, err := net.Listen("tcp", *listen)
+	lis, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	srv := grpc.NewServer(grpc.Creds(creds))
 	joinpb.RegisterJoinServiceServer(srv, js)
 	go func() { <-ctx.Done(); srv.GracefulStop() }()
 	log.Info("join service listening", "addr", lis.Addr().String())
 	return srv.Serve(lis)
+}
+
+// newJoinServer builds the join server: the cluster CA that signs node
+// certificates, the components a node installs, the key service, and the
+// record of admitted nodes in the cluster.
+func newJoinServer(f joinFlags, log *slog.Logger) (*joinserver.Server, error) {
+	clusterCA, clusterKey, err := loadClusterCA(f.pki)
+	if err != nil {
+		return nil, fmt.Errorf("load the cluster CA: %w", err)
+	}
+	release, err := versions.Get(f.version)
+	if err != nil {
+		return nil, fmt.Errorf("--kubernetes-version: %w", err)
+	}
+	var components []*joinpb.KubernetesComponent
+	for _, b := range release.Binaries {
+		components = append(components, &joinpb.KubernetesComponent{Url: "file://" + b.InstallPath, Hash: "sha256:" + b.SHA256, InstallPath: b.InstallPath})
+	}
+	kc, err := dialKeys(f.keys)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the key service: %w", err)
+	}
+	api, err := apiserver.InCluster()
+	if err != nil {
+		return nil, fmt.Errorf("connect to the API server: %w", err)
+	}
+	js, err := joinserver.New(joinserver.Config{
+		Keys: kc, Admissions: &admissions.Store{Conn: api}, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
+		Endpoint: f.endpoint, KubernetesVersion: f.version, Components: components,
+		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(f.salt) },
+		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(f.controlPlanes) },
+		Logger:          log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("set up the join server: %w", err)
+	}
+	return js, nil
 }
 
 // nodeIssuer is the join service's attestation: it quotes on the vTPM of

@@ -212,142 +212,201 @@ func addFile(src, dst string, mode fs.FileMode, put func(string, *entry)) error 
 }
 
 // writeArchive writes img as an OCI image layout with a Docker manifest.json
-// beside it, in one deterministic tar.
+// beside it, in one deterministic tar, replacing out in one step.
 func writeArchive(img v1.Image, ref name.Tag, out string) (Result, error) {
-	rawManifest, err := img.RawManifest()
+	parts, err := readImage(img)
 	if err != nil {
 		return Result{}, err
 	}
-	rawConfig, err := img.RawConfigFile()
+	f, err := os.CreateTemp(filepath.Dir(out), ".mkimage-*")
+	if err != nil {
+		return Result{}, fmt.Errorf("create the archive beside %s: %w", out, err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	sum := sha256.New()
+	a := &archive{tw: tar.NewWriter(io.MultiWriter(f, sum)), epoch: time.Unix(0, 0).UTC()}
+	if err := a.writeImage(parts, ref); err != nil {
+		return Result{}, fmt.Errorf("write %s: %w", out, err)
+	}
+	size, err := place(f, out)
 	if err != nil {
 		return Result{}, err
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return Result{}, err
-	}
-	cfgName, err := img.ConfigName()
-	if err != nil {
-		return Result{}, err
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return Result{}, err
-	}
+	return Result{
+		Ref:    ref.Name(),
+		Digest: parts.digest.String(),
+		Config: parts.configName.String(),
+		SHA256: hex.EncodeToString(sum.Sum(nil)),
+		Size:   size,
+	}, nil
+}
 
-	fullRef := ref.Name() // e.g. registry.k8s.io/pause:3.10.2
+// imageParts are the pieces of an image that go into its archive.
+type imageParts struct {
+	manifest, config   []byte
+	digest, configName v1.Hash
+	layers             []v1.Layer
+}
+
+func readImage(img v1.Image) (imageParts, error) {
+	var p imageParts
+	var err error
+	if p.manifest, err = img.RawManifest(); err != nil {
+		return p, fmt.Errorf("read the image manifest: %w", err)
+	}
+	if p.config, err = img.RawConfigFile(); err != nil {
+		return p, fmt.Errorf("read the image config: %w", err)
+	}
+	if p.digest, err = img.Digest(); err != nil {
+		return p, fmt.Errorf("digest the image manifest: %w", err)
+	}
+	if p.configName, err = img.ConfigName(); err != nil {
+		return p, fmt.Errorf("digest the image config: %w", err)
+	}
+	if p.layers, err = img.Layers(); err != nil {
+		return p, fmt.Errorf("list the image layers: %w", err)
+	}
+	return p, nil
+}
+
+// archive writes tar entries with fixed times and modes, so that the same
+// image always gives the same bytes.
+type archive struct {
+	tw    *tar.Writer
+	epoch time.Time
+}
+
+func (a *archive) dir(name string) error {
+	if err := a.tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, ModTime: a.epoch, Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
+		return fmt.Errorf("directory %s: %w", name, err)
+	}
+	return nil
+}
+
+func (a *archive) file(name string, data []byte) error {
+	h := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: a.epoch, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+	if err := a.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := a.tw.Write(data); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+func blobPath(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
+
+// writeImage writes the OCI layout (oci-layout, blobs, index.json) and the
+// Docker manifest.json that names the same blobs.
+func (a *archive) writeImage(p imageParts, ref name.Tag) error {
+	for _, d := range []string{"blobs/", "blobs/sha256/"} {
+		if err := a.dir(d); err != nil {
+			return err
+		}
+	}
+	if err := a.file("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+		return err
+	}
+	if err := a.file(blobPath(p.configName), p.config); err != nil {
+		return err
+	}
+	var layerPaths []string
+	for _, l := range p.layers {
+		path, err := a.layer(l)
+		if err != nil {
+			return err
+		}
+		layerPaths = append(layerPaths, path)
+	}
+	if err := a.file(blobPath(p.digest), p.manifest); err != nil {
+		return err
+	}
+	index, err := ociIndex(ref, p.digest, len(p.manifest))
+	if err != nil {
+		return err
+	}
+	if err := a.file("index.json", index); err != nil {
+		return err
+	}
+	docker, err := json.Marshal([]dockerManifest{{Config: blobPath(p.configName), RepoTags: []string{ref.Name()}, Layers: layerPaths}})
+	if err != nil {
+		return fmt.Errorf("encode manifest.json: %w", err)
+	}
+	if err := a.file("manifest.json", docker); err != nil {
+		return err
+	}
+	return a.tw.Close()
+}
+
+// layer writes one compressed layer blob and returns its path.
+func (a *archive) layer(l v1.Layer) (string, error) {
+	h, err := l.Digest()
+	if err != nil {
+		return "", fmt.Errorf("digest a layer: %w", err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return "", fmt.Errorf("layer %s: %w", h, err)
+	}
+	data, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return "", fmt.Errorf("read layer %s: %w", h, err)
+	}
+	if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != h.Hex {
+		return "", fmt.Errorf("layer %s: compressed bytes changed between reads", h)
+	}
+	return blobPath(h), a.file(blobPath(h), data)
+}
+
+// dockerManifest is an entry of a Docker archive's manifest.json.
+type dockerManifest struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
+}
+
+// ociIndex is the layout's index.json: one manifest, named for containerd
+// and tagged for the OCI layout.
+func ociIndex(ref name.Tag, digest v1.Hash, manifestSize int) ([]byte, error) {
 	index := v1.IndexManifest{
 		SchemaVersion: 2,
 		MediaType:     types.OCIImageIndex,
 		Manifests: []v1.Descriptor{{
 			MediaType: types.OCIManifestSchema1,
 			Digest:    digest,
-			Size:      int64(len(rawManifest)),
+			Size:      int64(manifestSize),
 			Annotations: map[string]string{
 				// containerd names the imported image after this.
-				"io.containerd.image.name": fullRef,
+				"io.containerd.image.name": ref.Name(), // e.g. registry.k8s.io/pause:3.10.2
 				// The OCI name of the manifest within the layout: its tag.
 				"org.opencontainers.image.ref.name": ref.TagStr(),
 			},
 		}},
 	}
-	rawIndex, err := json.Marshal(index)
+	b, err := json.Marshal(index)
 	if err != nil {
-		return Result{}, err
+		return nil, fmt.Errorf("encode index.json: %w", err)
 	}
-	blob := func(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
-	type dockerEntry struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	docker := []dockerEntry{{Config: blob(cfgName), RepoTags: []string{fullRef}}}
+	return b, nil
+}
 
-	f, err := os.CreateTemp(filepath.Dir(out), ".mkimage-*")
-	if err != nil {
-		return Result{}, err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	sum := sha256.New()
-	tw := tar.NewWriter(io.MultiWriter(f, sum))
-	epoch := time.Unix(0, 0).UTC()
-	write := func(name string, data []byte) error {
-		h := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	dirs := []string{"blobs/", "blobs/sha256/"}
-	for _, d := range dirs {
-		if err := tw.WriteHeader(&tar.Header{Name: d, Mode: 0o755, ModTime: epoch, Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
-			return Result{}, err
-		}
-	}
-	if err := write("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
-		return Result{}, err
-	}
-	if err := write(blob(cfgName), rawConfig); err != nil {
-		return Result{}, err
-	}
-	for _, l := range layers {
-		h, err := l.Digest()
-		if err != nil {
-			return Result{}, err
-		}
-		rc, err := l.Compressed()
-		if err != nil {
-			return Result{}, err
-		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			return Result{}, err
-		}
-		if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != h.Hex {
-			return Result{}, fmt.Errorf("layer %s: compressed bytes changed between reads", h)
-		}
-		if err := write(blob(h), data); err != nil {
-			return Result{}, err
-		}
-		docker[0].Layers = append(docker[0].Layers, blob(h))
-	}
-	if err := write(blob(digest), rawManifest); err != nil {
-		return Result{}, err
-	}
-	if err := write("index.json", rawIndex); err != nil {
-		return Result{}, err
-	}
-	rawDocker, err := json.Marshal(docker)
-	if err != nil {
-		return Result{}, err
-	}
-	if err := write("manifest.json", rawDocker); err != nil {
-		return Result{}, err
-	}
-	if err := tw.Close(); err != nil {
-		return Result{}, err
-	}
+// place makes the finished temporary file f readable and renames it to
+// out; it returns the file's size.
+func place(f *os.File, out string) (int64, error) {
 	st, err := f.Stat()
 	if err != nil {
-		return Result{}, err
+		return 0, fmt.Errorf("stat the archive: %w", err)
 	}
 	if err := f.Chmod(0o644); err != nil {
-		return Result{}, err
+		return 0, fmt.Errorf("make the archive readable: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return Result{}, err
+		return 0, fmt.Errorf("write %s: %w", out, err)
 	}
 	if err := os.Rename(f.Name(), out); err != nil {
-		return Result{}, err
+		return 0, fmt.Errorf("place %s: %w", out, err)
 	}
-	return Result{
-		Ref:    fullRef,
-		Digest: digest.String(),
-		Config: cfgName.String(),
-		SHA256: hex.EncodeToString(sum.Sum(nil)),
-		Size:   st.Size(),
-	}, nil
+	return st.Size(), nil
 }

@@ -141,18 +141,7 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	if spec.Bridge == "" {
-		spec.Bridge = DefaultBridge
-	}
-	if spec.CPUs == 0 {
-		spec.CPUs = 2
-	}
-	if spec.MemoryMiB == 0 {
-		spec.MemoryMiB = 2048
-	}
-	if spec.ShutdownTimeout == 0 {
-		spec.ShutdownTimeout = 30 * time.Second
-	}
+	spec = spec.withDefaults()
 	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
@@ -167,59 +156,91 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 		}
 	}()
 
-	c.ca, err = c.platformCA()
-	if err != nil {
-		return nil, err
+	if c.ca, err = c.platformCA(); err != nil {
+		return nil, fmt.Errorf("platform CA: %w", err)
 	}
 	hash, err := c.initSecret()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("init secret: %w", err)
 	}
 	c.planNodes()
-
 	c.accel, c.why = spec.Accel, "forced"
 	if c.accel == "" {
 		c.accel, c.why = vm.Probe(ctx, spec.probeKernel())
 	}
 	c.progress("accelerator: %s (%s)", c.accel, c.why)
-
-	c.progress("network: bridge %s %s (namespace %q)", spec.Bridge, Gateway, spec.Namespace)
-	c.network, err = netenv.Create(ctx, netenv.Config{Namespace: spec.Namespace, Bridge: spec.Bridge, Gateway: Gateway, MetadataIP: MetadataIP})
-	if err != nil {
+	if err := c.startNetwork(ctx, hash); err != nil {
 		return nil, err
 	}
-	if err := c.writeState(); err != nil {
+	if err := c.startVMs(ctx); err != nil {
 		return nil, err
+	}
+	c.phase = PhaseUp
+	if err := c.writeState(); err != nil {
+		return nil, fmt.Errorf("record the cloud's state: %w", err)
+	}
+	c.progress("up: %d VMs in %s", len(c.nodes), time.Since(c.started).Round(100*time.Millisecond))
+	return c, nil
+}
+
+// withDefaults fills in the zero fields of s.
+func (s Spec) withDefaults() Spec {
+	if s.Bridge == "" {
+		s.Bridge = DefaultBridge
+	}
+	if s.CPUs == 0 {
+		s.CPUs = 2
+	}
+	if s.MemoryMiB == 0 {
+		s.MemoryMiB = 2048
+	}
+	if s.ShutdownTimeout == 0 {
+		s.ShutdownTimeout = 30 * time.Second
+	}
+	return s
+}
+
+// startNetwork creates the bridge, a tap per node and the cloud's DHCP and
+// metadata services; the state file records each as it comes, so that
+// Cleanup finds it after a crash.
+func (c *Cloud) startNetwork(ctx context.Context, initSecretHash []byte) error {
+	c.progress("network: bridge %s %s (namespace %q)", c.spec.Bridge, Gateway, c.spec.Namespace)
+	var err error
+	c.network, err = netenv.Create(ctx, netenv.Config{Namespace: c.spec.Namespace, Bridge: c.spec.Bridge, Gateway: Gateway, MetadataIP: MetadataIP})
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	if err := c.writeState(); err != nil {
+		return fmt.Errorf("record the cloud's state: %w", err)
 	}
 	for _, n := range c.nodes {
 		if err := c.network.AddTap(ctx, n.Tap); err != nil {
-			return nil, err
+			return fmt.Errorf("network of %s: %w", n.Name, err)
 		}
 	}
-	if err := c.startServices(hash); err != nil {
-		return nil, err
+	if err := c.startServices(initSecretHash); err != nil {
+		return fmt.Errorf("DHCP and metadata services: %w", err)
 	}
 	if err := c.writeState(); err != nil {
-		return nil, err
+		return fmt.Errorf("record the cloud's state: %w", err)
 	}
+	return nil
+}
 
+// startVMs boots every node but the spares.
+func (c *Cloud) startVMs(ctx context.Context) error {
 	for _, n := range c.nodes {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		if n.Spare {
 			continue
 		}
-		if err := c.startVM(ctx, n, spec.Image, niceWrap(c.defaultNice(n))); err != nil {
-			return nil, err
+		if err := c.startVM(ctx, n, c.spec.Image, niceWrap(c.defaultNice(n))); err != nil {
+			return err
 		}
 	}
-	c.phase = PhaseUp
-	if err := c.writeState(); err != nil {
-		return nil, err
-	}
-	c.progress("up: %d VMs in %s", len(c.nodes), time.Since(c.started).Round(100*time.Millisecond))
-	return c, nil
+	return nil
 }
 
 // startVM boots node n from image (or the spec's kernel); wrap, if set,

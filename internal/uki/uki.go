@@ -56,41 +56,12 @@ func Assemble(stub []byte, sections []Section) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse stub: %w", err)
 	}
-	if !h.PE32Plus {
-		return nil, errors.New("stub is not a 64-bit PE image")
+	if err := checkSections(h, sections); err != nil {
+		return nil, err
 	}
-	if len(sections) == 0 {
-		return nil, errors.New("no sections to add")
-	}
-	seen := map[string]bool{}
-	for _, s := range h.Sections {
-		seen[s.Name] = true
-	}
-	for _, s := range sections {
-		if len(s.Name) == 0 || len(s.Name) > 8 {
-			return nil, fmt.Errorf("section name %q: must have 1 to 8 characters", s.Name)
-		}
-		if seen[s.Name] {
-			return nil, fmt.Errorf("section %s appears twice", s.Name)
-		}
-		if len(s.Data) == 0 {
-			return nil, fmt.Errorf("section %s is empty", s.Name)
-		}
-		seen[s.Name] = true
-	}
-	tableEnd := h.SectionTable + (h.NumSections+len(sections))*sectionHeaderSize
-	if tableEnd > h.SizeOfHeaders {
-		return nil, fmt.Errorf("stub headers have no room for %d more sections", len(sections))
-	}
-	for _, s := range h.Sections {
-		if s.SizeOfRawData > 0 && int(s.PointerToRawData) < tableEnd {
-			return nil, fmt.Errorf("stub section %s starts inside the grown section table", s.Name)
-		}
-	}
-
 	opt := h.Optional
-	sectionAlign := binary.LittleEndian.Uint32(stub[opt+32:])
-	fileAlign := binary.LittleEndian.Uint32(stub[opt+36:])
+	sectionAlign := uint64(binary.LittleEndian.Uint32(stub[opt+32:]))
+	fileAlign := uint64(binary.LittleEndian.Uint32(stub[opt+36:]))
 	if sectionAlign == 0 || fileAlign == 0 {
 		return nil, errors.New("stub has a zero alignment")
 	}
@@ -100,8 +71,8 @@ func Assemble(stub []byte, sections []Section) ([]byte, error) {
 		fileEnd = max(fileEnd, uint64(s.PointerToRawData)+uint64(s.SizeOfRawData))
 		memEnd = max(memEnd, uint64(s.VirtualAddress)+uint64(max(s.VirtualSize, s.SizeOfRawData)))
 	}
-	fileEnd = alignUp(fileEnd, uint64(fileAlign))
-	memEnd = alignUp(memEnd, uint64(sectionAlign))
+	fileEnd = alignUp(fileEnd, fileAlign)
+	memEnd = alignUp(memEnd, sectionAlign)
 
 	out := slices.Clone(stub[:min(uint64(len(stub)), fileEnd)])
 	out = append(out, make([]byte, int(fileEnd)-len(out))...)
@@ -113,24 +84,14 @@ func Assemble(stub []byte, sections []Section) ([]byte, error) {
 	initData := binary.LittleEndian.Uint32(out[opt+8:])
 	for i, s := range sections {
 		size := uint64(len(s.Data))
-		raw := alignUp(size, uint64(fileAlign))
+		raw := alignUp(size, fileAlign)
 		if memEnd+size > 1<<32-1 || uint64(len(out))+raw > 1<<32-1 {
 			return nil, errors.New("sections do not fit in a PE image")
 		}
-		hdr := out[h.SectionTable+(h.NumSections+i)*sectionHeaderSize:]
-		copy(hdr[:8], make([]byte, 8))
-		copy(hdr[:8], s.Name)
-		binary.LittleEndian.PutUint32(hdr[8:], uint32(size))      // VirtualSize
-		binary.LittleEndian.PutUint32(hdr[12:], uint32(memEnd))   // VirtualAddress
-		binary.LittleEndian.PutUint32(hdr[16:], uint32(raw))      // SizeOfRawData
-		binary.LittleEndian.PutUint32(hdr[20:], uint32(len(out))) // PointerToRawData
-		binary.LittleEndian.PutUint32(hdr[24:], 0)                // PointerToRelocations
-		binary.LittleEndian.PutUint32(hdr[28:], 0)                // PointerToLinenumbers
-		binary.LittleEndian.PutUint32(hdr[32:], 0)                // NumberOf...
-		binary.LittleEndian.PutUint32(hdr[36:], scnData)          // Characteristics
+		putSectionHeader(out[h.SectionTable+(h.NumSections+i)*sectionHeaderSize:], s.Name, size, memEnd, raw, uint64(len(out)))
 		out = append(out, s.Data...)
 		out = append(out, make([]byte, raw-size)...)
-		memEnd = alignUp(memEnd+size, uint64(sectionAlign))
+		memEnd = alignUp(memEnd+size, sectionAlign)
 		initData += uint32(raw)
 	}
 	binary.LittleEndian.PutUint32(out[opt+8:], initData) // SizeOfInitializedData
@@ -142,6 +103,57 @@ func Assemble(stub []byte, sections []Section) ([]byte, error) {
 		return nil, fmt.Errorf("assembled UKI does not parse: %w", err)
 	}
 	return out, nil
+}
+
+// checkSections refuses sections that cannot be added to the stub: bad or
+// repeated names, empty data, or no room in the stub's section table.
+func checkSections(h *pe.Headers, sections []Section) error {
+	if !h.PE32Plus {
+		return errors.New("stub is not a 64-bit PE image")
+	}
+	if len(sections) == 0 {
+		return errors.New("no sections to add")
+	}
+	seen := map[string]bool{}
+	for _, s := range h.Sections {
+		seen[s.Name] = true
+	}
+	for _, s := range sections {
+		if len(s.Name) == 0 || len(s.Name) > 8 {
+			return fmt.Errorf("section name %q: must have 1 to 8 characters", s.Name)
+		}
+		if seen[s.Name] {
+			return fmt.Errorf("section %s appears twice", s.Name)
+		}
+		if len(s.Data) == 0 {
+			return fmt.Errorf("section %s is empty", s.Name)
+		}
+		seen[s.Name] = true
+	}
+	tableEnd := h.SectionTable + (h.NumSections+len(sections))*sectionHeaderSize
+	if tableEnd > h.SizeOfHeaders {
+		return fmt.Errorf("stub headers have no room for %d more sections", len(sections))
+	}
+	for _, s := range h.Sections {
+		if s.SizeOfRawData > 0 && int(s.PointerToRawData) < tableEnd {
+			return fmt.Errorf("stub section %s starts inside the grown section table", s.Name)
+		}
+	}
+	return nil
+}
+
+// putSectionHeader writes the header of an initialised-data section.
+func putSectionHeader(hdr []byte, name string, size, virtualAddress, rawSize, rawPointer uint64) {
+	copy(hdr[:8], make([]byte, 8))
+	copy(hdr[:8], name)
+	binary.LittleEndian.PutUint32(hdr[8:], uint32(size))            // VirtualSize
+	binary.LittleEndian.PutUint32(hdr[12:], uint32(virtualAddress)) // VirtualAddress
+	binary.LittleEndian.PutUint32(hdr[16:], uint32(rawSize))        // SizeOfRawData
+	binary.LittleEndian.PutUint32(hdr[20:], uint32(rawPointer))     // PointerToRawData
+	binary.LittleEndian.PutUint32(hdr[24:], 0)                      // PointerToRelocations
+	binary.LittleEndian.PutUint32(hdr[28:], 0)                      // PointerToLinenumbers
+	binary.LittleEndian.PutUint32(hdr[32:], 0)                      // NumberOf...
+	binary.LittleEndian.PutUint32(hdr[36:], scnData)                // Characteristics
 }
 
 // Sections returns the contents of img's sections by name, each cut to its

@@ -24,7 +24,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -351,79 +351,124 @@ func progress(phase, msg string) *initpb.InitResponse {
 // kubeadm is reset first if it had started.
 func (s *Server) run(j *job, p pending, resumed bool, ms keys.MasterSecret, measurementSalt []byte) {
 	ctx := context.Background()
-	start := time.Now()
-	log := s.log.With("clusterID", hex.EncodeToString(j.clusterID))
-	phase := func(name, msg string) {
-		log.Info(msg, "phase", name, "elapsed", time.Since(start).Round(time.Millisecond))
-		s.status("init: " + msg)
-		j.emit(progress(name, msg))
-	}
-	fail := func(what string, err error) {
-		log.Error("init failed", "phase", what, "error", err)
-		s.status("init failed: " + what)
-		var journal []byte
-		if s.cfg.Journal != nil {
-			journal, _ = s.cfg.Journal(ctx)
-		}
-		j.result = &initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{
-			ErrorMessage: fmt.Sprintf("%s: %v", what, err), Journal: journal,
-		}}}
-		close(j.done)
-	}
-
+	r := &initRun{s: s, j: j, start: time.Now(), log: s.log.With("clusterID", hex.EncodeToString(j.clusterID))}
 	if resumed {
-		phase("node-lock", "node locked to the new cluster (resuming the init a restart of bootstrapperd interrupted)")
+		r.phase("node-lock", "node locked to the new cluster (resuming the init a restart of bootstrapperd interrupted)")
 	} else {
-		phase("node-lock", "node locked to the new cluster")
+		r.phase("node-lock", "node locked to the new cluster")
 	}
-	phase("rekey-state-disk", "re-keying the state disk with the key derived from the master secret")
-	uuid, err := s.cfg.Disk.UUID(ctx)
+	kubeconfig, err := r.steps(ctx, p, ms, measurementSalt)
 	if err != nil {
-		fail("read the state disk's UUID", err)
+		r.fail(ctx, err)
 		return
+	}
+	r.log.Info("bootstrapped", "phase", "done", "duration", time.Since(r.start).Round(time.Second))
+	j.result = done(kubeconfig, j.clusterID)
+	close(j.done)
+	s.handOver(j, r.log)
+}
+
+// initRun is one init after the node lock.
+type initRun struct {
+	s     *Server
+	j     *job
+	start time.Time
+	log   *slog.Logger
+}
+
+// stepError names the step of an init that failed.
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+
+func (r *initRun) phase(name, msg string) {
+	r.log.Info(msg, "phase", name, "elapsed", time.Since(r.start).Round(time.Millisecond))
+	r.s.status("init: " + msg)
+	r.j.emit(progress(name, msg))
+}
+
+// fail ends the job with err and the node's journal.
+func (r *initRun) fail(ctx context.Context, err error) {
+	step := "init"
+	var se *stepError
+	if errors.As(err, &se) {
+		step = se.step
+	}
+	r.log.Error("init failed", "phase", step, "error", err)
+	r.s.status("init failed: " + step)
+	var journal []byte
+	if r.s.cfg.Journal != nil {
+		journal, _ = r.s.cfg.Journal(ctx)
+	}
+	r.j.result = &initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{
+		ErrorMessage: err.Error(), Journal: journal,
+	}}}
+	close(r.j.done)
+}
+
+// steps re-keys the state disk, runs kubeadm and stores the master secret;
+// it returns the admin kubeconfig.
+func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, measurementSalt []byte) ([]byte, error) {
+	r.phase("rekey-state-disk", "re-keying the state disk with the key derived from the master secret")
+	if err := r.rekey(ctx, ms); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := r.kubeadm(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	r.phase("store-master-secret", "storing the master secret for the key service")
+	if err := r.s.cfg.Cluster.StoreMasterSecret(ctx, ms, measurementSalt); err != nil {
+		return nil, &stepError{"store the master secret in the cluster", err}
+	}
+	if err := r.s.saveResult(result{ClusterID: r.j.clusterID, Kubeconfig: kubeconfig}); err != nil {
+		return nil, &stepError{"save the init result", err}
+	}
+	return kubeconfig, nil
+}
+
+func (r *initRun) rekey(ctx context.Context, ms keys.MasterSecret) error {
+	uuid, err := r.s.cfg.Disk.UUID(ctx)
+	if err != nil {
+		return &stepError{"read the state disk's UUID", err}
 	}
 	diskKey, err := ms.DiskKey(uuid)
 	if err != nil {
-		fail("derive the disk key", err)
-		return
+		return &stepError{"derive the disk key", err}
 	}
-	if err := s.cfg.Disk.Rekey(ctx, diskKey); err != nil {
-		fail("re-key the state disk", err)
-		return
+	if err := r.s.cfg.Disk.Rekey(ctx, diskKey); err != nil {
+		return &stepError{"re-key the state disk", err}
 	}
+	return nil
+}
 
-	out := &chunkWriter{emit: j.emit, source: "kubeadm"}
+// kubeadm runs kubeadm init, after undoing one a restart interrupted.
+func (r *initRun) kubeadm(ctx context.Context, p pending) ([]byte, error) {
+	out := &chunkWriter{emit: r.j.emit, source: "kubeadm"}
 	if p.KubeadmStarted {
-		phase("kubeadm-reset", "undoing the interrupted kubeadm init")
-		if err := s.cfg.Cluster.Reset(ctx, out); err != nil {
-			fail("reset the interrupted kubeadm init", err)
-			return
+		r.phase("kubeadm-reset", "undoing the interrupted kubeadm init")
+		if err := r.s.cfg.Cluster.Reset(ctx, out); err != nil {
+			return nil, &stepError{"reset the interrupted kubeadm init", err}
 		}
 	}
 	p.KubeadmStarted = true
-	if err := s.saveRequest(p); err != nil {
-		fail("record the init's progress on the state disk", err)
-		return
+	if err := r.s.saveRequest(p); err != nil {
+		return nil, &stepError{"record the init's progress on the state disk", err}
 	}
-	phase("kubeadm-init", "running kubeadm init (this takes a few minutes)")
-	kubeconfig, err := s.cfg.Cluster.Init(ctx, p.ClusterParams, out)
+	r.phase("kubeadm-init", "running kubeadm init (this takes a few minutes)")
+	kubeconfig, err := r.s.cfg.Cluster.Init(ctx, p.ClusterParams, out)
 	if err != nil {
-		fail("run kubeadm init", err)
-		return
+		return nil, &stepError{"run kubeadm init", err}
 	}
+	return kubeconfig, nil
+}
 
-	phase("store-master-secret", "storing the master secret for the key service")
-	if err := s.cfg.Cluster.StoreMasterSecret(ctx, ms, measurementSalt); err != nil {
-		fail("store the master secret in the cluster", err)
-		return
-	}
-	if err := s.saveResult(result{ClusterID: j.clusterID, Kubeconfig: kubeconfig}); err != nil {
-		fail("save the init result", err)
-		return
-	}
-	log.Info("bootstrapped", "phase", "done", "duration", time.Since(start).Round(time.Second))
-	j.result = done(kubeconfig, j.clusterID)
-	close(j.done)
+// handOver waits for the owner to take the result (or for the grace
+// period), then reports the node bootstrapped.
+func (s *Server) handOver(j *job, log *slog.Logger) {
 	grace := s.cfg.HandOverGrace
 	if grace == 0 {
 		grace = 10 * time.Minute

@@ -1,13 +1,11 @@
 package cmd
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -120,91 +118,27 @@ func newMiniUpCmd() *cobra.Command {
 	return c
 }
 
-// runMiniUp starts a supervisor process (orrery mini serve) that runs the
-// cloud's services in the background, follows its progress, and returns
-// once every VM runs.
+// runMiniUp starts the cloud in a supervisor process ('orrery mini serve'
+// with the same flags) that runs in the background, and returns once every
+// VM runs.
 func runMiniUp(ctx context.Context, out io.Writer, o miniOptions) error {
 	abs, err := filepath.Abs(o.dir)
 	if err != nil {
 		return err
 	}
 	o.dir = abs
-	if err := cloud.Preflight(o.spec(nil)); err != nil {
-		return fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
-	}
-	if st, err := cloud.ReadState(o.dir); err == nil && st.Live() {
-		return fmt.Errorf("a local cloud from %s is running: 'orrery mini status' shows it, 'orrery mini down' stops it", o.dir)
-	}
-	if err := os.MkdirAll(o.dir, 0o700); err != nil {
-		return err
-	}
-	logPath := filepath.Join(o.dir, "supervisor.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("create supervisor log: %w", err)
-	}
-	defer logFile.Close()
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	sup := exec.Command(self, append([]string{"mini", "serve"}, o.args()...)...)
-	sup.Stdout, sup.Stderr = logFile, logFile
-	// Its own session: the supervisor outlives this command and a Ctrl-C
-	// in this terminal, which this command turns into an orderly stop.
-	sup.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := sup.Start(); err != nil {
-		return fmt.Errorf("start supervisor: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- sup.Wait() }()
-
-	fmt.Fprintf(out, "Starting the local cloud in %s (log: %s)\n", o.dir, logPath)
-	follow, err := os.Open(logPath)
+	st, err := cloud.StartSupervised(ctx, o.spec(nil), append([]string{self, "mini", "serve"}, o.args()...), out)
 	if err != nil {
 		return err
 	}
-	defer follow.Close()
-	lines := bufio.NewReader(follow)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		for {
-			line, err := lines.ReadString('\n')
-			if err != nil {
-				// A partial line stays for the next round.
-				if len(line) > 0 {
-					_, _ = follow.Seek(-int64(len(line)), io.SeekCurrent)
-					lines.Reset(follow)
-				}
-				break
-			}
-			fmt.Fprint(out, "  ", line)
-		}
-		if st, err := cloud.ReadState(o.dir); err == nil && st.Phase == cloud.PhaseUp {
-			printNodes(out, st)
-			fmt.Fprintf(out, "\nThe local cloud runs. Platform CA: %s; init secret: %s\nStop it with: sudo orrery mini down --dir %s\n",
-				filepath.Join(o.dir, cloud.PlatformCACert), filepath.Join(o.dir, cloud.InitSecretFile), o.dir)
-			return nil
-		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the supervisor stopped before the cloud was up (%v); see %s", err, logPath)
-		case <-ctx.Done():
-			fmt.Fprintln(out, "Interrupted: stopping the local cloud and removing what it created...")
-			_ = sup.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(60 * time.Second):
-				_ = sup.Process.Kill()
-			}
-			if err := cloud.Cleanup(context.Background(), o.dir); err != nil {
-				return fmt.Errorf("interrupted; cleaning up failed: %w", err)
-			}
-			return errors.New("interrupted; everything the local cloud created was removed")
-		case <-tick.C:
-		}
-	}
+	printNodes(out, st)
+	fmt.Fprintf(out, "\nThe local cloud runs. Platform CA: %s; init secret: %s\nStop it with: sudo orrery mini down --dir %s\n",
+		filepath.Join(o.dir, cloud.PlatformCACert), filepath.Join(o.dir, cloud.InitSecretFile), o.dir)
+	return nil
 }
 
 func newMiniServeCmd() *cobra.Command {

@@ -93,77 +93,102 @@ func Build(outDir string, o Options) (Result, error) {
 			return res, err
 		}
 	}
-	for _, t := range Tools {
-		if _, err := os.Stat(t); err != nil {
-			return res, fmt.Errorf("%s missing: install Debian package %s (make deps)", t, toolPackages[t])
-		}
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		return res, fmt.Errorf("the go command is not in PATH (add /usr/local/go/bin): %w", err)
+	if err := checkTools(); err != nil {
+		return res, err
 	}
 	base, err := baseArchive(res.Release)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("kernel modules of %s: %w", res.Release, err)
 	}
 	phase("modules", start)
 	fmt.Fprintf(logw, "initrd: kernel %s, %d modules\n", res.Release, len(modules.Names))
 
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return res, err
+		return res, fmt.Errorf("create %s: %w", outDir, err)
 	}
 	tmp, err := os.MkdirTemp(outDir, ".initrd-build-")
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("create a build directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	rawPath := filepath.Join(tmp, "initrd.cpio")
 
-	// /init is built here rather than by mkuimage, whose builder passes
-	// -a (rebuilding the standard library every time); -trimpath and an
-	// empty build ID keep it reproducible all the same.
 	start = time.Now()
-	initBin := filepath.Join(tmp, "init")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", initBin, InitPackage)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return res, fmt.Errorf("go build %s: %w\n%s", InitPackage, err, out)
-	}
-	initContent, err := os.ReadFile(initBin)
-	if err != nil {
-		return res, err
-	}
-	if err := base.WriteRecord(cpio.StaticRecord(initContent, cpio.Info{Name: "init", Mode: cpio.S_IFREG | 0o755})); err != nil {
+	if err := addInit(base, tmp); err != nil {
 		return res, err
 	}
 	phase("go-build", start)
 
 	start = time.Now()
-	var files []string
-	for _, t := range append(append([]string{}, Tools...), configFiles...) {
-		files = append(files, t+":"+strings.TrimPrefix(t, "/"))
-	}
-	l := llog.New(slog.LevelWarn, llog.WritePrintf(logw))
-	err = uimage.Create(l,
-		uimage.WithTempDir(tmp),
-		uimage.WithBaseArchive(base),
-		uimage.WithExistingInit(true),
-		uimage.WithFiles(files...), // with their libraries, found by ldd
-		uimage.WithCPIOOutput(rawPath),
-	)
-	if err != nil {
-		return res, fmt.Errorf("mkuimage: %w", err)
+	rawPath := filepath.Join(tmp, "initrd.cpio")
+	if err := addTools(base, tmp, rawPath, logw); err != nil {
+		return res, err
 	}
 	phase("mkuimage", start)
 
 	start = time.Now()
 	res.Path = filepath.Join(outDir, OutputName)
 	if res.RawSize, res.Size, err = compress(rawPath, res.Path); err != nil {
-		return res, err
+		return res, fmt.Errorf("compress the initrd: %w", err)
 	}
 	phase("compress", start)
 	phase("total", total)
 	fmt.Fprintf(logw, "initrd: %s: %.1f MB (%.1f MB uncompressed)\n", res.Path, float64(res.Size)/1e6, float64(res.RawSize)/1e6)
 	return res, nil
+}
+
+// checkTools fails, saying what to install, if a tool the initrd carries
+// or the go command is missing.
+func checkTools() error {
+	for _, t := range Tools {
+		if _, err := os.Stat(t); err != nil {
+			return fmt.Errorf("%s missing: install Debian package %s (make deps)", t, toolPackages[t])
+		}
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		return fmt.Errorf("the go command is not in PATH (add /usr/local/go/bin): %w", err)
+	}
+	return nil
+}
+
+// addInit builds /init into base. It is built here rather than by
+// mkuimage, whose builder passes -a (rebuilding the standard library every
+// time); -trimpath and an empty build ID keep it reproducible all the same.
+func addInit(base *cpio.Archive, tmp string) error {
+	initBin := filepath.Join(tmp, "init")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", initBin, InitPackage)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", InitPackage, err, out)
+	}
+	initContent, err := os.ReadFile(initBin)
+	if err != nil {
+		return fmt.Errorf("read the built /init: %w", err)
+	}
+	if err := base.WriteRecord(cpio.StaticRecord(initContent, cpio.Info{Name: "init", Mode: cpio.S_IFREG | 0o755})); err != nil {
+		return fmt.Errorf("add /init: %w", err)
+	}
+	return nil
+}
+
+// addTools has mkuimage write base with the tools and configuration files
+// (and the libraries they need, found by ldd) to the cpio at rawPath.
+func addTools(base *cpio.Archive, tmp, rawPath string, logw io.Writer) error {
+	var files []string
+	for _, t := range append(append([]string{}, Tools...), configFiles...) {
+		files = append(files, t+":"+strings.TrimPrefix(t, "/"))
+	}
+	l := llog.New(slog.LevelWarn, llog.WritePrintf(logw))
+	err := uimage.Create(l,
+		uimage.WithTempDir(tmp),
+		uimage.WithBaseArchive(base),
+		uimage.WithExistingInit(true),
+		uimage.WithFiles(files...),
+		uimage.WithCPIOOutput(rawPath),
+	)
+	if err != nil {
+		return fmt.Errorf("mkuimage: %w", err)
+	}
+	return nil
 }
 
 // baseArchive holds the directories /init needs and the kernel modules.

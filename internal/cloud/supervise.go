@@ -1,0 +1,116 @@
+package cloud
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// SupervisorLog is the supervisor's log in the cloud's directory.
+const SupervisorLog = "supervisor.log"
+
+// StartSupervised brings the cloud of spec up in a supervisor process that
+// outlives the caller, and returns once every VM runs. command starts the
+// supervisor: a process that runs Up with the same spec in the foreground
+// until SIGTERM ('orrery mini serve'). The supervisor's log goes to
+// SupervisorLog; its lines are copied to progress as they come.
+//
+// If ctx ends first (Ctrl-C), StartSupervised stops the supervisor and
+// removes everything the cloud created. A supervisor that exits before the
+// cloud is up has cleaned up after itself; its log says why.
+func StartSupervised(ctx context.Context, spec Spec, command []string, progress io.Writer) (State, error) {
+	if err := Preflight(spec); err != nil {
+		return State{}, fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
+	}
+	if st, err := ReadState(spec.Dir); err == nil && st.Live() {
+		return State{}, fmt.Errorf("a local cloud from %s is running: 'orrery mini status' shows it, 'orrery mini down' stops it", spec.Dir)
+	}
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return State{}, fmt.Errorf("create the cloud's directory: %w", err)
+	}
+	logPath := filepath.Join(spec.Dir, SupervisorLog)
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return State{}, fmt.Errorf("create the supervisor's log: %w", err)
+	}
+	defer logFile.Close()
+	sup := exec.Command(command[0], command[1:]...)
+	sup.Stdout, sup.Stderr = logFile, logFile
+	// Its own session: the supervisor outlives the caller and a Ctrl-C in
+	// the caller's terminal, which StartSupervised turns into an orderly
+	// stop.
+	sup.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := sup.Start(); err != nil {
+		return State{}, fmt.Errorf("start the supervisor: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- sup.Wait() }()
+	fmt.Fprintf(progress, "Starting the local cloud in %s (log: %s)\n", spec.Dir, logPath)
+	st, err := followUntilUp(ctx, spec.Dir, logPath, exited, progress)
+	if err == nil {
+		return st, nil
+	}
+	if ctx.Err() == nil {
+		return State{}, err
+	}
+	fmt.Fprintln(progress, "Interrupted: stopping the local cloud and removing what it created...")
+	_ = sup.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		_ = sup.Process.Kill()
+	}
+	if err := Cleanup(context.Background(), spec.Dir); err != nil {
+		return State{}, fmt.Errorf("interrupted; cleaning up failed: %w", err)
+	}
+	return State{}, errors.New("interrupted; everything the local cloud created was removed")
+}
+
+// followUntilUp copies the supervisor's log to progress until the cloud's
+// state says it is up, the supervisor exits, or ctx ends.
+func followUntilUp(ctx context.Context, dir, logPath string, exited <-chan error, progress io.Writer) (State, error) {
+	follow, err := os.Open(logPath)
+	if err != nil {
+		return State{}, err
+	}
+	defer follow.Close()
+	lines := bufio.NewReader(follow)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		copyLines(lines, follow, progress)
+		if st, err := ReadState(dir); err == nil && st.Phase == PhaseUp {
+			return st, nil
+		}
+		select {
+		case err := <-exited:
+			return State{}, fmt.Errorf("the supervisor stopped before the cloud was up (%v); see %s", err, logPath)
+		case <-ctx.Done():
+			return State{}, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// copyLines copies the whole lines that are in the log so far; a partial
+// line stays for the next round.
+func copyLines(lines *bufio.Reader, f *os.File, progress io.Writer) {
+	for {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			if len(line) > 0 {
+				_, _ = f.Seek(-int64(len(line)), io.SeekCurrent)
+				lines.Reset(f)
+			}
+			return
+		}
+		fmt.Fprint(progress, "  ", line)
+	}
+}

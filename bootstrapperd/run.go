@@ -186,8 +186,21 @@ func listener(addr string) (net.Listener, error) {
 // bootstrapped node), and an owner's 'orrery init' would hang instead of
 // being refused. --no-block: stopping the socket stops this service too,
 // and the job must not wait for us.
+//
+// The job stops this service at once, and systemd's SIGTERM reaches every
+// process of its cgroup, systemctl too if it has not exited yet: that
+// means the job runs, not that it failed.
 func stopSocket(ctx context.Context, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	out, err := exec.CommandContext(ctx, "systemctl", "stop", "--no-block", "bootstrapperd.socket").CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+			log.Info("bootstrapperd.socket is stopping", "phase", "stop")
+			return
+		}
+	}
 	if err != nil {
 		log.Warn("cannot stop bootstrapperd.socket; port 9000 stays open", "error", err, "output", string(out))
 	}

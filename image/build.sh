@@ -107,9 +107,9 @@ else
 fi
 
 # --- Orrery's programs ------------------------------------------------------
-phase programs "build bootstrapperd and imagetool"
+phase programs "build bootstrapperd and nodeimage"
 mkdir -p build/bin
-CGO_ENABLED=0 go build -trimpath -o "$cache/imagetool" ./image/imagetool
+CGO_ENABLED=0 go build -trimpath -o "$cache/nodeimage" ./image/nodeimage
 have_bootstrapperd=no
 if [[ -n $(go list -f '{{if eq .Name "main"}}main{{end}}' ./bootstrapperd 2>/dev/null) ]]; then
 	CGO_ENABLED=0 go build -trimpath -o build/bin/bootstrapperd ./bootstrapperd
@@ -223,9 +223,9 @@ if [[ -f build/components/manifest.json ]]; then
 	shopt -u nullglob
 	# Orrery's own cluster services, as an image beside the upstream ones:
 	# the join service and the key service (one binary, two containers).
-	if [[ -x build/components/.work/mkimage && -n $(go list -f '{{if eq .Name "main"}}main{{end}}' ./joinservice 2>/dev/null) ]]; then
+	if [[ -x build/components/.work/containerimage && -n $(go list -f '{{if eq .Name "main"}}main{{end}}' ./joinservice 2>/dev/null) ]]; then
 		CGO_ENABLED=0 go build -trimpath -o "$cache/joinservice" ./joinservice
-		build/components/.work/mkimage -ref "$JOINSERVICE_REF" -out "$cache/joinservice.tar" \
+		build/components/.work/containerimage -ref "$JOINSERVICE_REF" -out "$cache/joinservice.tar" \
 			-created "$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)" \
 			-add "$cache/joinservice:/joinservice" -entrypoint '["/joinservice"]' >"$cache/joinservice-image.json"
 		bake_image "$cache/joinservice.tar" "$root/usr/share/orrery/images/joinservice"
@@ -274,7 +274,7 @@ phase uki "UKI: systemd-stub + kernel + initrd + command line + os-release"
 cmdline="console=ttyS0 orrery.roothash=$roothash orrery.onfailure=poweroff"
 [[ $variant == debug ]] && cmdline+=" orrery.debug=1"
 printf '%s' "$cmdline" >"$cache/cmdline"
-"$cache/imagetool" uki -stub "$stub" -kernel "$kernel" -initrd "$initrd" \
+"$cache/nodeimage" uki -stub "$stub" -kernel "$kernel" -initrd "$initrd" \
 	-cmdline "$cache/cmdline" -osrel "$cache/os-release" -out "$cache/uki.efi"
 
 phase disk "ESP (FAT32), GPT disk, qcow2"
@@ -286,13 +286,13 @@ mkfs.fat -C -F 32 -S 512 -s 1 -n ESP -i 4f525259 --invariant "$cache/esp.img" $(
 touch -d "@$SOURCE_DATE_EPOCH" "$cache/uki.efi"
 mmd -i "$cache/esp.img" ::EFI ::EFI/BOOT
 mcopy -m -i "$cache/esp.img" "$cache/uki.efi" ::EFI/BOOT/BOOTX64.EFI
-"$cache/imagetool" disk -esp "$cache/esp.img" -root "$cache/root.erofs" -verity "$cache/root.verity" \
+"$cache/nodeimage" disk -esp "$cache/esp.img" -root "$cache/root.erofs" -verity "$cache/root.verity" \
 	-roothash "$roothash" -out "$cache/disk.raw"
 qemu-img convert -f raw -O qcow2 "$cache/disk.raw" "$cache/disk.qcow2"
 
 # --- measurements and outputs -------------------------------------------------
 phase measure "predict PCRs 4, 5, 9, 11; manifest"
-"$cache/imagetool" measure -uki "$cache/uki.efi" -disk "$cache/disk.raw" -firmware image/firmware-pcrs.json \
+"$cache/nodeimage" measure -uki "$cache/uki.efi" -disk "$cache/disk.raw" -firmware image/firmware-pcrs.json \
 	-out "$cache/measurements.json" -events "$cache/measurements.log"
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp"
@@ -303,7 +303,7 @@ cp "$kernel" "$out.tmp/vmlinuz"
 cp "$initrd" "$out.tmp/initrd"
 components_manifest=()
 [[ -f build/components/manifest.json ]] && components_manifest=(-components build/components/manifest.json)
-"$cache/imagetool" manifest -dir "$out.tmp" -packages "$tree.manifest" "${components_manifest[@]}" \
+"$cache/nodeimage" manifest -dir "$out.tmp" -packages "$tree.manifest" "${components_manifest[@]}" \
 	-info "variant=$variant" -info "commit=$commit" -info "kernel=$kver" -info "roothash=$roothash" \
 	-info "initrd=$initrd_kind" -info "bootstrapperd=$have_bootstrapperd" -info "components=$have_components" \
 	-info "systemd-stub=$(dpkg-query -W -f='${Version}' systemd-boot-efi 2>/dev/null || echo unknown)" \

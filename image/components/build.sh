@@ -171,11 +171,11 @@ gobuild coredns coredns github.com/coredns/coredns "$OUT/imagebin/coredns" 0 "" 
 	"-s -w -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_COMMIT:0:7}"
 
 gobuild pause . ./cmd/pause "$OUT/imagebin/pause" 0 "" "-s -w -X main.version=orrery-$PAUSE_TAG"
-gobuild mkimage . ./cmd/mkimage "$OUT/.work/mkimage" 0 "" "-s -w"
+gobuild containerimage . ./cmd/containerimage "$OUT/.work/containerimage" 0 "" "-s -w"
 
 # ------------------------------------------------------------------ images
 
-# netfilter_userspace: mkimage arguments that put Debian's iptables (nft
+# netfilter_userspace: containerimage arguments that put Debian's iptables (nft
 # backend) and nft, with every shared library they load, into an image in
 # Debian's merged-/usr layout.
 netfilter_userspace() {
@@ -200,8 +200,8 @@ netfilter_userspace() {
 }
 
 IMAGES_JSON=()
-# mkimage NAME VERSION REF PINNED ARGS...: build OUTDIR/images/NAME.tar.
-mkimage() {
+# containerimage NAME VERSION REF PINNED ARGS...: build OUTDIR/images/NAME.tar.
+containerimage() {
 	local name=$1 version=$2 ref=$3 pinned=$4
 	shift 4
 	local out=$OUT/images/$name.tar meta=$OUT/.cache/$name.image.json t0 key a src prev=
@@ -209,7 +209,7 @@ mkimage() {
 	# The key covers the arguments and the bytes of every file -add copies.
 	key=$( {
 		echo "$ref" "$K8S_TIME" "$*"
-		sha "$OUT/.work/mkimage"
+		sha "$OUT/.work/containerimage"
 		for a in "$@"; do
 			if [[ $prev == -add ]]; then
 				src=${a%%:*}
@@ -222,7 +222,7 @@ mkimage() {
 		log "image $name: up to date"
 	else
 		log "image $name: $ref"
-		"$OUT/.work/mkimage" -ref "$ref" -out "$out" -created "$K8S_TIME" "$@" >"$meta.tmp" || die "image $name failed"
+		"$OUT/.work/containerimage" -ref "$ref" -out "$out" -created "$K8S_TIME" "$@" >"$meta.tmp" || die "image $name failed"
 		mv "$meta.tmp" "$meta"
 		echo "$key" >"$OUT/.cache/image-$name.key"
 	fi
@@ -235,21 +235,21 @@ mkimage() {
 }
 
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
-	mkimage "$c" "$K8S_VERSION" "$REGISTRY/$c:$K8S_VERSION" true \
+	containerimage "$c" "$K8S_VERSION" "$REGISTRY/$c:$K8S_VERSION" true \
 		-add "$OUT/imagebin/$c:/usr/local/bin/$c" -entrypoint "[\"/usr/local/bin/$c\"]"
 done
 mapfile -t NETFILTER < <(netfilter_userspace | tr ' ' '\n')
-mkimage kube-proxy "$K8S_VERSION" "$REGISTRY/kube-proxy:$K8S_VERSION" true \
+containerimage kube-proxy "$K8S_VERSION" "$REGISTRY/kube-proxy:$K8S_VERSION" true \
 	-add "$OUT/imagebin/kube-proxy:/usr/local/bin/kube-proxy" -entrypoint '["/usr/local/bin/kube-proxy"]' "${NETFILTER[@]}"
-mkimage etcd "$ETCD_VER" "$REGISTRY/etcd:$ETCD_TAG" true \
+containerimage etcd "$ETCD_VER" "$REGISTRY/etcd:$ETCD_TAG" true \
 	-add "$OUT/imagebin/etcd:/usr/local/bin/etcd" -entrypoint '["/usr/local/bin/etcd"]'
-mkimage coredns "$COREDNS_VER" "$REGISTRY/coredns/coredns:$COREDNS_TAG" true \
+containerimage coredns "$COREDNS_VER" "$REGISTRY/coredns/coredns:$COREDNS_TAG" true \
 	-add "$OUT/imagebin/coredns:/coredns" -entrypoint '["/coredns"]'
-mkimage pause "$PAUSE_TAG" "$REGISTRY/pause:$PAUSE_TAG" true \
+containerimage pause "$PAUSE_TAG" "$REGISTRY/pause:$PAUSE_TAG" true \
 	-add "$OUT/imagebin/pause:/pause" -entrypoint '["/pause"]'
 BUSYBOX=()
 for t in sh cp mkdir cat ls rm mv ln; do BUSYBOX+=(-link "/usr/bin/$t:busybox"); done
-mkimage flannel "$FLANNEL_VER" "$FLANNEL_REF" true \
+containerimage flannel "$FLANNEL_VER" "$FLANNEL_REF" true \
 	-add "$OUT/imagebin/flanneld:/opt/bin/flanneld" -entrypoint '["/opt/bin/flanneld"]' "${NETFILTER[@]}" \
 	-add /bin/busybox:/usr/bin/busybox "${BUSYBOX[@]}"
 

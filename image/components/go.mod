@@ -2,7 +2,7 @@ module github.com/orrery-dev/orrery/image/components
 
 go 1.26.0
 
-// This module holds only the build tooling (mkimage) and Orrery's own small
+// This module holds only the build tooling (containerimage) and Orrery's own small
 // programs (pause). Each upstream project is pinned in a module of its own
 // beside it (kubernetes/, containerd/, runc/, cni/, flannel/, etcd/, coredns/),
 // so that each is built with its own dependency versions and no minimal

@@ -1,4 +1,4 @@
-// Command mkimage builds a single-layer container image from files on the
+// Command containerimage builds a single-layer container image from files on the
 // build host and writes it as an image archive that `ctr images import` and
 // `docker load` both accept: an OCI image layout (oci-layout, index.json,
 // blobs/) plus Docker's manifest.json, in one tar.
@@ -6,7 +6,7 @@
 // The output is deterministic: entries are sorted, owned by root, and carry
 // the time given by -created, so the same inputs give the same image digest.
 //
-//	mkimage -ref registry.k8s.io/pause:3.10.2 -out pause.tar \
+//	containerimage -ref registry.k8s.io/pause:3.10.2 -out pause.tar \
 //	    -add build/pause:/pause -entrypoint '["/pause"]'
 //
 // It prints one JSON object to stdout: the reference, the manifest digest and
@@ -26,7 +26,7 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "mkimage:", err)
+		fmt.Fprintln(os.Stderr, "containerimage:", err)
 		os.Exit(1)
 	}
 }
@@ -38,7 +38,7 @@ func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func run(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("mkimage", flag.ContinueOnError)
+	fs := flag.NewFlagSet("containerimage", flag.ContinueOnError)
 	var (
 		spec    Spec
 		adds    listFlag

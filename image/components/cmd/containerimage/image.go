@@ -43,7 +43,7 @@ type Add struct{ Src, Dst string }
 // Link is a symlink at Dst in the image.
 type Link struct{ Dst, Target string }
 
-// Result is what mkimage reports about an archive it wrote.
+// Result is what containerimage reports about an archive it wrote.
 type Result struct {
 	Ref    string `json:"ref"`
 	Digest string `json:"digest"` // manifest digest, as containerd and kubelet show it
@@ -75,7 +75,7 @@ func Build(spec Spec, out string) (Result, error) {
 		MediaType: types.OCILayer,
 		History: v1.History{
 			Created:   v1.Time{Time: spec.Created},
-			CreatedBy: "orrery mkimage",
+			CreatedBy: "orrery containerimage",
 		},
 	})
 	if err != nil {
@@ -218,7 +218,7 @@ func writeArchive(img v1.Image, ref name.Tag, out string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(out), ".mkimage-*")
+	f, err := os.CreateTemp(filepath.Dir(out), ".containerimage-*")
 	if err != nil {
 		return Result{}, fmt.Errorf("create the archive beside %s: %w", out, err)
 	}

@@ -1,10 +1,10 @@
-// Command imagetool is the Go half of image/build.sh: it assembles the UKI
+// Command nodeimage is the Go half of image/build.sh: it assembles the UKI
 // and the GPT disk, predicts the measurements and writes the manifest.
 //
-//	imagetool uki -stub F -kernel F -initrd F -cmdline F -osrel F -out F
-//	imagetool disk -esp F -root F -verity F -roothash HEX -out F
-//	imagetool measure -uki F [-disk F] -firmware F -out F [-events F]
-//	imagetool manifest -dir D -packages F [-components F] -info K=V... -out F
+//	nodeimage uki -stub F -kernel F -initrd F -cmdline F -osrel F -out F
+//	nodeimage disk -esp F -root F -verity F -roothash HEX -out F
+//	nodeimage measure -uki F [-disk F] -firmware F -out F [-events F]
+//	nodeimage manifest -dir D -packages F [-components F] -info K=V... -out F
 package main
 
 import (
@@ -28,14 +28,14 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "imagetool: %v\n", err)
+		fmt.Fprintf(os.Stderr, "nodeimage: %v\n", err)
 		os.Exit(1)
 	}
 }
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: imagetool uki|disk|measure|manifest [flags]")
+		return errors.New("usage: nodeimage uki|disk|measure|manifest [flags]")
 	}
 	cmds := map[string]func([]string, io.Writer) error{
 		"uki": runUKI, "disk": runDisk, "measure": runMeasure, "manifest": runManifest,

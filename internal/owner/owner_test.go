@@ -16,57 +16,16 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/owner/ownertest"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
-
-// fakeNode answers Init as bootstrapperd does, but runs no kubeadm: it
-// derives the cluster ID from what it receives, so the tests check what
-// the library sends.
-type fakeNode struct {
-	initpb.UnimplementedInitServiceServer
-	mu       sync.Mutex
-	requests []*initpb.InitRequest
-	fail     bool
-}
-
-func (f *fakeNode) Init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
-	f.mu.Lock()
-	f.requests = append(f.requests, req)
-	f.mu.Unlock()
-	if string(req.GetInitSecret()) != "s3cret" {
-		return status.Error(codes.PermissionDenied, "wrong init secret")
-	}
-	stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Progress{Progress: &initpb.Progress{Phase: "kubeadm-init", Message: "running kubeadm init"}}})
-	stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Log{Log: &initpb.LogChunk{Data: []byte("[certs] Generating \"ca\"\n[kubeconfig] Writing\n")}}})
-	if f.fail {
-		return stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{ErrorMessage: "run kubeadm init: exit status 1", Journal: []byte("the journal")}}})
-	}
-	ms := keys.MasterSecret{Key: req.GetMasterSecret(), Salt: req.GetMasterSecretSalt()}
-	msec, err := ms.MeasurementSecret()
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	id, err := keys.ClusterID(msec, req.GetMeasurementSalt())
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	return stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{Kubeconfig: []byte("kubeconfig"), ClusterId: id}}})
-}
-
-func (f *fakeNode) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.requests)
-}
 
 // serve runs node over attested TLS from a provisioned swtpm whose PCRs
 // are all zero, as a node's that belongs to no cluster would be in the
@@ -119,14 +78,14 @@ func (e *events) texts(kind EventKind) []string {
 
 func initConfig(t *testing.T, addr string, n *qemutest.Node, ws workspace.Dir, ev *events) InitConfig {
 	return InitConfig{
-		Node: addr, Measurements: zeroMeasurements(), PlatformCA: n.CA.Cert, InitSecret: []byte("s3cret"),
+		Node: addr, Measurements: zeroMeasurements(), PlatformCA: n.CA.Cert, InitSecret: []byte(ownertest.InitSecret),
 		Workspace: ws, KubernetesVersion: "v1.36.3", ClusterName: "demo", ServiceCIDR: "10.96.0.0/12",
 		SkipServices: true, Progress: ev.add,
 	}
 }
 
 func TestInitReportsStepsAndKeepsTheOwnersFiles(t *testing.T) {
-	node := &fakeNode{}
+	node := &ownertest.Node{}
 	addr, n := serve(t, node)
 	ws := workspace.Dir(t.TempDir())
 	var ev events
@@ -172,8 +131,8 @@ func TestInitReportsStepsAndKeepsTheOwnersFiles(t *testing.T) {
 	if _, err := Init(ctx, initConfig(t, addr, n, ws, &again)); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(node.requests[1].GetMeasurementSalt(), node.requests[0].GetMeasurementSalt()) ||
-		!bytes.Equal(node.requests[1].GetMasterSecret(), node.requests[0].GetMasterSecret()) {
+	if !bytes.Equal(node.Requests()[1].GetMeasurementSalt(), node.Requests()[0].GetMeasurementSalt()) ||
+		!bytes.Equal(node.Requests()[1].GetMasterSecret(), node.Requests()[0].GetMasterSecret()) {
 		t.Fatal("a retry sent different secrets: the node would derive another cluster ID")
 	}
 	if strings.Contains(strings.Join(again.texts(Notice), "\n"), "Generated") {
@@ -184,7 +143,7 @@ func TestInitReportsStepsAndKeepsTheOwnersFiles(t *testing.T) {
 // A node whose attestation does not match is refused before it sees a
 // single request: waiting cannot change what it runs.
 func TestInitRefusesANodeThatRunsAnotherImage(t *testing.T) {
-	node := &fakeNode{}
+	node := &ownertest.Node{}
 	addr, n := serve(t, node)
 	cfg := initConfig(t, addr, n, workspace.Dir(t.TempDir()), &events{})
 	cfg.Measurements[11] = measurements.Measurement{Expected: bytes.Repeat([]byte{1}, 32)}
@@ -195,7 +154,7 @@ func TestInitRefusesANodeThatRunsAnotherImage(t *testing.T) {
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "PCR 11 mismatch") {
 		t.Fatalf("err %v; want a NotAttestedError naming PCR 11", err)
 	}
-	if node.count() != 0 {
+	if len(node.Requests()) != 0 {
 		t.Fatal("the library sent the master secret to a node it refused")
 	}
 }
@@ -203,7 +162,7 @@ func TestInitRefusesANodeThatRunsAnotherImage(t *testing.T) {
 // A failed kubeadm leaves its output and the node's journal in the
 // workspace, and no kubeconfig.
 func TestInitFailureKeepsWhatTheNodeSent(t *testing.T) {
-	node := &fakeNode{fail: true}
+	node := &ownertest.Node{Fail: true}
 	addr, n := serve(t, node)
 	ws := workspace.Dir(t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -232,7 +191,7 @@ func TestInitOnInitialisedNode(t *testing.T) {
 	}
 	closed := lis.Addr().String()
 	lis.Close()
-	_, n := serve(t, &fakeNode{})
+	_, n := serve(t, &ownertest.Node{})
 	cfg := initConfig(t, closed, n, workspace.Dir(t.TempDir()), &events{})
 	cfg.APIServerPort, _ = strconv.Atoi(apiPort)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -248,7 +207,7 @@ func TestInitOnInitialisedNode(t *testing.T) {
 }
 
 func TestVerify(t *testing.T) {
-	addr, n := serve(t, &fakeNode{})
+	addr, n := serve(t, &ownertest.Node{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := Verify(ctx, VerifyConfig{Node: addr, Measurements: zeroMeasurements(), PlatformCAs: []*x509.Certificate{n.CA.Cert}})

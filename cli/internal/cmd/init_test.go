@@ -21,53 +21,22 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/owner/ownertest"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
 
-// fakeNode answers Init like a node: it derives the cluster ID from what it
-// receives, so the test checks what the CLI sends.
-type fakeNode struct {
-	initpb.UnimplementedInitServiceServer
-	mu       sync.Mutex
-	requests []*initpb.InitRequest
-	fail     bool
-}
-
-func (f *fakeNode) Init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
-	f.mu.Lock()
-	f.requests = append(f.requests, req)
-	f.mu.Unlock()
-	if string(req.GetInitSecret()) != "s3cret" {
-		return status.Error(codes.PermissionDenied, "wrong init secret")
-	}
-	stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Progress{Progress: &initpb.Progress{Phase: "kubeadm-init", Message: "running kubeadm init"}}})
-	if f.fail {
-		return stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{ErrorMessage: "run kubeadm init: exit status 1", Journal: []byte("journal")}}})
-	}
-	ms := keys.MasterSecret{Key: req.GetMasterSecret(), Salt: req.GetMasterSecretSalt()}
-	msec, err := ms.MeasurementSecret()
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	id, err := keys.ClusterID(msec, req.GetMeasurementSalt())
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	return stream.Send(&initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{Kubeconfig: []byte("kubeconfig"), ClusterId: id}}})
-}
-
-// startInitNode serves fakeNode over attested TLS from a provisioned swtpm
+// startInitNode serves node over attested TLS from a provisioned swtpm
 // and returns its address, the platform CA file and a measurements file
 // that matches it.
-func startInitNode(t *testing.T, node *fakeNode) (addr, caPath, measPath string) {
+func startInitNode(t *testing.T, node *ownertest.Node) (addr, caPath, measPath string) {
 	t.Helper()
 	return startInitNodeAt(t, node, "127.0.0.1:0", 0)
 }
 
 // startInitNodeAt starts the node on addr after delay (a node still
 // booting), returning before it is up.
-func startInitNodeAt(t *testing.T, node *fakeNode, addr string, delay time.Duration) (string, string, string) {
+func startInitNodeAt(t *testing.T, node *ownertest.Node, addr string, delay time.Duration) (string, string, string) {
 	t.Helper()
 	n := qemutest.NewNode(t)
 	creds, _ := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
@@ -97,7 +66,7 @@ func startInitNodeAt(t *testing.T, node *fakeNode, addr string, delay time.Durat
 }
 
 func TestInitWaitsForBootingNode(t *testing.T) {
-	node := &fakeNode{}
+	node := &ownertest.Node{}
 	addr, caPath, measPath := startInitNodeAt(t, node, "127.0.0.1:0", 3*time.Second)
 	dir := t.TempDir()
 	secretPath := filepath.Join(dir, "init-secret")
@@ -115,7 +84,7 @@ func TestInitWaitsForBootingNode(t *testing.T) {
 }
 
 func TestInit(t *testing.T) {
-	node := &fakeNode{}
+	node := &ownertest.Node{}
 	addr, caPath, measPath := startInitNode(t, node)
 	dir := t.TempDir()
 	secretPath := filepath.Join(dir, "init-secret")
@@ -138,7 +107,7 @@ func TestInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := node.requests[0]
+	req := node.Requests()[0]
 	if !bytes.Equal(req.GetMasterSecret(), ms.Key) || req.GetClusterName() != "demo" || req.GetApiServerCertSans()[0] != "api.example.org" || req.GetServiceCidr() != "10.96.0.0/12" {
 		t.Fatalf("request does not carry the owner's settings: %v", req)
 	}
@@ -164,13 +133,13 @@ func TestInit(t *testing.T) {
 	if code := Execute(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("second init: exit %d: %s", code, stderr.String())
 	}
-	if !bytes.Equal(node.requests[1].GetMeasurementSalt(), req.GetMeasurementSalt()) || !bytes.Equal(node.requests[1].GetMasterSecret(), req.GetMasterSecret()) {
+	if !bytes.Equal(node.Requests()[1].GetMeasurementSalt(), req.GetMeasurementSalt()) || !bytes.Equal(node.Requests()[1].GetMasterSecret(), req.GetMasterSecret()) {
 		t.Fatal("a retry sent different secrets: the node would derive another cluster ID")
 	}
 }
 
 func TestInitErrors(t *testing.T) {
-	node := &fakeNode{}
+	node := &ownertest.Node{}
 	addr, caPath, measPath := startInitNode(t, node)
 	dir := t.TempDir()
 	secret := func(s string) string {
@@ -192,7 +161,7 @@ func TestInitErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			node.fail = tc.fail
+			node.Fail = tc.fail
 			out := filepath.Join(t.TempDir(), "out")
 			args := append([]string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr, "--measurements", measPath,
 				"--platform-ca", caPath, "--out-dir", out, "--timeout", "20s", "--skip-services"}, tc.args...)

@@ -31,7 +31,10 @@ func TestChartsRender(t *testing.T) {
 				"--key-service=/var/run/orrery/keyservice/keys.sock", `"--listen", "/var/run/orrery/keyservice/keys.sock"`, "name: key-service\n          emptyDir",
 				// The join service attests on its node's vTPM, with its logs.
 				"--measurement-log=/var/run/orrery/node/measurements.log", "path: /run/orrery/measurements.log, type: File",
-				"path: /sys/kernel/security/tpm0, type: Directory"}},
+				"path: /sys/kernel/security/tpm0, type: Directory",
+				// The join service must not depend on kube-proxy to reach the API server.
+				"name: KUBERNETES_SERVICE_HOST\n              valueFrom: {fieldRef: {fieldPath: status.hostIP}}",
+				"name: KUBERNETES_SERVICE_PORT\n              value: \"6443\""}},
 		OrreryServices + " without measurements": {values: map[string]any{"endpoint": "x:1", "platformCA": "PEM"}, wantErr: "measurements are required"},
 	}
 	for name, tc := range tests {

@@ -61,6 +61,7 @@ func Releases(s Settings) ([]Release, error) {
 		}},
 		{Name: "orrery-services", Chart: charts.OrreryServices, Values: map[string]any{
 			"endpoint":          s.APIServer,
+			"apiServerPort":     port,
 			"kubernetesVersion": s.KubernetesVersion,
 			"measurements":      string(s.Measurements),
 			"platformCA":        string(s.PlatformCA),

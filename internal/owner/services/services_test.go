@@ -21,7 +21,7 @@ func TestReleases(t *testing.T) {
 		t.Errorf("flannel values %v", byName["flannel"].Values)
 	}
 	svc := byName["orrery-services"].Values
-	if svc["endpoint"] != "10.42.1.100:6443" || svc["measurements"] != `{"11":{"expected":"00"}}` || svc["platformCA"] != "PEM" {
+	if svc["endpoint"] != "10.42.1.100:6443" || svc["apiServerPort"] != "6443" || svc["measurements"] != `{"11":{"expected":"00"}}` || svc["platformCA"] != "PEM" {
 		t.Errorf("orrery-services values %v", svc)
 	}
 	if _, err := Releases(Settings{APIServer: "10.42.1.100"}); err == nil {

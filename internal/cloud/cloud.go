@@ -35,6 +35,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
 	"github.com/orrery-dev/orrery/internal/cloud/netenv"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/role"
 )
@@ -369,7 +370,7 @@ func (s Spec) probeKernel() string {
 	if s.Kernel != "" {
 		return s.Kernel
 	}
-	k, _ := vm.DefaultKernel()
+	k, _, _ := hostkernel.Newest()
 	return k
 }
 

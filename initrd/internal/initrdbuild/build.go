@@ -7,19 +7,18 @@
 package initrdbuild
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/orrery-dev/orrery/initrd/internal/modules"
+	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/u-root/mkuimage/cpio"
 	"github.com/u-root/mkuimage/uimage"
 	"github.com/u-root/uio/llog"
@@ -60,18 +59,6 @@ type Result struct {
 	RawSize int64 // uncompressed cpio
 }
 
-// NewestCloudKernel returns the path and release of the newest Debian
-// cloud kernel in /boot.
-func NewestCloudKernel() (path, release string, err error) {
-	matches, _ := filepath.Glob("/boot/vmlinuz-*-cloud-amd64")
-	if len(matches) == 0 {
-		return "", "", errors.New("no Debian cloud kernel in /boot: install linux-image-cloud-amd64 (make deps)")
-	}
-	sort.Strings(matches)
-	path = matches[len(matches)-1]
-	return path, strings.TrimPrefix(filepath.Base(path), "vmlinuz-"), nil
-}
-
 // Build writes outDir/initrd.cpio.zst. It must run inside the Orrery
 // module (it builds InitPackage with the go command).
 func Build(outDir string, o Options) (Result, error) {
@@ -89,7 +76,7 @@ func Build(outDir string, o Options) (Result, error) {
 	res.Release = o.Release
 	if res.Release == "" {
 		var err error
-		if _, res.Release, err = NewestCloudKernel(); err != nil {
+		if _, res.Release, err = hostkernel.Newest(); err != nil {
 			return res, err
 		}
 	}

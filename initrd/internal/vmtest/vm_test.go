@@ -18,6 +18,7 @@ import (
 
 	"github.com/orrery-dev/orrery/initrd/internal/initrdbuild"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 )
 
@@ -73,7 +74,7 @@ func build() (f fixture, err error) {
 		return f, err
 	}
 	var release string
-	if f.kernel, release, err = initrdbuild.NewestCloudKernel(); err != nil {
+	if f.kernel, release, err = hostkernel.Newest(); err != nil {
 		return f, err
 	}
 	var log bytes.Buffer

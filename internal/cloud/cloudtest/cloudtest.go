@@ -6,7 +6,6 @@ package cloudtest
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,23 +15,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/u-root/u-root/pkg/cpio"
 )
 
 // GuestModules are the kernel modules the guest loads (with their
 // dependencies).
 var GuestModules = []string{"virtio_pci", "virtio_net"}
-
-// Kernel returns the newest Debian cloud kernel installed on the host.
-func Kernel() (path, release string, err error) {
-	matches, _ := filepath.Glob("/boot/vmlinuz-*-cloud-amd64")
-	if len(matches) == 0 {
-		return "", "", errors.New("no Debian cloud kernel in /boot: install linux-image-cloud-amd64 (make deps)")
-	}
-	sort.Strings(matches)
-	path = matches[len(matches)-1]
-	return path, strings.TrimPrefix(filepath.Base(path), "vmlinuz-"), nil
-}
 
 var (
 	buildOnce sync.Once
@@ -56,7 +45,7 @@ func Guest(tb testing.TB) (kernel, initrd string) {
 }
 
 func buildGuest() (string, string, error) {
-	kernel, release, err := Kernel()
+	kernel, release, err := hostkernel.Newest()
 	if err != nil {
 		return "", "", err
 	}

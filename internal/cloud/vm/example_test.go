@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/hostkernel"
 )
 
 // A node VM booting an image with UEFI, with a state disk and a vTPM that
 // is provisioned before its first boot.
 func ExampleStart() {
 	ctx := context.Background()
-	kernel, _ := vm.DefaultKernel()
+	kernel, _, _ := hostkernel.Newest()
 	accel, why := vm.Probe(ctx, kernel)
 	log.Printf("accelerator %s: %s", accel, why)
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-tpm/legacy/tpm2"
+	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/u-root/u-root/pkg/cpio"
 )
 
@@ -27,7 +28,7 @@ const guestMarker = "ORRERY-VMTEST boot "
 // testKernel is the kernel the VM tests boot.
 func testKernel(t *testing.T) string {
 	t.Helper()
-	k, err := DefaultKernel()
+	k, _, err := hostkernel.Newest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,37 +577,6 @@ func TestQEMUArgs(t *testing.T) {
 				if strings.Contains(joined, nw) {
 					t.Errorf("unexpected %s in %q", nw, args)
 				}
-			}
-		})
-	}
-}
-
-func TestNewest(t *testing.T) {
-	tests := map[string]struct {
-		paths []string
-		want  string
-	}{
-		"one": {
-			paths: []string{"/boot/vmlinuz-6.1.0-56-cloud-amd64"},
-			want:  "/boot/vmlinuz-6.1.0-56-cloud-amd64",
-		},
-		"numeric, not lexical": {
-			paths: []string{"/boot/vmlinuz-6.1.0-9-cloud-amd64", "/boot/vmlinuz-6.1.0-56-cloud-amd64", "/boot/vmlinuz-6.1.0-10-cloud-amd64"},
-			want:  "/boot/vmlinuz-6.1.0-56-cloud-amd64",
-		},
-		"major version wins": {
-			paths: []string{"/boot/vmlinuz-6.12.0-1-cloud-amd64", "/boot/vmlinuz-6.1.0-99-cloud-amd64"},
-			want:  "/boot/vmlinuz-6.12.0-1-cloud-amd64",
-		},
-		"leading zeros": {
-			paths: []string{"/boot/vmlinuz-6.01.0-3-cloud-amd64", "/boot/vmlinuz-6.1.0-2-cloud-amd64"},
-			want:  "/boot/vmlinuz-6.01.0-3-cloud-amd64",
-		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := newest(tc.paths); got != tc.want {
-				t.Fatalf("newest() = %s, want %s", got, tc.want)
 			}
 		})
 	}

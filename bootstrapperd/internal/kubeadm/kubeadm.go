@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 
 	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
@@ -72,7 +74,8 @@ type Tool struct {
 // Init runs kubeadm init and returns the admin kubeconfig.
 func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, error) {
 	p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-patches")
-	if err := writePatches(p.PatchDir); err != nil {
+	apiServer := netip.AddrPortFrom(p.NodeIP, clusternet.APIServerPort)
+	if err := writePatches(p.PatchDir, map[string]string{coreDNSPatchFile: coreDNSPatch(apiServer)}); err != nil {
 		return nil, err
 	}
 	cfg, err := InitConfig(p)
@@ -99,7 +102,7 @@ func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, e
 func (t *Tool) Join(ctx context.Context, p JoinParams, out io.Writer) error {
 	if p.ControlPlane {
 		p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-patches")
-		if err := writePatches(p.PatchDir); err != nil {
+		if err := writePatches(p.PatchDir, nil); err != nil {
 			return err
 		}
 	}

@@ -310,6 +310,37 @@ func TestControlPlanePatches(t *testing.T) {
 		}
 	}
 
+	// CoreDNS reaches the API server at the control-plane endpoint, not
+	// through the kubernetes Service, which needs kube-proxy first.
+	raw, err := os.ReadFile(filepath.Join(patchDir, "corednsdeployment+strategic.yaml"))
+	if err != nil {
+		t.Fatalf("no CoreDNS patch: %v", err)
+	}
+	var dns struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Name string `json:"name"`
+						Env  []struct {
+							Name  string `json:"name"`
+							Value string `json:"value"`
+						} `json:"env"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(raw, &dns); err != nil {
+		t.Fatalf("CoreDNS patch does not parse: %v\n%s", err, raw)
+	}
+	cs := dns.Spec.Template.Spec.Containers
+	if len(cs) != 1 || cs[0].Name != "coredns" || len(cs[0].Env) != 2 ||
+		cs[0].Env[0].Name != "KUBERNETES_SERVICE_HOST" || cs[0].Env[0].Value != "10.42.1.100" ||
+		cs[0].Env[1].Name != "KUBERNETES_SERVICE_PORT" || cs[0].Env[1].Value != "6443" {
+		t.Fatalf("CoreDNS patch %+v; want the API server at 10.42.1.100:6443", cs)
+	}
+
 	// A worker's join runs no control plane and gets no patches.
 	r.onRun = func(c call) error {
 		raw, _ := os.ReadFile(c.args[2])

@@ -2,6 +2,7 @@ package kubeadm
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 )
@@ -85,14 +86,42 @@ func probePatch(container, livenessPath string) string {
 `, container, path, probeTimeoutSeconds, probeFailureThreshold)
 }
 
-// writePatches writes patchFiles into dir, replacing what was there.
-func writePatches(dir string) error {
+// coreDNSPatchFile is kubeadm's patch of the CoreDNS Deployment it
+// creates at init.
+const coreDNSPatchFile = "corednsdeployment+strategic.yaml"
+
+// coreDNSPatch points CoreDNS at the API server of the control-plane
+// endpoint instead of the kubernetes Service. The Service works only once
+// kube-proxy has written its rules on the node, and under load that took
+// minutes: CoreDNS waited for the API the whole time ("starting server
+// with unsynced Kubernetes API"), and so did every cluster that needed DNS.
+// kubelet, kube-proxy, flannel and the join service reach the API server
+// the same way, through the endpoint, not the Service.
+func coreDNSPatch(apiServer netip.AddrPort) string {
+	return fmt.Sprintf(`spec:
+  template:
+    spec:
+      containers:
+      - name: coredns
+        env:
+        - name: KUBERNETES_SERVICE_HOST
+          value: %q
+        - name: KUBERNETES_SERVICE_PORT
+          value: "%d"
+`, apiServer.Addr().String(), apiServer.Port())
+}
+
+// writePatches writes patchFiles and extra (file name to patch) into dir,
+// replacing what was there.
+func writePatches(dir string, extra map[string]string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create kubeadm patch directory: %w", err)
 	}
-	for name, data := range patchFiles {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
-			return fmt.Errorf("write kubeadm patch: %w", err)
+	for _, files := range []map[string]string{patchFiles, extra} {
+		for name, data := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+				return fmt.Errorf("write kubeadm patch: %w", err)
+			}
 		}
 	}
 	return nil

@@ -229,7 +229,7 @@ func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool) error 
 		return err
 	}
 	c.log("state", "first boot: formatted LUKS2 in %s, opened in %s, created ext4 in %s; mounted on %s/var, writable /etc overlay; passphrase in %s",
-		res.FormatTime.Round(time.Millisecond), res.OpenTime.Round(time.Millisecond), res.MkfsTime.Round(time.Millisecond), sysroot, statedisk.DefaultKeyFile)
+		res.FormatTime.Round(time.Millisecond), res.OpenTime.Round(time.Millisecond), res.MkfsTime.Round(time.Millisecond), sysroot, diskhandoff.KeyFile)
 	return nil
 }
 

@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
-	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -33,19 +30,7 @@ import (
 func serve(t *testing.T, node initpb.InitServiceServer) (addr string, n *qemutest.Node) {
 	t.Helper()
 	n = qemutest.NewNode(t)
-	creds, err := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(creds))
-	initpb.RegisterInitServiceServer(srv, node)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String(), n
+	return ownertest.Serve(t, n, node, 0), n
 }
 
 func zeroMeasurements() measurements.M {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/nodelock"
@@ -31,43 +28,21 @@ import (
 // that matches it.
 func startInitNode(t *testing.T, node *ownertest.Node) (addr, caPath, measPath string) {
 	t.Helper()
-	return startInitNodeAt(t, node, "127.0.0.1:0", 0)
+	return startInitNodeAt(t, node, 0)
 }
 
-// startInitNodeAt starts the node on addr after delay (a node still
-// booting), returning before it is up.
-func startInitNodeAt(t *testing.T, node *ownertest.Node, addr string, delay time.Duration) (string, string, string) {
+// startInitNodeAt starts the node after delay (a node still booting),
+// returning before it is up.
+func startInitNodeAt(t *testing.T, node *ownertest.Node, delay time.Duration) (string, string, string) {
 	t.Helper()
 	n := qemutest.NewNode(t)
-	creds, _ := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
-	srv := grpc.NewServer(grpc.Creds(creds))
-	initpb.RegisterInitServiceServer(srv, node)
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr = lis.Addr().String()
-	if delay > 0 {
-		lis.Close()
-		time.AfterFunc(delay, func() {
-			lis, err := net.Listen("tcp", addr)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			go srv.Serve(lis)
-		})
-	} else {
-		go srv.Serve(lis)
-	}
-	t.Cleanup(srv.Stop)
-	caPath := n.CAFile(t)
-	return addr, caPath, writeMeasurements(t, make([]byte, 32))
+	addr := ownertest.Serve(t, n, node, delay)
+	return addr, n.CAFile(t), writeMeasurements(t, make([]byte, 32))
 }
 
 func TestInitWaitsForBootingNode(t *testing.T) {
 	node := &ownertest.Node{}
-	addr, caPath, measPath := startInitNodeAt(t, node, "127.0.0.1:0", 3*time.Second)
+	addr, caPath, measPath := startInitNodeAt(t, node, 3*time.Second)
 	dir := t.TempDir()
 	secretPath := filepath.Join(dir, "init-secret")
 	os.WriteFile(secretPath, []byte("s3cret"), 0o600)
@@ -198,14 +173,9 @@ func (n *lockingNode) Init(req *initpb.InitRequest, stream initpb.InitService_In
 	n.mu.Lock()
 	n.inits++
 	n.mu.Unlock()
-	ms := keys.MasterSecret{Key: req.GetMasterSecret(), Salt: req.GetMasterSecretSalt()}
-	msec, err := ms.MeasurementSecret()
+	id, err := ownertest.ClusterID(req)
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	id, err := keys.ClusterID(msec, req.GetMeasurementSalt())
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return err
 	}
 	took, err := n.lock.TryLock(id)
 	if err != nil {
@@ -234,21 +204,13 @@ func (n *lockingNode) initCount() int {
 func TestInitRetryAfterNodeLock(t *testing.T) {
 	n := qemutest.NewNode(t)
 	node := &lockingNode{lock: nodelock.New(n.TPM.Open, n.Log), locked: make(chan struct{})}
-	creds, _ := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
-	srv := grpc.NewServer(grpc.Creds(creds))
-	initpb.RegisterInitServiceServer(srv, node)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
+	addr := ownertest.Serve(t, n, node, 0)
 	dir := t.TempDir()
 	secretPath := filepath.Join(dir, "init-secret")
 	os.WriteFile(secretPath, []byte("s3cret"), 0o600)
 	caPath, measPath := n.CAFile(t), writeMeasurements(t, make([]byte, 32))
 	initArgs := func(out string) []string {
-		return []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", lis.Addr().String(), "--measurements", measPath,
+		return []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr, "--measurements", measPath,
 			"--platform-ca", caPath, "--init-secret-file", secretPath, "--out-dir", out, "--timeout", "30s", "--skip-services"}
 	}
 	out := filepath.Join(dir, "owner")

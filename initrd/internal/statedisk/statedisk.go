@@ -29,10 +29,8 @@ import (
 
 // Defaults for Preparer's fields.
 const (
-	DefaultKeyFile      = diskhandoff.KeyFile
-	DefaultVolumeRecord = diskhandoff.VolumeRecordFile
-	DefaultSysroot      = "/sysroot"
-	MapperName          = "state"
+	DefaultSysroot = "/sysroot"
+	MapperName     = "state"
 	// Label is the LUKS2 and ext4 label of the state disk.
 	Label = "orrery-state"
 	// EtcDir holds the upper and work directories of the /etc overlay,
@@ -70,11 +68,11 @@ type Preparer struct {
 	// Rand is the source of the passphrase; nil means crypto/rand.
 	Rand io.Reader
 	// KeyFile receives the first-boot passphrase (32 raw bytes, mode
-	// 0400); "" means DefaultKeyFile. It must be on a tmpfs.
+	// 0400); "" means diskhandoff.KeyFile. It must be on a tmpfs.
 	KeyFile string
 	// VolumeRecord receives the UUID, cipher and key size of the volume
 	// Prepare formatted (a cryptsetup.Volume as JSON); "" means
-	// DefaultVolumeRecord. It must be on a tmpfs beside KeyFile.
+	// diskhandoff.VolumeRecordFile. It must be on a tmpfs beside KeyFile.
 	VolumeRecord string
 	// Sysroot is where the root filesystem is mounted; "" means
 	// DefaultSysroot. The state filesystem is mounted on Sysroot/var and
@@ -114,7 +112,7 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 
 	keyFile := p.KeyFile
 	if keyFile == "" {
-		keyFile = DefaultKeyFile
+		keyFile = diskhandoff.KeyFile
 	}
 	if err := writeKey(keyFile, p.Rand); err != nil {
 		return res, err
@@ -136,7 +134,7 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	res.FormatTime = time.Since(start)
 	record := p.VolumeRecord
 	if record == "" {
-		record = DefaultVolumeRecord
+		record = diskhandoff.VolumeRecordFile
 	}
 	if err := diskhandoff.WriteVolumeRecord(record, cryptsetup.Volume{UUID: uuid, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits}); err != nil {
 		return res, err

@@ -5,44 +5,21 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
-	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/owner/ownertest"
 )
 
-// node serves attested TLS from a provisioned swtpm on addr once after has
+// node serves attested TLS from a provisioned swtpm once after has
 // passed (a node still booting), and returns its address at once.
 func node(t *testing.T, n *qemutest.Node, after time.Duration) string {
 	t.Helper()
-	creds, err := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(creds))
-	t.Cleanup(srv.Stop)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	time.AfterFunc(after, func() {
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		go srv.Serve(lis)
-	})
-	return addr
+	return ownertest.Serve(t, n, nil, after)
 }
 
 func dialerFor(t *testing.T, n *qemutest.Node, pcr11 []byte) *Dialer {

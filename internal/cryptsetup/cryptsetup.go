@@ -25,16 +25,63 @@ type Tool struct {
 	Cryptsetup, Veritysetup string
 }
 
-// The data encryption of every LUKS2 volume FormatLUKS2 creates.
-const (
-	Cipher  = "aes-xts-plain64"
-	KeyBits = 512
+// Format is how a LUKS2 volume protects its data.
+type Format struct {
+	Cipher  string // the data encryption, as cryptsetup names it
+	KeyBits int    // the volume key's size, integrity key included
+	// Integrity is the per-sector authentication as the LUKS2 header names
+	// it (e.g. "hmac(sha256)"); empty for none.
+	Integrity string
+}
+
+var (
+	// Authenticated is how Orrery formats state disks: AES-XTS with two
+	// 256-bit keys, and an HMAC-SHA256 tag per 4 KiB sector kept by
+	// dm-integrity with the 256-bit HMAC key (512+256 bits). XTS alone
+	// hides the data but lets whoever holds the disk (the host) flip it to
+	// garbage or copy a sector to another place unnoticed; with the tag
+	// (keyed, over the data and the sector number), reading such a sector
+	// fails with an I/O error. What the tag cannot catch is a sector put
+	// back to an older version of itself with its older tag: there is no
+	// freshness without state outside the disk.
+	Authenticated = Format{Cipher: "aes-xts-plain64", KeyBits: 768, Integrity: "hmac(sha256)"}
+	// EncryptedOnly is AES-XTS without integrity: for tests on hosts
+	// without device-mapper, where cryptsetup cannot format dm-integrity.
+	EncryptedOnly = Format{Cipher: "aes-xts-plain64", KeyBits: 512}
 )
 
+// integrityAlgs are the integrity algorithms FormatLUKS2 knows, by the
+// header's name: cryptsetup's --integrity name, and the size of the
+// integrity key that cryptsetup appends to the cipher's key.
+var integrityAlgs = map[string]struct {
+	arg     string
+	keyBits int
+}{"hmac(sha256)": {"hmac-sha256", 256}}
+
+// Matches reports whether v was formatted as f.
+func (f Format) Matches(v Volume) bool {
+	return v.Cipher == f.Cipher && v.KeyBits == f.KeyBits && v.Integrity == f.Integrity
+}
+
+// Volume is the header of a volume formatted as f with uuid.
+func (f Format) Volume(uuid string) Volume {
+	return Volume{UUID: uuid, Cipher: f.Cipher, KeyBits: f.KeyBits, Integrity: f.Integrity}
+}
+
+func (f Format) String() string {
+	s := fmt.Sprintf("%s with a %d-bit key", f.Cipher, f.KeyBits)
+	if f.Integrity != "" {
+		s += ", integrity " + f.Integrity
+	}
+	return s
+}
+
 // FormatOpts are the parameters of a new LUKS2 volume. The zero value is
-// Cipher with a KeyBits key, a UUID cryptsetup picks, and cryptsetup's
-// default (slow, memory-hard) argon2id key derivation.
+// Authenticated, a UUID cryptsetup picks, and cryptsetup's default (slow,
+// memory-hard) argon2id key derivation.
 type FormatOpts struct {
+	// Format is the data protection; the zero value means Authenticated.
+	Format Format
 	// PBKDF is the keyslot's key derivation: "pbkdf2", "argon2id" or
 	// "argon2i"; empty means cryptsetup's default.
 	PBKDF string
@@ -67,9 +114,29 @@ func (t *Tool) IsLUKS(ctx context.Context, dev string) (bool, error) {
 
 // FormatLUKS2 creates a LUKS2 volume on dev whose first keyslot opens
 // with the contents of keyFile. It destroys whatever dev held.
+//
+// With integrity, the data area is not wiped: writing tags for every
+// sector of a large disk takes minutes under emulation. Until a sector is
+// first written, reading it fails with an I/O error, so whatever goes on
+// the volume must write before it reads (see the initrd's statedisk).
 func (t *Tool) FormatLUKS2(ctx context.Context, dev, keyFile string, o FormatOpts) error {
-	args := []string{"luksFormat", "--batch-mode", "--type", "luks2",
-		"--cipher", Cipher, "--key-size", strconv.Itoa(KeyBits), "--key-file", keyFile}
+	f := o.Format
+	if f == (Format{}) {
+		f = Authenticated
+	}
+	cipherBits := f.KeyBits
+	var integrity []string
+	if f.Integrity != "" {
+		alg, ok := integrityAlgs[f.Integrity]
+		if !ok {
+			return fmt.Errorf("format %s: integrity %q is not one Orrery formats", dev, f.Integrity)
+		}
+		cipherBits -= alg.keyBits
+		// 4 KiB sectors: one tag per page, not eight.
+		integrity = []string{"--integrity", alg.arg, "--integrity-no-wipe", "--sector-size", "4096"}
+	}
+	args := append([]string{"luksFormat", "--batch-mode", "--type", "luks2",
+		"--cipher", f.Cipher, "--key-size", strconv.Itoa(cipherBits), "--key-file", keyFile}, integrity...)
 	if o.PBKDF != "" {
 		args = append(args, "--pbkdf", o.PBKDF)
 	}

@@ -11,7 +11,7 @@ import (
 
 func TestVolumeRecord(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "volume.json")
-	want := cryptsetup.Volume{UUID: "0b7f9f1c-3a52-4c36-a8c4-6c2b0b9d7a11", Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits}
+	want := cryptsetup.Authenticated.Volume("0b7f9f1c-3a52-4c36-a8c4-6c2b0b9d7a11")
 	if err := WriteVolumeRecord(path, want); err != nil {
 		t.Fatal(err)
 	}

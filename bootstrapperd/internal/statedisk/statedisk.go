@@ -43,6 +43,9 @@ type Disk struct {
 	VolumeRecord string
 	// TmpDir holds the new key while cryptsetup reads it: a tmpfs.
 	TmpDir string
+	// Format is how the initrd formats state disks; the zero value means
+	// cryptsetup.Authenticated.
+	Format cryptsetup.Format
 }
 
 func (d *Disk) device() (string, error) {
@@ -95,14 +98,21 @@ func (d *Disk) checkVolume(ctx context.Context, dev string, rec cryptsetup.Volum
 		return fmt.Errorf("read the state disk's LUKS header: %w", err)
 	}
 	if got != rec {
-		return fmt.Errorf("%w: %s is %s (%s, %d-bit key), the initrd formatted %s (%s, %d-bit key); check which disk has serial %q, then reboot the node",
-			ErrWrongVolume, dev, got.UUID, got.Cipher, got.KeyBits, rec.UUID, rec.Cipher, rec.KeyBits, diskhandoff.Serial)
+		return fmt.Errorf("%w: %s is %s (%s), the initrd formatted %s (%s); check which disk has serial %q, then reboot the node",
+			ErrWrongVolume, dev, got.UUID, describe(got), rec.UUID, describe(rec), diskhandoff.Serial)
 	}
-	if got.Cipher != cryptsetup.Cipher || got.KeyBits != cryptsetup.KeyBits {
-		return fmt.Errorf("%w: %s uses %s with a %d-bit key, want %s with %d bits",
-			ErrWrongVolume, dev, got.Cipher, got.KeyBits, cryptsetup.Cipher, cryptsetup.KeyBits)
+	want := d.Format
+	if want == (cryptsetup.Format{}) {
+		want = cryptsetup.Authenticated
+	}
+	if !want.Matches(got) {
+		return fmt.Errorf("%w: %s uses %s, want %s", ErrWrongVolume, dev, describe(got), want)
 	}
 	return nil
+}
+
+func describe(v cryptsetup.Volume) string {
+	return cryptsetup.Format{Cipher: v.Cipher, KeyBits: v.KeyBits, Integrity: v.Integrity}.String()
 }
 
 // Rekey makes newKey the disk's only key: it adds newKey, checks it opens

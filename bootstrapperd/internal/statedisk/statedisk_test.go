@@ -33,16 +33,27 @@ func newDisk(t *testing.T) *Disk {
 		t.Fatal(err)
 	}
 	tool := &cryptsetup.Tool{}
-	if err := tool.FormatLUKS2(context.Background(), dev, first, cryptsetup.FormatOpts{PBKDF: "pbkdf2", Iterations: 1000, UUID: formattedUUID}); err != nil {
+	if err := tool.FormatLUKS2(context.Background(), dev, first, cryptsetup.FormatOpts{Format: cryptsetup.EncryptedOnly, PBKDF: "pbkdf2", Iterations: 1000, UUID: formattedUUID}); err != nil {
 		t.Fatal(err)
 	}
-	// What the initrd records after formatting.
-	record := filepath.Join(dir, "first-boot-volume.json")
-	b, _ := json.Marshal(cryptsetup.Volume{UUID: formattedUUID, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits})
-	if err := os.WriteFile(record, b, 0o400); err != nil {
+	// What the initrd records after formatting. This host's kernel may
+	// lack device-mapper, which cryptsetup needs to format dm-integrity:
+	// the volume here has none.
+	d := &Disk{LUKS: tool, Device: dev, FirstBootKey: first, TmpDir: filepath.Join(dir, "run"), Format: cryptsetup.EncryptedOnly,
+		VolumeRecord: filepath.Join(dir, "first-boot-volume.json")}
+	writeRecord(t, d, cryptsetup.EncryptedOnly.Volume(formattedUUID))
+	return d
+}
+
+func writeRecord(t *testing.T, d *Disk, v cryptsetup.Volume) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return &Disk{LUKS: tool, Device: dev, FirstBootKey: first, VolumeRecord: record, TmpDir: filepath.Join(dir, "run")}
+	if err := os.WriteFile(d.VolumeRecord, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 const formattedUUID = "5f0c2d1e-8a4b-4c3d-9e2f-1a2b3c4d5e6f"
@@ -158,7 +169,17 @@ func TestRekeyOnlyTheVolumeTheInitrdFormatted(t *testing.T) {
 		},
 		"the recorded UUID with a short key": {
 			prepare: func(t *testing.T, d *Disk) {
-				swapIn(t, d, derived, "--uuid", formattedUUID, "--cipher", cryptsetup.Cipher, "--key-size", "256")
+				swapIn(t, d, derived, "--uuid", formattedUUID, "--cipher", cryptsetup.EncryptedOnly.Cipher, "--key-size", "256")
+			},
+			wantIs: ErrWrongVolume,
+		},
+		// The host keeps the recorded UUID and cipher but drops the
+		// per-sector tags, so it can roll sectors back unnoticed.
+		"the recorded volume without integrity": {
+			prepare: func(t *testing.T, d *Disk) {
+				d.Format = cryptsetup.Authenticated
+				writeRecord(t, d, cryptsetup.Authenticated.Volume(formattedUUID))
+				swapIn(t, d, derived, "--uuid", formattedUUID)
 			},
 			wantIs: ErrWrongVolume,
 		},

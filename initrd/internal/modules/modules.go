@@ -20,6 +20,7 @@ var Names = []string{
 	"virtio_pci", "virtio_blk", // the disks
 	"dm_mod", "dm_verity", "erofs", // the root filesystem
 	"dm_crypt", "xts", "aesni_intel", // the state disk (aes-xts-plain64)
+	"dm_integrity", "authenc", // and its per-sector HMAC-SHA256 tags
 	"algif_skcipher", // cryptsetup encrypts LUKS keyslots through AF_ALG
 	"overlay",        // the writable /etc
 }

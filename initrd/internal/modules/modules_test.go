@@ -23,6 +23,10 @@ func TestFiles(t *testing.T) {
 		"kernel/crypto/af_alg.ko:\n" +
 		"kernel/crypto/algif_skcipher.ko: kernel/crypto/af_alg.ko\n" +
 		"kernel/arch/x86/crypto/aesni-intel.ko:\n" +
+		"kernel/drivers/md/dm-integrity.ko: kernel/crypto/async_tx/async_xor.ko kernel/drivers/md/dm-bufio.ko kernel/drivers/md/dm-mod.ko\n" +
+		"kernel/crypto/async_tx/async_xor.ko:\n" +
+		"kernel/drivers/md/dm-bufio.ko: kernel/drivers/md/dm-mod.ko\n" +
+		"kernel/crypto/authenc.ko:\n" +
 		"kernel/unused.ko:\n"
 	os.WriteFile(filepath.Join(modDir, "modules.dep"), []byte(dep), 0o644)
 	got, err := Files(root, "6.1.0-test")
@@ -31,8 +35,9 @@ func TestFiles(t *testing.T) {
 	}
 	want := []string{
 		"kernel/arch/x86/crypto/aesni-intel.ko", "kernel/crypto/af_alg.ko", "kernel/crypto/algif_skcipher.ko",
-		"kernel/crypto/xts.ko", "kernel/drivers/block/virtio_blk.ko", "kernel/drivers/md/dm-crypt.ko",
-		"kernel/drivers/md/dm-mod.ko", "kernel/drivers/md/dm-verity.ko", "kernel/drivers/virtio/virtio.ko",
+		"kernel/crypto/async_tx/async_xor.ko", "kernel/crypto/authenc.ko",
+		"kernel/crypto/xts.ko", "kernel/drivers/block/virtio_blk.ko", "kernel/drivers/md/dm-bufio.ko", "kernel/drivers/md/dm-crypt.ko",
+		"kernel/drivers/md/dm-integrity.ko", "kernel/drivers/md/dm-mod.ko", "kernel/drivers/md/dm-verity.ko", "kernel/drivers/virtio/virtio.ko",
 		"kernel/drivers/virtio/virtio_pci.ko", "kernel/fs/erofs/erofs.ko", "kernel/fs/overlayfs/overlay.ko",
 	}
 	if !slices.Equal(got, want) {

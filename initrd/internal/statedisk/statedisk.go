@@ -126,7 +126,7 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	opts := cryptsetup.FormatOpts{PBKDF: "pbkdf2", Iterations: 1000, Label: Label, UUID: uuid}
+	opts := cryptsetup.FormatOpts{Format: cryptsetup.Authenticated, PBKDF: "pbkdf2", Iterations: 1000, Label: Label, UUID: uuid}
 	start := time.Now()
 	if err := p.LUKS.FormatLUKS2(ctx, dev, keyFile, opts); err != nil {
 		return res, fmt.Errorf("format state disk: %w", err)
@@ -136,7 +136,7 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	if record == "" {
 		record = diskhandoff.VolumeRecordFile
 	}
-	if err := diskhandoff.WriteVolumeRecord(record, cryptsetup.Volume{UUID: uuid, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits}); err != nil {
+	if err := diskhandoff.WriteVolumeRecord(record, cryptsetup.Authenticated.Volume(uuid)); err != nil {
 		return res, err
 	}
 

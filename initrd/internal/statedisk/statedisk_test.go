@@ -199,7 +199,7 @@ func checkRecord(t *testing.T, path, uuid string) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if want := (cryptsetup.Volume{UUID: uuid, Cipher: cryptsetup.Cipher, KeyBits: cryptsetup.KeyBits}); got != want {
+	if want := cryptsetup.Authenticated.Volume(uuid); got != want {
 		t.Errorf("record = %+v, want %+v", got, want)
 	}
 }

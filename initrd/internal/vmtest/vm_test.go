@@ -311,6 +311,7 @@ func TestFirstBootThenInitialised(t *testing.T) {
 	if errs := rootReports(console, "error"); len(errs) > 0 {
 		t.Errorf("test root reported errors: %q", errs)
 	}
+	t.Logf("state disk writes: %s", strings.Join(rootReports(console, "io"), "; "))
 	if got := rootReports(console, "key"); len(got) != 1 || got[0] != "32 400" {
 		t.Errorf("first-boot key = %q, want 32 bytes, mode 400", got)
 	}
@@ -353,6 +354,16 @@ func TestFirstBootThenInitialised(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^Version:\s+2$`).MatchString(dump) || !strings.Contains(dump, "pbkdf2") {
 		t.Errorf("state disk is not LUKS2 with a pbkdf2 keyslot:\n%s", dump)
+	}
+	if !regexp.MustCompile(`(?m)^\s+integrity:\s+hmac\(sha256\)$`).MatchString(dump) {
+		t.Errorf("state disk's data segment has no HMAC-SHA256 integrity:\n%s", dump)
+	}
+	// A sector read before it was ever written fails on a dm-integrity
+	// volume that was not wiped: the kernel says so on the console.
+	for _, bad := range []string{"INTEGRITY AEAD ERROR", "I/O error"} {
+		if strings.Contains(console, bad) {
+			t.Errorf("console shows %q: something read the state volume before writing it", bad)
+		}
 	}
 
 	// Second boot: the disk is initialised; the initrd waits.

@@ -9,7 +9,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/google/go-tpm/legacy/tpm2"
 	"golang.org/x/sys/unix"
@@ -51,7 +53,48 @@ func main() {
 			report("writable", "%s", f)
 		}
 	}
+	writeCost("/var")
 	unix.Sync()
 	report("done", "powering off")
 	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// writeCost reports what writing to dir costs, the two ways a node writes
+// its state disk: etcd's small synchronous appends (4 KiB, fdatasync each)
+// and a layer's worth of sequential data (32 MiB, one fsync). The numbers
+// compare state disk formats; the test asserts nothing about them.
+func writeCost(dir string) {
+	f, err := os.OpenFile(filepath.Join(dir, "orrery-io-test"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		report("error", "io test: %v", err)
+		return
+	}
+	defer f.Close()
+	block := make([]byte, 4096)
+	const appends = 200
+	start := time.Now()
+	for i := 0; i < appends; i++ {
+		if _, err := f.Write(block); err != nil {
+			report("error", "io test: %v", err)
+			return
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			report("error", "io test: %v", err)
+			return
+		}
+	}
+	report("io", "%d synced 4KiB appends: %s each", appends, (time.Since(start) / appends).Round(time.Microsecond))
+	chunk := make([]byte, 1<<20)
+	start = time.Now()
+	for i := 0; i < 32; i++ {
+		if _, err := f.Write(chunk); err != nil {
+			report("error", "io test: %v", err)
+			return
+		}
+	}
+	if err := f.Sync(); err != nil {
+		report("error", "io test: %v", err)
+		return
+	}
+	report("io", "32 MiB sequential + fsync: %s", time.Since(start).Round(time.Millisecond))
 }

@@ -45,7 +45,7 @@ func nodePaths() paths {
 		measurementLog:     measurelog.DefaultPath,
 		firmwareLog:        vtpm.DefaultFirmwareEventLogPath,
 		bootstrappedMarker: "/var/lib/orrery/bootstrapped",
-		stateDir:           "/var/lib/orrery",
+		stateDir:           diskhandoff.StateDir,
 		runDir:             "/run/orrery",
 		firstBootKey:       diskhandoff.KeyFile,
 		sysfs:              "/sys",

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
@@ -415,6 +416,11 @@ func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, me
 	r.phase("rekey-state-disk", "re-keying the state disk with the key derived from the master secret")
 	if err := r.rekey(ctx, ms); err != nil {
 		return nil, err
+	}
+	// The initrd of every later boot computes the cluster ID from it.
+	salt := filepath.Join(filepath.Dir(r.s.cfg.ResultPath), diskhandoff.MeasurementSaltName)
+	if err := diskhandoff.WriteMeasurementSalt(salt, measurementSalt); err != nil {
+		return nil, &stepError{"record the measurement salt on the state disk", err}
 	}
 	kubeconfig, err := r.kubeadm(ctx, p)
 	if err != nil {

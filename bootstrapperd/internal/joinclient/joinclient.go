@@ -5,33 +5,13 @@
 // It keeps trying, with backoff, until a ticket comes or the node is
 // initialised by its owner instead.
 //
-// Both sides attest. The join service attests first, and this node uses
-// nothing from it (not even sends it its request) unless its attestation
-// shows (see serviceValidator):
-//   - an attestation key certified by the platform CA that certified this
-//     node's own (Config.PlatformCAs): a genuine vTPM of this platform;
-//   - PCRs 4, 9 and 11 equal to this node's own: the same firmware-loaded
-//     kernel, initrd and UKI, hence the same verity root, that is the same
-//     image, booted through the same initrd phases;
-//   - PCR 15 not zero: the node lock locked it to a cluster, as it does on
-//     every control plane, and no image this one trusts runs the join
-//     service anywhere else.
-//
-// So a ticket comes from a genuine node of this image that is locked to
-// some cluster, through a process that can quote on its vTPM: on an
-// Orrery node, only the join service can (its pod is the only one given
-// the TPM). It does not show:
-//   - that the cluster is the one the owner meant this node for: a genuine
-//     control plane of another cluster of the same image passes (its PCR
-//     15 holds that cluster's ID, which this node cannot know before its
-//     first join). Such a service can admit the node into its own cluster,
-//     which the metadata service, naming the control planes, can arrange
-//     anyway; it cannot learn a secret of this node's intended cluster. A
-//     rejoin (issue 11) knows its cluster ID and will also require PCR 15
-//     to equal it;
-//   - the control-plane role: a worker is locked to its cluster too, so a
-//     privileged pod on a worker (which only the cluster's admin can run)
-//     could quote there and pass.
+// Both sides attest, and the node sends nothing until the join service
+// proved that it is a control plane of this node's image (package
+// joinconn says what that proves and what not). A rejoin (the initrd's)
+// also knows its cluster: the key it is given must open its disk.
+// Besides, a join service's answer does not show the control-plane role:
+// a worker is locked to its cluster too, so a privileged pod on a worker
+// (which only the cluster's admin can run) could quote there and pass.
 package joinclient
 
 import (
@@ -53,11 +33,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/peer"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
-	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
@@ -158,9 +138,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if after == nil {
 		after = time.After
 	}
-	service, err := serviceValidator(cfg, log)
+	service, err := joinconn.New(joinconn.Config{
+		Issuer: cfg.Issuer, OpenTPM: cfg.OpenTPM, PlatformCAs: cfg.PlatformCAs, Logger: log, DialNet: cfg.dialNet,
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("join client: %w", err)
 	}
 	for attempt := 1; ; attempt++ {
 		err := joinOnce(ctx, cfg, service, log, status)
@@ -179,7 +161,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-func joinOnce(ctx context.Context, cfg Config, service attestation.Validator, log *slog.Logger, status func(string)) error {
+func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *slog.Logger, status func(string)) error {
 	self, err := cfg.Metadata.Self(ctx)
 	if err != nil {
 		return fmt.Errorf("ask the metadata service who this node is: %w", err)
@@ -203,10 +185,10 @@ func joinOnce(ctx context.Context, cfg Config, service attestation.Validator, lo
 		}
 		addr := netip.AddrPortFrom(p.IP, joinpb.Port).String()
 		status("joining via " + p.IP.String())
-		ticket, err := requestTicket(ctx, cfg, service, addr, &joinpb.IssueJoinTicketRequest{
+		ticket, err := requestTicket(ctx, service, addr, &joinpb.IssueJoinTicketRequest{
 			DiskUuid: uuid, CertificateRequest: csr, IsControlPlane: self.Role == role.ControlPlane,
 		})
-		var refused *ServiceRefusedError
+		var refused *joinconn.RefusedError
 		if errors.As(err, &refused) {
 			// Every time: an operator must see that something answers
 			// in a control plane's place, or runs another image.
@@ -223,44 +205,20 @@ func joinOnce(ctx context.Context, cfg Config, service attestation.Validator, lo
 	return lastErr
 }
 
-// requestTicket asks the join service at addr for a ticket, over attested
-// TLS on which both sides attest. It returns a ticket only from a service
-// whose attestation service accepted: the handshake fails before the
-// request is sent otherwise, and the connection's AuthInfo is checked
-// again before the answer is returned, so that a change to the
-// credentials cannot silently let an unproven answer through.
-func requestTicket(ctx context.Context, cfg Config, service attestation.Validator, addr string, req *joinpb.IssueJoinTicketRequest) (*joinpb.IssueJoinTicketResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	creds, err := atls.NewCredentials(atls.Config{Issuer: cfg.Issuer, Validators: []attestation.Validator{service}})
+// requestTicket asks the join service at addr for a ticket.
+func requestTicket(ctx context.Context, service *joinconn.Dialer, addr string, req *joinpb.IssueJoinTicketRequest) (*joinpb.IssueJoinTicketResponse, error) {
+	var ticket *joinpb.IssueJoinTicketResponse
+	err := service.Call(ctx, addr, func(ctx context.Context, c joinpb.JoinServiceClient, opt grpc.CallOption) error {
+		var err error
+		ticket, err = c.IssueJoinTicket(ctx, req, opt)
+		return err
+	})
 	if err != nil {
 		return nil, err
-	}
-	hs := &handshakes{TransportCredentials: creds}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(hs)}
-	if cfg.dialNet != nil {
-		opts = append(opts, grpc.WithContextDialer(cfg.dialNet))
-	}
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	var p peer.Peer
-	ticket, err := joinpb.NewJoinServiceClient(conn).IssueJoinTicket(ctx, req, grpc.Peer(&p))
-	if err != nil {
-		if herr := hs.failure(); herr != nil {
-			return nil, &ServiceRefusedError{Addr: addr, Err: herr}
-		}
-		return nil, err
-	}
-	if info, ok := p.AuthInfo.(atls.AuthInfo); !ok || info.PeerVariant != service.Variant() {
-		return nil, &ServiceRefusedError{Addr: addr, Err: errors.New("it answered over a connection on which it did not attest")}
 	}
 	return ticket, nil
 }
 
-// apply uses a ticket: lock, re-key, files, kubeadm join.
 func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string), self metadata.Instance, key []byte, t *joinpb.IssueJoinTicketResponse) error {
 	clusterID, err := keys.ClusterID(t.GetMeasurementSecret(), t.GetMeasurementSalt())
 	if err != nil {
@@ -298,7 +256,7 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	if err := cfg.Disk.Rekey(ctx, t.GetStateDiskKey()); err != nil {
 		return fmt.Errorf("re-key the state disk: %w", err)
 	}
-	if err := writeFile(filepath.Join(cfg.StateDir, "measurement-salt"), t.GetMeasurementSalt(), 0o600); err != nil {
+	if err := diskhandoff.WriteMeasurementSalt(filepath.Join(cfg.StateDir, diskhandoff.MeasurementSaltName), t.GetMeasurementSalt()); err != nil {
 		return err
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: t.GetKubeletCert()})

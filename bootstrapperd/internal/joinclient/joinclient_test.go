@@ -140,13 +140,7 @@ func (p *platform) bootedNode(t *testing.T, image string) *qemutest.Node {
 // node is bootedNode with a kernel and initrd of one image and a UKI of
 // another (only PCR 11 differs from a node of kernelImage).
 func (p *platform) node(t *testing.T, kernelImage, ukiImage string) *qemutest.Node {
-	n := qemutest.NewNodeOf(t, p.ca)
-	n.Measure(t, 4, kernelImage+" kernel", "firmware: kernel")
-	n.Measure(t, 9, kernelImage+" initrd", "firmware: initrd")
-	n.Measure(t, 11, ukiImage+" uki", "uki: sections")
-	n.Measure(t, 11, "enter-initrd", "initrd: enter-initrd")
-	n.Measure(t, 11, "leave-initrd", "initrd: leave-initrd")
-	return n
+	return qemutest.NewNodeOf(t, p.ca).Boot(t, kernelImage, ukiImage)
 }
 
 // controlPlane is a node of image locked to a cluster, as every control
@@ -155,10 +149,7 @@ func (p *platform) controlPlane(t *testing.T, image string) *qemutest.Node {
 	return lockNode(t, p.bootedNode(t, image))
 }
 
-func lockNode(t *testing.T, n *qemutest.Node) *qemutest.Node {
-	n.Measure(t, 15, "cluster ID", "node lock: cluster ID")
-	return n
-}
+func lockNode(t *testing.T, n *qemutest.Node) *qemutest.Node { return n.Lock(t, "cluster ID") }
 
 // serveJoin runs svc over attested TLS with creds, and returns its address.
 func serveJoin(t *testing.T, cfg atls.Config, svc *joinService) string {

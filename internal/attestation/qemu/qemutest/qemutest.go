@@ -87,3 +87,24 @@ func (n *Node) CAFile(tb testing.TB) string {
 	}
 	return path
 }
+
+// Boot measures what a boot does on a node: the firmware measures the
+// kernel and initrd of kernelImage into PCRs 4 and 9, the UKI of ukiImage
+// its sections into PCR 11, the initrd its phase markers after them. Two
+// nodes booted with the same names show the same PCRs.
+func (n *Node) Boot(tb testing.TB, kernelImage, ukiImage string) *Node {
+	tb.Helper()
+	n.Measure(tb, 4, kernelImage+" kernel", "firmware: kernel")
+	n.Measure(tb, 9, kernelImage+" initrd", "firmware: initrd")
+	n.Measure(tb, 11, ukiImage+" uki", "uki: sections")
+	n.Measure(tb, 11, "enter-initrd", "initrd: enter-initrd")
+	n.Measure(tb, 11, "leave-initrd", "initrd: leave-initrd")
+	return n
+}
+
+// Lock extends PCR 15 as the node lock does, for a cluster of that name.
+func (n *Node) Lock(tb testing.TB, cluster string) *Node {
+	tb.Helper()
+	n.Measure(tb, 15, cluster, "node lock: cluster ID")
+	return n
+}

@@ -1,0 +1,239 @@
+// Package joinconn is a node's connection to a join service: attested TLS
+// on which both sides attest, and on which the node sends nothing until
+// the service has proved that it is a control plane of the node's own
+// image. bootstrapperd's join client and the initrd's rejoin use it.
+//
+// The service's attestation must show:
+//   - an attestation key certified by the platform CA that certified this
+//     node's own (Config.PlatformCAs): a genuine vTPM of this platform;
+//   - PCRs 4, 9 and 11 equal to this node's own: the same firmware-loaded
+//     kernel, initrd and UKI, hence the same verity root, that is the same
+//     image, booted through the same initrd phases;
+//   - PCR 15 not zero: the node lock locked it to a cluster, as it does on
+//     every control plane, and no image this one trusts runs the join
+//     service anywhere else.
+//
+// So an answer comes from a genuine node of this image that is locked to
+// some cluster, through a process that can quote on its vTPM: on an
+// Orrery node, only the join service can (its pod is the only one given
+// the TPM). It does not show that the cluster is the one this node
+// belongs to: a genuine control plane of another cluster of the same
+// image passes. Such a service can admit a new node into its own cluster
+// (which the metadata service, naming the control planes, can arrange
+// anyway), but it cannot learn a secret of this node's cluster, and the
+// disk key it would hand a rejoining node does not open the node's disk.
+package joinconn
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/google/go-tpm-tools/client"
+	"github.com/google/go-tpm/legacy/tpm2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
+)
+
+// ImagePCRs are the PCRs in which the join service must equal this node:
+// the kernel and initrd the firmware loaded (4, 9) and the UKI with the
+// initrd's phase markers (11), whose command line carries the verity root
+// hash. Equal values mean the same image, booted the same way.
+var ImagePCRs = []uint32{4, 9, 11}
+
+// LockPCR is the node lock's PCR. A control plane is locked to its
+// cluster, so the join service's must not be zero.
+const LockPCR = 15
+
+// callTimeout bounds one call, handshake included: a service that stops
+// answering must not hold the node.
+const callTimeout = 2 * time.Minute
+
+// RefusedError means the join service at Addr did not prove that it is a
+// control plane of this node's image; nothing it sent was used.
+type RefusedError struct {
+	Addr string
+	// Err is why: the attestation's check (naming a PCR that differs, or
+	// the attestation key's certificate), or that it did not attest.
+	Err error
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("refused the join service at %s, and used nothing it sent: it did not prove that it is a control plane running this node's image "+
+		"(attestation key certified by this node's platform CA, PCRs %v equal to this node's own, PCR %d set by the node lock): %v; "+
+		"check that the control planes run this image and that nothing else answers on their port %d", e.Addr, ImagePCRs, LockPCR, e.Err, joinpb.Port)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Config is what a Dialer needs.
+type Config struct {
+	// Issuer attests this node to the join service. Required.
+	Issuer attestation.Issuer
+	// OpenTPM opens this node's TPM; the dialer reads its own ImagePCRs
+	// from it, which the join service must show too. Required.
+	OpenTPM tpmdev.Opener
+	// PlatformCAs certify the attestation keys of genuine nodes: on a
+	// node, the CA that certified its own (qemu.ReadPlatformCA).
+	// Required.
+	PlatformCAs []*x509.Certificate
+	Logger      *slog.Logger
+	// DialNet opens the TCP connection to a join service; nil dials it.
+	// Tests route addresses to servers of their own, as an attacker on
+	// the network could.
+	DialNet func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// Dialer calls join services.
+type Dialer struct {
+	cfg     Config
+	service attestation.Validator
+}
+
+// New reads this node's own PCRs and returns a dialer that accepts only
+// join services that show them (see the package comment).
+func New(cfg Config) (*Dialer, error) {
+	if cfg.Issuer == nil || cfg.OpenTPM == nil {
+		return nil, errors.New("join service dialer: Issuer and OpenTPM are required")
+	}
+	if len(cfg.PlatformCAs) == 0 {
+		return nil, errors.New("join service dialer: no platform CA to check the join service's attestation key against; the node would accept an answer from anyone")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	own, err := ownPCRs(cfg.OpenTPM)
+	if err != nil {
+		return nil, err
+	}
+	m := measurements.M{}
+	for _, pcr := range ImagePCRs {
+		m[pcr] = measurements.Measurement{Expected: own[pcr]}
+	}
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{
+		Measurements: m, PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR},
+		Logger: log.With("check", "join service attestation"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("join service dialer: %w", err)
+	}
+	return &Dialer{cfg: cfg, service: v}, nil
+}
+
+// Call connects to the join service at addr ("host:port") and runs call
+// on the connection. call must pass the given option to its one RPC,
+// which records the connection's peer. The request goes out only after
+// the service's attestation was accepted; if it was not, or if the answer
+// came over a connection on which the service did not attest, Call
+// returns a *RefusedError and call's result must not be used.
+func (d *Dialer) Call(ctx context.Context, addr string, call func(ctx context.Context, c joinpb.JoinServiceClient, opt grpc.CallOption) error) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	creds, err := atls.NewCredentials(atls.Config{Issuer: d.cfg.Issuer, Validators: []attestation.Validator{d.service}})
+	if err != nil {
+		return err
+	}
+	hs := &handshakes{TransportCredentials: creds}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(hs)}
+	if d.cfg.DialNet != nil {
+		opts = append(opts, grpc.WithContextDialer(d.cfg.DialNet))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var p peer.Peer
+	if err := call(ctx, joinpb.NewJoinServiceClient(conn), grpc.Peer(&p)); err != nil {
+		if herr := hs.failure(); herr != nil {
+			return &RefusedError{Addr: addr, Err: herr}
+		}
+		return err
+	}
+	// Checked again after the answer, so that a change to the
+	// credentials cannot silently let an unproven answer through.
+	if info, ok := p.AuthInfo.(atls.AuthInfo); !ok || info.PeerVariant != d.service.Variant() {
+		return &RefusedError{Addr: addr, Err: errors.New("it answered over a connection on which it did not attest")}
+	}
+	return nil
+}
+
+// ownPCRs reads this node's SHA-256 values of ImagePCRs from its TPM. They
+// cannot change from outside: the network reaches neither the TPM nor the
+// boot chain that extended them.
+func ownPCRs(open tpmdev.Opener) (map[uint32][]byte, error) {
+	rw, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("join service dialer: open this node's TPM to read its own PCRs: %w", err)
+	}
+	defer rw.Close()
+	sel := tpm2.PCRSelection{Hash: tpm2.AlgSHA256}
+	for _, pcr := range ImagePCRs {
+		sel.PCRs = append(sel.PCRs, int(pcr))
+	}
+	got, err := client.ReadPCRs(rw, sel)
+	if err != nil {
+		return nil, fmt.Errorf("join service dialer: read this node's PCRs %v: %w", ImagePCRs, err)
+	}
+	out := map[uint32][]byte{}
+	for _, pcr := range ImagePCRs {
+		v := got.GetPcrs()[pcr]
+		if len(v) != measurements.DigestSize {
+			return nil, fmt.Errorf("join service dialer: this node's TPM returned no SHA-256 value for PCR %d", pcr)
+		}
+		out[pcr] = v
+	}
+	return out, nil
+}
+
+// handshakes wraps the attested-TLS credentials of one call and keeps the
+// last failed handshake's error: gRPC reports it only as text inside an
+// Unavailable status, and the node must tell a refused service from one
+// that is down.
+type handshakes struct {
+	credentials.TransportCredentials
+	mu  sync.Mutex
+	err error
+}
+
+func (h *handshakes) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := h.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if err != nil && provedNothing(err) {
+		h.mu.Lock()
+		h.err = err
+		h.mu.Unlock()
+	}
+	return conn, info, err
+}
+
+// Clone keeps one record for the connection gRPC makes from a clone.
+func (h *handshakes) Clone() credentials.TransportCredentials { return h }
+
+func (h *handshakes) failure() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// provedNothing tells a handshake in which the service failed to prove
+// itself (its attestation rejected, or none given) from one the network
+// cut short, which is an ordinary retry.
+func provedNothing(err error) bool {
+	var rejected *atls.RejectedError
+	var ended *atls.ServerEndedError
+	return errors.As(err, &rejected) || errors.As(err, &ended)
+}

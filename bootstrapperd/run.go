@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,8 +39,12 @@ const StatusWaiting = "waiting for init or join"
 func run(ctx context.Context, b *bootstrapper) error {
 	start := time.Now()
 	needed, resume, err := b.needed()
-	if err != nil || !needed {
+	if err != nil {
 		return err
+	}
+	if !needed {
+		b.rejoined(ctx)
+		return nil
 	}
 	lis, err := listener(b.listen)
 	if err != nil {
@@ -78,14 +83,37 @@ func (b *bootstrapper) needed() (needed, resume bool, err error) {
 		}
 	}
 	if _, err := os.Stat(b.paths.bootstrappedMarker); err == nil || locked && !resume {
-		b.log.Info("node is already part of a cluster; nothing to do", "phase", "bootstrapped")
-		b.notify("READY=1\nSTATUS=bootstrapped")
 		return false, false, nil
 	}
 	if resume {
 		b.log.Info("an init locked this node and was interrupted; waiting for its owner to run 'orrery init' again to finish it", "phase", "resume")
 	}
 	return true, resume, nil
+}
+
+// rejoined is a boot of a node that belongs to a cluster: its initrd got
+// the state disk's key from the cluster (or the owner) and locked the node
+// to the cluster again. kubelet runs from the configuration on the state
+// disk; the daemon says which cluster, closes its socket and leaves.
+func (b *bootstrapper) rejoined(ctx context.Context) {
+	status := "node is part of a cluster"
+	if id, err := b.lock.Cluster(); err == nil {
+		status = "rejoined cluster " + hex.EncodeToString(id)
+	} else {
+		b.log.Warn("cannot tell which cluster the node is locked to", "error", err)
+	}
+	b.log.Info(status+"; nothing to do", "phase", "rejoined")
+	b.notify("READY=1\nSTATUS=" + status)
+	if b.listen != "" {
+		return // started by hand or by a test: no units to manage
+	}
+	// kubelet.service is enabled and starts by itself; this only makes
+	// sure, in case someone stopped it.
+	out, err := exec.CommandContext(ctx, "systemctl", "start", "--no-block", "kubelet.service").CombinedOutput()
+	if err != nil {
+		b.log.Error("cannot start kubelet", "error", err, "output", string(out))
+	}
+	stopSocket(ctx, b.log)
 }
 
 // onBootstrapped returns what runs once the node belongs to a cluster,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"net"
 	"os"
@@ -150,20 +151,32 @@ func TestStopsDespiteAnOpenStream(t *testing.T) {
 	}
 }
 
-func TestLockedNodeExitsAtOnce(t *testing.T) {
+// A node whose initrd rejoined its cluster (the node lock taken there, the
+// bootstrapped marker on the state disk) says which cluster and leaves.
+func TestRejoinedNodeReportsItsClusterAndExits(t *testing.T) {
 	tpm := swtpmtest.Start(t)
 	dir := t.TempDir()
 	mlog := &measurelog.Log{Path: filepath.Join(dir, "measurements.log")}
-	if ok, err := nodelock.New(tpm.Open, mlog).TryLock([]byte("cluster")); err != nil || !ok {
+	clusterID := []byte("0123456789abcdef0123456789abcdef")
+	if ok, err := nodelock.New(tpm.Open, mlog).TryLock(clusterID); err != nil || !ok {
 		t.Fatalf("TryLock: %v %v", ok, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bootstrapped"), nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	var logs syncbuffer.Buffer
 	b := testBootstrapper(t, tpm.Open, dir, &logs)
+	var notified []string
+	b.notify = func(s string) { notified = append(notified, s) }
 	b.listen = "127.0.0.1:0"
 	if err := run(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), "already part of a cluster") {
+	want := "STATUS=rejoined cluster " + hex.EncodeToString(clusterID)
+	if len(notified) != 1 || !strings.Contains(notified[0], want) || !strings.Contains(notified[0], "READY=1") {
+		t.Errorf("sd_notify got %q, want READY=1 and %q", notified, want)
+	}
+	if !strings.Contains(logs.String(), "rejoined cluster "+hex.EncodeToString(clusterID)) {
 		t.Errorf("log: %s", logs.String())
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"sync"
 
 	"github.com/google/go-tpm/legacy/tpm2"
@@ -26,6 +28,10 @@ import (
 // PCR is the PCR the lock extends. It is zero at boot and no boot component
 // measures into it.
 const PCR = 15
+
+// descriptionPrefix starts the measurement log's description of the
+// lock's extend; the cluster ID in hex follows.
+const descriptionPrefix = "node lock: cluster ID "
 
 // Lock is the node lock.
 type Lock struct {
@@ -63,7 +69,7 @@ func (l *Lock) TryLock(clusterID []byte) (bool, error) {
 	if !bytes.Equal(v, make([]byte, len(v))) {
 		return false, nil
 	}
-	if err := l.mlog.Measure(rw, PCR, clusterID, "node lock: cluster ID "+hex.EncodeToString(clusterID)); err != nil {
+	if err := l.mlog.Measure(rw, PCR, clusterID, descriptionPrefix+hex.EncodeToString(clusterID)); err != nil {
 		return false, fmt.Errorf("node lock: %w", err)
 	}
 	return true, nil
@@ -88,6 +94,34 @@ func (l *Lock) LockedTo(clusterID []byte) (bool, error) {
 		return false, err
 	}
 	return bytes.Equal(v, Expected(clusterID)), nil
+}
+
+// Cluster returns the cluster ID the node is locked to, as the
+// measurement log names it, checked against PCR 15: a log that does not
+// replay to the PCR's value names nothing. It fails for a node that is not
+// locked.
+func (l *Lock) Cluster() ([]byte, error) {
+	v, err := l.readPCR()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(l.mlog.Path)
+	if err != nil {
+		return nil, fmt.Errorf("node lock: read the measurement log: %w", err)
+	}
+	entries, err := measurelog.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("node lock: %w", err)
+	}
+	d := measurelog.Describe(entries, PCR)
+	if len(d) != 1 || !strings.HasPrefix(d[0], descriptionPrefix) {
+		return nil, fmt.Errorf("node lock: the measurement log shows %d extends of PCR %d, not one by the node lock", len(d), PCR)
+	}
+	id, err := hex.DecodeString(strings.TrimPrefix(d[0], descriptionPrefix))
+	if err != nil || !bytes.Equal(Expected(id), v) {
+		return nil, fmt.Errorf("node lock: the measurement log's cluster ID does not match PCR %d", PCR)
+	}
+	return id, nil
 }
 
 func (l *Lock) readPCR() ([]byte, error) {

@@ -3,6 +3,7 @@ package nodelock_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -115,5 +116,32 @@ func TestLockedToTellsOwnLockFromAnothers(t *testing.T) {
 	rw.Close()
 	if err != nil || !bytes.Equal(got, nodelock.Expected(mine)) {
 		t.Fatalf("PCR 15 = %x (%v), Expected = %x", got, err, nodelock.Expected(mine))
+	}
+}
+
+func TestCluster(t *testing.T) {
+	tpm := swtpmtest.Start(t)
+	log := &measurelog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}
+	lock := nodelock.New(tpm.Open, log)
+	if _, err := lock.Cluster(); err == nil {
+		t.Fatal("Cluster succeeded on a node that is not locked")
+	}
+	id := sha256.Sum256([]byte("cluster"))
+	if ok, err := lock.TryLock(id[:]); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	got, err := lock.Cluster()
+	if err != nil || !bytes.Equal(got, id[:]) {
+		t.Fatalf("Cluster = %x, %v; want %x", got, err, id)
+	}
+
+	// A log that names another cluster than PCR 15 holds names nothing.
+	other := sha256.Sum256([]byte("other"))
+	forged := &measurelog.Log{Path: filepath.Join(t.TempDir(), "forged.log")}
+	if err := forged.Record(measurelog.Entry{PCR: 15, Digests: map[string]string{"sha256": hex.EncodeToString(other[:])}, Description: "node lock: cluster ID " + hex.EncodeToString(other[:])}, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodelock.New(tpm.Open, forged).Cluster(); err == nil {
+		t.Error("Cluster believed a log that does not match PCR 15")
 	}
 }

@@ -1,9 +1,10 @@
 // Command init is the node's initrd /init (PID 1 until the switch to the
 // OS). It loads the kernel modules it needs, measures "enter-initrd" into
 // PCR 11, opens the dm-verity root filesystem with the root hash from the
-// measured kernel command line, prepares the encrypted state disk,
-// measures "leave-initrd" and switches root to /sbin/init of the root
-// filesystem.
+// measured kernel command line, measures "leave-initrd", prepares the
+// encrypted state disk (first boot: formats it; later boots: gets its key
+// from a join service or the owner and locks the node to its cluster) and
+// switches root to /sbin/init of the root filesystem.
 //
 // Every step logs one line "orrery-init: <step>: ..." to the console. A
 // failed step logs why and powers off or reboots (orrery.onfailure); there
@@ -46,20 +47,10 @@ const (
 	LeaveInitrd = "leave-initrd"
 )
 
-// errWaitRejoin is returned when the state disk is initialised: the node
-// waits for rejoin or recovery instead of failing.
-var errWaitRejoin = errors.New("state disk is initialised")
-
 func main() {
 	c := &console{start: time.Now()}
 	onFailure := cmdline.PowerOff
 	err := run(c, &onFailure)
-	if errors.Is(err, errWaitRejoin) {
-		c.log("state", "state disk is initialised; waiting for rejoin or recovery (not implemented yet)")
-		for {
-			time.Sleep(time.Hour)
-		}
-	}
 	// run returns only on failure: on success it has exec'd the OS's init.
 	if err == nil {
 		err = errors.New("switch root returned")
@@ -129,16 +120,20 @@ func run(c *console, onFailure *cmdline.OnFailure) error {
 		return step("root", err)
 	}
 
-	if err := prepareState(ctx, c, tool); err != nil {
-		return step("state", err)
-	}
-
+	// PCR 11 takes its final value before the initrd reads anything
+	// from outside (state disk, network): a rejoining node attests with
+	// the PCR 11 its image predicts, as the join service and the owner
+	// expect, and the same value the join services' own nodes show.
 	t = time.Now()
 	if err := mlog.Measure(tpm, measurePCR, []byte(LeaveInitrd), LeaveInitrd); err != nil {
 		return step("measure", err)
 	}
 	c.log("measure", "extended PCR %d with %q in %s", measurePCR, LeaveInitrd, since(t))
 	tpm.Close()
+
+	if err := prepareState(ctx, c, tool, mlog); err != nil {
+		return step("state", err)
+	}
 
 	c.log("switch-root", "initrd done in %s; starting /sbin/init of the root filesystem", since(c.start))
 	return step("switch-root", mount.SwitchRoot(sysroot, "/sbin/init"))
@@ -157,6 +152,8 @@ func mountEarly() error {
 		{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
 		{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
 		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
+		// The kernel's copy of the firmware's event log, for attestation.
+		{"securityfs", "/sys/kernel/security", "securityfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
 	} {
 		if err := os.MkdirAll(m.target, 0o755); err != nil {
 			return err
@@ -209,7 +206,7 @@ func openRoot(ctx context.Context, c *console, tool *cryptsetup.Tool, cfg cmdlin
 	return nil
 }
 
-func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool) error {
+func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *measurelog.Log) error {
 	dev, err := disks.Wait(ctx, diskTimeout, 50*time.Millisecond, func() (string, error) {
 		return disks.BySerial("/sys", diskhandoff.Serial)
 	})
@@ -223,7 +220,7 @@ func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool) error 
 	p := &statedisk.Preparer{LUKS: tool, Mkfs: statedisk.E2fs{}, Mount: unix.Mount, Sysroot: sysroot}
 	res, err := p.Prepare(ctx, dev)
 	if errors.Is(err, statedisk.ErrInitialised) {
-		return errWaitRejoin
+		return unlockState(ctx, c, tool, mlog, dev)
 	}
 	if err != nil {
 		return err

@@ -14,6 +14,8 @@ func TestFiles(t *testing.T) {
 	dep := "kernel/drivers/virtio/virtio_pci.ko: kernel/drivers/virtio/virtio.ko\n" +
 		"kernel/drivers/virtio/virtio.ko:\n" +
 		"kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko\n" +
+		"kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/drivers/virtio/virtio.ko\n" +
+		"kernel/drivers/net/net_failover.ko:\n" +
 		"kernel/drivers/md/dm-mod.ko:\n" +
 		"kernel/drivers/md/dm-verity.ko: kernel/drivers/md/dm-mod.ko\n" +
 		"kernel/drivers/md/dm-crypt.ko: kernel/drivers/md/dm-mod.ko\n" +
@@ -37,7 +39,8 @@ func TestFiles(t *testing.T) {
 		"kernel/arch/x86/crypto/aesni-intel.ko", "kernel/crypto/af_alg.ko", "kernel/crypto/algif_skcipher.ko",
 		"kernel/crypto/async_tx/async_xor.ko", "kernel/crypto/authenc.ko",
 		"kernel/crypto/xts.ko", "kernel/drivers/block/virtio_blk.ko", "kernel/drivers/md/dm-bufio.ko", "kernel/drivers/md/dm-crypt.ko",
-		"kernel/drivers/md/dm-integrity.ko", "kernel/drivers/md/dm-mod.ko", "kernel/drivers/md/dm-verity.ko", "kernel/drivers/virtio/virtio.ko",
+		"kernel/drivers/md/dm-integrity.ko", "kernel/drivers/md/dm-mod.ko", "kernel/drivers/md/dm-verity.ko",
+		"kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko", "kernel/drivers/virtio/virtio.ko",
 		"kernel/drivers/virtio/virtio_pci.ko", "kernel/fs/erofs/erofs.ko", "kernel/fs/overlayfs/overlay.ko",
 	}
 	if !slices.Equal(got, want) {

@@ -156,12 +156,12 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 		return res, fmt.Errorf("create filesystem on state disk: %w", err)
 	}
 	res.MkfsTime = time.Since(start)
-	return res, p.mountState(res.Device)
+	return res, p.MountState(res.Device)
 }
 
-// mountState mounts the state filesystem on Sysroot/var and the /etc
+// MountState mounts the opened state volume dev on Sysroot/var and the /etc
 // overlay on Sysroot/etc.
-func (p *Preparer) mountState(dev string) error {
+func (p *Preparer) MountState(dev string) error {
 	sysroot := p.Sysroot
 	if sysroot == "" {
 		sysroot = DefaultSysroot

@@ -7,3 +7,8 @@
 // files are generated from it by hack/proto.sh (`make proto`); do not edit
 // them by hand.
 package recoverpb
+
+// Port is where a control-plane node's initrd serves RecoverService over
+// attested TLS while it waits for its state-disk key, next to the
+// bootstrapper's port 9000 of a node that was never initialised.
+const Port = 9001

@@ -33,16 +33,18 @@ func main() {
 	if rw, err := os.OpenFile("/dev/tpmrm0", os.O_RDWR, 0); err != nil {
 		report("error", "open TPM: %v", err)
 	} else {
-		pcr, err := tpm2.ReadPCR(rw, 11, tpm2.AlgSHA256)
-		if err != nil {
-			report("error", "read PCR 11: %v", err)
-		} else {
-			report("pcr11", "%s", hex.EncodeToString(pcr))
+		for _, pcr := range []int{11, 15} {
+			v, err := tpm2.ReadPCR(rw, pcr, tpm2.AlgSHA256)
+			if err != nil {
+				report("error", "read PCR %d: %v", pcr, err)
+			} else {
+				report(fmt.Sprintf("pcr%d", pcr), "%s", hex.EncodeToString(v))
+			}
 		}
 		rw.Close()
 	}
 	if fi, err := os.Stat("/run/orrery/first-boot-key"); err != nil {
-		report("error", "first-boot key: %v", err)
+		report("nokey", "first-boot key: %v", err) // a later boot has none
 	} else {
 		report("key", "%d %o", fi.Size(), fi.Mode().Perm())
 	}

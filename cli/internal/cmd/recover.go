@@ -1,0 +1,95 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/owner"
+	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
+	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+)
+
+type recoverOptions struct {
+	node             string
+	masterSecretPath string
+	measurementsPath string
+	platformCAPath   string
+	miniDir          string
+	timeout          time.Duration
+}
+
+func newRecoverCmd() *cobra.Command {
+	var o recoverOptions
+	c := &cobra.Command{
+		Use:   "recover --node HOST[:PORT]",
+		Short: "Give a rebooted control plane its disk key when no join service can",
+		Long: fmt.Sprintf(`recover unlocks a control-plane node that rebooted while every other control
+plane was down: its initrd found no join service to get its state disk's key
+from, and waits, serving recovery on port %d (its console says so).
+
+recover checks the node's attestation against the image's measurements,
+sends it the cluster's master secret (the file 'orrery init' wrote), and
+waits until the node says it opened its disk. The node derives its key
+itself; a master secret of another cluster is refused, and the node keeps
+waiting, unchanged. Workers need no recovery: they rejoin by themselves once
+a control plane is back.`, recoverpb.Port),
+		Example: `  orrery recover --node 10.42.1.100              # a node of 'orrery mini'
+  orrery recover --node 10.0.0.5 --master-secret orrery-master-secret.json \
+    --measurements build/image/measurements.json --platform-ca platform-ca.crt`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRecover(cmd.Context(), cmd.OutOrStdout(), logger(cmd), o)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.node, "node", "", fmt.Sprintf("the waiting node, HOST or HOST:PORT (port defaults to %d)", recoverpb.Port))
+	f.StringVar(&o.masterSecretPath, "master-secret", workspace.MasterSecretFile, "the cluster's master secret, as 'orrery init' wrote it")
+	f.StringVar(&o.measurementsPath, "measurements", "build/image/measurements.json", "the image's expected measurements")
+	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
+	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini'; supplies the default --platform-ca")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long to wait for the node")
+	_ = c.MarkFlagRequired("node")
+	return c
+}
+
+func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverOptions) error {
+	if o.platformCAPath == "" {
+		if _, err := cloud.ReadState(o.miniDir); errors.Is(err, fs.ErrNotExist) {
+			return errors.New("no --platform-ca given and no 'orrery mini' state in " + o.miniDir + ": pass --platform-ca")
+		}
+		o.platformCAPath = filepath.Join(o.miniDir, cloud.PlatformCACert)
+	}
+	m, err := measurements.Load(o.measurementsPath)
+	if err != nil {
+		return fmt.Errorf("load measurements: %w", err)
+	}
+	ca, err := platformca.LoadCert(o.platformCAPath)
+	if err != nil {
+		return err
+	}
+	ms, err := keys.ReadMasterSecretFile(o.masterSecretPath)
+	if err != nil {
+		return fmt.Errorf("%w (pass --master-secret, the file 'orrery init' wrote)", err)
+	}
+	start := time.Now()
+	p := &progressPrinter{out: out, start: start}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	return owner.Recover(ctx, owner.RecoverConfig{
+		Node: dialer.Address(o.node, recoverpb.Port), Measurements: m, PlatformCA: ca, MasterSecret: ms,
+		Logger: log, Progress: p.event,
+	})
+}

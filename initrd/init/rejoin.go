@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/initrd/internal/netup"
+	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
+	"github.com/orrery-dev/orrery/initrd/internal/unlock"
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/joinconn"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+	"github.com/orrery-dev/orrery/internal/role"
+	"github.com/orrery-dev/orrery/internal/tpmdev"
+)
+
+const (
+	// metadataURL is the platform's metadata service, as bootstrapperd
+	// reaches it.
+	metadataURL = "http://169.254.169.254"
+	// dhcpTimeout bounds one DHCP attempt; the initrd tries until it
+	// gets a lease.
+	dhcpTimeout = 30 * time.Second
+)
+
+// unlockState opens the initialised state disk dev on a later boot: with
+// the key a join service gives it (rejoin), or, on a control plane, the
+// one the owner's master secret gives (recovery), whichever comes first.
+// Then it mounts the disk, locks the node to its cluster (PCR 15, as at
+// its first join) and takes the network down again for the OS.
+func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *measurelog.Log, dev string) error {
+	start := time.Now()
+	uuid, err := tool.UUID(ctx, dev)
+	if err != nil {
+		return fmt.Errorf("read the state disk's LUKS UUID: %w", err)
+	}
+	c.log("state", "state disk %s is initialised (LUKS UUID %s); getting its key from the cluster", dev, uuid)
+	lease := networkUp(ctx, c)
+	u := &unlock.Unlocker{LUKS: tool, Device: dev, MapperName: statedisk.MapperName, KeyDir: "/run/orrery"}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	meta := &metadata.Client{BaseURL: metadataURL}
+	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpmdev.Open, FirmwareEventLogPath: vtpm.DefaultFirmwareEventLogPath, MeasurementLog: mlog})
+	if err != nil {
+		return err
+	}
+	joins, err := joinServiceDialer(issuer)
+	if err != nil {
+		return err
+	}
+	say := func(format string, args ...any) { c.log("rejoin", format, args...) }
+	rejoin := &unlock.Rejoiner{Metadata: meta, JoinService: joins, DiskUUID: uuid, Unlocker: u, Say: say}
+	go rejoin.Run(ctx)
+	stopRecovery := serveRecovery(ctx, c, meta, issuer, uuid, u)
+
+	<-u.Opened()
+	stopRecovery()
+	cancel()
+	key := u.Key()
+	c.log("state", "state disk opened with the key from %s in %s", key.From, since(start))
+
+	p := &statedisk.Preparer{LUKS: tool, Mount: unix.Mount, Sysroot: sysroot}
+	if err := p.MountState(filepath.Join("/dev/mapper", statedisk.MapperName)); err != nil {
+		return err
+	}
+	salt, err := diskhandoff.ReadMeasurementSalt(filepath.Join(sysroot, diskhandoff.MeasurementSaltFile))
+	if err != nil {
+		return err
+	}
+	clusterID, err := keys.ClusterID(key.MeasurementSecret, salt)
+	if err != nil {
+		return err
+	}
+	if _, err := nodelock.New(tpmdev.Open, mlog).TryLock(clusterID); err != nil {
+		return err
+	}
+	c.log("state", "node locked to cluster %x (PCR %d); mounted on %s/var", clusterID[:8], nodelock.PCR, sysroot)
+	if err := lease.Down(); err != nil {
+		c.log("network", "could not take the network down for the OS: %v", err)
+	}
+	return nil
+}
+
+// networkUp gets a DHCP lease, trying until it does: without a network
+// neither the join service nor the owner can reach the node.
+func networkUp(ctx context.Context, c *console) netup.Lease {
+	for attempt := 1; ; attempt++ {
+		t := time.Now()
+		lease, err := netup.Up(ctx, dhcpTimeout)
+		if err == nil {
+			c.log("network", "%s (DHCP in %s)", lease, since(t))
+			return lease
+		}
+		c.log("network", "no DHCP lease yet (attempt %d): %v; retrying", attempt, err)
+		time.Sleep(5 * time.Second)
+	}
+}
+
+func joinServiceDialer(issuer *vtpm.Issuer) (*joinconn.Dialer, error) {
+	rw, err := tpmdev.Open()
+	if err != nil {
+		return nil, err
+	}
+	ca, err := qemu.ReadPlatformCA(rw)
+	rw.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read the platform CA that certified this node's attestation key: %w", err)
+	}
+	return joinconn.New(joinconn.Config{Issuer: issuer, OpenTPM: tpmdev.Open, PlatformCAs: []*x509.Certificate{ca}})
+}
+
+// serveRecovery serves RecoverService on a control plane, once the
+// metadata service says this node is one; a worker only rejoins. The
+// returned function stops the server, letting a Recover call in flight
+// answer first.
+func serveRecovery(ctx context.Context, c *console, meta *metadata.Client, issuer *vtpm.Issuer, uuid string, u *unlock.Unlocker) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		self, err := selfWhenKnown(ctx, c, meta)
+		if err != nil || self.Role != role.ControlPlane {
+			return
+		}
+		creds, err := atls.NewCredentials(atls.Config{Issuer: issuer})
+		if err != nil {
+			c.log("recover", "cannot serve recovery: %v", err)
+			return
+		}
+		// The request is two 32-byte fields.
+		srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(1024))
+		recoverpb.RegisterRecoverServiceServer(srv, &unlock.RecoverServer{
+			DiskUUID: uuid, Unlocker: u, Say: func(format string, args ...any) { c.log("recover", format, args...) },
+		})
+		lis, err := net.Listen("tcp", ":"+strconv.Itoa(recoverpb.Port))
+		if err != nil {
+			c.log("recover", "cannot serve recovery: %v", err)
+			return
+		}
+		c.log("recover", "serving recovery on port %d: if no join service answers (every control plane down), run 'orrery recover --node %s' with the cluster's master secret", recoverpb.Port, self.IP)
+		go func() {
+			<-ctx.Done()
+			stopped := make(chan struct{})
+			go func() { srv.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				srv.Stop()
+			}
+		}()
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			c.log("recover", "recovery server: %v", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// selfWhenKnown asks the metadata service who this node is until it
+// answers or ctx ends.
+func selfWhenKnown(ctx context.Context, c *console, meta *metadata.Client) (metadata.Instance, error) {
+	for attempt := 1; ; attempt++ {
+		self, err := meta.Self(ctx)
+		if err == nil {
+			return self, nil
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			c.log("recover", "metadata service: %v; retrying", err)
+		}
+		select {
+		case <-ctx.Done():
+			return metadata.Instance{}, ctx.Err()
+		case <-time.After(3 * time.Second):
+		}
+	}
+}

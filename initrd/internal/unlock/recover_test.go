@@ -1,0 +1,188 @@
+package unlock
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/owner"
+	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+	"github.com/orrery-dev/orrery/internal/syncbuffer"
+)
+
+// serveRecovery serves s over attested TLS in which node attests, as the
+// initrd does, and returns the address.
+func serveRecovery(t *testing.T, node *qemutest.Node, s *RecoverServer) string {
+	t.Helper()
+	creds, err := atls.NewCredentials(atls.Config{Issuer: node.Issuer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(1024))
+	recoverpb.RegisterRecoverServiceServer(srv, s)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func masterSecret(t *testing.T) keys.MasterSecret {
+	t.Helper()
+	ms, err := keys.GenerateMasterSecret(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// recoveryNode is a control plane waiting in its initrd: booted, PCR 15
+// still zero, its disk opened by ms, serving recovery.
+func recoveryNode(t *testing.T, ms keys.MasterSecret) (*qemutest.Node, *Unlocker, *fileLUKS, *syncbuffer.Buffer, string) {
+	node := qemutest.NewNode(t).Boot(t, "image-1", "image-1")
+	key, err := ms.DiskKey(diskUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, luks := newDisk(t, key)
+	var console syncbuffer.Buffer
+	say := func(format string, args ...any) { fmt.Fprintf(&console, format+"\n", args...) }
+	addr := serveRecovery(t, node, &RecoverServer{DiskUUID: diskUUID, Unlocker: u, Say: say})
+	return node, u, luks, &console, addr
+}
+
+func TestRecoverWrongThenRightMasterSecret(t *testing.T) {
+	ms := masterSecret(t)
+	node, u, _, console, addr := recoveryNode(t, ms)
+	before := header(t, u)
+	var events strings.Builder
+	cfg := owner.RecoverConfig{
+		Node: addr, Measurements: imageOf(t, node), PlatformCA: node.CA.Cert,
+		Progress: func(e owner.Event) { events.WriteString(e.Text + "\n") },
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	cfg.MasterSecret = masterSecret(t) // another cluster's
+	if err := owner.Recover(ctx, cfg); !errors.Is(err, owner.ErrWrongMasterSecret) {
+		t.Fatalf("Recover with another cluster's master secret = %v, want ErrWrongMasterSecret", err)
+	}
+	if isOpen(u) || !bytes.Equal(header(t, u), before) {
+		t.Fatal("a wrong master secret opened the disk or changed its header")
+	}
+	if !strings.Contains(console.String(), "does not open the state disk") {
+		t.Errorf("the console does not say why it refused:\n%s", console)
+	}
+
+	cfg.MasterSecret = ms
+	if err := owner.Recover(ctx, cfg); err != nil {
+		t.Fatalf("Recover with the cluster's master secret: %v", err)
+	}
+	if !isOpen(u) {
+		t.Fatal("the disk is not open after a successful recovery")
+	}
+	want, _ := ms.MeasurementSecret()
+	if got := u.Key(); !bytes.Equal(got.MeasurementSecret, want) || !strings.Contains(got.From, "the owner") || got.DiskKey != nil {
+		t.Errorf("the unlocker keeps %+v; want the measurement secret, the owner as sender, and no disk key", got)
+	}
+
+	// A second recovery finds the node open and changes nothing.
+	if err := owner.Recover(ctx, cfg); err != nil {
+		t.Errorf("Recover of an opened node: %v", err)
+	}
+	for _, secret := range [][]byte{ms.Key, ms.Salt, cfg.MasterSecret.Key} {
+		for _, where := range []string{console.String(), events.String()} {
+			if strings.Contains(where, hex.EncodeToString(secret)) || strings.Contains(where, string(secret)) {
+				t.Fatal("a master secret appears in the console or the owner's progress")
+			}
+		}
+	}
+}
+
+// An attacker who forwards the recovery port to a node of another image
+// (or to its own TLS server) does not get the master secret.
+func TestRecoverRefusesAnotherImage(t *testing.T) {
+	ms := masterSecret(t)
+	genuine := qemutest.NewNode(t).Boot(t, "image-1", "image-1")
+	impostor, u, luks, _, addr := recoveryNode(t, ms)
+	impostor.Measure(t, 11, "a debug shell", "initrd: something else")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := owner.Recover(ctx, owner.RecoverConfig{Node: addr, Measurements: imageOf(t, genuine), PlatformCA: impostor.CA.Cert, MasterSecret: ms})
+	var notAttested *dialer.NotAttestedError
+	if !errors.As(err, &notAttested) || !strings.Contains(err.Error(), "PCR 11") {
+		t.Fatalf("Recover from a node of another image = %v, want a refusal naming PCR 11", err)
+	}
+	if isOpen(u) || luks.keyTests() != 0 {
+		t.Error("the impostor received a master secret and tried it")
+	}
+}
+
+func TestRecoverBadRequests(t *testing.T) {
+	ms := masterSecret(t)
+	key, _ := ms.DiskKey(diskUUID)
+	u, luks := newDisk(t, key)
+	s := &RecoverServer{DiskUUID: diskUUID, Unlocker: u, Say: func(string, ...any) {}}
+	for name, req := range map[string]*recoverpb.RecoverRequest{
+		"empty":       {},
+		"short key":   {MasterSecret: ms.Key[:31], MasterSecretSalt: ms.Salt},
+		"long salt":   {MasterSecret: ms.Key, MasterSecretSalt: append(bytes.Clone(ms.Salt), 0)},
+		"salt only":   {MasterSecretSalt: ms.Salt},
+		"key of 64 B": {MasterSecret: bytes.Repeat(ms.Key, 2), MasterSecretSalt: ms.Salt},
+		"key of 16 B": {MasterSecret: ms.Key[:16], MasterSecretSalt: ms.Salt},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := s.Recover(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+				t.Errorf("Recover = %v, want InvalidArgument", err)
+			}
+		})
+	}
+	if isOpen(u) || luks.keyTests() != 0 {
+		t.Error("a malformed request reached the disk")
+	}
+}
+
+// Garbage and half-finished handshakes on the port leave the server
+// serving.
+func TestRecoverSurvivesGarbage(t *testing.T) {
+	ms := masterSecret(t)
+	node, u, _, _, addr := recoveryNode(t, ms)
+	for _, junk := range [][]byte{nil, []byte("GET / HTTP/1.1\r\n\r\n"), bytes.Repeat([]byte{0x16, 0x03, 0x01, 0xff, 0xff}, 1000)} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(junk)
+		c.Close()
+	}
+	stalled, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := owner.Recover(ctx, owner.RecoverConfig{Node: addr, Measurements: imageOf(t, node), PlatformCA: node.CA.Cert, MasterSecret: ms}); err != nil {
+		t.Fatal(err)
+	}
+	if !isOpen(u) {
+		t.Error("not open")
+	}
+}

@@ -1,0 +1,131 @@
+package unlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/internal/joinconn"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/role"
+)
+
+// Metadata tells the node who it is and where the control planes are (a
+// *metadata.Client).
+type Metadata interface {
+	Self(ctx context.Context) (metadata.Instance, error)
+	Peers(ctx context.Context) ([]metadata.Instance, error)
+}
+
+// JoinService calls join services that proved themselves (a
+// *joinconn.Dialer).
+type JoinService interface {
+	Call(ctx context.Context, addr string, call func(ctx context.Context, c joinpb.JoinServiceClient, opt grpc.CallOption) error) error
+}
+
+// Rejoiner asks the cluster's join services for the state disk's key.
+type Rejoiner struct {
+	Metadata    Metadata
+	JoinService JoinService
+	// DiskUUID is the state disk's LUKS UUID.
+	DiskUUID string
+	Unlocker *Unlocker
+	// Say writes a line on the console.
+	Say func(format string, args ...any)
+	// Retry is the first pause between rounds; it doubles after each
+	// round up to MaxRetry. Zero means 2 s and 15 s.
+	Retry, MaxRetry time.Duration
+}
+
+// Run asks every control plane but this node, round after round, until
+// the disk is open (by a ticket or by the owner) or ctx ends. It says on
+// the console why a round failed: the first time, whenever the reason
+// changes, and every tenth round.
+func (r *Rejoiner) Run(ctx context.Context) error {
+	pause, maxPause := r.Retry, r.MaxRetry
+	if pause == 0 {
+		pause = 2 * time.Second
+	}
+	if maxPause == 0 {
+		maxPause = 15 * time.Second
+	}
+	last := ""
+	for round := 1; ; round++ {
+		err := r.round(ctx)
+		if err == nil || errors.Is(err, ErrOpen) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if why := err.Error(); why != last || round%10 == 0 {
+			r.Say("no key from the join service yet (round %d, next in %s): %s", round, pause, why)
+			last = why
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.Unlocker.Opened():
+			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxPause)
+	}
+}
+
+// round asks each control plane once.
+func (r *Rejoiner) round(ctx context.Context) error {
+	self, err := r.Metadata.Self(ctx)
+	if err != nil {
+		return fmt.Errorf("ask the metadata service who this node is: %w", err)
+	}
+	peers, err := r.Metadata.Peers(ctx)
+	if err != nil {
+		return fmt.Errorf("ask the metadata service for the control planes: %w", err)
+	}
+	var errs []error
+	for _, p := range peers {
+		if p.Role != role.ControlPlane || p.IP == self.IP {
+			continue
+		}
+		addr := netip.AddrPortFrom(p.IP, joinpb.Port).String()
+		err := r.ask(ctx, addr)
+		if err == nil || errors.Is(err, ErrOpen) {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("%s (%s): %w", p.Name, addr, err))
+	}
+	if len(errs) == 0 {
+		return errors.New("the metadata service names no other control plane; with every control plane down, the owner recovers one with 'orrery recover'")
+	}
+	return errors.Join(errs...)
+}
+
+// ask gets a rejoin ticket from the join service at addr and tries it.
+func (r *Rejoiner) ask(ctx context.Context, addr string) error {
+	var t *joinpb.IssueRejoinTicketResponse
+	err := r.JoinService.Call(ctx, addr, func(ctx context.Context, c joinpb.JoinServiceClient, opt grpc.CallOption) error {
+		var err error
+		t, err = c.IssueRejoinTicket(ctx, &joinpb.IssueRejoinTicketRequest{DiskUuid: r.DiskUUID}, opt)
+		return err
+	})
+	if err != nil {
+		var refused *joinconn.RefusedError
+		if errors.As(err, &refused) {
+			return refused
+		}
+		return err
+	}
+	err = r.Unlocker.Try(ctx, Key{DiskKey: t.GetStateDiskKey(), MeasurementSecret: t.GetMeasurementSecret(), From: "the join service at " + addr})
+	if errors.Is(err, ErrWrongKey) {
+		// A service of another cluster of this image, or a cluster that
+		// lost its keys: never this disk's key.
+		return fmt.Errorf("its key does not open this node's state disk (UUID %s), which is untouched: it is not this node's cluster", r.DiskUUID)
+	}
+	return err
+}

@@ -1,0 +1,205 @@
+package unlock
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/joinconn"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/role"
+	"github.com/orrery-dev/orrery/internal/syncbuffer"
+)
+
+var (
+	self = metadata.Instance{Name: "worker-0", Role: role.Worker, IP: netip.MustParseAddr("10.42.2.100")}
+	cp0  = metadata.Instance{Name: "cp-0", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.1.100")}
+)
+
+type meta struct{ down atomic.Bool }
+
+func (m *meta) Self(context.Context) (metadata.Instance, error) {
+	if m.down.Load() {
+		return metadata.Instance{}, errors.New("connection refused")
+	}
+	return self, nil
+}
+
+func (m *meta) Peers(context.Context) ([]metadata.Instance, error) {
+	return []metadata.Instance{cp0, self}, nil
+}
+
+// joinService hands out the rejoin tickets its test sets.
+type joinService struct {
+	joinpb.UnimplementedJoinServiceServer
+	mu      sync.Mutex
+	tickets []*joinpb.IssueRejoinTicketResponse // one per call; the last repeats
+	asked   []string
+}
+
+func (s *joinService) IssueRejoinTicket(_ context.Context, req *joinpb.IssueRejoinTicketRequest) (*joinpb.IssueRejoinTicketResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, req.GetDiskUuid())
+	t := s.tickets[0]
+	if len(s.tickets) > 1 {
+		s.tickets = s.tickets[1:]
+	}
+	return t, nil
+}
+
+func (s *joinService) calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.asked)
+}
+
+// serveJoin runs svc as the join service of cp, which requires the
+// joining node to attest, as the real one does, and routes cp-0's join
+// port to it.
+func serveJoin(t *testing.T, cp, joiner *qemutest.Node, svc *joinService) func(ctx context.Context, addr string) (net.Conn, error) {
+	t.Helper()
+	creds, err := atls.NewCredentials(atls.Config{Issuer: cp.Issuer, Validators: []attestation.Validator{validatorOf(t, joiner)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	joinpb.RegisterJoinServiceServer(srv, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	want := netip.AddrPortFrom(cp0.IP, joinpb.Port).String()
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if addr != want {
+			return nil, fmt.Errorf("dial %s: connection refused", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", lis.Addr().String())
+	}
+}
+
+func ticket(key, secret byte) *joinpb.IssueRejoinTicketResponse {
+	return &joinpb.IssueRejoinTicketResponse{StateDiskKey: bytes.Repeat([]byte{key}, 32), MeasurementSecret: bytes.Repeat([]byte{secret}, 32)}
+}
+
+// rejoin runs a Rejoiner of node against cp's join service until the disk
+// opens or the timeout passes, and returns its console.
+func rejoin(t *testing.T, node, cp *qemutest.Node, svc *joinService, u *Unlocker, m Metadata, timeout time.Duration) string {
+	t.Helper()
+	dialer, err := joinconn.New(joinconn.Config{
+		Issuer: node.Issuer, OpenTPM: node.TPM.Open, PlatformCAs: []*x509.Certificate{node.CA.Cert},
+		DialNet: serveJoin(t, cp, node, svc),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var console syncbuffer.Buffer
+	r := &Rejoiner{
+		Metadata: m, JoinService: dialer, DiskUUID: diskUUID, Unlocker: u,
+		Say:   func(format string, args ...any) { fmt.Fprintf(&console, format+"\n", args...) },
+		Retry: 10 * time.Millisecond, MaxRetry: 50 * time.Millisecond,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	r.Run(ctx)
+	return console.String()
+}
+
+func TestRejoinOpensTheDisk(t *testing.T) {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1")
+	cp := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1").Lock(t, "cluster")
+	u, _ := newDisk(t, bytes.Repeat([]byte{1}, 32))
+	before := header(t, u)
+	// First a key of another cluster, then the disk's.
+	svc := &joinService{tickets: []*joinpb.IssueRejoinTicketResponse{ticket(9, 9), ticket(1, 2)}}
+	m := &meta{}
+	m.down.Store(true)
+	time.AfterFunc(100*time.Millisecond, func() { m.down.Store(false) })
+	console := rejoin(t, node, cp, svc, u, m, time.Minute)
+	if !isOpen(u) {
+		t.Fatalf("the disk did not open; console:\n%s", console)
+	}
+	if got := u.Key(); !bytes.Equal(got.MeasurementSecret, bytes.Repeat([]byte{2}, 32)) || !strings.Contains(got.From, "10.42.1.100:30090") {
+		t.Errorf("opened with %+v", got)
+	}
+	for _, want := range []string{"metadata service", "does not open this node's state disk"} {
+		if !strings.Contains(console, want) {
+			t.Errorf("console lacks %q:\n%s", want, console)
+		}
+	}
+	if !bytes.Equal(header(t, u), before) {
+		t.Error("a rejoin changed the LUKS header")
+	}
+	if svc.asked[0] != diskUUID {
+		t.Errorf("asked for disk %q", svc.asked[0])
+	}
+}
+
+// A join service that cannot prove it is a control plane of this node's
+// image never sees the request, and its key is never tried, even the
+// right one.
+func TestRejoinRefusesAnUnprovenJoinService(t *testing.T) {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1")
+	for name, fake := range map[string]*qemutest.Node{
+		"another image":           qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-2").Lock(t, "cluster"),
+		"a node not locked":       qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1"),
+		"another platform's vTPM": qemutest.NewNode(t).Boot(t, "image-1", "image-1").Lock(t, "cluster"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			u, luks := newDisk(t, bytes.Repeat([]byte{1}, 32))
+			svc := &joinService{tickets: []*joinpb.IssueRejoinTicketResponse{ticket(1, 2)}}
+			console := rejoin(t, node, fake, svc, u, &meta{}, 3*time.Second)
+			if isOpen(u) || luks.keyTests() != 0 || svc.calls() != 0 {
+				t.Fatalf("an unproven join service got the request (%d) or its key was tried (%d)", svc.calls(), luks.keyTests())
+			}
+			if !strings.Contains(console, "refused the join service") {
+				t.Errorf("console does not say why:\n%s", console)
+			}
+		})
+	}
+}
+
+// With no other control plane the console says what to do.
+func TestRejoinAloneSaysRecover(t *testing.T) {
+	node := qemutest.NewNode(t).Boot(t, "image-1", "image-1")
+	u, _ := newDisk(t, bytes.Repeat([]byte{1}, 32))
+	alone := metaOnly{self: cp0}
+	console := rejoin(t, node, node, &joinService{tickets: []*joinpb.IssueRejoinTicketResponse{ticket(1, 2)}}, u, alone, 200*time.Millisecond)
+	if !strings.Contains(console, "orrery recover") {
+		t.Errorf("console:\n%s", console)
+	}
+}
+
+type metaOnly struct{ self metadata.Instance }
+
+func (m metaOnly) Self(context.Context) (metadata.Instance, error) { return m.self, nil }
+func (m metaOnly) Peers(context.Context) ([]metadata.Instance, error) {
+	return []metadata.Instance{m.self}, nil
+}

@@ -1,0 +1,292 @@
+package vmtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/crypto/xts"
+
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/owner"
+	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+	"github.com/orrery-dev/orrery/internal/role"
+)
+
+// pipeEnv makes the test binary a pipe between its stdin/stdout and the
+// TCP address in the variable: QEMU's user network runs it for each
+// guest connection to a forwarded address (guestfwd=...-cmd:).
+const pipeEnv = "ORRERY_VMTEST_PIPE"
+
+func pipe(addr string) int {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		io.Copy(c, os.Stdin)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	io.Copy(os.Stdout, c)
+	return 0
+}
+
+// stateDiskFor builds, on the host, the state disk of a node that joined
+// a cluster: LUKS2 opened by the master secret's key for the disk's UUID,
+// holding an ext4 filesystem with the measurement salt where bootstrapperd
+// keeps it. The host may lack device-mapper, so the filesystem is
+// encrypted here, sector by sector, with the volume key (aes-xts-plain64,
+// 512-byte sectors) rather than written through an opened volume.
+func stateDiskFor(t *testing.T, dir string, ms keys.MasterSecret, salt []byte) string {
+	t.Helper()
+	const uuid = "8d1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b"
+	const size = 64 << 20
+	raw := filepath.Join(dir, "state.raw")
+	if err := os.WriteFile(raw, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(raw, size); err != nil {
+		t.Fatal(err)
+	}
+	key, err := ms.DiskKey(uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, "disk.key")
+	volumeKeyFile := filepath.Join(dir, "volume.key")
+	if err := os.WriteFile(keyFile, key, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"luksFormat", "--batch-mode", "--type", "luks2", "--cipher", "aes-xts-plain64", "--key-size", "512", "--sector-size", "512",
+			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--uuid", uuid, "--key-file", keyFile, raw},
+		{"luksDump", "--batch-mode", "--dump-volume-key", "--volume-key-file", volumeKeyFile, "--key-file", keyFile, raw},
+	} {
+		if err := run("cryptsetup", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dump, err := output("cryptsetup", "luksDump", "--dump-json-metadata", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr struct {
+		Segments map[string]struct {
+			Offset string `json:"offset"`
+		} `json:"segments"`
+	}
+	if err := json.Unmarshal([]byte(dump), &hdr); err != nil {
+		t.Fatal(err)
+	}
+	offset, err := strconv.ParseInt(hdr.Segments["0"].Offset, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tree := filepath.Join(dir, "state-tree")
+	saltFile := filepath.Join(tree, strings.TrimPrefix(diskhandoff.MeasurementSaltFile, "/var/"))
+	if err := diskhandoff.WriteMeasurementSalt(saltFile, salt); err != nil {
+		t.Fatal(err)
+	}
+	fsImg := filepath.Join(dir, "state.ext4")
+	if err := run("mke2fs", "-q", "-F", "-t", "ext4", "-b", "4096", "-L", "orrery-state", "-d", tree, fsImg, strconv.FormatInt((size-offset)/1024, 10)+"k"); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := os.ReadFile(fsImg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	volumeKey, err := os.ReadFile(volumeKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := xts.NewCipher(aes.NewCipher, volumeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := make([]byte, len(plain))
+	for s := 0; s < len(plain)/512; s++ {
+		c.Encrypt(sealed[s*512:(s+1)*512], plain[s*512:(s+1)*512], uint64(s))
+	}
+	f, err := os.OpenFile(raw, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(sealed, offset); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	vmDir := filepath.Join(dir, "vm")
+	if err := os.MkdirAll(vmDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("qemu-img", "convert", "-O", "qcow2", raw, filepath.Join(vmDir, vm.StateFile)); err != nil {
+		t.Fatal(err)
+	}
+	return vmDir
+}
+
+// serveMetadata answers the node's metadata requests, which arrive
+// through QEMU's user network from 127.0.0.1: it is cp-0.
+func serveMetadata(t *testing.T) string {
+	t.Helper()
+	hash, err := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := metadataserver.NewHandler(metadataserver.Config{
+		Instances:      []metadata.Instance{{Name: "cp-0", Role: role.ControlPlane, IP: netip.MustParseAddr("127.0.0.1")}},
+		InitSecretHash: hash,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(lis)
+	t.Cleanup(func() { srv.Close() })
+	return lis.Addr().String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().(*net.TCPAddr).Port
+}
+
+// TestRecoveryInTheInitrd boots a control plane whose state disk belongs
+// to a cluster while no join service is reachable: the initrd serves
+// recovery; the owner's 'orrery recover' path with another cluster's
+// master secret is refused, with the right one the node opens its disk,
+// extends PCR 15 with the cluster ID and boots on.
+func TestRecoveryInTheInitrd(t *testing.T) {
+	f := setup(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := keys.GenerateMasterSecret(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salt, err := keys.GenerateSalt(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := stateDiskFor(t, t.TempDir(), ms, salt)
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := serveMetadata(t)
+	port := freePort(t)
+	// The guest's network is 169.254.169.0/24 so that the metadata
+	// address is inside it and QEMU can forward it to the test's server.
+	netdev := "user,id=n0,net=169.254.169.0/24,dhcpstart=169.254.169.15" +
+		",guestfwd=tcp:169.254.169.254:80-cmd:env " + pipeEnv + "=" + meta + " " + exe +
+		",hostfwd=tcp:127.0.0.1:" + strconv.Itoa(port) + "-:" + strconv.Itoa(recoverpb.Port)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := vm.Start(ctx, vm.Config{
+		Name: "initrd-recover", Dir: dir, Kernel: f.kernel, Initrd: f.initrd,
+		Cmdline:      "console=ttyS0 panic=-1 orrery.roothash=" + f.rootHash + " orrery.onfailure=poweroff",
+		StateDiskMiB: 64,
+		ExecPrefix: []string{"/bin/sh", "-c", `exec "$@" -drive if=none,id=rootdisk,format=raw,readonly=on,file=` + f.rootDisk +
+			` -device virtio-blk-pci,drive=rootdisk -netdev '` + netdev + `' -device virtio-net-pci,netdev=n0`, "sh"},
+		ProvisionTPM: func(rw io.ReadWriter) error {
+			_, err := ca.ProvisionAK(rw, platformca.NewInstance("cp-0"))
+			return err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Kill() })
+	waitFor(t, v, fmt.Sprintf("serving recovery on port %d", recoverpb.Port))
+
+	// PCR 11 of this initrd's boot: its two phase markers (direct kernel
+	// boot, no UKI); PCR 15 zero until the node is unlocked.
+	pcr11 := make([]byte, 32)
+	for _, marker := range []string{"enter-initrd", "leave-initrd"} {
+		pcr11 = extend(pcr11, []byte(marker))
+	}
+	cfg := owner.RecoverConfig{
+		Node:         "127.0.0.1:" + strconv.Itoa(port),
+		Measurements: measurements.M{11: {Expected: pcr11}, 15: {Expected: make([]byte, 32)}},
+		PlatformCA:   ca.Cert,
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	cfg.MasterSecret, _ = keys.GenerateMasterSecret(rand.Reader)
+	if err := owner.Recover(rctx, cfg); !errors.Is(err, owner.ErrWrongMasterSecret) {
+		t.Fatalf("recovery with another cluster's master secret = %v, want ErrWrongMasterSecret", err)
+	}
+	cfg.MasterSecret = ms
+	if err := owner.Recover(rctx, cfg); err != nil {
+		t.Fatalf("recovery with the cluster's master secret: %v", err)
+	}
+	console := waitExit(t, v)
+	t.Logf("console:\n%s", strings.Join(initLines(console), "\n"))
+	for _, want := range []string{"refused a recovery", "state disk opened with the key from the owner", "node locked to cluster", "switch-root"} {
+		if !strings.Contains(console, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+	msec, _ := ms.MeasurementSecret()
+	clusterID, err := keys.ClusterID(msec, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// PCR 15 as computed here without the code under test: one extend
+	// with SHA-256 of the cluster ID.
+	d := extend(make([]byte, 32), clusterID)
+	if got := rootReports(console, "pcr15"); len(got) != 1 || got[0] != hex.EncodeToString(d) || !bytes.Equal(nodelock.Expected(clusterID), d) {
+		t.Errorf("PCR 15 = %q, want %x", got, d)
+	}
+	for _, secret := range [][]byte{ms.Key, ms.Salt} {
+		if strings.Contains(console, hex.EncodeToString(secret)) {
+			t.Fatal("the console shows the master secret")
+		}
+	}
+}
+
+// extend is a SHA-256 PCR extend with the digest of data.
+func extend(pcr, data []byte) []byte {
+	d := sha256.Sum256(data)
+	s := sha256.Sum256(append(bytes.Clone(pcr), d[:]...))
+	return s[:]
+}

@@ -1,0 +1,89 @@
+package owner
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+)
+
+// RecoverConfig is what Recover needs.
+type RecoverConfig struct {
+	// Node is the recovery server's address on the node, HOST:PORT.
+	Node string
+	// Measurements are the image's: a node waiting in its initrd shows
+	// them, PCR 15 still zero.
+	Measurements measurements.M
+	PlatformCA   *x509.Certificate
+	// MasterSecret is the cluster's, as 'orrery init' saved it.
+	MasterSecret keys.MasterSecret
+	Logger       *slog.Logger
+	Progress     Progress
+}
+
+// ErrWrongMasterSecret means the node refused the master secret: it does
+// not open the node's state disk. The node is unchanged and keeps waiting.
+var ErrWrongMasterSecret = errors.New("the node refused the master secret: it does not open the node's state disk")
+
+// Recover hands the master secret to a node that waits in its initrd for
+// its state disk's key (every control plane was down when it booted),
+// after the node proved that it runs the image. The node derives its key,
+// opens its disk and boots on; Recover returns once the node said so.
+func Recover(ctx context.Context, cfg RecoverConfig) error {
+	r := newReporter(cfg.Progress)
+	if err := cfg.MasterSecret.Validate(); err != nil {
+		return fmt.Errorf("master secret: %w", err)
+	}
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{
+		Measurements: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: orDiscard(cfg.Logger),
+	})
+	if err != nil {
+		return err
+	}
+	d, err := dialer.New(v)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	r.notice(fmt.Sprintf("Recovering %s", cfg.Node))
+	err = d.WaitAttested(ctx, cfg.Node, func(attempt int, err error) error {
+		if attempt == 1 {
+			r.detail(fmt.Sprintf("waiting for %s to serve recovery (a control plane that found no join service serves it from its initrd): %v", cfg.Node, err))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.step("attested; sending the master secret")
+	conn, err := d.Conn(cfg.Node)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = recoverpb.NewRecoverServiceClient(conn).Recover(ctx, &recoverpb.RecoverRequest{
+		MasterSecret: cfg.MasterSecret.Key, MasterSecretSalt: cfg.MasterSecret.Salt,
+	})
+	switch status.Code(err) {
+	case codes.OK:
+		r.notice(fmt.Sprintf("%s opened its state disk and boots on (%s)", cfg.Node, time.Since(start).Round(time.Second)))
+		return nil
+	case codes.AlreadyExists:
+		r.notice(fmt.Sprintf("%s needs no recovery: %s", cfg.Node, status.Convert(err).Message()))
+		return nil
+	case codes.PermissionDenied:
+		return fmt.Errorf("%w (%s)", ErrWrongMasterSecret, status.Convert(err).Message())
+	}
+	return fmt.Errorf("recover %s: %w", cfg.Node, err)
+}

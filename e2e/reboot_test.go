@@ -1,0 +1,192 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/keys"
+)
+
+// consoleCount counts the lines of n's console that contain s: a reset
+// VM keeps its console, so a later boot's line is one more.
+func consoleCount(n *cloud.Node, s string) int {
+	raw, _ := os.ReadFile(n.SerialLog())
+	return strings.Count(string(raw), s)
+}
+
+// waitConsoleMore waits until n's console has more lines with s than
+// before.
+func waitConsoleMore(t *testing.T, ctx context.Context, n *cloud.Node, s string, before int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for consoleCount(n, s) <= before {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			raw, _ := os.ReadFile(n.SerialLog())
+			t.Fatalf("%s's console did not show %q again within %s:\n%s", n.Name, s, timeout, lastLines(string(raw), 40))
+		}
+		time.Sleep(3 * time.Second)
+	}
+}
+
+// resetNode hard-resets n through QMP, as a power cut would.
+func resetNode(t *testing.T, ctx context.Context, n *cloud.Node) {
+	t.Helper()
+	if err := n.VM().Reset(ctx); err != nil {
+		t.Fatalf("reset %s: %v", n.Name, err)
+	}
+}
+
+// hostPathPod runs busybox on node with the node's /var/lib/orrery-e2e
+// mounted at /data.
+func hostPathPod(name, node, script string) string {
+	return `apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `, namespace: default}
+spec:
+  nodeName: ` + node + `
+  restartPolicy: Never
+  tolerations: [{operator: Exists}]
+  volumes: [{name: data, hostPath: {path: /var/lib/orrery-e2e, type: DirectoryOrCreate}}]
+  containers:
+  - name: c
+    image: ghcr.io/flannel-io/flannel:v0.28.4
+    imagePullPolicy: Never
+    volumeMounts: [{name: data, mountPath: /data}]
+    command: ["/usr/bin/busybox", "sh", "-c", "` + script + `"]
+`
+}
+
+// runPod applies manifest and waits until the pod has finished, and
+// returns its log.
+func runPod(t *testing.T, k kubectlFunc, dir, name, manifest string) string {
+	t.Helper()
+	path := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := k("apply", "-f", path); err != nil {
+		t.Fatalf("apply %s: %v\n%s", name, err, s)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		s, _ := k("get", "pod", name, "-o", "jsonpath={.status.phase}")
+		if s == "Succeeded" || s == "Failed" {
+			logs, _ := k("logs", name)
+			return logs
+		}
+		if time.Now().After(deadline) {
+			d, _ := k("describe", "pod", name)
+			t.Fatalf("pod %s did not finish:\n%s", name, d)
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
+
+// rebootWorker hard-resets the worker after a pod wrote a file on its
+// state disk: it must rejoin by itself (its initrd gets the key from the
+// join service), become Ready, and still have the file.
+func rebootWorker(t *testing.T, ctx context.Context, k kubectlFunc, dir string, worker *cloud.Node, p *phases) {
+	t.Helper()
+	logs := runPod(t, k, dir, "write-state", hostPathPod("write-state", worker.Name, "echo before-reset > /data/marker && sync && cat /data/marker"))
+	if !strings.Contains(logs, "before-reset") {
+		t.Fatalf("the pod did not write its file on %s:\n%s", worker.Name, logs)
+	}
+	p.done("a pod writes a file on the worker's state disk")
+	before, boot := consoleCount(worker, "rejoined cluster"), bootID(t, k, worker.Name)
+	resetNode(t, ctx, worker)
+	waitConsoleMore(t, ctx, worker, "rejoined cluster", before, 5*time.Minute)
+	t.Logf("%s: %s", worker.Name, lastLine(mustRead(worker.SerialLog()), "state disk opened with the key from"))
+	waitReady(t, k, worker.Name, boot, 10*time.Minute)
+	p.done("worker-0 hard reset: rejoins by itself and is Ready")
+	logs = runPod(t, k, dir, "read-state", hostPathPod("read-state", worker.Name, "cat /data/marker"))
+	if !strings.Contains(logs, "before-reset") {
+		t.Fatalf("the file written before the reset is gone from %s:\n%s", worker.Name, logs)
+	}
+	p.done("the worker's file survived the reset")
+}
+
+// recoverControlPlane hard-resets the only control plane: its initrd
+// finds no join service and waits for the owner. 'orrery recover' with
+// another cluster's master secret is refused; with the cluster's, the
+// node comes back with its etcd data.
+func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, out, img, orr string, cp *cloud.Node, p *phases) {
+	t.Helper()
+	if s, err := k("-n", "default", "create", "configmap", "survives-reset", "--from-literal=value=kept"); err != nil {
+		t.Fatalf("create configmap: %v\n%s", err, s)
+	}
+	before, boot := consoleCount(cp, "serving recovery on port"), bootID(t, k, cp.Name)
+	resetNode(t, ctx, cp)
+	waitConsoleMore(t, ctx, cp, "serving recovery on port", before, 5*time.Minute)
+	p.done("cp-0 hard reset: waits for recovery")
+
+	wrong := filepath.Join(dir, "wrong-master-secret.json")
+	ms, err := keys.GenerateMasterSecret(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := keys.WriteMasterSecretFile(wrong, ms); err != nil {
+		t.Fatal(err)
+	}
+	recoverArgs := func(secret string) []string {
+		return []string{orr, "recover", "--node", cp.IP.String(), "--mini-dir", dir, "--master-secret", secret,
+			"--measurements", filepath.Join(img, "measurements.json"), "--timeout", "5m"}
+	}
+	refused, err := inNS(ctx, recoverArgs(wrong)...)
+	if err == nil || !strings.Contains(string(refused), "refused the master secret") {
+		t.Fatalf("orrery recover with another cluster's master secret: err %v\n%s", err, refused)
+	}
+	p.done("orrery recover with a wrong master secret is refused")
+	recovered, err := inNS(ctx, recoverArgs(filepath.Join(out, "orrery-master-secret.json"))...)
+	t.Logf("orrery recover:\n%s", recovered)
+	if err != nil {
+		t.Fatalf("orrery recover: %v", err)
+	}
+	waitReady(t, k, cp.Name, boot, 10*time.Minute)
+	p.done("orrery recover: cp-0 back and Ready")
+	if s, err := k("-n", "default", "get", "configmap", "survives-reset", "-o", "jsonpath={.data.value}"); err != nil || s != "kept" {
+		t.Fatalf("the ConfigMap created before the reset: %v %q", err, s)
+	}
+}
+
+// bootID is node's boot ID as its kubelet reports it: it changes with
+// every boot.
+func bootID(t *testing.T, k kubectlFunc, node string) string {
+	t.Helper()
+	s, err := k("get", "node", node, "-o", "jsonpath={.status.nodeInfo.bootID}")
+	if err != nil || s == "" {
+		t.Fatalf("boot ID of %s: %v %q", node, err, s)
+	}
+	return s
+}
+
+// waitReady waits until node reports Ready from a boot other than the
+// one with ID oldBoot: a Ready condition from before a reset does not
+// count.
+func waitReady(t *testing.T, k kubectlFunc, node, oldBoot string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := k("get", "node", node, "-o", `jsonpath={.status.nodeInfo.bootID} {.status.conditions[?(@.type=="Ready")].status}`)
+		if boot, ready, _ := strings.Cut(s, " "); err == nil && boot != oldBoot && ready == "True" {
+			return
+		}
+		if time.Now().After(deadline) {
+			nodes, _ := k("get", "nodes", "-o", "wide")
+			t.Fatalf("%s not Ready again within %s:\n%s", node, timeout, nodes)
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
+
+func mustRead(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}

@@ -127,7 +127,7 @@ func newJoinServer(f joinFlags, log *slog.Logger) (*joinserver.Server, error) {
 		return nil, fmt.Errorf("connect to the API server: %w", err)
 	}
 	js, err := joinserver.New(joinserver.Config{
-		Keys: kc, Admissions: &admissions.Store{Conn: api}, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
+		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
 		Endpoint: f.endpoint, KubernetesVersion: f.version, Components: components,
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(f.salt) },
 		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(f.controlPlanes) },

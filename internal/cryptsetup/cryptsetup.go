@@ -265,6 +265,35 @@ func parseMetadata(raw []byte) (Volume, error) {
 	return v, nil
 }
 
+// SetLabel sets the LUKS2 label of dev.
+func (t *Tool) SetLabel(ctx context.Context, dev, label string) error {
+	_, err := t.run(ctx, t.cryptsetup(), "config", "--label", label, dev)
+	return err
+}
+
+// Label returns the LUKS2 label of dev; "" for none.
+func (t *Tool) Label(ctx context.Context, dev string) (string, error) {
+	out, err := t.run(ctx, t.cryptsetup(), "luksDump", dev)
+	if err != nil {
+		return "", err
+	}
+	return parseLabel(out)
+}
+
+// parseLabel reads the "Label:" line of 'cryptsetup luksDump'.
+func parseLabel(dump []byte) (string, error) {
+	for _, line := range strings.Split(string(dump), "\n") {
+		if v, ok := strings.CutPrefix(line, "Label:"); ok {
+			v = strings.TrimSpace(v)
+			if v == "(no label)" {
+				return "", nil
+			}
+			return v, nil
+		}
+	}
+	return "", errors.New("luksDump shows no label line")
+}
+
 // AddKey adds a keyslot for the key in newKeyFile, authorised by the key
 // in keyFile. The new keyslot uses PBKDF2 with few iterations, like the
 // first one: keys are 32 random bytes, so a slow derivation buys nothing.

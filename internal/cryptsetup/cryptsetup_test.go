@@ -131,3 +131,27 @@ func FuzzParseMetadata(f *testing.F) {
 		}
 	})
 }
+
+func TestLabelOnFile(t *testing.T) {
+	ctx := context.Background()
+	_, disk, key := blankDiskAndKey(t)
+	var tool Tool
+	if err := tool.FormatLUKS2(ctx, disk, key, FormatOpts{Format: EncryptedOnly, PBKDF: "pbkdf2", Iterations: 1000, Label: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tool.Label(ctx, disk); err != nil || got != "first" {
+		t.Fatalf("Label = %q, %v; want first", got, err)
+	}
+	if err := tool.SetLabel(ctx, disk, "second"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tool.Label(ctx, disk); err != nil || got != "second" {
+		t.Fatalf("Label after SetLabel = %q, %v; want second", got, err)
+	}
+	if _, err := parseLabel([]byte("LUKS header information\nVersion: 2\n")); err == nil {
+		t.Error("a dump without a label line parsed")
+	}
+	if got, err := parseLabel([]byte("Version: 2\nLabel:          (no label)\n")); err != nil || got != "" {
+		t.Errorf("no label = %q, %v", got, err)
+	}
+}

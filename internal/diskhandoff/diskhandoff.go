@@ -61,3 +61,18 @@ func ReadVolumeRecord(path string) (cryptsetup.Volume, error) {
 	}
 	return v, nil
 }
+
+// The state disk's LUKS2 label tells a later boot whether the disk ever
+// belonged to a cluster. The initrd formats it with FirstBootLabel and a
+// random passphrase that lives only in /run; bootstrapperd sets KeyedLabel
+// once the cluster's key is in a keyslot. A disk that still has
+// FirstBootLabel at a later boot was never keyed to a cluster: its only
+// key was lost with the earlier boot's /run, nothing on it can be read,
+// and the initrd prepares it afresh. Any other label means the disk may
+// hold a cluster's data, and it is never reformatted. (The header is not
+// authenticated; a host that rewrites the label can make the node lose a
+// disk it could destroy anyway, and learns nothing.)
+const (
+	FirstBootLabel = "orrery-state"
+	KeyedLabel     = "orrery-state-keyed"
+)

@@ -27,6 +27,7 @@ type LUKS interface {
 	AddKey(ctx context.Context, dev, keyFile, newKeyFile string) error
 	RemoveKey(ctx context.Context, dev, keyFile string) error
 	TestKey(ctx context.Context, dev, keyFile string) (bool, error)
+	SetLabel(ctx context.Context, dev, label string) error
 }
 
 // Disk is the node's state disk.
@@ -172,6 +173,11 @@ func (d *Disk) Rekey(ctx context.Context, newKey []byte) error {
 		if ok, err := d.LUKS.TestKey(ctx, dev, newKeyFile); err != nil || !ok {
 			return fmt.Errorf("the derived key does not open the state disk after adding it (%v)", err)
 		}
+	}
+	// Before the first-boot passphrase goes: from here on a reboot must
+	// find the disk marked as a cluster's, never as one to reformat.
+	if err := d.LUKS.SetLabel(ctx, dev, diskhandoff.KeyedLabel); err != nil {
+		return fmt.Errorf("mark the state disk as keyed to the cluster: %w", err)
 	}
 	if ok, err := d.LUKS.TestKey(ctx, dev, d.FirstBootKey); err != nil {
 		return fmt.Errorf("test the first-boot passphrase: %w", err)

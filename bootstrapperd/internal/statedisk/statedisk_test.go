@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
 )
 
 // newDisk formats a real LUKS2 volume on a file, as the initrd does on a
@@ -88,6 +89,10 @@ func TestRekey(t *testing.T) {
 	}
 	if _, err := os.Stat(d.FirstBootKey); !os.IsNotExist(err) {
 		t.Fatal("the first-boot passphrase file is still there")
+	}
+	// A later boot's initrd must take the disk for a cluster's.
+	if label, err := d.LUKS.(*cryptsetup.Tool).Label(ctx, d.Device); err != nil || label != diskhandoff.KeyedLabel {
+		t.Fatalf("LUKS2 label after Rekey = %q, %v; want %q", label, err, diskhandoff.KeyedLabel)
 	}
 	entries, _ := os.ReadDir(d.TmpDir)
 	if len(entries) != 0 {

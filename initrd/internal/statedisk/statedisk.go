@@ -31,8 +31,9 @@ import (
 const (
 	DefaultSysroot = "/sysroot"
 	MapperName     = "state"
-	// Label is the LUKS2 and ext4 label of the state disk.
-	Label = "orrery-state"
+	// Label is the ext4 label of the state disk, and the LUKS2 label
+	// until the disk is keyed to a cluster (diskhandoff.FirstBootLabel).
+	Label = diskhandoff.FirstBootLabel
 	// EtcDir holds the upper and work directories of the /etc overlay,
 	// relative to the state filesystem (mounted on /var).
 	EtcDir = "lib/orrery/etc"
@@ -48,6 +49,7 @@ var ErrInitialised = errors.New("state disk is initialised")
 // luksTool is what Prepare needs of cryptsetup (internal/cryptsetup.Tool).
 type luksTool interface {
 	IsLUKS(ctx context.Context, dev string) (bool, error)
+	Label(ctx context.Context, dev string) (string, error)
 	FormatLUKS2(ctx context.Context, dev, keyFile string, o cryptsetup.FormatOpts) error
 	OpenLUKS(ctx context.Context, dev, name, keyFile string) error
 }
@@ -88,11 +90,17 @@ type Result struct {
 	FormatTime time.Duration // spent in luksFormat
 	MkfsTime   time.Duration // spent in mke2fs
 	OpenTime   time.Duration // spent opening the volume
+	// Abandoned means the disk was a LUKS volume an earlier first boot
+	// formatted and nobody keyed to a cluster; it was prepared afresh.
+	Abandoned bool
 }
 
 // Prepare sets up the blank state disk dev on first boot. It returns
-// ErrInitialised, having changed nothing, if dev is a LUKS volume already,
-// and an error without touching dev if dev is neither LUKS nor blank.
+// ErrInitialised, having changed nothing, if dev is a LUKS volume that
+// may belong to a cluster, and an error without touching dev if dev is
+// neither LUKS nor blank. A LUKS volume an earlier first boot formatted
+// and nobody keyed to a cluster (see diskhandoff.FirstBootLabel) is
+// prepared afresh, and Result.Abandoned says so.
 func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	var res Result
 	isLUKS, err := p.LUKS.IsLUKS(ctx, dev)
@@ -100,7 +108,17 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 		return res, fmt.Errorf("check for a LUKS header on %s: %w", dev, err)
 	}
 	if isLUKS {
-		return res, ErrInitialised
+		label, err := p.LUKS.Label(ctx, dev)
+		if err != nil {
+			return res, fmt.Errorf("read the LUKS label of %s: %w", dev, err)
+		}
+		if label != diskhandoff.FirstBootLabel {
+			return res, ErrInitialised
+		}
+		if err := eraseHeader(dev); err != nil {
+			return res, err
+		}
+		res.Abandoned = true
 	}
 	blank, err := IsBlank(dev)
 	if err != nil {
@@ -181,6 +199,34 @@ func (p *Preparer) MountState(dev string) error {
 	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", etc, upper, work)
 	if err := p.Mount("overlay", etc, "overlay", 0, data); err != nil {
 		return fmt.Errorf("mount writable overlay on /etc: %w", err)
+	}
+	return nil
+}
+
+// headerSize covers the LUKS2 headers (both copies and the keyslot area:
+// 16 MiB as cryptsetup formats by default) and the dm-integrity superblock
+// after them.
+const headerSize = 32 << 20
+
+// eraseHeader zeroes the start of a never-keyed volume, whose key is lost,
+// so that it is blank again.
+func eraseHeader(dev string) error {
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("erase the abandoned state disk: %w", err)
+	}
+	size, err := f.Seek(0, io.SeekEnd)
+	if err == nil {
+		_, err = f.WriteAt(make([]byte, min(size, headerSize)), 0)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("erase the abandoned state disk: %w", err)
 	}
 	return nil
 }

@@ -11,11 +11,13 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
 )
 
 // fakeLUKS records what Prepare asks of cryptsetup.
 type fakeLUKS struct {
 	isLUKS    bool
+	label     string
 	failOpen  bool
 	formatted cryptsetup.FormatOpts
 	keySeen   []byte
@@ -25,6 +27,11 @@ type fakeLUKS struct {
 func (f *fakeLUKS) IsLUKS(_ context.Context, dev string) (bool, error) {
 	f.calls = append(f.calls, "isLuks "+dev)
 	return f.isLUKS, nil
+}
+
+func (f *fakeLUKS) Label(_ context.Context, dev string) (string, error) {
+	f.calls = append(f.calls, "label "+dev)
+	return f.label, nil
 }
 
 func (f *fakeLUKS) FormatLUKS2(_ context.Context, dev, keyFile string, o cryptsetup.FormatOpts) error {
@@ -102,9 +109,14 @@ func TestPrepare(t *testing.T) {
 		wantMnts int
 	}{
 		"first boot":  {content: make([]byte, 2<<20), wantKey: true, wantMnts: 2},
-		"initialised": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true}, wantIs: ErrInitialised},
-		"holds data":  {content: append([]byte("XFSB"), make([]byte, 2<<20)...), wantErr: "neither blank nor a LUKS volume"},
-		"open fails":  {content: make([]byte, 2<<20), luks: fakeLUKS{failOpen: true}, wantErr: "open state disk", wantKey: true},
+		"initialised": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: diskhandoff.KeyedLabel}, wantIs: ErrInitialised},
+		// Unknown: maybe a cluster's; never reformatted.
+		"initialised, other label": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: ""}, wantIs: ErrInitialised},
+		// Formatted at an earlier first boot, never keyed: its key is
+		// gone with that boot's /run.
+		"abandoned first boot": {content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...), luks: fakeLUKS{isLUKS: true, label: diskhandoff.FirstBootLabel}, wantKey: true, wantMnts: 2},
+		"holds data":           {content: append([]byte("XFSB"), make([]byte, 2<<20)...), wantErr: "neither blank nor a LUKS volume"},
+		"open fails":           {content: make([]byte, 2<<20), luks: fakeLUKS{failOpen: true}, wantErr: "open state disk", wantKey: true},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -145,8 +157,13 @@ func TestPrepare(t *testing.T) {
 				if kerr == nil {
 					t.Fatal("key file written")
 				}
-				if len(luks.calls) > 1 {
-					t.Fatalf("touched the disk: %v", luks.calls)
+				for _, c := range luks.calls {
+					if !strings.HasPrefix(c, "isLuks ") && !strings.HasPrefix(c, "label ") {
+						t.Fatalf("touched the disk: %v", luks.calls)
+					}
+				}
+				if now, _ := os.ReadFile(dev); !bytes.Equal(now, tt.content) {
+					t.Fatal("the disk's content changed")
 				}
 				return
 			}

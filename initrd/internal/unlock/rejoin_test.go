@@ -203,3 +203,29 @@ func (m metaOnly) Self(context.Context) (metadata.Instance, error) { return m.se
 func (m metaOnly) Peers(context.Context) ([]metadata.Instance, error) {
 	return []metadata.Instance{m.self}, nil
 }
+
+type cpMeta struct{}
+
+var cp1 = metadata.Instance{Name: "cp-1", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.1.101")}
+
+func (cpMeta) Self(context.Context) (metadata.Instance, error) { return cp1, nil }
+func (cpMeta) Peers(context.Context) ([]metadata.Instance, error) {
+	return []metadata.Instance{cp0, cp1, self}, nil
+}
+
+// A rebooted control plane rejoins through another control plane's join
+// service, and never asks its own address.
+func TestControlPlaneRejoinsThroughAnother(t *testing.T) {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1")
+	other := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1").Lock(t, "cluster")
+	u, _ := newDisk(t, bytes.Repeat([]byte{1}, 32))
+	svc := &joinService{tickets: []*joinpb.IssueRejoinTicketResponse{ticket(1, 2)}}
+	console := rejoin(t, node, other, svc, u, cpMeta{}, time.Minute)
+	if !isOpen(u) || !strings.Contains(u.Key().From, cp0.IP.String()) {
+		t.Fatalf("cp-1 did not rejoin through cp-0; console:\n%s", console)
+	}
+}

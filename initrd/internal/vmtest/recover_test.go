@@ -84,7 +84,8 @@ func stateDiskFor(t *testing.T, dir string, ms keys.MasterSecret, salt []byte) s
 	}
 	for _, args := range [][]string{
 		{"luksFormat", "--batch-mode", "--type", "luks2", "--cipher", "aes-xts-plain64", "--key-size", "512", "--sector-size", "512",
-			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--uuid", uuid, "--key-file", keyFile, raw},
+			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--uuid", uuid, "--key-file", keyFile,
+			"--label", diskhandoff.KeyedLabel, raw},
 		{"luksDump", "--batch-mode", "--dump-volume-key", "--volume-key-file", volumeKeyFile, "--key-file", keyFile, raw},
 	} {
 		if err := run("cryptsetup", args...); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/orrery-dev/orrery/initrd/internal/initrdbuild"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 )
@@ -288,8 +289,9 @@ func rootReports(console, key string) []string {
 
 // TestFirstBootThenInitialised boots with a blank state disk (first boot:
 // LUKS2, key, switch to the root), checks the disk and PCR 11 from
-// outside, then boots again with the same disk, which must wait for its
-// key.
+// outside; boots again with the same disk, which was never keyed to a
+// cluster and is prepared afresh; then marks it keyed, and the next boot
+// must wait for its key.
 func TestFirstBootThenInitialised(t *testing.T) {
 	f := setup(t)
 	dir := filepath.Join(t.TempDir(), "vm")
@@ -369,17 +371,41 @@ func TestFirstBootThenInitialised(t *testing.T) {
 		}
 	}
 
-	// Second boot: the disk is initialised; the initrd looks for its key
-	// (this VM has no network to find it on).
+	// Second boot: nothing keyed the disk to a cluster (no bootstrapper
+	// ran), and its random passphrase is gone with the first boot's /run:
+	// the initrd prepares it afresh.
 	if err := os.Remove(v.SerialLog()); err != nil {
 		t.Fatal(err)
 	}
 	v2 := boot(t, f, dir, f.rootDisk, 256)
-	console = waitFor(t, v2, "getting its key from the cluster")
-	if strings.Contains(console, "FAILED") || strings.Contains(console, "switch-root") {
-		t.Errorf("second boot went on:\n%s", strings.Join(initLines(console), "\n"))
+	console = waitExit(t, v2)
+	if !strings.Contains(console, "never joined a cluster") || !strings.Contains(console, "state: first boot: formatted LUKS2") {
+		t.Errorf("second boot did not prepare the abandoned disk afresh:\n%s", strings.Join(initLines(console), "\n"))
 	}
-	v2.Kill()
+	if err := run("qemu-img", "convert", "-O", "raw", filepath.Join(dir, vm.StateFile), raw); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := output("cryptsetup", "luksUUID", raw); err != nil || strings.Contains(dump, strings.TrimSpace(again)) {
+		t.Errorf("the disk was not formatted anew (UUID %q, %v)", again, err)
+	}
+
+	// Once keyed to a cluster (as bootstrapperd marks it), the disk is
+	// the cluster's: the initrd asks for its key and never formats it.
+	if err := run("cryptsetup", "config", "--label", diskhandoff.KeyedLabel, raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("qemu-img", "convert", "-O", "qcow2", raw, filepath.Join(dir, vm.StateFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(v2.SerialLog()); err != nil {
+		t.Fatal(err)
+	}
+	v3 := boot(t, f, dir, f.rootDisk, 256)
+	console = waitFor(t, v3, "getting its key from the cluster")
+	if strings.Contains(console, "FAILED") || strings.Contains(console, "switch-root") || strings.Contains(console, "formatted LUKS2") {
+		t.Errorf("third boot went on:\n%s", strings.Join(initLines(console), "\n"))
+	}
+	v3.Kill()
 }
 
 // TestNoStateDisk: without a state disk the initrd says what to attach

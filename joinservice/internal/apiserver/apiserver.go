@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -99,4 +100,19 @@ func Excerpt(body []byte) string {
 		body = body[:n]
 	}
 	return string(bytes.TrimSpace(body))
+}
+
+// NodeExists reports whether the cluster has a Node called name.
+func (c *Conn) NodeExists(ctx context.Context, name string) (bool, error) {
+	code, body, err := c.Do(ctx, http.MethodGet, "/api/v1/nodes/"+url.PathEscape(name), nil)
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", name, err)
+	}
+	switch code {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("read node %s: API server answered %d %s: %s", name, code, http.StatusText(code), Excerpt(body))
 }

@@ -89,11 +89,20 @@ type Admissions interface {
 	Lookup(ctx context.Context, diskUUID string) (inst attestation.Instance, found bool, err error)
 }
 
+// Nodes tells whether the cluster still has a node: an owner removes a
+// node with 'kubectl delete node', and its disk gets no rejoin ticket
+// from then on.
+type Nodes interface {
+	NodeExists(ctx context.Context, name string) (bool, error)
+}
+
 // Config wires the server.
 type Config struct {
 	Keys KeyClient
 	// Admissions records admitted disks. Required.
 	Admissions Admissions
+	// Nodes are the cluster's nodes. Required.
+	Nodes Nodes
 	// CA and CAKey are the cluster CA, which signs kubelet certificates.
 	CA    *x509.Certificate
 	CAKey crypto.Signer
@@ -129,6 +138,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.CA == nil || cfg.CAKey == nil {
 		return nil, errors.New("join server: no cluster CA configured (Config.CA, Config.CAKey)")
+	}
+	if cfg.Nodes == nil {
+		return nil, errors.New("join server: no view of the cluster's nodes configured (Config.Nodes)")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -266,6 +278,15 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 		log.Warn("refused a rejoin: the state disk was admitted for another VM", "admittedFor", owner.String())
 		return nil, status.Errorf(codes.PermissionDenied,
 			"state disk %s was admitted for %s, not for this node, %s: a rejoin ticket goes only to the VM the disk was admitted for", disk, owner, inst)
+	}
+	switch exists, err := s.cfg.Nodes.NodeExists(ctx, owner.Name); {
+	case err != nil:
+		log.Error("cannot read the cluster's nodes", "error", err)
+		return nil, status.Errorf(codes.Unavailable, "read the cluster's nodes: %v", err)
+	case !exists:
+		log.Warn("refused a rejoin: the owner removed the node from the cluster")
+		return nil, status.Errorf(codes.PermissionDenied,
+			"node %s was removed from the cluster (kubectl delete node): its state disk %s gets no rejoin ticket; to bring this VM back, recreate it and let it join as a new node", owner.Name, disk)
 	}
 	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
 	if err != nil {

@@ -54,6 +54,24 @@ func (localKeys) GetDataKey(_ context.Context, id string, n int) ([]byte, error)
 
 // memAdmissions is the record of admitted disks in memory, with the
 // semantics of admissions.Store.
+// memNodes are the cluster's nodes; gone lists the ones the owner deleted.
+type memNodes struct {
+	mu   sync.Mutex
+	gone map[string]bool
+}
+
+func (m *memNodes) NodeExists(_ context.Context, name string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.gone[name], nil
+}
+
+func (m *memNodes) delete(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gone[name] = true
+}
+
 type memAdmissions struct {
 	mu    sync.Mutex
 	disks map[string]attestation.Instance
@@ -107,6 +125,7 @@ func csrWithKey(t testing.TB, cn string, org []string, key crypto.Signer) []byte
 type env struct {
 	ca         *x509.Certificate
 	admissions *memAdmissions
+	nodes      *memNodes
 	node       *qemutest.Node
 	logs       *syncbuffer.Buffer
 	attested   joinpb.JoinServiceClient
@@ -136,7 +155,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
 		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
 	}
-	e := &env{ca: ca, admissions: &memAdmissions{disks: map[string]attestation.Instance{}}, logs: &syncbuffer.Buffer{}}
+	e := &env{ca: ca, admissions: &memAdmissions{disks: map[string]attestation.Instance{}}, nodes: &memNodes{gone: map[string]bool{}}, logs: &syncbuffer.Buffer{}}
 	pca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +171,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		approved += node.Instance.ID + "\n"
 	}
 	srv, err := New(Config{
-		Keys: localKeys{}, Admissions: e.admissions, CA: ca, CAKey: caKey, PKIDir: pki,
+		Keys: localKeys{}, Admissions: e.admissions, Nodes: e.nodes, CA: ca, CAKey: caKey, PKIDir: pki,
 		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
 		ControlPlanes:   func(context.Context) ([]string, error) { return controlplanes.Parse(approved) },
@@ -306,14 +325,27 @@ func TestRejoinTicket(t *testing.T) {
 	if !bytes.Equal(resp.GetStateDiskKey(), want) {
 		t.Fatal("rejoin ticket has another disk key than the join ticket")
 	}
+
+	// The owner removes the node ('kubectl delete node'): no more rejoins.
+	e.nodes.delete(qemutest.DefaultName)
+	resp, err = e.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "removed from the cluster") || len(resp.GetStateDiskKey()) > 0 {
+		t.Fatalf("rejoin of a removed node: err = %v, want PermissionDenied", err)
+	}
+	if !strings.Contains(e.logs.String(), "refused a rejoin: the owner removed the node") || !strings.Contains(e.logs.String(), "node="+qemutest.DefaultName) {
+		t.Errorf("refusal not logged with the node's name:\n%s", e.logs)
+	}
 }
 
 func TestNewRequiresAdmissionsAndCA(t *testing.T) {
 	if _, err := New(Config{CA: &x509.Certificate{}, CAKey: &ecdsa.PrivateKey{}}); err == nil {
 		t.Fatal("a join server without a record of admitted disks was created")
 	}
-	if _, err := New(Config{Admissions: &memAdmissions{}}); err == nil {
+	if _, err := New(Config{Admissions: &memAdmissions{}, Nodes: &memNodes{}}); err == nil {
 		t.Fatal("a join server without the cluster CA was created")
+	}
+	if _, err := New(Config{CA: &x509.Certificate{}, CAKey: &ecdsa.PrivateKey{}, Admissions: &memAdmissions{}}); err == nil {
+		t.Fatal("a join server without a view of the nodes was created")
 	}
 }
 
@@ -330,7 +362,7 @@ func FuzzCheckCSR(f *testing.F) {
 	f.Add(good[:len(good)/2])
 	f.Add([]byte{})
 	ca, caKey := newCA(f)
-	s, err := New(Config{CA: ca, CAKey: caKey, Admissions: &memAdmissions{}})
+	s, err := New(Config{CA: ca, CAKey: caKey, Admissions: &memAdmissions{}, Nodes: &memNodes{}})
 	if err != nil {
 		f.Fatal(err)
 	}

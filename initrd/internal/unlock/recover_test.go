@@ -186,3 +186,28 @@ func TestRecoverSurvivesGarbage(t *testing.T) {
 		t.Error("not open")
 	}
 }
+
+// A request larger than the two 32-byte fields need is refused before the
+// server decodes it.
+func TestRecoverRefusesOversizedRequests(t *testing.T) {
+	ms := masterSecret(t)
+	node, u, luks, _, addr := recoveryNode(t, ms)
+	d, err := dialer.New(validatorOf(t, node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := d.Conn(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = recoverpb.NewRecoverServiceClient(conn).Recover(ctx, &recoverpb.RecoverRequest{MasterSecret: make([]byte, 64<<10), MasterSecretSalt: ms.Salt})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a 64 KiB request: %v, want ResourceExhausted", err)
+	}
+	if isOpen(u) || luks.keyTests() != 0 {
+		t.Error("an oversized request reached the disk")
+	}
+}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/atls/atlstest"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
@@ -153,19 +154,7 @@ func lockNode(t *testing.T, n *qemutest.Node) *qemutest.Node { return n.Lock(t, 
 
 // serveJoin runs svc over attested TLS with creds, and returns its address.
 func serveJoin(t *testing.T, cfg atls.Config, svc *joinService) string {
-	creds, err := atls.NewCredentials(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(creds))
-	joinpb.RegisterJoinServiceServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return atlstest.Serve(t, cfg, func(srv *grpc.Server) { joinpb.RegisterJoinServiceServer(srv, svc) })
 }
 
 // genuineService is the join service of a control plane cp: it attests

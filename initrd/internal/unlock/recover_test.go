@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/atls/atlstest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner"
@@ -29,19 +30,8 @@ import (
 // initrd does, and returns the address.
 func serveRecovery(t *testing.T, node *qemutest.Node, s *RecoverServer) string {
 	t.Helper()
-	creds, err := atls.NewCredentials(atls.Config{Issuer: node.Issuer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(1024))
-	recoverpb.RegisterRecoverServiceServer(srv, s)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return atlstest.Serve(t, atls.Config{Issuer: node.Issuer}, func(srv *grpc.Server) { recoverpb.RegisterRecoverServiceServer(srv, s) },
+		grpc.MaxRecvMsgSize(1024))
 }
 
 func masterSecret(t *testing.T) keys.MasterSecret {

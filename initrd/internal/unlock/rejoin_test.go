@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/atls/atlstest"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
@@ -75,25 +76,15 @@ func (s *joinService) calls() int {
 // port to it.
 func serveJoin(t *testing.T, cp, joiner *qemutest.Node, svc *joinService) func(ctx context.Context, addr string) (net.Conn, error) {
 	t.Helper()
-	creds, err := atls.NewCredentials(atls.Config{Issuer: cp.Issuer, Validators: []attestation.Validator{validatorOf(t, joiner)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(creds))
-	joinpb.RegisterJoinServiceServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
+	server := atlstest.Serve(t, atls.Config{Issuer: cp.Issuer, Validators: []attestation.Validator{validatorOf(t, joiner)}},
+		func(srv *grpc.Server) { joinpb.RegisterJoinServiceServer(srv, svc) })
 	want := netip.AddrPortFrom(cp0.IP, joinpb.Port).String()
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		if addr != want {
 			return nil, fmt.Errorf("dial %s: connection refused", addr)
 		}
 		var d net.Dialer
-		return d.DialContext(ctx, "tcp", lis.Addr().String())
+		return d.DialContext(ctx, "tcp", server)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/atls/atlstest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
@@ -27,24 +28,26 @@ import (
 // Serve returns at once. The server stops when the test ends.
 func Serve(t testing.TB, n *qemutest.Node, svc initpb.InitServiceServer, after time.Duration) string {
 	t.Helper()
+	register := func(srv *grpc.Server) {
+		if svc != nil {
+			initpb.RegisterInitServiceServer(srv, svc)
+		}
+	}
+	if after <= 0 {
+		return atlstest.Serve(t, atls.Config{Issuer: n.Issuer}, register)
+	}
 	creds, err := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.Creds(creds))
-	if svc != nil {
-		initpb.RegisterInitServiceServer(srv, svc)
-	}
+	register(srv)
 	t.Cleanup(srv.Stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	if after <= 0 {
-		go srv.Serve(lis)
-		return addr
-	}
 	lis.Close()
 	time.AfterFunc(after, func() {
 		lis, err := net.Listen("tcp", addr)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +45,7 @@ func (b *bootstrapper) initServer(bootstrapped func()) *initserver.Server {
 // join runs the join client until the node joined a cluster (then it
 // calls bootstrapped), an init took the node, or ctx ends.
 func (b *bootstrapper) join(ctx context.Context, bootstrapped func()) {
-	cas, err := platformCAs(b.openTPM)
+	cas, err := qemu.OwnPlatformCAs(b.openTPM)
 	if err != nil {
 		b.log.Error("the join client cannot run: it has nothing to check a join service's attestation against, and takes no ticket from an unproven one; this node can still be initialised with 'orrery init'",
 			"phase", "join", "error", err)
@@ -96,21 +95,6 @@ func selfInstance(openTPM tpmdev.Opener, log *slog.Logger) attestation.Instance 
 	}
 	log.Info("this node's certified instance", "node", inst.Name, "instanceID", inst.ID)
 	return inst
-}
-
-// platformCAs is what the join client checks a join service's attestation
-// key against: the platform CA that certified this node's own vTPM.
-func platformCAs(openTPM tpmdev.Opener) ([]*x509.Certificate, error) {
-	rw, err := openTPM()
-	if err != nil {
-		return nil, fmt.Errorf("open TPM: %w", err)
-	}
-	defer rw.Close()
-	ca, err := qemu.ReadPlatformCA(rw)
-	if err != nil {
-		return nil, err
-	}
-	return []*x509.Certificate{ca}, nil
 }
 
 // importImages waits until orrery-images.service has linked the baked

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -114,16 +113,11 @@ func networkUp(ctx context.Context, c *console) netup.Lease {
 }
 
 func joinServiceDialer(issuer *vtpm.Issuer) (*joinconn.Dialer, error) {
-	rw, err := tpmdev.Open()
-	if err != nil {
-		return nil, err
-	}
-	ca, err := qemu.ReadPlatformCA(rw)
-	rw.Close()
+	cas, err := qemu.OwnPlatformCAs(tpmdev.Open)
 	if err != nil {
 		return nil, fmt.Errorf("read the platform CA that certified this node's attestation key: %w", err)
 	}
-	return joinconn.New(joinconn.Config{Issuer: issuer, OpenTPM: tpmdev.Open, PlatformCAs: []*x509.Certificate{ca}})
+	return joinconn.New(joinconn.Config{Issuer: issuer, OpenTPM: tpmdev.Open, PlatformCAs: cas})
 }
 
 // serveRecovery serves RecoverService on a control plane, once the

@@ -118,6 +118,22 @@ func ReadPlatformCA(rw io.ReadWriter) (*x509.Certificate, error) {
 	return ca, nil
 }
 
+// OwnPlatformCAs opens this node's TPM and returns, as the trust list a
+// node checks its peers' attestation keys against, the platform CA that
+// certified its own (ReadPlatformCA).
+func OwnPlatformCAs(open tpmdev.Opener) ([]*x509.Certificate, error) {
+	rw, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("open TPM: %w", err)
+	}
+	defer rw.Close()
+	ca, err := ReadPlatformCA(rw)
+	if err != nil {
+		return nil, err
+	}
+	return []*x509.Certificate{ca}, nil
+}
+
 // ReadInstance returns the instance the platform named in this vTPM's own
 // AK certificate (see platformca.InstanceOf): which VM this is, as
 // verifiers will see it. A vTPM provisioned before AK certificates named

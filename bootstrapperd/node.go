@@ -51,20 +51,9 @@ func (b *bootstrapper) join(ctx context.Context, bootstrapped func()) {
 			"phase", "join", "error", err)
 		return
 	}
-	err = joinclient.Run(ctx, joinclient.Config{
-		Metadata:      b.meta,
-		Issuer:        b.issuer,
-		OpenTPM:       b.openTPM,
-		PlatformCAs:   cas,
-		Lock:          b.lock,
-		Disk:          b.disk,
-		Joiner:        &joiner{tool: b.tool},
-		StateDir:      b.paths.stateDir,
-		KubeletPKIDir: b.paths.kubeletPKIDir,
-		PKIDir:        b.paths.pkiDir,
-		Logger:        b.log,
-		Status:        func(s string) { b.notify("STATUS=" + s) },
-	})
+	cfg := b.joinConfig()
+	cfg.PlatformCAs = cas
+	err = joinclient.Run(ctx, cfg)
 	switch {
 	case err == nil:
 		b.log.Info("joined the cluster", "phase", "joined")
@@ -74,6 +63,43 @@ func (b *bootstrapper) join(ctx context.Context, bootstrapped func()) {
 	default:
 		b.log.Error("join failed", "phase", "join", "error", err)
 	}
+}
+
+// joinConfig is the join client's configuration, but for the platform
+// CAs, which only a new join needs.
+func (b *bootstrapper) joinConfig() joinclient.Config {
+	return joinclient.Config{
+		Metadata:      b.meta,
+		Issuer:        b.issuer,
+		OpenTPM:       b.openTPM,
+		Lock:          b.lock,
+		Disk:          b.disk,
+		Joiner:        &joiner{tool: b.tool},
+		StateDir:      b.paths.stateDir,
+		KubeletPKIDir: b.paths.kubeletPKIDir,
+		PKIDir:        b.paths.pkiDir,
+		Logger:        b.log,
+		Status:        func(s string) { b.notify("STATUS=" + s) },
+	}
+}
+
+// finishJoin completes a join that a reboot interrupted after the node
+// lock (see joinclient.PendingFile): the initrd rejoined, and kubeadm join
+// must still run, with the ticket kept on the state disk.
+func (b *bootstrapper) finishJoin(ctx context.Context) error {
+	b.notify("READY=1\nSTATUS=finishing a join that a reboot interrupted")
+	if err := joinclient.Finish(ctx, b.joinConfig()); err != nil {
+		return fmt.Errorf("finish the interrupted join: %w", err)
+	}
+	if err := markBootstrapped(b.paths.bootstrappedMarker); err != nil {
+		b.log.Error("cannot mark the node bootstrapped", "error", err)
+	}
+	b.log.Info("joined the cluster; bootstrapperd stops", "phase", "joined")
+	b.notify("STATUS=bootstrapped")
+	if b.listen == "" {
+		stopSocket(ctx, b.log)
+	}
+	return nil
 }
 
 // selfInstance is this node's VM as its platform certified it, which an

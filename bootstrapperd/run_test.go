@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/joinclient"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -178,6 +179,37 @@ func TestRejoinedNodeReportsItsClusterAndExits(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "rejoined cluster "+hex.EncodeToString(clusterID)) {
 		t.Errorf("log: %s", logs.String())
+	}
+}
+
+// A node whose join a reboot interrupted after the node lock (locked, no
+// bootstrapped marker, the join ticket kept) finishes that join instead of
+// reporting a cluster whose kubelet was never configured. The kept ticket
+// here is damaged: the daemon must say so and fail, not start kubelet.
+func TestInterruptedJoinIsFinishedNotReportedRejoined(t *testing.T) {
+	tpm := swtpmtest.Start(t)
+	dir := t.TempDir()
+	mlog := &measurelog.Log{Path: filepath.Join(dir, "measurements.log")}
+	if ok, err := nodelock.New(tpm.Open, mlog).TryLock([]byte("0123456789abcdef0123456789abcdef")); err != nil || !ok {
+		t.Fatalf("TryLock: %v %v", ok, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, joinclient.PendingFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuffer.Buffer
+	b := testBootstrapper(t, tpm.Open, dir, &logs)
+	var notified []string
+	b.notify = func(s string) { notified = append(notified, s) }
+	b.listen = "127.0.0.1:0"
+	err := run(context.Background(), b)
+	if err == nil || !strings.Contains(err.Error(), joinclient.PendingFile) {
+		t.Fatalf("run = %v, want the damaged record named", err)
+	}
+	if len(notified) != 1 || !strings.Contains(notified[0], "finishing a join") {
+		t.Errorf("sd_notify got %q, want the interrupted join reported", notified)
+	}
+	if strings.Contains(logs.String(), "rejoined") {
+		t.Errorf("the node was reported rejoined:\n%s", logs.String())
 	}
 }
 

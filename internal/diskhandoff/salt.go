@@ -1,11 +1,10 @@
 package diskhandoff
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
+	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
 
@@ -30,22 +29,7 @@ func WriteMeasurementSalt(path string, salt []byte) error {
 	if len(salt) != keys.SaltSize {
 		return fmt.Errorf("record the measurement salt: %d bytes, want %d", len(salt), keys.SaltSize)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("record the measurement salt: %w", err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, salt, 0o600); err != nil {
-		return fmt.Errorf("record the measurement salt: %w", err)
-	}
-	f, err := os.Open(tmp)
-	if err == nil {
-		err = errors.Join(f.Sync(), f.Close())
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, salt, 0o600); err != nil {
 		return fmt.Errorf("record the measurement salt: %w", err)
 	}
 	return nil

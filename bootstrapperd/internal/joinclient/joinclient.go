@@ -115,47 +115,55 @@ var ErrLockLost = errors.New("the node was locked to a cluster by someone else (
 
 // Run tries to join until it succeeds, the lock is lost, or ctx ends.
 func Run(ctx context.Context, cfg Config) error {
-	if cfg.Retry == 0 {
-		cfg.Retry = 2 * time.Second
-	}
-	if cfg.MaxRetry == 0 {
-		cfg.MaxRetry = 15 * time.Second
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log = log.With("component", "joinclient")
-	status := cfg.Status
-	if status == nil {
-		status = func(string) {}
-	}
-	// Backoff caps low: a node waiting for its cluster's join service
-	// should join soon after it appears, and a control plane answers one
-	// short request per node every MaxRetry at most.
-	pause := cfg.Retry
-	after := cfg.after
-	if after == nil {
-		after = time.After
-	}
+	cfg, log, status := cfg.withDefaults()
 	service, err := joinconn.New(joinconn.Config{
 		Issuer: cfg.Issuer, OpenTPM: cfg.OpenTPM, PlatformCAs: cfg.PlatformCAs, Logger: log, DialNet: cfg.dialNet,
 	})
 	if err != nil {
 		return fmt.Errorf("join client: %w", err)
 	}
-	for attempt := 1; ; attempt++ {
-		err := joinOnce(ctx, cfg, service, log, status)
+	return retry(ctx, cfg, log, func() error { return joinOnce(ctx, cfg, service, log, status) })
+}
+
+func (cfg Config) withDefaults() (Config, *slog.Logger, func(string)) {
+	if cfg.Retry == 0 {
+		cfg.Retry = 2 * time.Second
+	}
+	if cfg.MaxRetry == 0 {
+		cfg.MaxRetry = 15 * time.Second
+	}
+	if cfg.after == nil {
+		cfg.after = time.After
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	status := cfg.Status
+	if status == nil {
+		status = func(string) {}
+	}
+	return cfg, log.With("component", "joinclient"), status
+}
+
+// retry runs attempt until it succeeds, the lock is lost, or ctx ends.
+// Backoff caps low: a node waiting for its cluster's join service should
+// join soon after it appears, and a control plane answers one short
+// request per node every MaxRetry at most.
+func retry(ctx context.Context, cfg Config, log *slog.Logger, attempt func() error) error {
+	pause := cfg.Retry
+	for n := 1; ; n++ {
+		err := attempt()
 		if err == nil || errors.Is(err, ErrLockLost) {
 			return err
 		}
-		if attempt == 1 || attempt%10 == 0 {
-			log.Info("no join ticket yet; retrying", "phase", "join", "attempt", attempt, "retryIn", pause, "reason", err.Error())
+		if n == 1 || n%10 == 0 {
+			log.Info("not joined yet; retrying", "phase", "join", "attempt", n, "retryIn", pause, "reason", err.Error())
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-after(pause):
+		case <-cfg.after(pause):
 		}
 		pause = min(2*pause, cfg.MaxRetry)
 	}
@@ -230,9 +238,12 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 			return fmt.Errorf("join ticket names a control-plane file outside the PKI directory: %q", f.GetName())
 		}
 	}
+	if err := savePending(cfg.StateDir, t, key); err != nil {
+		return err
+	}
 	locked, err := cfg.Lock.TryLock(clusterID)
 	if err != nil {
-		return fmt.Errorf("take the node lock: %w", err)
+		return errors.Join(fmt.Errorf("take the node lock: %w", err), removePending(cfg.StateDir))
 	}
 	if locked {
 		log.Info("node locked to the cluster", "phase", "lock", "clusterID", fmt.Sprintf("%x", clusterID))
@@ -245,7 +256,7 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 			return fmt.Errorf("read the node lock: %w", err)
 		}
 		if !mine {
-			return ErrLockLost
+			return errors.Join(ErrLockLost, removePending(cfg.StateDir))
 		}
 		log.Info("node already locked to this cluster by an earlier attempt; cleaning up and joining again", "phase", "lock", "clusterID", fmt.Sprintf("%x", clusterID))
 		status("retrying the join: kubeadm reset")
@@ -270,11 +281,14 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	}
 	log.Info("running kubeadm join", "phase", "kubeadm-join", "endpoint", t.GetApiServerEndpoint())
 	status("running kubeadm join against " + t.GetApiServerEndpoint())
-	return cfg.Joiner.Join(ctx, kubeadm.JoinParams{
+	if err := cfg.Joiner.Join(ctx, kubeadm.JoinParams{
 		NodeName: self.Name, NodeIP: self.IP, Endpoint: t.GetApiServerEndpoint(),
 		CACert: t.GetClusterCaCert(), ClientCert: t.GetKubeletCert(), ClientKey: key,
 		ControlPlane: self.Role == role.ControlPlane,
-	}, os.Stderr)
+	}, os.Stderr); err != nil {
+		return err
+	}
+	return removePending(cfg.StateDir)
 }
 
 // Where the node keeps the client certificate of its join ticket, in

@@ -95,12 +95,17 @@ func (d *disk) UUID(context.Context) (string, error) {
 func (d *disk) Rekey(_ context.Context, k []byte) error { d.key = k; return nil }
 
 type joiner struct {
-	p      *kubeadm.JoinParams
-	fail   int // fail this many joins first
-	resets int
+	p        *kubeadm.JoinParams
+	attempts []kubeadm.JoinParams
+	fail     int // fail this many joins first
+	resets   int
+	mu       sync.Mutex
 }
 
 func (j *joiner) Join(_ context.Context, p kubeadm.JoinParams, _ io.Writer) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.attempts = append(j.attempts, p)
 	if j.fail > 0 {
 		j.fail--
 		return errors.New("kubeadm join: exit status 1")
@@ -109,7 +114,18 @@ func (j *joiner) Join(_ context.Context, p kubeadm.JoinParams, _ io.Writer) erro
 	return nil
 }
 
-func (j *joiner) Reset(context.Context, io.Writer) error { j.resets++; return nil }
+func (j *joiner) Reset(context.Context, io.Writer) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.resets++
+	return nil
+}
+
+func (j *joiner) attemptsSoFar() []kubeadm.JoinParams {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.attempts)
+}
 
 func ticket() *joinpb.IssueJoinTicketResponse {
 	return &joinpb.IssueJoinTicketResponse{
@@ -263,6 +279,9 @@ func TestJoinWorker(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile)); err != nil {
 		t.Fatalf("the issued client certificate is not kept: %v", err)
+	}
+	if HasPending(cfg.StateDir) {
+		t.Error("the ticket is still kept after the join finished")
 	}
 	// The key reaches kubeadm in memory only: a copy on the state disk
 	// would be a second, long-lived credential for the node.

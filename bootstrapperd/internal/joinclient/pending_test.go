@@ -1,0 +1,100 @@
+package joinclient
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/role"
+)
+
+// A reboot between the node lock and the end of kubeadm join: the node
+// comes back locked (its initrd rejoined), no join service will give it
+// another ticket, and bootstrapperd finishes the join with the one it
+// kept.
+func TestInterruptedJoinFinishesAfterReboot(t *testing.T) {
+	cfg, _, l, d, j := setup(t, role.ControlPlane, ticket(), false)
+	j.fail = 1 << 30 // kubeadm join never gets through before the "reboot"
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for len(j.attemptsSoFar()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if err := Run(ctx, cfg); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want cancelled", err)
+	}
+	if l.free || !HasPending(cfg.StateDir) {
+		t.Fatalf("after the lock: locked %v, ticket kept %v; want both", !l.free, HasPending(cfg.StateDir))
+	}
+	if fi, err := os.Stat(filepath.Join(cfg.StateDir, PendingFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kept ticket: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+	first := j.attemptsSoFar()[0]
+
+	// The reboot: the same state disk and lock; a fresh daemon with no
+	// join service reachable at all.
+	j.fail, j.resets, j.attempts = 0, 0, nil
+	cfg.dialNet = nil
+	cfg.Metadata = meta{self: cfg.Metadata.(meta).self}
+	if err := Finish(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if j.resets != 1 || j.p == nil {
+		t.Fatalf("kubeadm reset ran %d times, joined %v; want a reset, then the join", j.resets, j.p != nil)
+	}
+	if !bytes.Equal(j.p.ClientKey, first.ClientKey) || !bytes.Equal(j.p.ClientCert, first.ClientCert) || j.p.Endpoint != first.Endpoint || !j.p.ControlPlane {
+		t.Fatal("the finished join used another key, certificate or endpoint than the interrupted one")
+	}
+	if !bytes.Equal(d.key, ticket().GetStateDiskKey()) {
+		t.Fatal("disk key changed")
+	}
+	if HasPending(cfg.StateDir) {
+		t.Fatal("the ticket is still kept after the join finished")
+	}
+	if err := Finish(context.Background(), cfg); !errors.Is(err, ErrNoPendingJoin) {
+		t.Fatalf("second Finish = %v, want ErrNoPendingJoin", err)
+	}
+}
+
+func TestFinishRefusesDamagedRecord(t *testing.T) {
+	cfg, _, l, _, j := setup(t, role.Worker, ticket(), false)
+	l.free, l.id = false, []byte("cluster")
+	for name, content := range map[string]string{
+		"truncated":    `{"ticket":"CiA`,
+		"not a ticket": `{"ticket":"/////w==","clientKey":"eA=="}`,
+		"no key":       `{"ticket":""}`,
+	} {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg.StateDir, PendingFile), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := Finish(context.Background(), cfg)
+		if err == nil || errors.Is(err, ErrNoPendingJoin) || !strings.Contains(err.Error(), PendingFile) {
+			t.Errorf("%s: Finish = %v, want an error naming the record", name, err)
+		}
+		if j.resets != 0 || len(j.attempts) != 0 {
+			t.Fatalf("%s: a damaged record led to kubeadm", name)
+		}
+	}
+}
+
+// A join the owner's init overtook leaves no ticket behind.
+func TestLockLostRemovesTicket(t *testing.T) {
+	cfg, _, l, _, _ := setup(t, role.Worker, ticket(), false)
+	l.free, l.id = false, []byte("another cluster")
+	if err := Run(context.Background(), cfg); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("err = %v, want ErrLockLost", err)
+	}
+	if HasPending(cfg.StateDir) {
+		t.Fatal("a ticket of a cluster the node never joined is kept")
+	}
+}

@@ -124,8 +124,12 @@ func (r *Rejoiner) ask(ctx context.Context, addr string) error {
 	err = r.Unlocker.Try(ctx, Key{DiskKey: t.GetStateDiskKey(), MeasurementSecret: t.GetMeasurementSecret(), From: "the join service at " + addr})
 	if errors.Is(err, ErrWrongKey) {
 		// A service of another cluster of this image, or a cluster that
-		// lost its keys: never this disk's key.
-		return fmt.Errorf("its key does not open this node's state disk (UUID %s), which is untouched: it is not this node's cluster", r.DiskUUID)
+		// lost its keys: never this disk's key. Said at once, even if
+		// another control plane opens the disk in this round: an operator
+		// should know that another cluster answers here.
+		err := fmt.Errorf("its key does not open this node's state disk (UUID %s), which is untouched: it is not this node's cluster", r.DiskUUID)
+		r.Say("the join service at %s gave a key that does not open the state disk; trying the others: %v", addr, err)
+		return err
 	}
 	return err
 }

@@ -56,6 +56,9 @@ func pipe(addr string) int {
 	return 0
 }
 
+// stateDiskUUID is the LUKS UUID of the disks stateDiskFor builds.
+const stateDiskUUID = "8d1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b"
+
 // stateDiskFor builds, on the host, the state disk of a node that joined
 // a cluster: LUKS2 opened by the master secret's key for the disk's UUID,
 // holding an ext4 filesystem with the measurement salt where bootstrapperd
@@ -64,7 +67,7 @@ func pipe(addr string) int {
 // 512-byte sectors) rather than written through an opened volume.
 func stateDiskFor(t *testing.T, dir string, ms keys.MasterSecret, salt []byte) string {
 	t.Helper()
-	const uuid = "8d1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b"
+	const uuid = stateDiskUUID
 	const size = 64 << 20
 	raw := filepath.Join(dir, "state.raw")
 	if err := os.WriteFile(raw, nil, 0o600); err != nil {
@@ -154,16 +157,17 @@ func stateDiskFor(t *testing.T, dir string, ms keys.MasterSecret, salt []byte) s
 	return vmDir
 }
 
-// serveMetadata answers the node's metadata requests, which arrive
-// through QEMU's user network from 127.0.0.1: it is cp-0.
-func serveMetadata(t *testing.T) string {
+// serveMetadata answers the node's metadata requests about instances,
+// which arrive through QEMU's user network from 127.0.0.1: the node is
+// the instance with that address.
+func serveMetadata(t *testing.T, instances []metadata.Instance) string {
 	t.Helper()
 	hash, err := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, err := metadataserver.NewHandler(metadataserver.Config{
-		Instances:      []metadata.Instance{{Name: "cp-0", Role: role.ControlPlane, IP: netip.MustParseAddr("127.0.0.1")}},
+		Instances:      instances,
 		InitSecretHash: hash,
 	})
 	if err != nil {
@@ -213,7 +217,7 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	meta := serveMetadata(t)
+	meta := serveMetadata(t, []metadata.Instance{{Name: "cp-0", Role: role.ControlPlane, IP: netip.MustParseAddr("127.0.0.1")}})
 	port := freePort(t)
 	// The guest's network is 169.254.169.0/24 so that the metadata
 	// address is inside it and QEMU can forward it to the test's server.

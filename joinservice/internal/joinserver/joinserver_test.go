@@ -11,7 +11,6 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -52,8 +51,6 @@ func (localKeys) GetDataKey(_ context.Context, id string, n int) ([]byte, error)
 	return master.DeriveKey(id, n)
 }
 
-// memAdmissions is the record of admitted disks in memory, with the
-// semantics of admissions.Store.
 // memNodes are the cluster's nodes; gone lists the ones the owner deleted.
 type memNodes struct {
 	mu   sync.Mutex
@@ -70,29 +67,6 @@ func (m *memNodes) delete(name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.gone[name] = true
-}
-
-type memAdmissions struct {
-	mu    sync.Mutex
-	disks map[string]attestation.Instance
-}
-
-func (m *memAdmissions) Admit(_ context.Context, disk string, inst attestation.Instance) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	disk = strings.ToLower(disk)
-	if have, ok := m.disks[disk]; ok && have.ID != inst.ID {
-		return fmt.Errorf("%w (%s)", admissions.ErrOtherInstance, have)
-	}
-	m.disks[disk] = inst
-	return nil
-}
-
-func (m *memAdmissions) Lookup(_ context.Context, disk string) (attestation.Instance, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	inst, ok := m.disks[strings.ToLower(disk)]
-	return inst, ok, nil
 }
 
 func newCA(t testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
@@ -124,7 +98,7 @@ func csrWithKey(t testing.TB, cn string, org []string, key crypto.Signer) []byte
 
 type env struct {
 	ca         *x509.Certificate
-	admissions *memAdmissions
+	admissions *admissions.Memory
 	nodes      *memNodes
 	node       *qemutest.Node
 	logs       *syncbuffer.Buffer
@@ -155,7 +129,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
 		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
 	}
-	e := &env{ca: ca, admissions: &memAdmissions{disks: map[string]attestation.Instance{}}, nodes: &memNodes{gone: map[string]bool{}}, logs: &syncbuffer.Buffer{}}
+	e := &env{ca: ca, admissions: &admissions.Memory{}, nodes: &memNodes{gone: map[string]bool{}}, logs: &syncbuffer.Buffer{}}
 	pca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)
@@ -341,10 +315,10 @@ func TestNewRequiresAdmissionsAndCA(t *testing.T) {
 	if _, err := New(Config{CA: &x509.Certificate{}, CAKey: &ecdsa.PrivateKey{}}); err == nil {
 		t.Fatal("a join server without a record of admitted disks was created")
 	}
-	if _, err := New(Config{Admissions: &memAdmissions{}, Nodes: &memNodes{}}); err == nil {
+	if _, err := New(Config{Admissions: &admissions.Memory{}, Nodes: &memNodes{}}); err == nil {
 		t.Fatal("a join server without the cluster CA was created")
 	}
-	if _, err := New(Config{CA: &x509.Certificate{}, CAKey: &ecdsa.PrivateKey{}, Admissions: &memAdmissions{}}); err == nil {
+	if _, err := New(Config{CA: &x509.Certificate{}, CAKey: &ecdsa.PrivateKey{}, Admissions: &admissions.Memory{}}); err == nil {
 		t.Fatal("a join server without a view of the nodes was created")
 	}
 }
@@ -362,7 +336,7 @@ func FuzzCheckCSR(f *testing.F) {
 	f.Add(good[:len(good)/2])
 	f.Add([]byte{})
 	ca, caKey := newCA(f)
-	s, err := New(Config{CA: ca, CAKey: caKey, Admissions: &memAdmissions{}, Nodes: &memNodes{}})
+	s, err := New(Config{CA: ca, CAKey: caKey, Admissions: &admissions.Memory{}, Nodes: &memNodes{}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -43,6 +44,7 @@ func main() {
 		}
 		rw.Close()
 	}
+	reportFirmwareLog()
 	if fi, err := os.Stat("/run/orrery/first-boot-key"); err != nil {
 		report("nokey", "first-boot key: %v", err) // a later boot has none
 	} else {
@@ -59,6 +61,23 @@ func main() {
 	unix.Sync()
 	report("done", "powering off")
 	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// reportFirmwareLog reports the firmware's TCG event log, base64: a test
+// replays it into a host vTPM that must show this VM's PCRs 4 and 9.
+func reportFirmwareLog() {
+	const path = "/sys/kernel/security/tpm0/binary_bios_measurements"
+	if _, err := os.Stat(path); err != nil {
+		if err := unix.Mount("securityfs", "/sys/kernel/security", "securityfs", 0, ""); err != nil {
+			report("error", "mount securityfs: %v", err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		report("error", "read firmware event log: %v", err)
+		return
+	}
+	report("fwlog", "%s", base64.StdEncoding.EncodeToString(b))
 }
 
 // writeCost reports what writing to dir costs, the two ways a node writes

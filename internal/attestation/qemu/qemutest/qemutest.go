@@ -7,7 +7,13 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/google/go-eventlog/register"
+	"github.com/google/go-eventlog/tcg"
+	"github.com/google/go-tpm/legacy/tpm2"
+	"github.com/google/go-tpm/tpmutil"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
@@ -106,5 +112,39 @@ func (n *Node) Boot(tb testing.TB, kernelImage, ukiImage string) *Node {
 func (n *Node) Lock(tb testing.TB, cluster string) *Node {
 	tb.Helper()
 	n.Measure(tb, 15, cluster, "node lock: cluster ID")
+	return n
+}
+
+// Firmware replays a firmware's TCG event log (a real VM's
+// binary_bios_measurements) into the node's SHA-256 PCRs and makes the
+// issuer send it with every attestation: the node then shows that VM's
+// firmware-measured PCRs (4 and 9 among them), as a control plane booted
+// the same way would. Call it before any other measurement.
+func (n *Node) Firmware(tb testing.TB, log []byte) *Node {
+	tb.Helper()
+	el, err := tcg.ParseEventLog(log, tcg.ParseOpts{AllowPadding: true})
+	if err != nil {
+		tb.Fatalf("parse the firmware event log: %v", err)
+	}
+	rw := swtpmtest.Open(tb, n.TPM)
+	defer rw.Close()
+	for _, e := range el.Events(register.HashSHA256) {
+		if e.Type == tcg.NoAction {
+			if e.Index == 0 && strings.HasPrefix(string(e.Data), "StartupLocality") && e.Data[len(e.Data)-1] != 0 {
+				tb.Fatal("the firmware started the TPM in another locality than 0, which a swtpm cannot replay")
+			}
+			continue
+		}
+		if err := tpm2.PCRExtend(rw, tpmutil.Handle(e.Index), tpm2.AlgSHA256, e.Digest, ""); err != nil {
+			tb.Fatalf("replay firmware event %d into PCR %d: %v", e.Num(), e.Index, err)
+		}
+	}
+	path := filepath.Join(tb.TempDir(), "binary_bios_measurements")
+	if err := os.WriteFile(path, log, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if n.Issuer, err = qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: n.TPM.Open, MeasurementLog: n.Log, FirmwareEventLogPath: path}); err != nil {
+		tb.Fatal(err)
+	}
 	return n
 }

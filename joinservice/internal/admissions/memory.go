@@ -1,0 +1,41 @@
+package admissions
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+)
+
+// Memory is a record of admitted disks held in memory, with Store's
+// semantics; tests of the join server use it in the API server's place.
+// The zero Memory is empty and ready.
+type Memory struct {
+	mu    sync.Mutex
+	disks map[string]attestation.Instance
+}
+
+// Admit records diskUUID for inst, like Store.Admit.
+func (m *Memory) Admit(_ context.Context, diskUUID string, inst attestation.Instance) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	diskUUID = strings.ToLower(diskUUID)
+	if have, ok := m.disks[diskUUID]; ok && have.ID != inst.ID {
+		return fmt.Errorf("%w (%s)", ErrOtherInstance, have)
+	}
+	if m.disks == nil {
+		m.disks = map[string]attestation.Instance{}
+	}
+	m.disks[diskUUID] = inst
+	return nil
+}
+
+// Lookup returns the VM diskUUID was admitted for, like Store.Lookup.
+func (m *Memory) Lookup(_ context.Context, diskUUID string) (attestation.Instance, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inst, ok := m.disks[strings.ToLower(diskUUID)]
+	return inst, ok, nil
+}

@@ -1,0 +1,127 @@
+// Package joinservicetest serves the real join server over attested TLS
+// for tests outside the join service, such as the initrd's VM tests: a
+// control plane's join service with the cluster's state (keys, admitted
+// disks, nodes) held in memory instead of in a key service and the API
+// server.
+package joinservicetest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"log/slog"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
+	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
+)
+
+// Config is one cluster's join service.
+type Config struct {
+	// Identity is the service's attestation: that of the control plane
+	// it runs on, which joining nodes check. Required.
+	Identity attestation.Issuer
+	// PlatformCA certifies the attestation keys of the nodes it serves.
+	// Required.
+	PlatformCA *x509.Certificate
+	// Measurements are what nodes must show.
+	Measurements measurements.M
+	// MasterSecret is the cluster's: disk keys and the measurement
+	// secret derive from it.
+	MasterSecret    keys.MasterSecret
+	MeasurementSalt []byte
+	// Admitted are the state disks the cluster admitted (LUKS UUIDs) and
+	// the VM each was admitted for.
+	Admitted map[string]attestation.Instance
+	Logger   *slog.Logger
+}
+
+// Serve serves the join service on a loopback port until the test ends
+// and returns its address.
+func Serve(tb testing.TB, cfg Config) string {
+	tb.Helper()
+	ca, caKey := clusterCA(tb)
+	adm := &admissions.Memory{}
+	for disk, inst := range cfg.Admitted {
+		if err := adm.Admit(context.Background(), disk, inst); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	srv, err := joinserver.New(joinserver.Config{
+		Keys: masterKeys{cfg.MasterSecret}, Admissions: adm, Nodes: allNodes{}, CA: ca, CAKey: caKey,
+		PKIDir: tb.TempDir(), Endpoint: "127.0.0.1:6443", KubernetesVersion: "v0.0.0",
+		MeasurementSalt: func(context.Context) ([]byte, error) { return cfg.MeasurementSalt, nil },
+		Logger:          log,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	val, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	creds, err := atls.NewCredentials(atls.Config{Issuer: cfg.Identity, Validators: []attestation.Validator{val}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.Creds(creds))
+	joinpb.RegisterJoinServiceServer(g, srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go g.Serve(lis)
+	tb.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// masterKeys is the key service of a cluster with this master secret.
+type masterKeys struct{ ms keys.MasterSecret }
+
+func (k masterKeys) GetDataKey(_ context.Context, id string, n int) ([]byte, error) {
+	if id == joinserver.MeasurementSecretID {
+		return k.ms.MeasurementSecret()
+	}
+	return k.ms.DeriveKey(id, n)
+}
+
+// allNodes is a cluster from which the owner removed no node.
+type allNodes struct{}
+
+func (allNodes) NodeExists(context.Context, string) (bool, error) { return true, nil }
+
+func clusterCA(tb testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cert, key
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -38,10 +39,30 @@ const (
 //     switching to meta_bg.
 //   - No discard: a fresh volume has nothing to discard, and a discarded
 //     sector of a dm-integrity volume reads as an error again.
-func mke2fsArgs(label string) []string {
-	return []string{"-t", "ext4", "-q", "-F", "-b", strconv.Itoa(blockSize), "-L", label,
+//
+// Writing them all is what a first boot waits for (each block also
+// costs its integrity tag, under TCG), so there are fewer to write than
+// mke2fs's defaults give: one inode per 64 KiB instead of per 16 KiB
+// (163,840 on a 10 GiB disk, where a node with its images, etcd and a
+// few dozen pods uses some tens of thousands) and a 32 MiB journal
+// instead of 64. On the 10 GiB disk of the local cloud, under TCG,
+// mke2fs took 5.5 s with the defaults.
+func mke2fsArgs(label string, size int64) []string {
+	args := []string{"-t", "ext4", "-q", "-F", "-b", strconv.Itoa(blockSize), "-L", label,
+		"-i", strconv.Itoa(bytesPerInode),
 		"-O", "^resize_inode", "-E", "lazy_itable_init=0,lazy_journal_init=0,nodiscard"}
+	// mke2fs's default is smaller below 2 GiB.
+	if size >= 2<<30 {
+		args = append(args, "-J", "size="+strconv.Itoa(journalMiB))
+	}
+	return args
 }
+
+// See mke2fsArgs.
+const (
+	bytesPerInode = 64 << 10
+	journalMiB    = 32
+)
 
 // MakeExt4 creates an ext4 filesystem on dev, a volume on which reading a
 // block never written fails (see mke2fsArgs). mke2fs still reads some
@@ -53,7 +74,12 @@ func (e E2fs) MakeExt4(ctx context.Context, dev, label string) error {
 	if bin == "" {
 		bin = "mke2fs"
 	}
-	dry, err := e.run(ctx, bin, append(mke2fsArgs(label), "-n", dev)...)
+	size, err := deviceSize(dev)
+	if err != nil {
+		return err
+	}
+	args := mke2fsArgs(label, size)
+	dry, err := e.run(ctx, bin, append(args, "-n", dev)...)
 	if err != nil {
 		return err
 	}
@@ -64,8 +90,22 @@ func (e E2fs) MakeExt4(ctx context.Context, dev, label string) error {
 	if err := zeroRegions(dev, backups); err != nil {
 		return err
 	}
-	_, err = e.run(ctx, bin, append(mke2fsArgs(label), dev)...)
+	_, err = e.run(ctx, bin, append(args, dev)...)
 	return err
+}
+
+// deviceSize is the size of the block device or file dev.
+func deviceSize(dev string) (int64, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, fmt.Errorf("size of %s: %w", dev, err)
+	}
+	return size, nil
 }
 
 func (e E2fs) run(ctx context.Context, bin string, args ...string) ([]byte, error) {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -74,5 +75,41 @@ func TestMakeExt4WritesWhatItReads(t *testing.T) {
 	}
 	if out, err := exec.Command("e2fsck", "-fn", dev).CombinedOutput(); err != nil {
 		t.Errorf("e2fsck: %v\n%s", err, out)
+	}
+}
+
+// TestMakeExt4WritesLess checks the inode ratio and journal size that keep
+// a first boot's mke2fs short, on a sparse file of the local cloud's 10
+// GiB, and that a small volume keeps mke2fs's own journal size.
+func TestMakeExt4WritesLess(t *testing.T) {
+	if _, err := exec.LookPath("dumpe2fs"); err != nil {
+		t.Skip("e2fsprogs not installed (make deps)")
+	}
+	for _, tc := range []struct {
+		size                int64
+		inodes, journalSize string
+	}{
+		{10 << 30, "163840", "32M"},
+		{256 << 20, "4096", "16M"},
+	} {
+		dev := filepath.Join(t.TempDir(), "vol")
+		if err := os.WriteFile(dev, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(dev, tc.size); err != nil {
+			t.Fatal(err)
+		}
+		if err := (E2fs{}).MakeExt4(context.Background(), dev, "orrery-state"); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("dumpe2fs", "-h", dev).CombinedOutput()
+		if err != nil {
+			t.Fatalf("dumpe2fs: %v\n%s", err, out)
+		}
+		for _, want := range []string{"Inode count:              " + tc.inodes, "Total journal size:       " + tc.journalSize} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("%d MiB: dumpe2fs -h lacks %q:\n%s", tc.size>>20, want, out)
+			}
+		}
 	}
 }

@@ -37,8 +37,12 @@ type Config struct {
 	Deployments []Workload
 	// DaemonSets must have a ready pod on every control-plane node.
 	DaemonSets []Workload
-	// Window is how long every check must keep passing. Zero means 30 s.
+	// Window is how long the control plane (API server, control-plane
+	// pods, no restarts) must keep passing. Zero means 30 s.
 	Window time.Duration
+	// ServicesWindow is how long the services (Deployments, DaemonSets)
+	// must keep passing, with the control plane. Zero means 10 s.
+	ServicesWindow time.Duration
 	// Interval is the time between checks. Zero means 2 s.
 	Interval time.Duration
 	// Progress receives a message when the state changes; nil discards.
@@ -48,9 +52,16 @@ type Config struct {
 // ControlPlaneLabel selects kubeadm's static control-plane pods.
 const ControlPlaneLabel = "tier=control-plane"
 
-// WaitSteady returns nil once every check has passed without a break for
-// cfg.Window. It returns an error when ctx ends first, saying which check
-// failed last and which control-plane containers restarted.
+// WaitSteady returns nil once the control plane has passed every check
+// without a break for cfg.Window and the services, checked with it, for
+// cfg.ServicesWindow. It returns an error when ctx ends first, saying
+// which check failed last and which control-plane containers restarted.
+//
+// The two windows run at once: the control plane's starts when the API
+// server first answers, which on a new cluster is a minute or more
+// before the pod network and CoreDNS are ready (under TCG), so its
+// steadiness is watched while they start rather than after them. A
+// control plane that falls over while they start restarts its window.
 func WaitSteady(ctx context.Context, cfg Config) error {
 	if cfg.Client == nil {
 		return errors.New("clusterhealth: no client")
@@ -70,6 +81,9 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 	if cfg.Window == 0 {
 		cfg.Window = 30 * time.Second
 	}
+	if cfg.ServicesWindow == 0 {
+		cfg.ServicesWindow = 10 * time.Second
+	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 2 * time.Second
 	}
@@ -77,23 +91,37 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 		cfg.Progress = func(string) {}
 	}
 	c := checker{cfg: cfg, restarts: map[string]int32{}}
-	var since time.Time // start of the current run of passing checks
+	// The starts of the current runs of passing checks.
+	var controlPlaneSince, servicesSince time.Time
 	lastProblem := ""
 	for {
-		problem := c.check(ctx)
+		cpProblem, svcProblem := c.check(ctx)
+		now := time.Now()
 		switch {
-		case problem == "" && since.IsZero():
-			since = time.Now()
+		case cpProblem != "":
+			controlPlaneSince, servicesSince = time.Time{}, time.Time{}
+		case controlPlaneSince.IsZero():
+			controlPlaneSince = now
 			cfg.Progress(fmt.Sprintf("control plane healthy; checking that it stays so for %s", cfg.Window))
-		case problem == "" && time.Since(since) >= cfg.Window:
+		}
+		switch {
+		case cpProblem != "" || svcProblem != "":
+			servicesSince = time.Time{}
+		case servicesSince.IsZero():
+			servicesSince = now
+			cfg.Progress(fmt.Sprintf("services ready; checking that they stay so for %s", cfg.ServicesWindow))
+		}
+		if cpProblem == "" && svcProblem == "" && now.Sub(controlPlaneSince) >= cfg.Window && now.Sub(servicesSince) >= cfg.ServicesWindow {
 			return nil
-		case problem != "":
-			since = time.Time{}
+		}
+		problem := cpProblem
+		if problem == "" {
+			problem = svcProblem
+		}
+		if problem != "" {
 			if problem != lastProblem {
 				cfg.Progress("waiting for the control plane: " + problem)
 			}
-		}
-		if problem != "" {
 			lastProblem = problem
 		}
 		select {
@@ -115,31 +143,33 @@ type checker struct {
 	controlPlaneNodes map[string]bool
 }
 
-// check runs every check once and returns the first problem, or "".
-func (c *checker) check(ctx context.Context) string {
+// check runs every check once and returns the first problem of the
+// control plane and of the services, or "". The services are not asked
+// while the control plane has a problem.
+func (c *checker) check(ctx context.Context) (controlPlane, services string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := c.cfg.Readyz(ctx); err != nil {
-		return err.Error()
+		return err.Error(), ""
 	}
 	if p := c.controlPlane(ctx); p != "" {
-		return p
+		return p, ""
 	}
 	for _, w := range c.cfg.Deployments {
 		d, err := c.cfg.Client.AppsV1().Deployments(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Sprintf("deployment %s: %v", w, err)
+			return "", fmt.Sprintf("deployment %s: %v", w, err)
 		}
 		if p := deploymentProblem(d); p != "" {
-			return fmt.Sprintf("deployment %s: %s", w, p)
+			return "", fmt.Sprintf("deployment %s: %s", w, p)
 		}
 	}
 	for _, w := range c.cfg.DaemonSets {
 		if p := c.daemonSet(ctx, w); p != "" {
-			return fmt.Sprintf("daemonset %s: %s", w, p)
+			return "", fmt.Sprintf("daemonset %s: %s", w, p)
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // controlPlane checks that the static control-plane pods are ready and

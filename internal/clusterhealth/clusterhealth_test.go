@@ -78,8 +78,9 @@ func config(client *fake.Clientset, readyz func(context.Context) error) Config {
 		Readyz:      readyz,
 		Deployments: []Workload{{"kube-system", "coredns"}},
 		DaemonSets:  []Workload{{"kube-system", "flannel"}},
-		Window:      60 * time.Millisecond,
-		Interval:    5 * time.Millisecond,
+		Window:         60 * time.Millisecond,
+		ServicesWindow: 20 * time.Millisecond,
+		Interval:       5 * time.Millisecond,
 	}
 }
 
@@ -188,6 +189,54 @@ func TestWaitSteadyAfterRecovery(t *testing.T) {
 	}
 	if !strings.Contains(progress.String(), "waiting for the control plane: connection refused") {
 		t.Errorf("progress does not say what it waited for:\n%s", progress.String())
+	}
+}
+
+// The control plane's window runs while the services start: services
+// that become ready after it has passed need their own window only, and
+// a control plane that fails meanwhile starts its window again.
+func TestWaitSteadyWatchesControlPlaneWhileServicesStart(t *testing.T) {
+	client := fake.NewClientset(objects(controlPlanePod("etcd", true, 0), controlPlanePod("kube-apiserver", true, 1), flannel(map[string]bool{"cp-0": true}))...)
+	var failedAt atomic.Int64
+	var calls atomic.Int32
+	readyz := func(context.Context) error {
+		// One failure early on, while CoreDNS does not exist yet.
+		if calls.Add(1) == 3 {
+			failedAt.Store(time.Now().UnixNano())
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	cfg := config(client, readyz)
+	cfg.Window, cfg.ServicesWindow = 300*time.Millisecond, 50*time.Millisecond
+	start := time.Now()
+	servicesReady := start.Add(600 * time.Millisecond)
+	go func() {
+		time.Sleep(time.Until(servicesReady))
+		_ = client.Tracker().Add(coreDNS(1))
+	}()
+	var progress strings.Builder
+	cfg.Progress = func(msg string) { progress.WriteString(msg + "\n") }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := WaitSteady(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	done := time.Now()
+	if done.Sub(time.Unix(0, failedAt.Load())) < cfg.Window {
+		t.Errorf("steady %s after the control plane's failure, want at least %s", done.Sub(time.Unix(0, failedAt.Load())), cfg.Window)
+	}
+	if done.Sub(servicesReady) < cfg.ServicesWindow {
+		t.Errorf("done %s after the services were ready, want at least %s", done.Sub(servicesReady), cfg.ServicesWindow)
+	}
+	// Not the two windows one after the other.
+	if late := done.Sub(servicesReady); late > cfg.Window {
+		t.Errorf("done %s after the services were ready: the control plane's window was not watched while they started", late)
+	}
+	for _, want := range []string{"waiting for the control plane: deployment kube-system/coredns", "services ready; checking that they stay so"} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("progress lacks %q:\n%s", want, progress.String())
+		}
 	}
 }
 

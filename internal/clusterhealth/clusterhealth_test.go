@@ -74,10 +74,10 @@ func healthyObjects() []runtime.Object {
 
 func config(client *fake.Clientset, readyz func(context.Context) error) Config {
 	return Config{
-		Client:      client,
-		Readyz:      readyz,
-		Deployments: []Workload{{"kube-system", "coredns"}},
-		DaemonSets:  []Workload{{"kube-system", "flannel"}},
+		Client:         client,
+		Readyz:         readyz,
+		Deployments:    []Workload{{"kube-system", "coredns"}},
+		DaemonSets:     []Workload{{"kube-system", "flannel"}},
 		Window:         60 * time.Millisecond,
 		ServicesWindow: 20 * time.Millisecond,
 		Interval:       5 * time.Millisecond,

@@ -7,6 +7,8 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"sigs.k8s.io/yaml"
+
+	"github.com/orrery-dev/orrery/internal/buildinfo"
 )
 
 // TestChartsRender renders each embedded chart with the values orrery init
@@ -114,5 +116,32 @@ func TestOnlyJoinContainerPrivileged(t *testing.T) {
 	}
 	if len(privileged) != 2 || !privileged["join"] || privileged["keys"] {
 		t.Fatalf("privileged containers: %v; want only join", privileged)
+	}
+}
+
+// TestChartsCarryTheBuildVersion: an upgrade compares these versions with
+// the installed releases', so they must be the CLI's.
+func TestChartsCarryTheBuildVersion(t *testing.T) {
+	defer func(v string) { buildinfo.Version = v }(buildinfo.Version)
+	buildinfo.Version = "7.8.9-rc.1"
+	versions, err := Versions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(versions) != 2 || versions[Flannel] != "7.8.9-rc.1" || versions[OrreryServices] != "7.8.9-rc.1" {
+		t.Fatalf("chart versions %v, want both 7.8.9-rc.1", versions)
+	}
+	c, err := Load(OrreryServices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Metadata.AppVersion != "7.8.9-rc.1" {
+		t.Errorf("orrery-services app version %q, want the build's", c.Metadata.AppVersion)
+	}
+	if f, _ := Load(Flannel); f.Metadata.AppVersion != "v0.28.4" {
+		t.Errorf("flannel app version %q, want upstream's v0.28.4", f.Metadata.AppVersion)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("the stamped chart does not validate: %v", err)
 	}
 }

@@ -25,6 +25,21 @@ import (
 // Namespace holds Orrery's cluster services and their releases.
 const Namespace = "kube-system"
 
+// ReleaseRef names a Helm release Orrery owns: it installs it at init and
+// upgrades it; nothing else should change it but 'helm rollback'.
+type ReleaseRef struct {
+	Name, Namespace string
+	// Chart is the embedded chart's name (package charts).
+	Chart string
+}
+
+// Owned are Orrery's releases, in the order an upgrade takes them: the
+// pod network first, which everything else's pods need.
+var Owned = []ReleaseRef{
+	{Name: "flannel", Namespace: Namespace, Chart: charts.Flannel},
+	{Name: "orrery-services", Namespace: Namespace, Chart: charts.OrreryServices},
+}
+
 // Release is one chart installed into the cluster.
 type Release struct {
 	Name   string
@@ -55,11 +70,11 @@ func Releases(s Settings) ([]Release, error) {
 		return nil, fmt.Errorf("API server address %q: %w", s.APIServer, err)
 	}
 	return []Release{
-		{Name: "flannel", Chart: charts.Flannel, Values: map[string]any{
+		{Name: Owned[0].Name, Chart: Owned[0].Chart, Values: map[string]any{
 			"podCIDR":   s.PodCIDR,
 			"apiServer": map[string]any{"host": host, "port": port},
 		}},
-		{Name: "orrery-services", Chart: charts.OrreryServices, Values: map[string]any{
+		{Name: Owned[1].Name, Chart: Owned[1].Chart, Values: map[string]any{
 			"endpoint":          s.APIServer,
 			"apiServerPort":     port,
 			"kubernetesVersion": s.KubernetesVersion,

@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("join client: %w", err)
 	}
-	return retry(ctx, cfg, log, func() error { return joinOnce(ctx, cfg, service, log, status) })
+	return retry(ctx, cfg, log, "no join ticket yet; retrying", func() error { return joinOnce(ctx, cfg, service, log, status) })
 }
 
 func (cfg Config) withDefaults() (Config, *slog.Logger, func(string)) {
@@ -146,11 +146,11 @@ func (cfg Config) withDefaults() (Config, *slog.Logger, func(string)) {
 	return cfg, log.With("component", "joinclient"), status
 }
 
-// retry runs attempt until it succeeds, the lock is lost, or ctx ends.
+// retry runs attempt, logging msg on a failure now and then, until it succeeds, the lock is lost, or ctx ends.
 // Backoff caps low: a node waiting for its cluster's join service should
 // join soon after it appears, and a control plane answers one short
 // request per node every MaxRetry at most.
-func retry(ctx context.Context, cfg Config, log *slog.Logger, attempt func() error) error {
+func retry(ctx context.Context, cfg Config, log *slog.Logger, msg string, attempt func() error) error {
 	pause := cfg.Retry
 	for n := 1; ; n++ {
 		err := attempt()
@@ -158,7 +158,7 @@ func retry(ctx context.Context, cfg Config, log *slog.Logger, attempt func() err
 			return err
 		}
 		if n == 1 || n%10 == 0 {
-			log.Info("not joined yet; retrying", "phase", "join", "attempt", n, "retryIn", pause, "reason", err.Error())
+			log.Info(msg, "phase", "join", "attempt", n, "retryIn", pause, "reason", err.Error())
 		}
 		select {
 		case <-ctx.Done():

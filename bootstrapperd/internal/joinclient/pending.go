@@ -105,7 +105,7 @@ func Finish(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log.Info("a reboot interrupted this node's join after the node lock; finishing it with the ticket kept on the state disk", "phase", "join")
-	return retry(ctx, cfg, log, func() error {
+	return retry(ctx, cfg, log, "the interrupted join has not finished yet; retrying", func() error {
 		self, err := cfg.Metadata.Self(ctx)
 		if err != nil {
 			return fmt.Errorf("ask the metadata service who this node is: %w", err)

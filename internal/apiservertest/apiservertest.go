@@ -1,0 +1,277 @@
+// Package apiservertest runs a real kube-apiserver with its own etcd for
+// tests of code that talks to a cluster (backups, upgrades), the way
+// controller-runtime's envtest does: the same binaries the node image
+// runs, from the components build (build/components/imagebin), on
+// loopback ports, with an admin client certificate. No controllers, no
+// scheduler, no nodes: objects are stored and validated, nothing runs.
+package apiservertest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// BinDirEnv names a directory holding etcd and kube-apiserver, instead of
+// the components build's.
+const BinDirEnv = "ORRERY_APISERVER_BIN_DIR"
+
+// Server is a running API server.
+type Server struct {
+	// Config reaches it as a member of system:masters.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file with the same
+	// credentials, for tools that take one (Helm, kubectl).
+	Kubeconfig string
+}
+
+// Start runs etcd and kube-apiserver until the test ends. It skips the
+// test when the binaries are not built.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	bin, err := binDir()
+	if err != nil {
+		tb.Skip(err)
+	}
+	dir := tb.TempDir()
+	etcdURL := startEtcd(tb, bin, dir)
+	pki := newPKI(tb, dir)
+	port := freePort(tb)
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + pki.serverCert, "--tls-private-key-file=" + pki.serverKey,
+		"--client-ca-file=" + pki.caCert,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pki.saKey, "--service-account-signing-key-file=" + pki.saKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=RBAC",
+		// Nothing creates the default ServiceAccount without a
+		// controller manager; objects are what tests need, not pods.
+		"--disable-admission-plugins=ServiceAccount",
+		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+	}
+	start(tb, filepath.Join(bin, "kube-apiserver"), args, filepath.Join(dir, "kube-apiserver.log"))
+
+	cfg := &rest.Config{
+		Host: "https://127.0.0.1:" + strconv.Itoa(port),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: pki.caPEM, CertData: pki.adminCertPEM, KeyData: pki.adminKeyPEM,
+		},
+		QPS: 1000, Burst: 2000,
+	}
+	waitReady(tb, cfg, filepath.Join(dir, "kube-apiserver.log"))
+	s := &Server{Config: cfg, Kubeconfig: filepath.Join(dir, "admin.conf")}
+	if err := writeKubeconfig(s.Kubeconfig, cfg); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// binDir finds etcd and kube-apiserver.
+func binDir() (string, error) {
+	if d := os.Getenv(BinDirEnv); d != "" {
+		return d, checkBins(d)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(d, "image", "components")); err == nil {
+				bin := filepath.Join(d, "build", "components", "imagebin")
+				return bin, checkBins(bin)
+			}
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("no checkout of Orrery above the working directory to find build/components in")
+		}
+	}
+}
+
+func checkBins(d string) error {
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(d, b)); err != nil {
+			return fmt.Errorf("no %s in %s (run 'make components', or set %s): %w", b, d, BinDirEnv, err)
+		}
+	}
+	return nil
+}
+
+func startEtcd(tb testing.TB, bin, dir string) string {
+	tb.Helper()
+	client, peer := freePort(tb), freePort(tb)
+	url := "http://127.0.0.1:" + strconv.Itoa(client)
+	start(tb, filepath.Join(bin, "etcd"), []string{
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + url, "--advertise-client-urls=" + url,
+		"--listen-peer-urls=http://127.0.0.1:" + strconv.Itoa(peer),
+		"--initial-advertise-peer-urls=http://127.0.0.1:" + strconv.Itoa(peer),
+		"--initial-cluster=default=http://127.0.0.1:" + strconv.Itoa(peer),
+		// A test's data need not survive a power cut.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}, filepath.Join(dir, "etcd.log"))
+	return url
+}
+
+// start runs bin until the test ends; its output goes to logPath, which
+// a failing test shows.
+func start(tb testing.TB, bin string, args []string, logPath string) {
+	tb.Helper()
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		tb.Fatalf("start %s: %v", bin, err)
+	}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logFile.Close()
+		if tb.Failed() {
+			b, _ := os.ReadFile(logPath)
+			tb.Logf("%s log (end):\n%s", filepath.Base(bin), tail(b, 4000))
+		}
+	})
+}
+
+func waitReady(tb testing.TB, cfg *rest.Config, logPath string) {
+	tb.Helper()
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		cancel()
+		if err == nil && bytes.Equal(bytes.TrimSpace(body), []byte("ok")) {
+			return
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(logPath)
+	tb.Fatalf("kube-apiserver not ready after a minute (%v):\n%s", last, tail(b, 4000))
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func writeKubeconfig(path string, cfg *rest.Config) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
+	kc.CurrentContext = "test"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// pki is the test cluster's CA, the API server's serving certificate and
+// service-account key, and an admin client certificate.
+type pki struct {
+	caCert, serverCert, serverKey, saKey string
+	caPEM, adminCertPEM, adminKeyPEM     []byte
+}
+
+func newPKI(tb testing.TB, dir string) pki {
+	tb.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "apiservertest CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	leaf := func(serial int64, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = big.NewInt(serial), now.Add(-time.Hour), now.Add(24*time.Hour)
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		kder, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	}
+	serverCert, serverKey := leaf(2, &x509.Certificate{Subject: pkix.Name{CommonName: "kube-apiserver"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	adminCert, adminKey := leaf(3, &x509.Certificate{Subject: pkix.Name{CommonName: "test-admin", Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	saDER, err := x509.MarshalECPrivateKey(saKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := pki{
+		caCert: filepath.Join(dir, "ca.crt"), serverCert: filepath.Join(dir, "apiserver.crt"),
+		serverKey: filepath.Join(dir, "apiserver.key"), saKey: filepath.Join(dir, "sa.key"),
+		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), adminCertPEM: adminCert, adminKeyPEM: adminKey,
+	}
+	for path, data := range map[string][]byte{
+		p.caCert: p.caPEM, p.serverCert: serverCert, p.serverKey: serverKey,
+		p.saKey: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saDER}),
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return p
+}

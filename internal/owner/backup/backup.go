@@ -240,4 +240,3 @@ func writeAll(dir string, files map[string][]byte) error {
 	}
 	return nil
 }
-

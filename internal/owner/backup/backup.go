@@ -226,7 +226,8 @@ func writeAll(dir string, files map[string][]byte) error {
 	}
 	for rel, b := range files {
 		p := filepath.Join(tmp, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err == nil {
+		err := os.MkdirAll(filepath.Dir(p), 0o700)
+		if err == nil {
 			err = os.WriteFile(p, b, 0o600)
 		}
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/role"
+	"github.com/orrery-dev/orrery/internal/syncbuffer"
 )
 
 // A reboot between the node lock and the end of kubeadm join: the node
@@ -96,5 +98,19 @@ func TestLockLostRemovesTicket(t *testing.T) {
 	}
 	if HasPending(cfg.StateDir) {
 		t.Fatal("a ticket of a cluster the node never joined is kept")
+	}
+}
+
+// Operators and the e2e suite read this line on the console while a node
+// waits for its cluster's join service.
+func TestWaitingForTicketIsLogged(t *testing.T) {
+	cfg, _, _, _, _ := setup(t, role.Worker, ticket(), true)
+	var logs syncbuffer.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "no join ticket yet; retrying") {
+		t.Fatalf("log lacks the waiting line:\n%s", logs.String())
 	}
 }

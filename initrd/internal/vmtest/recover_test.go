@@ -24,6 +24,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/crypto/xts"
 
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
@@ -224,23 +225,7 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 	netdev := "user,id=n0,net=169.254.169.0/24,dhcpstart=169.254.169.15" +
 		",guestfwd=tcp:169.254.169.254:80-cmd:env " + pipeEnv + "=" + meta + " " + exe +
 		",hostfwd=tcp:127.0.0.1:" + strconv.Itoa(port) + "-:" + strconv.Itoa(recoverpb.Port)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	v, err := vm.Start(ctx, vm.Config{
-		Name: "initrd-recover", Dir: dir, Kernel: f.kernel, Initrd: f.initrd,
-		Cmdline:      "console=ttyS0 panic=-1 orrery.roothash=" + f.rootHash + " orrery.onfailure=poweroff",
-		StateDiskMiB: 64,
-		ExecPrefix: []string{"/bin/sh", "-c", `exec "$@" -drive if=none,id=rootdisk,format=raw,readonly=on,file=` + f.rootDisk +
-			` -device virtio-blk-pci,drive=rootdisk -netdev '` + netdev + `' -device virtio-net-pci,netdev=n0`, "sh"},
-		ProvisionTPM: func(rw io.ReadWriter) error {
-			_, err := ca.ProvisionAK(rw, platformca.NewInstance("cp-0"))
-			return err
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { v.Kill() })
+	v := startNetworked(t, f, "initrd-recover", dir, netdev, ca, platformca.NewInstance("cp-0"))
 	waitFor(t, v, fmt.Sprintf("serving recovery on port %d", recoverpb.Port))
 
 	// PCR 11 of this initrd's boot: its two phase markers (direct kernel
@@ -287,6 +272,31 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 			t.Fatal("the console shows the master secret")
 		}
 	}
+}
+
+// startNetworked boots the fixture's kernel and initrd with its root disk,
+// the state disk in dir, a NIC on QEMU's user network netdev (id n0) and a
+// vTPM that ca provisioned for inst.
+func startNetworked(t *testing.T, f fixture, name, dir, netdev string, ca *platformca.CA, inst attestation.Instance) *vm.VM {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := vm.Start(ctx, vm.Config{
+		Name: name, Dir: dir, Kernel: f.kernel, Initrd: f.initrd,
+		Cmdline:      "console=ttyS0 panic=-1 orrery.roothash=" + f.rootHash + " orrery.onfailure=poweroff",
+		StateDiskMiB: 64,
+		ExecPrefix: []string{"/bin/sh", "-c", `exec "$@" -drive if=none,id=rootdisk,format=raw,readonly=on,file=` + f.rootDisk +
+			` -device virtio-blk-pci,drive=rootdisk -netdev '` + netdev + `' -device virtio-net-pci,netdev=n0`, "sh"},
+		ProvisionTPM: func(rw io.ReadWriter) error {
+			_, err := ca.ProvisionAK(rw, inst)
+			return err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Kill() })
+	return v
 }
 
 // extend is a SHA-256 PCR extend with the digest of data.

@@ -2,18 +2,15 @@ package vmtest
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -57,25 +54,8 @@ func TestRejoinInTheInitrd(t *testing.T) {
 		return ",guestfwd=tcp:" + guest + "-cmd:env " + pipeEnv + "=" + host + " " + exe
 	}
 	start := func(name string, routes string) *vm.VM {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
 		netdev := "user,id=n0,net=169.254.169.0/24,dhcpstart=169.254.169.15" + forward("169.254.169.254:80", meta) + routes
-		v, err := vm.Start(ctx, vm.Config{
-			Name: name, Dir: dir, Kernel: f.kernel, Initrd: f.initrd,
-			Cmdline:      "console=ttyS0 panic=-1 orrery.roothash=" + f.rootHash + " orrery.onfailure=poweroff",
-			StateDiskMiB: 64,
-			ExecPrefix: []string{"/bin/sh", "-c", `exec "$@" -drive if=none,id=rootdisk,format=raw,readonly=on,file=` + f.rootDisk +
-				` -device virtio-blk-pci,drive=rootdisk -netdev '` + netdev + `' -device virtio-net-pci,netdev=n0`, "sh"},
-			ProvisionTPM: func(rw io.ReadWriter) error {
-				_, err := ca.ProvisionAK(rw, self)
-				return err
-			},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { v.Kill() })
-		return v
+		return startNetworked(t, f, name, dir, netdev, ca, self)
 	}
 
 	// First boot, on the same VM and devices: the firmware's event log,

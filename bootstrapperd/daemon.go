@@ -91,7 +91,7 @@ func newBootstrapper(p paths, openTPM tpmdev.Opener, log *slog.Logger) (*bootstr
 		return nil, fmt.Errorf("set up attestation: %w", err)
 	}
 	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: p.sysfs, FirstBootKey: p.firstBootKey, TmpDir: p.runDir}
-	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: p.runDir, AdminKubeconfig: p.adminKubeconfig, DiskUUID: disk.UUID}
+	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: p.runDir, AdminKubeconfig: p.adminKubeconfig}
 	return &bootstrapper{
 		paths:   p,
 		log:     log,

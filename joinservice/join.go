@@ -31,14 +31,14 @@ import (
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
 	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
-	"github.com/orrery-dev/orrery/joinservice/internal/watchvalidator"
+	"github.com/orrery-dev/orrery/joinservice/internal/setvalidator"
 )
 
 // joinFlags are the join service's settings.
 type joinFlags struct {
-	listen, keys, measurements, platformCA, pki, salt, controlPlanes string
-	measurementLog, firmwareLog, endpoint, version                   string
-	level                                                            logging.Level
+	listen, keys, platformCA, pki, salt, controlPlanes string
+	measurementLog, firmwareLog, endpoint, version     string
+	level                                              logging.Level
 }
 
 func parseJoinFlags(args []string) joinFlags {
@@ -46,7 +46,6 @@ func parseJoinFlags(args []string) joinFlags {
 	fs := flag.NewFlagSet("joinservice join", flag.ExitOnError)
 	fs.StringVar(&f.listen, "listen", fmt.Sprintf(":%d", joinpb.Port), "address to serve attested TLS on")
 	fs.StringVar(&f.keys, "key-service", DefaultKeyServiceSocket, "unix socket of the key service beside this one")
-	fs.StringVar(&f.measurements, "measurements", "/etc/orrery/measurements/measurements.json", "expected measurements (a ConfigMap; re-read when it changes)")
 	fs.StringVar(&f.platformCA, "platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
 	fs.StringVar(&f.pki, "pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
 	fs.StringVar(&f.salt, "measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
@@ -71,13 +70,22 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("load the platform CA: %w", err)
 	}
-	validator, err := watchvalidator.New(f.measurements, variant.QEMUVTPM, func(m measurements.M) (attestation.Validator, error) {
-		return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
-	}, log)
+	api, err := apiserver.InCluster()
 	if err != nil {
-		return fmt.Errorf("load the accepted measurements: %w", err)
+		return fmt.Errorf("connect to the API server: %w", err)
 	}
-	js, err := newJoinServer(f, log)
+	validator, err := setvalidator.New(setvalidator.Config{
+		Variant: variant.QEMUVTPM,
+		Build: func(m measurements.M) (attestation.Validator, error) {
+			return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+		},
+		Source: api.MeasurementSets,
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	js, err := newJoinServer(f, api, validator.MatchedSet, log)
 	if err != nil {
 		return err
 	}
@@ -105,7 +113,7 @@ func runJoin(ctx context.Context, args []string) error {
 // newJoinServer builds the join server: the cluster CA that signs node
 // certificates, the components a node installs, the key service, and the
 // record of admitted nodes in the cluster.
-func newJoinServer(f joinFlags, log *slog.Logger) (*joinserver.Server, error) {
+func newJoinServer(f joinFlags, api *apiserver.Conn, matchedSet func([]byte) string, log *slog.Logger) (*joinserver.Server, error) {
 	clusterCA, clusterKey, err := loadClusterCA(f.pki)
 	if err != nil {
 		return nil, fmt.Errorf("load the cluster CA: %w", err)
@@ -122,12 +130,8 @@ func newJoinServer(f joinFlags, log *slog.Logger) (*joinserver.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the key service: %w", err)
 	}
-	api, err := apiserver.InCluster()
-	if err != nil {
-		return nil, fmt.Errorf("connect to the API server: %w", err)
-	}
 	js, err := joinserver.New(joinserver.Config{
-		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
+		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, MatchedSet: matchedSet, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
 		Endpoint: f.endpoint, KubernetesVersion: f.version, Components: components,
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(f.salt) },
 		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(f.controlPlanes) },

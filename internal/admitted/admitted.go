@@ -1,12 +1,13 @@
 // Package admitted is the format of the cluster's record of the nodes the
-// join service admitted: one ConfigMap per state disk in kube-system, named
-// after the disk's UUID, holding the instance (VM) the disk was admitted
-// for. The join service writes it when it gives a node its join ticket
+// join service admitted: one AdmittedNode object (internal/orreryapi) per
+// state disk, named after the disk's UUID, holding the instance (VM) the
+// disk was admitted for and the measurement set (image) it last attested
+// with. The join service writes it when it gives a node its join ticket
 // (and refuses a disk already recorded for another VM); a rejoin ticket,
 // which hands out the same disk key, goes only to the VM a record names.
-// The first control plane records its own disk when it is initialised.
-// An owner removes a node from the cluster's memory by deleting its
-// record: the node's rejoins are refused from then on.
+// 'orrery init' records the first control plane's disk. An owner removes
+// a node from the cluster's memory by deleting its record: the node's
+// rejoins are refused from then on.
 //
 // Disk UUIDs are not secret (anyone who can read the disk's LUKS header
 // has it), so a record binds the disk to the VM whose attestation key
@@ -14,25 +15,14 @@
 package admitted
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/keys"
-)
-
-// Namespace holds the records.
-const Namespace = "kube-system"
-
-// Label marks every record, so that 'kubectl get configmap -l' lists them.
-const Label = "orrery.dev/admitted-node"
-
-// Keys of a record's data.
-const (
-	DiskUUIDKey     = "diskUUID"
-	InstanceNameKey = "instanceName"
-	InstanceIDKey   = "instanceID"
+	"github.com/orrery-dev/orrery/internal/orreryapi"
 )
 
 // Record says which VM a state disk was admitted for.
@@ -41,44 +31,76 @@ type Record struct {
 	DiskUUID string
 	// Instance is the VM the disk belongs to.
 	Instance attestation.Instance
+	// MeasurementSet is the set the node last attested with; empty if not
+	// known (the first control plane, recorded by the CLI).
+	MeasurementSet string
 }
 
-// Name is the name of the ConfigMap that records diskUUID, or an error for
-// a malformed UUID.
+// Name is the name of the object that records diskUUID, or an error for a
+// malformed UUID.
 func Name(diskUUID string) (string, error) {
 	if _, err := keys.DiskKeyID(diskUUID); err != nil {
 		return "", err
 	}
-	return "orrery-admitted-disk-" + strings.ToLower(diskUUID), nil
+	return "disk-" + strings.ToLower(diskUUID), nil
 }
 
-// ConfigMap is the record as a ConfigMap manifest (JSON-ready).
-func (r Record) ConfigMap() (map[string]any, error) {
+type instanceJSON struct {
+	Name string `json:"name"`
+	ID   string `json:"id"`
+}
+
+type specJSON struct {
+	DiskUUID       string       `json:"diskUUID"`
+	Instance       instanceJSON `json:"instance"`
+	MeasurementSet string       `json:"measurementSet,omitempty"`
+}
+
+// Object is the record as an AdmittedNode (JSON-ready).
+func (r Record) Object() (map[string]any, error) {
 	name, err := Name(r.DiskUUID)
 	if err != nil {
 		return nil, err
 	}
-	if r.Instance.IsZero() {
+	if r.Instance.Name == "" || r.Instance.ID == "" {
 		return nil, errors.New("admitted node record: no instance")
 	}
 	return map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{
-			"name": name, "namespace": Namespace,
-			"labels": map[string]string{Label: "true"},
-		},
-		"data": map[string]string{
-			DiskUUIDKey:     strings.ToLower(r.DiskUUID),
-			InstanceNameKey: r.Instance.Name,
-			InstanceIDKey:   r.Instance.ID,
+		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind,
+		"metadata": map[string]any{"name": name},
+		"spec": specJSON{
+			DiskUUID:       strings.ToLower(r.DiskUUID),
+			Instance:       instanceJSON{Name: r.Instance.Name, ID: r.Instance.ID},
+			MeasurementSet: r.MeasurementSet,
 		},
 	}, nil
 }
 
-// Parse reads a record from a ConfigMap's data, checking that it records
-// diskUUID: a record under another disk's name is refused.
-func Parse(diskUUID string, data map[string]string) (Record, error) {
-	r := Record{DiskUUID: data[DiskUUIDKey], Instance: attestation.Instance{Name: data[InstanceNameKey], ID: data[InstanceIDKey]}}
+// maxObject bounds what Parse reads: a record is a few hundred bytes.
+const maxObject = 64 << 10
+
+// Parse reads a record from an AdmittedNode object as the API server
+// returns it, checking that it records diskUUID: a record under another
+// disk's name is refused.
+func Parse(diskUUID string, object []byte) (Record, error) {
+	if len(object) > maxObject {
+		return Record{}, fmt.Errorf("admitted node record for disk %s is %d bytes, more than %d", diskUUID, len(object), maxObject)
+	}
+	var o struct {
+		Kind string   `json:"kind"`
+		Spec specJSON `json:"spec"`
+	}
+	if err := json.Unmarshal(object, &o); err != nil {
+		return Record{}, fmt.Errorf("decode the admitted node record for disk %s: %w", diskUUID, err)
+	}
+	if o.Kind != orreryapi.AdmittedNodeKind {
+		return Record{}, fmt.Errorf("admitted node record for disk %s is a %.40q, not an %s", diskUUID, o.Kind, orreryapi.AdmittedNodeKind)
+	}
+	r := Record{
+		DiskUUID:       o.Spec.DiskUUID,
+		Instance:       attestation.Instance{Name: o.Spec.Instance.Name, ID: o.Spec.Instance.ID},
+		MeasurementSet: o.Spec.MeasurementSet,
+	}
 	if !strings.EqualFold(r.DiskUUID, diskUUID) {
 		return Record{}, fmt.Errorf("admitted node record for disk %s holds disk %.40q", diskUUID, r.DiskUUID)
 	}

@@ -66,6 +66,8 @@ func Start(tb testing.TB) *Server {
 		"--service-account-key-file=" + pki.saKey, "--service-account-signing-key-file=" + pki.saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--authorization-mode=RBAC",
+		// As kubeadm sets it: Orrery's charts run privileged containers.
+		"--allow-privileged=true",
 		// Nothing creates the default ServiceAccount without a
 		// controller manager; objects are what tests need, not pods.
 		"--disable-admission-plugins=ServiceAccount",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -18,10 +17,15 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/orrery-dev/orrery/internal/admitted"
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/clusternet"
+	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owner/services"
 	"github.com/orrery-dev/orrery/internal/owner/toolout"
@@ -122,7 +126,7 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 		ApiServerCertSans: cfg.APIServerSANs,
 		ServiceCidr:       cfg.ServiceCIDR,
 	}
-	done, err := runInit(ctx, d, cfg, req, r)
+	done, node, err := runInit(ctx, d, cfg, req, r)
 	if err != nil {
 		return InitResult{}, err
 	}
@@ -139,7 +143,29 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 	if cfg.SkipServices {
 		return res, nil
 	}
-	return res, cfg.startServices(ctx, kubeconfig, r)
+	return res, cfg.startServices(ctx, kubeconfig, firstNode{disk: done.GetStateDiskUuid(), vm: node}, r)
+}
+
+// firstNode is the initialised node: its state disk and VM.
+type firstNode struct {
+	disk string
+	vm   attestation.Instance
+	// set is the measurement set it attested with.
+	set string
+}
+
+// recordFirstNode records the initialised node's disk as admitted for the
+// VM its attestation named. A node that names no instance or disk (an
+// older image) is told to the owner: it will not rejoin after a reboot.
+func recordFirstNode(ctx context.Context, kubeconfig string, node firstNode, r *reporter) error {
+	if node.disk == "" || node.vm.IsZero() {
+		r.notice("The node did not name its state disk or VM, so it is not recorded as admitted: after a reboot it waits for 'orrery recover'")
+		return nil
+	}
+	if err := recordAdmitted(ctx, kubeconfig, admitted.Record{DiskUUID: node.disk, Instance: node.vm, MeasurementSet: node.set}); err != nil {
+		return fmt.Errorf("%w\nthe cluster runs; run the same 'orrery init' again to retry", err)
+	}
+	return nil
 }
 
 // onNodeAbsent is Init's answer to a node that does not answer yet: it
@@ -163,15 +189,17 @@ func (cfg InitConfig) onNodeAbsent(ctx context.Context, r *reporter) func(int, e
 
 // runInit sends the init request and follows the node's progress stream
 // until the node reports its result.
-func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.InitRequest, r *reporter) (*initpb.InitSuccess, error) {
+// It returns the node's result and the VM the node's attestation named.
+func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.InitRequest, r *reporter) (*initpb.InitSuccess, attestation.Instance, error) {
+	var none attestation.Instance
 	conn, err := d.Conn(cfg.Node)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	defer conn.Close()
 	stream, err := openInitStream(ctx, conn, req)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	kubeadmOut := &toolout.Follower{OnPhase: func(phase string) {
 		if !strings.HasPrefix(phase, "orrery-") { // the node's own steps around kubeadm
@@ -182,10 +210,10 @@ func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
-			return nil, errors.New("init: the node closed the stream without a result")
+			return nil, none, errors.New("init: the node closed the stream without a result")
 		}
 		if err != nil {
-			return nil, streamError(cfg.Node, err)
+			return nil, none, streamError(cfg.Node, err)
 		}
 		switch k := resp.GetKind().(type) {
 		case *initpb.InitResponse_Progress:
@@ -194,9 +222,16 @@ func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.
 			kubeadmOut.Write(k.Log.GetData())
 			r.emit(ToolOutput, "", k.Log.GetData())
 		case *initpb.InitResponse_Failed:
-			return nil, initFailed(cfg.Workspace, k.Failed, kubeadmOut)
+			return nil, none, initFailed(cfg.Workspace, k.Failed, kubeadmOut)
 		case *initpb.InitResponse_Done:
-			return k.Done, nil
+			// The stream's context knows the peer once a message came.
+			var inst attestation.Instance
+			if p, ok := peer.FromContext(stream.Context()); ok {
+				if info, ok := p.AuthInfo.(atls.AuthInfo); ok {
+					inst = info.PeerInstance
+				}
+			}
+			return k.Done, inst, nil
 		}
 	}
 }
@@ -254,20 +289,21 @@ func indent(s, prefix string) string {
 
 // startServices installs the cluster services and waits until the
 // control plane is steady.
-func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, r *reporter) error {
+func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, node firstNode, r *reporter) error {
 	host, _, err := net.SplitHostPort(cfg.Node)
 	if err != nil {
 		return fmt.Errorf("node address %q: %w", cfg.Node, err)
 	}
-	meas, err := json.Marshal(cfg.Measurements)
+	set, err := measurementset.New(cfg.Measurements, "")
 	if err != nil {
-		return fmt.Errorf("encode the measurements for the join service: %w", err)
+		return fmt.Errorf("the measurements for the join service: %w", err)
 	}
+	node.set = set.Name
 	releases, err := services.Releases(services.Settings{
 		APIServer:         net.JoinHostPort(host, strconv.Itoa(cfg.APIServerPort)),
 		PodCIDR:           clusternet.PodCIDR,
 		KubernetesVersion: cfg.KubernetesVersion,
-		Measurements:      meas,
+		MeasurementSets:   []measurementset.Set{set},
 		PlatformCA:        pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cfg.PlatformCA.Raw}),
 	})
 	if err != nil {
@@ -276,6 +312,9 @@ func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, r *r
 	r.step("installing the cluster services (pod network, join service, key service)")
 	if err := services.Install(ctx, kubeconfig, releases, servicesTimeout, r.detail); err != nil {
 		return fmt.Errorf("%w\nthe cluster runs; run the same 'orrery init' again to retry installing its services", err)
+	}
+	if err := recordFirstNode(ctx, kubeconfig, node, r); err != nil {
+		return err
 	}
 	r.step("checking that the control plane is healthy and stays so")
 	if err := services.WaitSteady(ctx, kubeconfig, steadyTimeout, r.detail); err != nil {

@@ -57,7 +57,7 @@ func Serve(tb testing.TB, cfg Config) string {
 	ca, caKey := clusterCA(tb)
 	adm := &admissions.Memory{}
 	for disk, inst := range cfg.Admitted {
-		if err := adm.Admit(context.Background(), disk, inst); err != nil {
+		if err := adm.Admit(context.Background(), disk, inst, ""); err != nil {
 			tb.Fatal(err)
 		}
 	}

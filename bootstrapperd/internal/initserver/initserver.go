@@ -244,7 +244,7 @@ func (s *Server) startOrAttach(req *initpb.InitRequest, ms keys.MasterSecret, cl
 	defer s.mu.Unlock()
 	if s.job == nil {
 		if r, ok := s.loadResult(); ok {
-			s.job = &job{clusterID: r.ClusterID, done: make(chan struct{}), delivered: make(chan struct{}), result: done(r.Kubeconfig, r.ClusterID)}
+			s.job = &job{clusterID: r.ClusterID, done: make(chan struct{}), delivered: make(chan struct{}), result: done(r)}
 			close(s.job.done)
 		}
 	}
@@ -338,8 +338,8 @@ func Interrupted(cfg Config) (bool, error) {
 	return cfg.Lock.LockedTo(p.ClusterID)
 }
 
-func done(kubeconfig, clusterID []byte) *initpb.InitResponse {
-	return &initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{Kubeconfig: kubeconfig, ClusterId: clusterID}}}
+func done(r result) *initpb.InitResponse {
+	return &initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{Kubeconfig: r.Kubeconfig, ClusterId: r.ClusterID, StateDiskUuid: r.StateDiskUUID}}}
 }
 
 func progress(phase, msg string) *initpb.InitResponse {
@@ -358,13 +358,13 @@ func (s *Server) run(j *job, p pending, resumed bool, ms keys.MasterSecret, meas
 	} else {
 		r.phase("node-lock", "node locked to the new cluster")
 	}
-	kubeconfig, err := r.steps(ctx, p, ms, measurementSalt)
+	res, err := r.steps(ctx, p, ms, measurementSalt)
 	if err != nil {
 		r.fail(ctx, err)
 		return
 	}
 	r.log.Info("bootstrapped", "phase", "done", "duration", time.Since(r.start).Round(time.Second))
-	j.result = done(kubeconfig, j.clusterID)
+	j.result = done(res)
 	close(j.done)
 	s.handOver(j, r.log)
 }
@@ -412,43 +412,46 @@ func (r *initRun) fail(ctx context.Context, err error) {
 
 // steps re-keys the state disk, runs kubeadm and stores the master secret;
 // it returns the admin kubeconfig.
-func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, measurementSalt []byte) ([]byte, error) {
+func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, measurementSalt []byte) (result, error) {
 	r.phase("rekey-state-disk", "re-keying the state disk with the key derived from the master secret")
-	if err := r.rekey(ctx, ms); err != nil {
-		return nil, err
+	uuid, err := r.rekey(ctx, ms)
+	if err != nil {
+		return result{}, err
 	}
 	// The initrd of every later boot computes the cluster ID from it.
 	salt := filepath.Join(filepath.Dir(r.s.cfg.ResultPath), diskhandoff.MeasurementSaltName)
 	if err := diskhandoff.WriteMeasurementSalt(salt, measurementSalt); err != nil {
-		return nil, &stepError{"record the measurement salt on the state disk", err}
+		return result{}, &stepError{"record the measurement salt on the state disk", err}
 	}
 	kubeconfig, err := r.kubeadm(ctx, p)
 	if err != nil {
-		return nil, err
+		return result{}, err
 	}
 	r.phase("store-master-secret", "storing the master secret for the key service")
 	if err := r.s.cfg.Cluster.StoreMasterSecret(ctx, ms, measurementSalt); err != nil {
-		return nil, &stepError{"store the master secret in the cluster", err}
+		return result{}, &stepError{"store the master secret in the cluster", err}
 	}
-	if err := r.s.saveResult(result{ClusterID: r.j.clusterID, Kubeconfig: kubeconfig}); err != nil {
-		return nil, &stepError{"save the init result", err}
+	res := result{ClusterID: r.j.clusterID, Kubeconfig: kubeconfig, StateDiskUUID: uuid}
+	if err := r.s.saveResult(res); err != nil {
+		return result{}, &stepError{"save the init result", err}
 	}
-	return kubeconfig, nil
+	return res, nil
 }
 
-func (r *initRun) rekey(ctx context.Context, ms keys.MasterSecret) error {
+// rekey re-keys the state disk and returns its UUID.
+func (r *initRun) rekey(ctx context.Context, ms keys.MasterSecret) (string, error) {
 	uuid, err := r.s.cfg.Disk.UUID(ctx)
 	if err != nil {
-		return &stepError{"read the state disk's UUID", err}
+		return "", &stepError{"read the state disk's UUID", err}
 	}
 	diskKey, err := ms.DiskKey(uuid)
 	if err != nil {
-		return &stepError{"derive the disk key", err}
+		return "", &stepError{"derive the disk key", err}
 	}
 	if err := r.s.cfg.Disk.Rekey(ctx, diskKey); err != nil {
-		return &stepError{"re-key the state disk", err}
+		return "", &stepError{"re-key the state disk", err}
 	}
-	return nil
+	return uuid, nil
 }
 
 // kubeadm runs kubeadm init, after undoing one a restart interrupted.
@@ -494,6 +497,9 @@ func (s *Server) handOver(j *job, log *slog.Logger) {
 type result struct {
 	ClusterID  []byte `json:"clusterID"`
 	Kubeconfig []byte `json:"kubeconfig"`
+	// StateDiskUUID goes to the owner, who records the disk as admitted
+	// for this node (the join service records the others).
+	StateDiskUUID string `json:"stateDiskUUID"`
 }
 
 func (s *Server) saveResult(r result) error { return writeJSON(s.cfg.ResultPath, r) }

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
@@ -64,11 +63,6 @@ type Tool struct {
 	// Instance (a VM provisioned before instances were certified)
 	// approves none.
 	Instance attestation.Instance
-	// DiskUUID returns this node's state-disk UUID: with Instance,
-	// StoreMasterSecret records the disk as admitted for this VM (see
-	// internal/admitted), so that it can rejoin through another control
-	// plane's join service. Nil records nothing.
-	DiskUUID func(ctx context.Context) (string, error)
 }
 
 // Init runs kubeadm init and returns the admin kubeconfig.
@@ -149,15 +143,7 @@ func (t *Tool) writeConfig(name string, data []byte) (string, error) {
 // for the join service. The manifest goes to kubectl on stdin, so the
 // secret never lands in a file.
 func (t *Tool) StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, measurementSalt []byte) error {
-	var self *admitted.Record
-	if !t.Instance.IsZero() && t.DiskUUID != nil {
-		uuid, err := t.DiskUUID(ctx)
-		if err != nil {
-			return fmt.Errorf("read the state disk's UUID to record it as admitted: %w", err)
-		}
-		self = &admitted.Record{DiskUUID: uuid, Instance: t.Instance}
-	}
-	manifest, err := secretManifests(ms, measurementSalt, t.Instance, self)
+	manifest, err := secretManifests(ms, measurementSalt, t.Instance)
 	if err != nil {
 		return err
 	}
@@ -175,7 +161,7 @@ func (t *Tool) StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, meas
 	return nil
 }
 
-func secretManifests(ms keys.MasterSecret, salt []byte, self attestation.Instance, disk *admitted.Record) ([]byte, error) {
+func secretManifests(ms keys.MasterSecret, salt []byte, self attestation.Instance) ([]byte, error) {
 	file, err := json.Marshal(ms)
 	if err != nil {
 		return nil, err
@@ -196,12 +182,5 @@ func secretManifests(ms keys.MasterSecret, salt []byte, self attestation.Instanc
 		"metadata": map[string]any{"name": JoinConfigName, "namespace": Namespace},
 		"data":     data,
 	}
-	if disk == nil {
-		return documents(secret, cm)
-	}
-	record, err := disk.ConfigMap()
-	if err != nil {
-		return nil, err
-	}
-	return documents(secret, cm, record)
+	return documents(secret, cm)
 }

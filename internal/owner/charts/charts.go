@@ -4,8 +4,8 @@
 // Every chart's version is the CLI's (internal/buildinfo), stamped when it
 // is loaded: a release's chart version says which Orrery installed it,
 // and an Orrery whose version is newer offers an upgrade. Orrery's own
-// chart has that app version too (its join service is part of the same
-// build); flannel keeps upstream's.
+// charts have that app version too (its join service and API are part of
+// the same build); flannel keeps upstream's.
 package charts
 
 import (
@@ -23,10 +23,20 @@ import (
 // Names of the embedded charts.
 const (
 	Flannel        = "flannel"
+	OrreryCRDs     = "orrery-crds"
 	OrreryServices = "orrery-services"
 )
 
-//go:embed all:flannel all:orrery-services
+// servicesImage, when set at build time (-ldflags -X), replaces the
+// orrery-services chart's image. Only for tests: the end-to-end suite
+// builds an orrery whose join service cannot start, to watch an upgrade
+// roll back.
+var servicesImage string
+
+// Names are the embedded charts.
+var Names = []string{Flannel, OrreryCRDs, OrreryServices}
+
+//go:embed all:flannel all:orrery-crds all:orrery-services
 var files embed.FS
 
 // Load returns the embedded chart name.
@@ -53,8 +63,11 @@ func Load(name string) (*chart.Chart, error) {
 	}
 	version := buildinfo.Get().Version
 	c.Metadata.Version = version
-	if name == OrreryServices {
+	if name != Flannel {
 		c.Metadata.AppVersion = version
+	}
+	if name == OrreryServices && servicesImage != "" {
+		c.Values["image"] = servicesImage
 	}
 	return c, nil
 }
@@ -62,12 +75,28 @@ func Load(name string) (*chart.Chart, error) {
 // Versions are the embedded charts' versions, by chart name.
 func Versions() (map[string]string, error) {
 	out := map[string]string{}
-	for _, name := range []string{Flannel, OrreryServices} {
+	for _, name := range Names {
 		c, err := Load(name)
 		if err != nil {
 			return nil, err
 		}
 		out[name] = c.Metadata.Version
+	}
+	return out, nil
+}
+
+// CRDManifest is the orrery-crds chart's CustomResourceDefinitions as one
+// multi-document YAML stream, for tests that install them into an API
+// server without Helm.
+func CRDManifest() ([]byte, error) {
+	c, err := Load(OrreryCRDs)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	for _, t := range c.Templates {
+		out = append(out, "\n---\n"...)
+		out = append(out, t.Data...)
 	}
 	return out, nil
 }

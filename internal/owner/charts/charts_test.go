@@ -11,6 +11,15 @@ import (
 	"github.com/orrery-dev/orrery/internal/buildinfo"
 )
 
+const digest = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+// servicesValues are orrery-services values as 'orrery init' passes them.
+func servicesValues() map[string]any {
+	return map[string]any{"endpoint": "10.42.1.100:6443", "platformCA": "PEM", "measurementSets": []any{
+		map[string]any{"name": "image-0123456789abcdef", "description": "v1", "measurements": map[string]any{"4": map[string]any{"expected": digest, "warnOnly": false}}},
+	}}
+}
+
 // TestChartsRender renders each embedded chart with the values orrery init
 // passes and checks the objects a cluster depends on are there.
 func TestChartsRender(t *testing.T) {
@@ -28,7 +37,7 @@ func TestChartsRender(t *testing.T) {
 				// As PID 1 it must end on SIGTERM, or stopping the pod waits for SIGKILL.
 				"trap 'exit 0' TERM INT"}},
 		Flannel + " without the API server": {values: map[string]any{"podCIDR": "10.244.0.0/16"}, wantErr: "apiServer.host is required"},
-		OrreryServices: {values: map[string]any{"endpoint": "10.42.1.100:6443", "measurements": `{"4":{}}`, "platformCA": "PEM"},
+		OrreryServices: {values: servicesValues(),
 			want: []string{"kind: DaemonSet", "--endpoint=10.42.1.100:6443", "hostPort: 30090", "defaultMode: 0400", "node-role.kubernetes.io/control-plane",
 				"--key-service=/var/run/orrery/keyservice/keys.sock", `"--listen", "/var/run/orrery/keyservice/keys.sock"`, "name: key-service\n          emptyDir",
 				// The join service attests on its node's vTPM, with its logs.
@@ -36,8 +45,11 @@ func TestChartsRender(t *testing.T) {
 				"path: /sys/kernel/security/tpm0, type: Directory",
 				// The join service must not depend on kube-proxy to reach the API server.
 				"name: KUBERNETES_SERVICE_HOST\n              valueFrom: {fieldRef: {fieldPath: status.hostIP}}",
-				"name: KUBERNETES_SERVICE_PORT\n              value: \"6443\""}},
-		OrreryServices + " without measurements": {values: map[string]any{"endpoint": "x:1", "platformCA": "PEM"}, wantErr: "measurements are required"},
+				"name: KUBERNETES_SERVICE_PORT\n              value: \"6443\"",
+				// One MeasurementSet per accepted image, as the values name it.
+				"kind: MeasurementSet\nmetadata:\n  name: image-0123456789abcdef\nspec:\n  description: \"v1\"\n  measurements: {\"4\":{\"expected\":\"" + digest + "\",\"warnOnly\":false}}"}},
+		OrreryServices + " without measurements": {values: map[string]any{"endpoint": "x:1", "platformCA": "PEM"}, wantErr: "measurementSets are required"},
+		OrreryCRDs:                               {values: map[string]any{}, want: []string{"name: measurementsets.orrery.dev", "name: admittednodes.orrery.dev", "helm.sh/resource-policy: keep"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -79,7 +91,7 @@ func TestOnlyJoinContainerPrivileged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals, err := chartutil.ToRenderValues(c, map[string]any{"endpoint": "10.42.1.100:6443", "measurements": `{"4":{}}`, "platformCA": "PEM"},
+	vals, err := chartutil.ToRenderValues(c, servicesValues(),
 		chartutil.ReleaseOptions{Name: "r", Namespace: "kube-system"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +140,8 @@ func TestChartsCarryTheBuildVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(versions) != 2 || versions[Flannel] != "7.8.9-rc.1" || versions[OrreryServices] != "7.8.9-rc.1" {
-		t.Fatalf("chart versions %v, want both 7.8.9-rc.1", versions)
+	if len(versions) != 3 || versions[Flannel] != "7.8.9-rc.1" || versions[OrreryServices] != "7.8.9-rc.1" || versions[OrreryCRDs] != "7.8.9-rc.1" {
+		t.Fatalf("chart versions %v, want all 7.8.9-rc.1", versions)
 	}
 	c, err := Load(OrreryServices)
 	if err != nil {

@@ -18,7 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/orrery-dev/orrery/internal/buildinfo"
 	"github.com/orrery-dev/orrery/internal/clusterhealth"
+	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 )
 
@@ -31,19 +33,33 @@ type ReleaseRef struct {
 	Name, Namespace string
 	// Chart is the embedded chart's name (package charts).
 	Chart string
+	// Needs names the releases that must be in place before this one is
+	// installed or upgraded.
+	Needs []string
 }
 
 // Owned are Orrery's releases, in the order an upgrade takes them: the
-// pod network first, which everything else's pods need.
+// definitions of Orrery's resources before the release that has objects
+// of them, the pod network before the services whose pods need it.
 var Owned = []ReleaseRef{
+	{Name: "orrery-crds", Namespace: Namespace, Chart: charts.OrreryCRDs},
 	{Name: "flannel", Namespace: Namespace, Chart: charts.Flannel},
-	{Name: "orrery-services", Namespace: Namespace, Chart: charts.OrreryServices},
+	{Name: "orrery-services", Namespace: Namespace, Chart: charts.OrreryServices, Needs: []string{"orrery-crds"}},
+}
+
+// Owner is the release of Owned called name.
+func Owner(name string) (ReleaseRef, bool) {
+	for _, r := range Owned {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return ReleaseRef{}, false
 }
 
 // Release is one chart installed into the cluster.
 type Release struct {
-	Name   string
-	Chart  string
+	ReleaseRef
 	Values map[string]any
 }
 
@@ -55,9 +71,8 @@ type Settings struct {
 	// must be the same.
 	PodCIDR           string
 	KubernetesVersion string
-	// Measurements is the image's measurements file, as the join service
-	// reads it.
-	Measurements []byte
+	// MeasurementSets are the images whose nodes may join.
+	MeasurementSets []measurementset.Set
 	// PlatformCA is the PEM certificate of the CA that certifies nodes'
 	// attestation keys.
 	PlatformCA []byte
@@ -69,32 +84,64 @@ func Releases(s Settings) ([]Release, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API server address %q: %w", s.APIServer, err)
 	}
-	return []Release{
-		{Name: Owned[0].Name, Chart: Owned[0].Chart, Values: map[string]any{
+	if len(s.MeasurementSets) == 0 {
+		return nil, errors.New("no measurement set: the join service would admit no node")
+	}
+	var sets []any
+	for _, m := range s.MeasurementSets {
+		v, err := m.Values()
+		if err != nil {
+			return nil, fmt.Errorf("measurement set %s: %w", m.Name, err)
+		}
+		sets = append(sets, v)
+	}
+	values := map[string]map[string]any{
+		charts.OrreryCRDs: {},
+		charts.Flannel: {
 			"podCIDR":   s.PodCIDR,
 			"apiServer": map[string]any{"host": host, "port": port},
-		}},
-		{Name: Owned[1].Name, Chart: Owned[1].Chart, Values: map[string]any{
+		},
+		charts.OrreryServices: {
 			"endpoint":          s.APIServer,
 			"apiServerPort":     port,
 			"kubernetesVersion": s.KubernetesVersion,
-			"measurements":      string(s.Measurements),
+			"measurementSets":   sets,
 			"platformCA":        string(s.PlatformCA),
-		}},
-	}, nil
+		},
+	}
+	var out []Release
+	for _, ref := range Owned {
+		out = append(out, Release{ReleaseRef: ref, Values: values[ref.Chart]})
+	}
+	return out, nil
 }
 
 // Install installs or upgrades releases with Helm and waits until they
 // run; progress gets a message as each starts and ends, from the
 // release's own goroutine (calls can overlap). Installing again
-// (a retried init) upgrades in place. The releases do not depend on each
-// other (the join service is on the host network), so they install side
-// by side: on a slow machine most of each install is waiting for its
-// pods.
+// (a retried init) upgrades in place. Releases install side by side,
+// each once those it Needs are in: on a slow machine most of each
+// install is waiting for its pods, and the pod network and the join
+// service (on the host network) do not wait for each other.
 func Install(ctx context.Context, kubeconfig string, releases []Release, timeout time.Duration, progress func(msg string)) error {
 	g, ctx := errgroup.WithContext(ctx)
+	done := map[string]chan struct{}{}
+	for _, r := range releases {
+		done[r.Name] = make(chan struct{})
+	}
 	for _, r := range releases {
 		g.Go(func() error {
+			for _, need := range r.Needs {
+				ch, ok := done[need]
+				if !ok {
+					return fmt.Errorf("release %s needs %s, which is not installed with it", r.Name, need)
+				}
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			start := time.Now()
 			c, err := charts.Load(r.Chart)
 			if err != nil {
@@ -103,22 +150,44 @@ func Install(ctx context.Context, kubeconfig string, releases []Release, timeout
 			// One Helm configuration per release: its client and
 			// release storage are not meant to be shared between
 			// goroutines.
-			settings := cli.New()
-			settings.KubeConfig = kubeconfig
-			cfg := new(action.Configuration)
-			if err := cfg.Init(settings.RESTClientGetter(), Namespace, "secret", func(string, ...any) {}); err != nil {
-				return fmt.Errorf("connect Helm to the cluster: %w", err)
+			cfg, err := HelmConfig(kubeconfig, r.Namespace)
+			if err != nil {
+				return err
 			}
 			progress(fmt.Sprintf("installing %s (chart %s %s)", r.Name, c.Metadata.Name, c.Metadata.Version))
 			if err := installOrUpgrade(ctx, cfg, r.Name, c, r.Values, timeout); err != nil {
 				return fmt.Errorf("install %s: %w", r.Name, err)
 			}
 			progress(fmt.Sprintf("%s runs (%s)", r.Name, time.Since(start).Round(time.Second)))
+			close(done[r.Name])
 			return nil
 		})
 	}
 	return g.Wait()
 }
+
+// HelmConfig connects Helm to the cluster of kubeconfig, for releases in
+// namespace, with release records in Secrets (Helm's default, so the helm
+// CLI sees them).
+func HelmConfig(kubeconfig, namespace string) (*action.Configuration, error) {
+	settings := cli.New()
+	settings.KubeConfig = kubeconfig
+	cfg := new(action.Configuration)
+	if err := cfg.Init(settings.RESTClientGetter(), namespace, "secret", func(string, ...any) {}); err != nil {
+		return nil, fmt.Errorf("connect Helm to the cluster: %w", err)
+	}
+	return cfg, nil
+}
+
+// Description is what Orrery writes as a release revision's description
+// ('helm history' shows it): how an upgrade tells its own revisions from
+// ones made by hand.
+func Description(verb string) string {
+	return DescriptionPrefix + verb + " " + buildinfo.Get().Version
+}
+
+// DescriptionPrefix starts the description of every revision Orrery made.
+const DescriptionPrefix = "orrery "
 
 func installOrUpgrade(ctx context.Context, cfg *action.Configuration, name string, c *chart.Chart, values map[string]any, timeout time.Duration) error {
 	_, err := action.NewHistory(cfg).Run(name)
@@ -126,6 +195,7 @@ func installOrUpgrade(ctx context.Context, cfg *action.Configuration, name strin
 		in := action.NewInstall(cfg)
 		in.ReleaseName, in.Namespace = name, Namespace
 		in.Wait, in.Timeout = true, timeout
+		in.Description = Description("init")
 		_, err = in.RunWithContext(ctx, c, values)
 		return err
 	}
@@ -135,6 +205,7 @@ func installOrUpgrade(ctx context.Context, cfg *action.Configuration, name strin
 	up := action.NewUpgrade(cfg)
 	up.Namespace = Namespace
 	up.Wait, up.Timeout = true, timeout
+	up.Description = Description("init")
 	// A failed upgrade rolls back, so the cluster keeps working services.
 	up.Atomic = true
 	_, err = up.RunWithContext(ctx, name, c, values)

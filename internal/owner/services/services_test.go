@@ -1,18 +1,31 @@
 package services
 
 import (
+	"bytes"
 	"testing"
+
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/measurementset"
 )
 
 func TestReleases(t *testing.T) {
+	set, err := measurementset.New(measurements.M{11: {Expected: bytes.Repeat([]byte{1}, 32)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	rs, err := Releases(Settings{APIServer: "10.42.1.100:6443", PodCIDR: "10.244.0.0/16", KubernetesVersion: "v1.36.3",
-		Measurements: []byte(`{"11":{"expected":"00"}}`), PlatformCA: []byte("PEM")})
+		MeasurementSets: []measurementset.Set{set}, PlatformCA: []byte("PEM")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	byName := map[string]Release{}
+	var order []string
 	for _, r := range rs {
 		byName[r.Name] = r
+		order = append(order, r.Name)
+	}
+	if len(order) != 3 || order[0] != "orrery-crds" || order[2] != "orrery-services" {
+		t.Errorf("releases in order %v: the CRDs must come before the services that have objects of them", order)
 	}
 	// flanneld reaches the API server directly: it must not wait for
 	// kube-proxy's Service rules, which need the pod network first.
@@ -21,10 +34,17 @@ func TestReleases(t *testing.T) {
 		t.Errorf("flannel values %v", byName["flannel"].Values)
 	}
 	svc := byName["orrery-services"].Values
-	if svc["endpoint"] != "10.42.1.100:6443" || svc["apiServerPort"] != "6443" || svc["measurements"] != `{"11":{"expected":"00"}}` || svc["platformCA"] != "PEM" {
+	if svc["endpoint"] != "10.42.1.100:6443" || svc["apiServerPort"] != "6443" || svc["platformCA"] != "PEM" {
 		t.Errorf("orrery-services values %v", svc)
 	}
-	if _, err := Releases(Settings{APIServer: "10.42.1.100"}); err == nil {
+	got, err := measurementset.FromValues(svc["measurementSets"])
+	if err != nil || len(got) != 1 || got[0].Name != set.Name || !got[0].Measurements.Equal(set.Measurements) {
+		t.Errorf("measurementSets value reads back as %v, %v", got, err)
+	}
+	if _, err := Releases(Settings{APIServer: "10.42.1.100", MeasurementSets: []measurementset.Set{set}}); err == nil {
 		t.Error("an API server address without a port was accepted")
+	}
+	if _, err := Releases(Settings{APIServer: "10.42.1.100:6443"}); err == nil {
+		t.Error("releases without a measurement set were accepted")
 	}
 }

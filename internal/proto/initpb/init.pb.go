@@ -418,7 +418,13 @@ type InitSuccess struct {
 	// secret and the measurement salt and extended into PCR 15 when it took the
 	// node lock. The CLI saves it so `orrery verify` can check that a node
 	// belongs to this cluster.
-	ClusterId     []byte `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId []byte `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// state_disk_uuid is the LUKS UUID of the node's state disk. The CLI records
+	// the disk as admitted for this node (an AdmittedNode object, for the
+	// instance named by the node's attestation key certificate), as the join
+	// service does for every node it admits, so that the node can rejoin after
+	// a reboot through another control plane. Not secret.
+	StateDiskUuid string `protobuf:"bytes,3,opt,name=state_disk_uuid,json=stateDiskUuid,proto3" json:"state_disk_uuid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -465,6 +471,13 @@ func (x *InitSuccess) GetClusterId() []byte {
 		return x.ClusterId
 	}
 	return nil
+}
+
+func (x *InitSuccess) GetStateDiskUuid() string {
+	if x != nil {
+		return x.StateDiskUuid
+	}
+	return ""
 }
 
 // InitFailure ends a failed Init.
@@ -555,13 +568,14 @@ const file_internal_proto_initpb_init_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"6\n" +
 	"\bLogChunk\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"L\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"t\n" +
 	"\vInitSuccess\x12\x1e\n" +
 	"\n" +
 	"kubeconfig\x18\x01 \x01(\fR\n" +
 	"kubeconfig\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x02 \x01(\fR\tclusterId\"L\n" +
+	"cluster_id\x18\x02 \x01(\fR\tclusterId\x12&\n" +
+	"\x0fstate_disk_uuid\x18\x03 \x01(\tR\rstateDiskUuid\"L\n" +
 	"\vInitFailure\x12#\n" +
 	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\x12\x18\n" +
 	"\ajournal\x18\x02 \x01(\fR\ajournal2R\n" +

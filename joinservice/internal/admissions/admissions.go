@@ -1,12 +1,12 @@
 // Package admissions keeps the cluster's record of admitted nodes (see
-// internal/admitted for the format) in the API server: one ConfigMap per
-// state disk, created when the join service admits the disk's node and
-// read when a node asks to rejoin with that disk.
+// internal/admitted for the format) in the API server: one AdmittedNode per
+// state disk, created when the join service admits the disk's node, read
+// when a node asks to rejoin with that disk, and updated with the
+// measurement set the node attested with.
 package admissions
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/orreryapi"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
 )
 
@@ -26,7 +27,7 @@ type Store struct {
 var ErrOtherInstance = errors.New("the disk was admitted for another VM")
 
 func path(name string) string {
-	return "/api/v1/namespaces/" + admitted.Namespace + "/configmaps/" + url.PathEscape(name)
+	return orreryapi.Path(orreryapi.AdmittedNodes, url.PathEscape(name))
 }
 
 // Lookup returns the VM diskUUID was admitted for; found is false if the
@@ -47,28 +48,22 @@ func (s *Store) Lookup(ctx context.Context, diskUUID string) (inst attestation.I
 	default:
 		return attestation.Instance{}, false, fmt.Errorf("read the record of disk %s: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
 	}
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	if err := json.Unmarshal(body, &cm); err != nil {
-		return attestation.Instance{}, false, fmt.Errorf("decode the record of disk %s: %w", diskUUID, err)
-	}
-	rec, err := admitted.Parse(diskUUID, cm.Data)
+	rec, err := admitted.Parse(diskUUID, body)
 	if err != nil {
 		return attestation.Instance{}, false, err
 	}
 	return rec.Instance, true, nil
 }
 
-// Admit records that diskUUID belongs to inst. A disk already recorded
-// for inst is fine (a retried join); one recorded for another VM gives
-// ErrOtherInstance.
-func (s *Store) Admit(ctx context.Context, diskUUID string, inst attestation.Instance) error {
-	cm, err := admitted.Record{DiskUUID: diskUUID, Instance: inst}.ConfigMap()
+// Admit records that diskUUID belongs to inst, which attested with
+// measurement set set. A disk already recorded for inst is fine (a
+// retried join); one recorded for another VM gives ErrOtherInstance.
+func (s *Store) Admit(ctx context.Context, diskUUID string, inst attestation.Instance, set string) error {
+	obj, err := admitted.Record{DiskUUID: diskUUID, Instance: inst, MeasurementSet: set}.Object()
 	if err != nil {
 		return err
 	}
-	code, body, err := s.Conn.Do(ctx, http.MethodPost, "/api/v1/namespaces/"+admitted.Namespace+"/configmaps", cm)
+	code, body, err := s.Conn.Do(ctx, http.MethodPost, orreryapi.Path(orreryapi.AdmittedNodes, ""), obj)
 	if err != nil {
 		return fmt.Errorf("record disk %s as admitted: %w", diskUUID, err)
 	}
@@ -84,8 +79,29 @@ func (s *Store) Admit(ctx context.Context, diskUUID string, inst attestation.Ins
 		if !found || have.ID != inst.ID {
 			return fmt.Errorf("%w (%s)", ErrOtherInstance, have)
 		}
-		return nil
+		return s.Attested(ctx, diskUUID, set)
 	default:
 		return fmt.Errorf("record disk %s as admitted: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
 	}
+}
+
+// Attested records that the node of diskUUID attested with measurement set
+// set (for 'orrery status' and for retiring sets no node runs).
+func (s *Store) Attested(ctx context.Context, diskUUID, set string) error {
+	if set == "" {
+		return nil
+	}
+	name, err := admitted.Name(diskUUID)
+	if err != nil {
+		return err
+	}
+	patch := map[string]any{"spec": map[string]any{"measurementSet": set}}
+	code, body, err := s.Conn.DoPatch(ctx, path(name), patch)
+	if err != nil {
+		return fmt.Errorf("record the measurement set of disk %s: %w", diskUUID, err)
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("record the measurement set of disk %s: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
+	}
+	return nil
 }

@@ -2,97 +2,117 @@ package admissions
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/orreryapi"
+	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
 )
 
-// fakeAPI keeps ConfigMaps in kube-system the way the API server does for
-// create and get.
-type fakeAPI struct {
-	mu  sync.Mutex
-	cms map[string]json.RawMessage
-}
-
-func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	const prefix = "/api/v1/namespaces/kube-system/configmaps"
-	if r.Header.Get("Authorization") != "Bearer sa" || !strings.HasPrefix(r.URL.Path, prefix) {
-		http.Error(w, "forbidden", http.StatusForbidden)
-		return
+// newStore is a Store on a real API server with Orrery's CRDs installed
+// (from the orrery-crds chart), as the join service has it.
+func newStore(t *testing.T) (*Store, *apiservertest.Server) {
+	t.Helper()
+	srv := apiservertest.Start(t)
+	manifest, err := charts.CRDManifest()
+	if err != nil {
+		t.Fatal(err)
 	}
-	switch r.Method {
-	case http.MethodPost:
-		var cm struct {
-			Metadata struct{ Name string } `json:"metadata"`
-		}
-		raw := json.RawMessage{}
-		json.NewDecoder(r.Body).Decode(&raw)
-		json.Unmarshal(raw, &cm)
-		if _, ok := f.cms[cm.Metadata.Name]; ok {
-			http.Error(w, `{"reason":"AlreadyExists"}`, http.StatusConflict)
-			return
-		}
-		f.cms[cm.Metadata.Name] = raw
-		w.WriteHeader(http.StatusCreated)
-	case http.MethodGet:
-		raw, ok := f.cms[strings.TrimPrefix(r.URL.Path, prefix+"/")]
-		if !ok {
-			http.Error(w, `{"reason":"NotFound"}`, http.StatusNotFound)
-			return
-		}
-		w.Write(raw)
+	srv.InstallCRDs(t, manifest)
+	httpClient, err := rest.HTTPClientFor(srv.Config)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func newStore(t *testing.T) *Store {
-	srv := httptest.NewTLSServer(&fakeAPI{cms: map[string]json.RawMessage{}})
-	t.Cleanup(srv.Close)
-	return &Store{Conn: &apiserver.Conn{Server: srv.URL, Token: "sa", HTTP: srv.Client()}}
+	return &Store{Conn: &apiserver.Conn{Server: srv.Config.Host, HTTP: httpClient}}, srv
 }
 
 const disk = "0B5C1F3E-8D2A-4C6B-9E7F-1A2B3C4D5E6F"
 
+var admittedNodes = schema.GroupVersionResource{Group: orreryapi.Group, Version: orreryapi.Version, Resource: orreryapi.AdmittedNodes}
+
 func TestAdmitAndLookup(t *testing.T) {
-	s := newStore(t)
+	s, srv := newStore(t)
 	ctx := context.Background()
 	w0 := attestation.Instance{Name: "worker-0", ID: "1"}
 	if _, found, err := s.Lookup(ctx, disk); found || err != nil {
 		t.Fatalf("unknown disk: found %v, %v", found, err)
 	}
-	if err := s.Admit(ctx, disk, w0); err != nil {
+	if err := s.Admit(ctx, disk, w0, "image-0000000000000001"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Admit(ctx, strings.ToLower(disk), w0); err != nil {
+	// A retried join of the same VM is fine, and records the set it
+	// attested with this time.
+	if err := s.Admit(ctx, strings.ToLower(disk), w0, "image-0000000000000002"); err != nil {
 		t.Fatalf("retried join of the same VM: %v", err)
 	}
 	if got, found, err := s.Lookup(ctx, strings.ToLower(disk)); !found || err != nil || got != w0 {
 		t.Fatalf("Lookup = %v, %v, %v", got, found, err)
 	}
+	obj, err := srv.Dynamic(t).Resource(admittedNodes).Get(ctx, "disk-"+strings.ToLower(disk), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set, _, _ := unstructured.NestedString(obj.Object, "spec", "measurementSet"); set != "image-0000000000000002" {
+		t.Errorf("the record names set %q, want the last one", set)
+	}
 	// Another VM, even of the same name, cannot take the disk over.
-	if err := s.Admit(ctx, disk, attestation.Instance{Name: "worker-0", ID: "2"}); !errors.Is(err, ErrOtherInstance) {
+	if err := s.Admit(ctx, disk, attestation.Instance{Name: "worker-0", ID: "2"}, ""); !errors.Is(err, ErrOtherInstance) {
 		t.Fatalf("err = %v, want ErrOtherInstance", err)
 	}
-	if err := s.Admit(ctx, "../x", w0); err == nil {
+	if err := s.Admit(ctx, "../x", w0, ""); err == nil {
 		t.Fatal("malformed disk UUID recorded")
+	}
+	if err := s.Attested(ctx, disk, "image-0000000000000003"); err != nil {
+		t.Fatal(err)
+	}
+	// A record of a disk the owner deleted is gone for rejoins.
+	if err := srv.Dynamic(t).Resource(admittedNodes).Delete(ctx, "disk-"+strings.ToLower(disk), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := s.Lookup(ctx, disk); found || err != nil {
+		t.Fatalf("a deleted record: found %v, %v", found, err)
+	}
+}
+
+// A record changed by someone into another disk's is not believed.
+func TestLookupChecksTheRecord(t *testing.T) {
+	s, srv := newStore(t)
+	ctx := context.Background()
+	other := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind,
+		"metadata": map[string]any{"name": "disk-11111111-1111-1111-1111-111111111111"},
+		"spec":     map[string]any{"diskUUID": "11111111-1111-1111-1111-111111111111", "instance": map[string]any{"name": "w", "id": "1"}},
+	}}
+	if _, err := srv.Dynamic(t).Resource(admittedNodes).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := s.Lookup(ctx, "11111111-1111-1111-1111-111111111111"); !found || err != nil {
+		t.Fatalf("a good record: %v %v", found, err)
 	}
 }
 
 func TestAPIServerRefusal(t *testing.T) {
-	s := newStore(t)
-	s.Conn.Token = "wrong"
-	if err := s.Admit(context.Background(), disk, attestation.Instance{Name: "w", ID: "1"}); err == nil || !strings.Contains(err.Error(), "403") {
+	s, srv := newStore(t)
+	// The cluster's CA, but no client certificate and a token the API
+	// server does not know.
+	anon, err := rest.HTTPClientFor(rest.AnonymousClientConfig(srv.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Conn.HTTP, s.Conn.Token = anon, "wrong"
+	if err := s.Admit(context.Background(), disk, attestation.Instance{Name: "w", ID: "1"}, ""); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("err = %v, want the API server's refusal", err)
 	}
-	if _, _, err := s.Lookup(context.Background(), disk); err == nil || !strings.Contains(err.Error(), "403") {
+	if _, _, err := s.Lookup(context.Background(), disk); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("err = %v, want the API server's refusal", err)
 	}
 }

@@ -15,10 +15,11 @@ import (
 type Memory struct {
 	mu    sync.Mutex
 	disks map[string]attestation.Instance
+	sets  map[string]string
 }
 
 // Admit records diskUUID for inst, like Store.Admit.
-func (m *Memory) Admit(_ context.Context, diskUUID string, inst attestation.Instance) error {
+func (m *Memory) Admit(_ context.Context, diskUUID string, inst attestation.Instance, set string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	diskUUID = strings.ToLower(diskUUID)
@@ -26,10 +27,32 @@ func (m *Memory) Admit(_ context.Context, diskUUID string, inst attestation.Inst
 		return fmt.Errorf("%w (%s)", ErrOtherInstance, have)
 	}
 	if m.disks == nil {
-		m.disks = map[string]attestation.Instance{}
+		m.disks, m.sets = map[string]attestation.Instance{}, map[string]string{}
 	}
 	m.disks[diskUUID] = inst
+	if set != "" {
+		m.sets[diskUUID] = set
+	}
 	return nil
+}
+
+// Attested records the set the disk's node attested with, like
+// Store.Attested.
+func (m *Memory) Attested(_ context.Context, diskUUID, set string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	diskUUID = strings.ToLower(diskUUID)
+	if _, ok := m.disks[diskUUID]; ok && set != "" {
+		m.sets[diskUUID] = set
+	}
+	return nil
+}
+
+// Set returns the set recorded for diskUUID.
+func (m *Memory) Set(diskUUID string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sets[strings.ToLower(diskUUID)]
 }
 
 // Lookup returns the VM diskUUID was admitted for, like Store.Lookup.

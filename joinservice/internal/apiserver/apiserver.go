@@ -17,20 +17,25 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/orrery-dev/orrery/internal/measurementset"
+	"github.com/orrery-dev/orrery/internal/orreryapi"
 )
 
 // ServiceAccountDir holds a pod's in-cluster credentials.
 const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // maxResponse bounds what is read of an answer: the objects the join
-// service reads are small ConfigMaps.
+// service reads are small (a record, a Node, a list of a few measurement
+// sets).
 const maxResponse = 1 << 20
 
 // Conn talks to the API server.
 type Conn struct {
 	// Server is the API server's URL, e.g. https://10.42.1.100:6443.
 	Server string
-	// Token authenticates; HTTP carries the cluster CA.
+	// Token authenticates; HTTP carries the cluster CA (and, in tests,
+	// a client certificate instead of a token).
 	Token string
 	HTTP  *http.Client
 }
@@ -65,6 +70,15 @@ func InCluster() (*Conn, error) {
 // status code and up to 1 MiB of the answer. Only a transport failure is
 // an error; the caller judges the status.
 func (c *Conn) Do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	return c.do(ctx, method, path, "application/json", body)
+}
+
+// DoPatch sends body as a JSON merge patch of the object at path.
+func (c *Conn) DoPatch(ctx context.Context, path string, body any) (int, []byte, error) {
+	return c.do(ctx, http.MethodPatch, path, "application/merge-patch+json", body)
+}
+
+func (c *Conn) do(ctx context.Context, method, path, contentType string, body any) (int, []byte, error) {
 	var r io.Reader
 	if body != nil {
 		raw, err := json.Marshal(body)
@@ -77,9 +91,11 @@ func (c *Conn) Do(ctx context.Context, method, path string, body any) (int, []by
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
@@ -115,4 +131,18 @@ func (c *Conn) NodeExists(ctx context.Context, name string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("read node %s: API server answered %d %s: %s", name, code, http.StatusText(code), Excerpt(body))
+}
+
+// MeasurementSets lists the cluster's accepted measurement sets (see
+// internal/measurementset). Sets that do not parse are left out and named
+// in the error beside the good ones.
+func (c *Conn) MeasurementSets(ctx context.Context) ([]measurementset.Set, error) {
+	code, body, err := c.Do(ctx, http.MethodGet, orreryapi.Path(orreryapi.MeasurementSets, ""), nil)
+	if err != nil {
+		return nil, fmt.Errorf("list the measurement sets: %w", err)
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("list the measurement sets: API server answered %d %s: %s", code, http.StatusText(code), Excerpt(body))
+	}
+	return measurementset.ParseList(body)
 }

@@ -1,7 +1,7 @@
 // Package joinserver issues join and rejoin tickets to nodes that attested
 // over attested TLS: everything a node needs to unlock its state disk and
 // run `kubeadm join`. The measurements a node must match are enforced by
-// the transport (see internal/atls and joinservice/internal/watchvalidator);
+// the transport (see internal/atls and joinservice/internal/setvalidator);
 // this package checks the request and assembles the ticket.
 //
 // A ticket holds what the node needs and no more:
@@ -82,11 +82,14 @@ type KeyClient interface {
 // Admissions is the cluster's record of which VM each state disk was
 // admitted for (admissions.Store).
 type Admissions interface {
-	// Admit records diskUUID for inst; admissions.ErrOtherInstance if
-	// it is recorded for another VM.
-	Admit(ctx context.Context, diskUUID string, inst attestation.Instance) error
+	// Admit records diskUUID for inst, which attested with measurement
+	// set set; admissions.ErrOtherInstance if it is recorded for
+	// another VM.
+	Admit(ctx context.Context, diskUUID string, inst attestation.Instance, set string) error
 	// Lookup returns the VM diskUUID was admitted for, if any.
 	Lookup(ctx context.Context, diskUUID string) (inst attestation.Instance, found bool, err error)
+	// Attested records the set the disk's node attested with again.
+	Attested(ctx context.Context, diskUUID, set string) error
 }
 
 // Nodes tells whether the cluster still has a node: an owner removes a
@@ -103,6 +106,10 @@ type Config struct {
 	Admissions Admissions
 	// Nodes are the cluster's nodes. Required.
 	Nodes Nodes
+	// MatchedSet names the measurement set a peer's attestation matched,
+	// given the TLS key the attestation bound (setvalidator's); nil or
+	// "" records none.
+	MatchedSet func(peerKey []byte) string
 	// CA and CAKey are the cluster CA, which signs kubelet certificates.
 	CA    *x509.Certificate
 	CAKey crypto.Signer
@@ -172,7 +179,7 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "kubelet certificate request: %v", err)
 	}
-	if err := s.authorizeJoin(ctx, log, req, inst, claimed); err != nil {
+	if err := s.authorizeJoin(ctx, log, req, inst, claimed, s.matchedSet(info)); err != nil {
 		return nil, err
 	}
 	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
@@ -216,7 +223,7 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 // authorizeJoin decides whether instance inst, whose CSR claims node name
 // claimed, gets a join ticket for req, and records its disk as admitted
 // for it. Every refusal is logged.
-func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinpb.IssueJoinTicketRequest, inst attestation.Instance, claimed string) error {
+func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinpb.IssueJoinTicketRequest, inst attestation.Instance, claimed, set string) error {
 	// Refuse rather than quietly sign for the attested name: a node that
 	// asks under another name is either misconfigured (the metadata
 	// service told it a name that is not its own, and kubeadm would
@@ -236,7 +243,7 @@ func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinp
 	}
 	// Recorded before any key is handed out: a node that got its disk
 	// key can always rejoin with it, and no other VM can.
-	err := s.cfg.Admissions.Admit(ctx, req.GetDiskUuid(), inst)
+	err := s.cfg.Admissions.Admit(ctx, req.GetDiskUuid(), inst, set)
 	switch {
 	case errors.Is(err, admissions.ErrOtherInstance):
 		log.Warn("refused a join: the state disk was admitted for another VM", "reason", err.Error())
@@ -296,8 +303,21 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
 	}
+	if err := s.cfg.Admissions.Attested(ctx, disk, s.matchedSet(info)); err != nil {
+		// Informative only (which image the node runs): not a reason
+		// to keep a node from its disk.
+		log.Warn("cannot record the node's measurement set", "error", err.Error())
+	}
 	log.Info("issued rejoin ticket")
 	return &joinpb.IssueRejoinTicketResponse{StateDiskKey: diskKey, MeasurementSecret: measurementSecret}, nil
+}
+
+// matchedSet is the measurement set the caller attested with, if known.
+func (s *Server) matchedSet(info atls.AuthInfo) string {
+	if s.cfg.MatchedSet == nil || len(info.TLS.PeerCertificates) == 0 {
+		return ""
+	}
+	return s.cfg.MatchedSet(info.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
 }
 
 // requireAttested refuses callers that did not attest: the transport should

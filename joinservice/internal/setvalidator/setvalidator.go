@@ -1,0 +1,231 @@
+// Package setvalidator validates attestations against the cluster's
+// accepted measurement sets (internal/measurementset), read from the API
+// server: a node passes if it matches any set, so nodes of the old and the
+// new image join side by side during a rollout. The sets are re-read when
+// they are older than the refresh interval, so 'orrery upgrade apply
+// --measurements' and '--retire' apply without a restart.
+//
+// Reading happens during handshakes, before a peer has proved anything,
+// so it is bounded: at most one read per interval whatever the number of
+// handshakes, and a failed read keeps the sets of the last good one.
+package setvalidator
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/measurementset"
+)
+
+// Source lists the accepted sets.
+type Source func(ctx context.Context) ([]measurementset.Set, error)
+
+// Factory builds a validator for one set.
+type Factory func(m measurements.M) (attestation.Validator, error)
+
+// DefaultRefresh is how stale the sets may be: a rollover takes effect
+// within it.
+const DefaultRefresh = 10 * time.Second
+
+// firstReadRetry is the interval between reads until one succeeds.
+const firstReadRetry = time.Second
+
+// matchedCap bounds the memory of which set each peer matched.
+const matchedCap = 1024
+
+// Config configures a Validator.
+type Config struct {
+	Variant variant.Variant
+	Build   Factory
+	Source  Source
+	// Refresh is how often the sets are read at most; DefaultRefresh if 0.
+	Refresh time.Duration
+	Logger  *slog.Logger
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+}
+
+// Validator is an attestation.InstanceValidator over the cluster's sets.
+type Validator struct {
+	cfg Config
+	log *slog.Logger
+
+	// reading is held by the one goroutine that reads the sets; the
+	// others validate against the current ones meanwhile.
+	reading sync.Mutex
+
+	mu         sync.Mutex
+	lastRead   time.Time
+	loaded     bool
+	sets       []loadedSet
+	matched    map[[32]byte]string
+	matchOrder [][32]byte
+}
+
+type loadedSet struct {
+	name      string
+	validator attestation.Validator
+}
+
+// New returns a Validator; it reads the sets on first use.
+func New(cfg Config) (*Validator, error) {
+	if cfg.Build == nil || cfg.Source == nil {
+		return nil, errors.New("setvalidator: Build and Source are required")
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Validator{cfg: cfg, log: log, matched: map[[32]byte]string{}}, nil
+}
+
+// Variant implements attestation.Validator.
+func (v *Validator) Variant() variant.Variant { return v.cfg.Variant }
+
+// Validate implements attestation.Validator.
+func (v *Validator) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
+	userData, _, err := v.ValidateInstance(ctx, doc, nonce)
+	return userData, err
+}
+
+// ValidateInstance implements attestation.InstanceValidator. A refusal
+// names, for each set, why the document does not match it.
+func (v *Validator) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
+	v.refresh(ctx)
+	v.mu.Lock()
+	sets, loaded := v.sets, v.loaded
+	v.mu.Unlock()
+	if !loaded {
+		return nil, attestation.Instance{}, errors.New("the join service cannot read the cluster's accepted measurement sets yet (see its log); retry shortly")
+	}
+	if len(sets) == 0 {
+		return nil, attestation.Instance{}, errors.New("the cluster accepts no image: it has no MeasurementSet (kubectl get measurementsets); add one with 'orrery upgrade apply --measurements'")
+	}
+	var reasons []string
+	for _, s := range sets {
+		var userData []byte
+		var inst attestation.Instance
+		var err error
+		if iv, ok := s.validator.(attestation.InstanceValidator); ok {
+			userData, inst, err = iv.ValidateInstance(ctx, doc, nonce)
+		} else {
+			userData, err = s.validator.Validate(ctx, doc, nonce)
+		}
+		if err == nil {
+			v.remember(userData, s.name)
+			return userData, inst, nil
+		}
+		reasons = append(reasons, s.name+": "+err.Error())
+	}
+	err := fmt.Errorf("the attestation matches none of the cluster's %d accepted measurement sets: %s", len(sets), strings.Join(reasons, "; "))
+	if len(sets) == 1 {
+		err = fmt.Errorf("the attestation does not match measurement set %s", reasons[0])
+	}
+	v.log.Warn("attestation refused", "variant", v.cfg.Variant.String(), "reason", err.Error())
+	return nil, attestation.Instance{}, err
+}
+
+// MatchedSet returns the name of the set that the attestation binding
+// userData (the peer's TLS key) matched, or "" if none is remembered.
+func (v *Validator) MatchedSet(userData []byte) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.matched[sha256.Sum256(userData)]
+}
+
+func (v *Validator) remember(userData []byte, set string) {
+	key := sha256.Sum256(userData)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.matched[key]; !ok {
+		v.matchOrder = append(v.matchOrder, key)
+	}
+	v.matched[key] = set
+	for len(v.matchOrder) > matchedCap {
+		delete(v.matched, v.matchOrder[0])
+		v.matchOrder = v.matchOrder[1:]
+	}
+}
+
+// refresh reads the sets if they are older than the refresh interval and
+// no other goroutine is reading them.
+func (v *Validator) refresh(ctx context.Context) {
+	if !v.reading.TryLock() {
+		return
+	}
+	defer v.reading.Unlock()
+	now := v.cfg.Now()
+	v.mu.Lock()
+	interval := v.cfg.Refresh
+	if !v.loaded {
+		// Nothing to validate with yet: retry sooner (a join service
+		// that starts before its node's API server answers).
+		interval = min(interval, firstReadRetry)
+	}
+	due := v.lastRead.IsZero() || now.Sub(v.lastRead) >= interval
+	if due {
+		// Set before reading: a failed read also waits out the
+		// interval, so a flood of handshakes cannot hammer the API
+		// server.
+		v.lastRead = now
+	}
+	v.mu.Unlock()
+	if !due {
+		return
+	}
+	sets, err := v.cfg.Source(ctx)
+	if err != nil && len(sets) == 0 {
+		v.log.Error("cannot read the accepted measurement sets; keeping the last ones read", "error", err.Error())
+		return
+	}
+	if err != nil {
+		v.log.Error("some measurement sets are invalid and are not accepted", "error", err.Error())
+	}
+	v.mu.Lock()
+	old := map[string]attestation.Validator{}
+	for _, s := range v.sets {
+		old[s.name] = s.validator
+	}
+	v.mu.Unlock()
+	var loaded []loadedSet
+	var names []string
+	for _, s := range sets {
+		val, ok := old[s.Name]
+		if !ok {
+			// Names are derived from the measurements: a known name
+			// has the same measurements, and keeps its validator.
+			var err error
+			if val, err = v.cfg.Build(s.Measurements); err != nil {
+				v.log.Error("cannot use measurement set", "set", s.Name, "error", err.Error())
+				continue
+			}
+		}
+		loaded = append(loaded, loadedSet{name: s.Name, validator: val})
+		names = append(names, s.Name)
+	}
+	v.mu.Lock()
+	changed := !v.loaded || len(loaded) != len(v.sets)
+	for i := 0; !changed && i < len(loaded); i++ {
+		changed = loaded[i].name != v.sets[i].name
+	}
+	v.sets, v.loaded = loaded, true
+	v.mu.Unlock()
+	if changed {
+		v.log.Info("accepted measurement sets", "sets", strings.Join(names, ","))
+	}
+}

@@ -1,0 +1,187 @@
+package setvalidator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/measurementset"
+)
+
+// fake accepts a document equal to its expected PCR 4 value, and binds
+// the document itself as user data.
+type fake struct{ want []byte }
+
+func (f fake) Variant() variant.Variant { return variant.QEMUVTPM }
+func (f fake) Validate(_ context.Context, doc, _ []byte) ([]byte, error) {
+	if !bytes.Equal(doc, f.want) {
+		return nil, errors.New("PCR 4 differs")
+	}
+	return doc, nil
+}
+func (f fake) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
+	u, err := f.Validate(ctx, doc, nonce)
+	return u, attestation.Instance{Name: "worker-0", ID: "7"}, err
+}
+
+func set(t *testing.T, b byte) measurementset.Set {
+	t.Helper()
+	s, err := measurementset.New(measurements.M{4: {Expected: bytes.Repeat([]byte{b}, 32)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// cluster is a Source whose sets and failure a test changes.
+type cluster struct {
+	mu    sync.Mutex
+	sets  []measurementset.Set
+	err   error
+	reads int
+}
+
+func (c *cluster) source(context.Context) ([]measurementset.Set, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads++
+	return c.sets, c.err
+}
+
+func (c *cluster) set(sets []measurementset.Set, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sets, c.err = sets, err
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func newValidator(t *testing.T, c *cluster, clk *clock, builds *int) *Validator {
+	t.Helper()
+	v, err := New(Config{
+		Variant: variant.QEMUVTPM,
+		Build: func(m measurements.M) (attestation.Validator, error) {
+			*builds++
+			return fake{want: m[4].Expected}, nil
+		},
+		Source: c.source,
+		Now:    clk.now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func doc(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+
+func TestRolloverWithoutRestart(t *testing.T) {
+	ctx := context.Background()
+	oldSet, newSet := set(t, 1), set(t, 2)
+	c := &cluster{sets: []measurementset.Set{oldSet}}
+	clk := &clock{t: time.Unix(1000, 0)}
+	builds := 0
+	v := newValidator(t, c, clk, &builds)
+
+	if _, inst, err := v.ValidateInstance(ctx, doc(1), nil); err != nil || inst.Name != "worker-0" {
+		t.Fatalf("node of the accepted image refused: %v (instance %v)", err, inst)
+	}
+	if got := v.MatchedSet(doc(1)); got != oldSet.Name {
+		t.Errorf("MatchedSet = %q, want %q", got, oldSet.Name)
+	}
+	_, err := v.Validate(ctx, doc(2), nil)
+	if err == nil || !strings.Contains(err.Error(), oldSet.Name) || !strings.Contains(err.Error(), "PCR 4 differs") {
+		t.Fatalf("node of another image: err = %v, want the set and the reason named", err)
+	}
+
+	// The owner adds the new image's set: it applies once the sets are
+	// read again, and not before (no read per handshake).
+	c.set([]measurementset.Set{newSet, oldSet}, nil)
+	if _, err := v.Validate(ctx, doc(2), nil); err == nil {
+		t.Fatal("the sets were read again within the refresh interval")
+	}
+	clk.t = clk.t.Add(DefaultRefresh)
+	if _, err := v.Validate(ctx, doc(2), nil); err != nil {
+		t.Fatalf("node of the added image refused: %v", err)
+	}
+	if _, err := v.Validate(ctx, doc(1), nil); err != nil {
+		t.Fatalf("node of the old image refused during the rollout: %v", err)
+	}
+	if got := v.MatchedSet(doc(2)); got != newSet.Name {
+		t.Errorf("MatchedSet = %q, want %q", got, newSet.Name)
+	}
+	if builds != 2 {
+		t.Errorf("%d validators built for 2 distinct sets", builds)
+	}
+
+	// Retiring the old set refuses its nodes again, naming both reasons
+	// when more sets are left... here one set is left.
+	c.set([]measurementset.Set{newSet}, nil)
+	clk.t = clk.t.Add(DefaultRefresh)
+	if _, err := v.Validate(ctx, doc(1), nil); err == nil {
+		t.Fatal("node of the retired image admitted")
+	}
+}
+
+func TestReadFailures(t *testing.T) {
+	ctx := context.Background()
+	c := &cluster{err: errors.New("connection refused")}
+	clk := &clock{t: time.Unix(1000, 0)}
+	builds := 0
+	v := newValidator(t, c, clk, &builds)
+
+	// Nothing read yet: refused with a reason, and retried a second later
+	// rather than on every handshake.
+	for range 50 {
+		if _, err := v.Validate(ctx, doc(1), nil); err == nil || !strings.Contains(err.Error(), "cannot read") {
+			t.Fatalf("err = %v before any set was read", err)
+		}
+	}
+	if c.reads != 1 {
+		t.Fatalf("%d reads for 50 handshakes within a second", c.reads)
+	}
+	c.set([]measurementset.Set{set(t, 1)}, nil)
+	clk.t = clk.t.Add(firstReadRetry)
+	if _, err := v.Validate(ctx, doc(1), nil); err != nil {
+		t.Fatalf("after the API server answered: %v", err)
+	}
+
+	// A later failure keeps the last sets.
+	c.set(nil, errors.New("timeout"))
+	clk.t = clk.t.Add(DefaultRefresh)
+	if _, err := v.Validate(ctx, doc(1), nil); err != nil {
+		t.Fatalf("a failed read dropped the sets: %v", err)
+	}
+
+	// No set at all (every one retired) refuses everyone, saying so.
+	c.set(nil, nil)
+	clk.t = clk.t.Add(DefaultRefresh)
+	if _, err := v.Validate(ctx, doc(1), nil); err == nil || !strings.Contains(err.Error(), "accepts no image") {
+		t.Fatalf("err = %v with no sets", err)
+	}
+}
+
+func TestMatchedIsBounded(t *testing.T) {
+	c := &cluster{sets: []measurementset.Set{set(t, 1)}}
+	builds := 0
+	v := newValidator(t, c, &clock{t: time.Unix(1, 0)}, &builds)
+	for i := range matchedCap + 10 {
+		v.remember([]byte{byte(i), byte(i >> 8)}, "s")
+	}
+	if len(v.matched) != matchedCap || len(v.matchOrder) != matchedCap {
+		t.Fatalf("remembered %d/%d peers, cap %d", len(v.matched), len(v.matchOrder), matchedCap)
+	}
+	last := matchedCap + 9
+	if v.MatchedSet([]byte{0, 0}) != "" || v.MatchedSet([]byte{byte(last), byte(last >> 8)}) != "s" {
+		t.Fatal("the oldest peer was not the one forgotten")
+	}
+}

@@ -31,7 +31,7 @@ func TestVersion(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("-o json is not JSON: %v\n%s", err, out.String())
 	}
-	if r.Orrery.Version != "0.9.1" || len(r.Releases) != 2 || r.Releases[1].ChartVersion != "0.9.1" || len(r.KubernetesVersions) == 0 {
+	if r.Orrery.Version != "0.9.1" || len(r.Releases) != 3 || r.Releases[2].ChartVersion != "0.9.1" || len(r.KubernetesVersions) == 0 {
 		t.Fatalf("JSON report %+v", r)
 	}
 

@@ -1,0 +1,156 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+
+	"github.com/orrery-dev/orrery/internal/apiservertest"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/measurementset"
+	"github.com/orrery-dev/orrery/internal/owner/charts"
+	"github.com/orrery-dev/orrery/internal/owner/clusterstatus"
+	"github.com/orrery-dev/orrery/internal/owner/services"
+	"github.com/orrery-dev/orrery/internal/owner/upgrade"
+)
+
+func writeSet(t *testing.T, b byte, warnOnly bool) (string, measurementset.Set) {
+	t.Helper()
+	m := measurements.M{4: {Expected: bytes.Repeat([]byte{b}, 32), WarnOnly: warnOnly}}
+	raw, err := m.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "measurements.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := measurementset.New(m, "")
+	return path, s
+}
+
+// initialised installs Orrery's real charts as 'orrery init' does, into a
+// real API server (without waiting: nothing runs pods there).
+func initialised(t *testing.T, set measurementset.Set) string {
+	t.Helper()
+	srv := apiservertest.Start(t)
+	rs, err := services.Releases(services.Settings{APIServer: "10.42.1.100:6443", PodCIDR: "10.244.0.0/16", KubernetesVersion: "v1.36.3",
+		MeasurementSets: []measurementset.Set{set}, PlatformCA: []byte("PEM")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		hc, err := services.HelmConfig(srv.Kubeconfig, r.Namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := charts.Load(r.Chart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := action.NewInstall(hc)
+		in.ReleaseName, in.Namespace, in.Timeout = r.Name, r.Namespace, time.Minute
+		in.Wait = r.Chart == charts.OrreryCRDs // the CRDs must be served before the sets
+		in.Description = services.Description("init")
+		if _, err := in.Run(c, r.Values); err != nil {
+			t.Fatalf("install %s: %v", r.Name, err)
+		}
+	}
+	return srv.Kubeconfig
+}
+
+func run(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	code := 0
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		errOut.WriteString(err.Error())
+		code = 1
+	}
+	return out.String(), errOut.String(), code
+}
+
+func TestUpgradeCommands(t *testing.T) {
+	_, initSet := writeSet(t, 1, false)
+	kubeconfig := initialised(t, initSet)
+	backups := filepath.Join(t.TempDir(), "backups")
+
+	// The orrery that installed it has nothing to do.
+	out, errOut, code := run(t, "", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--yes")
+	if code != 0 || !strings.Contains(out, "Everything is current") {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, "", "upgrade", "check", "--kubeconfig", kubeconfig, "-o", "json")
+	var r upgrade.Report
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || !r.UpToDate || len(r.Releases) != 3 || len(r.Images) != 1 || r.Images[0].Set != initSet.Name {
+		t.Fatalf("check: exit %d, %+v: %s%s", code, r, out, errOut)
+	}
+
+	// A new image: shown, asked about, and not applied without a yes.
+	newPath, newSet := writeSet(t, 2, false)
+	out, errOut, code = run(t, "n\n", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath)
+	if code != 0 || !strings.Contains(out, "orrery-services: accept image "+newSet.Name) || !strings.Contains(out, "Nothing was changed") {
+		t.Fatalf("declined: exit %d: %s%s", code, out, errOut)
+	}
+	_, errOut, code = run(t, "", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath)
+	if code == 0 || !strings.Contains(errOut, "pass --yes") {
+		t.Fatalf("no answer on stdin: exit %d: %s", code, errOut)
+	}
+	out, _, code = run(t, "", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath, "--dry-run")
+	if code != 0 || !strings.Contains(out, "Dry run: nothing was changed") {
+		t.Fatalf("dry run: exit %d: %s", code, out)
+	}
+	if _, err := os.Stat(backups); err == nil {
+		t.Error("a run that changed nothing made the backup folder")
+	}
+	out, _, _ = run(t, "", "upgrade", "check", "--kubeconfig", kubeconfig, "--measurements", newPath)
+	if !strings.Contains(out, "which the cluster does not accept") {
+		t.Errorf("check of the new image's measurements:\n%s", out)
+	}
+
+	// Measurements that enforce nothing are refused before the cluster is
+	// asked anything.
+	weak, _ := writeSet(t, 3, true)
+	if _, errOut, code := run(t, "", "upgrade", "apply", "--kubeconfig", kubeconfig, "--measurements", weak, "--yes"); code == 0 || !strings.Contains(errOut, "enforce no PCR") {
+		t.Errorf("warnOnly measurements: exit %d: %s", code, errOut)
+	}
+
+	// status: the releases, unhealthy here (no pod runs without a kubelet).
+	out, errOut, code = run(t, "", "status", "--kubeconfig", kubeconfig, "-o", "json")
+	var st clusterstatus.Report
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Releases) != 3 || st.Behind {
+		t.Fatalf("status: exit %d, %+v: %s%s", code, st, out, errOut)
+	}
+	for _, rel := range st.Releases {
+		if rel.Name == "orrery-services" && (rel.Healthy || !strings.Contains(strings.Join(rel.Problems, ";"), "DaemonSet kube-system/orrery-joinservice: 0 of 0 ready")) {
+			t.Errorf("orrery-services without running pods: %+v", rel)
+		}
+	}
+}
+
+func TestUpgradeNeedsACluster(t *testing.T) {
+	dir := t.TempDir()
+	_, errOut, code := run(t, "", "upgrade", "check", "--kubeconfig", filepath.Join(dir, "missing.conf"))
+	if code == 0 || !strings.Contains(errOut, "pass --kubeconfig") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	// An API server that does not answer is named.
+	conf := filepath.Join(dir, "away.conf")
+	os.WriteFile(conf, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\ncurrent-context: c\n"), 0o600)
+	_, errOut, code = run(t, "", "upgrade", "apply", "--kubeconfig", conf, "--yes")
+	if code == 0 || !strings.Contains(errOut, "does not answer") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}

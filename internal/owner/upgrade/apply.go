@@ -1,0 +1,155 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/release"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/orrery-dev/orrery/internal/orreryapi"
+	"github.com/orrery-dev/orrery/internal/owner/backup"
+	"github.com/orrery-dev/orrery/internal/owner/services"
+)
+
+// ApplyConfig is what Apply needs besides the plan.
+type ApplyConfig struct {
+	// Helm connects Helm for a namespace (services.HelmConfig).
+	Helm func(namespace string) (*action.Configuration, error)
+	// Client reads the custom resources to back up.
+	Client dynamic.Interface
+	// BackupDir is the folder the backup goes to; it must not exist.
+	BackupDir string
+	// CRDs are the definitions to back up with all their objects;
+	// Orrery's own if nil.
+	CRDs []string
+	// Timeout bounds each release's upgrade, its wait for readiness
+	// included; a release not ready by then is rolled back.
+	Timeout time.Duration
+	// Progress receives a line per step.
+	Progress func(msg string)
+}
+
+// Outcome is what happened to one release.
+type Outcome struct {
+	Release  string
+	Revision int
+	Duration time.Duration
+}
+
+// ReleaseError is a release's failed upgrade; RolledBackTo is the revision
+// that serves again (0 if the rollback did not happen or failed too).
+type ReleaseError struct {
+	Release      string
+	RolledBackTo int
+	Err          error
+}
+
+func (e *ReleaseError) Error() string {
+	if e.RolledBackTo > 0 {
+		return fmt.Sprintf("release %s failed and was rolled back to revision %d, which serves again: %v", e.Release, e.RolledBackTo, e.Err)
+	}
+	return fmt.Sprintf("release %s failed: %v", e.Release, e.Err)
+}
+
+func (e *ReleaseError) Unwrap() error { return e.Err }
+
+// Apply backs up Orrery's custom resources and then upgrades the releases
+// that change, in the plan's order, each atomically (Helm waits for
+// readiness and rolls back a release that does not get there). It stops
+// at the first failure, leaving the releases after it as they were. A
+// plan without changes does nothing, not even the backup.
+func Apply(ctx context.Context, cfg ApplyConfig, plan Plan) (backup.Result, []Outcome, error) {
+	if !plan.Changes() {
+		return backup.Result{}, nil, nil
+	}
+	progress := cfg.Progress
+	if progress == nil {
+		progress = func(string) {}
+	}
+	crds := cfg.CRDs
+	if crds == nil {
+		crds = orreryapi.CRDNames
+	}
+	saved, err := backup.Save(ctx, cfg.Client, crds, cfg.BackupDir)
+	if err != nil {
+		return saved, nil, fmt.Errorf("back up Orrery's custom resources (nothing was upgraded): %w", err)
+	}
+	progress(fmt.Sprintf("backed up %d custom resource definitions and %d custom resources to %s", saved.CRDs, saved.Resources, saved.Dir))
+	var outcomes []Outcome
+	for _, step := range plan.Steps {
+		if len(step.Changes) == 0 {
+			continue
+		}
+		start := time.Now()
+		progress(fmt.Sprintf("upgrading %s (%s)", step.Ref.Name, strings.Join(step.Changes, "; ")))
+		rev, err := applyStep(ctx, cfg, step)
+		if err != nil {
+			return saved, outcomes, err
+		}
+		o := Outcome{Release: step.Ref.Name, Revision: rev, Duration: time.Since(start)}
+		outcomes = append(outcomes, o)
+		progress(fmt.Sprintf("%s upgraded to revision %d (%s)", o.Release, o.Revision, o.Duration.Round(time.Second)))
+	}
+	return saved, outcomes, nil
+}
+
+func applyStep(ctx context.Context, cfg ApplyConfig, step Step) (int, error) {
+	hc, err := cfg.Helm(step.Ref.Namespace)
+	if err != nil {
+		return 0, err
+	}
+	var rel *release.Release
+	if step.Install {
+		in := action.NewInstall(hc)
+		in.ReleaseName, in.Namespace = step.Ref.Name, step.Ref.Namespace
+		in.Wait, in.Timeout, in.Atomic = true, cfg.Timeout, true
+		in.Description = services.Description("upgrade")
+		rel, err = in.RunWithContext(ctx, step.Chart, step.Values)
+	} else {
+		up := action.NewUpgrade(hc)
+		up.Namespace = step.Ref.Namespace
+		up.Wait, up.Timeout = true, cfg.Timeout
+		// A release whose objects do not become ready returns to the
+		// revision that served, and objects the failed revision added
+		// are removed.
+		up.Atomic, up.CleanupOnFail = true, true
+		up.Description = services.Description("upgrade")
+		rel, err = up.RunWithContext(ctx, step.Ref.Name, step.Chart, step.Values)
+	}
+	if err == nil {
+		return rel.Version, nil
+	}
+	return 0, &ReleaseError{Release: step.Ref.Name, RolledBackTo: rolledBackTo(hc, step), Err: err}
+}
+
+// rolledBackTo is the revision the release serves after a failed upgrade
+// from step.FromRevision: Helm's rollback makes a new revision that is a
+// copy of it. 0 if the release is not deployed again.
+func rolledBackTo(hc *action.Configuration, step Step) int {
+	if step.Install {
+		return 0
+	}
+	revs, err := action.NewHistory(hc).Run(step.Ref.Name)
+	if err != nil || len(revs) == 0 {
+		return 0
+	}
+	last := slices.MaxFunc(revs, func(a, b *release.Release) int { return a.Version - b.Version })
+	if last.Info == nil || last.Info.Status != release.StatusDeployed || last.Version <= step.FromRevision {
+		return 0
+	}
+	return step.FromRevision
+}
+
+// IsReleaseError reports whether err is a release's failed upgrade, and
+// returns it.
+func IsReleaseError(err error) (*ReleaseError, bool) {
+	var re *ReleaseError
+	ok := errors.As(err, &re)
+	return re, ok
+}

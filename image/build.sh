@@ -3,6 +3,10 @@
 # 'make image' runs it as 'image/build.sh build/image'; DEBUG=1 builds the
 # debug variant into OUTDIR-debug instead (root autologin on ttyS0, other
 # measurements). See image/README.md for the phases and the caches.
+# TRUST=path/to/measurements.json makes the image's nodes accept the join
+# services of that (older) image too, for a rollout that replaces it: its
+# PCRs 4, 9 and 11 go on the kernel command line (orrery.trust_join_service,
+# internal/joinconn), which is part of the UKI and so of the measurements.
 set -euo pipefail
 export LC_ALL=C
 
@@ -276,6 +280,11 @@ roothash=$(awk '/^Root hash:/{print $3}' "$cache/verity.txt")
 phase uki "UKI: systemd-stub + kernel + initrd + command line + os-release"
 cmdline="console=ttyS0 orrery.roothash=$roothash orrery.onfailure=poweroff"
 [[ $variant == debug ]] && cmdline+=" orrery.debug=1"
+if [[ -n ${TRUST:-} ]]; then
+	trust=$(jq -er '[.["4"], .["9"], .["11"]] | map(.expected | select(test("^[0-9a-f]{64}$"))) | if length == 3 then join(",") else error("want PCRs 4, 9, 11") end' "$TRUST") ||
+		die "TRUST=$TRUST: not a measurements.json with SHA-256 values of PCRs 4, 9 and 11"
+	cmdline+=" orrery.trust_join_service=$trust"
+fi
 printf '%s' "$cmdline" >"$cache/cmdline"
 "$cache/nodeimage" uki -stub "$stub" -kernel "$kernel" -initrd "$initrd" \
 	-cmdline "$cache/cmdline" -osrel "$cache/os-release" -out "$cache/uki.efi"

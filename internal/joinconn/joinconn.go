@@ -13,7 +13,14 @@
 //     every control plane, and no image this one trusts runs the join
 //     service anywhere else.
 //
-// So an answer comes from a genuine node of this image that is locked to
+// An image may also trust the control planes of other images, named on
+// its kernel command line (TrustParam): a new image, during a rollout,
+// trusts the join services of the image it replaces. The command line is
+// part of the UKI, measured into PCR 11, so a node of an image that trusts
+// more attests otherwise, and joins only if the owner accepted that image.
+//
+// So an answer comes from a genuine node of this image (or of an image it
+// trusts) that is locked to
 // some cluster, through a process that can quote on its vTPM: on an
 // Orrery node, only the join service can (its pod is the only one given
 // the TPM). It does not show that the cluster is the one this node
@@ -27,10 +34,13 @@ package joinconn
 import (
 	"context"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +54,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
@@ -95,12 +106,21 @@ type Config struct {
 	// Tests route addresses to servers of their own, as an attacker on
 	// the network could.
 	DialNet func(ctx context.Context, addr string) (net.Conn, error)
+	// Cmdline returns the kernel command line, which may name further
+	// images to trust (TrustParam); nil reads /proc/cmdline.
+	Cmdline func() ([]byte, error)
 }
+
+// TrustParam is the kernel command-line parameter that names another
+// image whose control planes this node accepts as join services, by its
+// ImagePCRs' SHA-256 values in hex, in that order, comma-separated. It
+// may be given more than once.
+const TrustParam = "orrery.trust_join_service"
 
 // Dialer calls join services.
 type Dialer struct {
 	cfg     Config
-	service attestation.Validator
+	service anyOf
 }
 
 // New reads this node's own PCRs and returns a dialer that accepts only
@@ -124,14 +144,95 @@ func New(cfg Config) (*Dialer, error) {
 	for _, pcr := range ImagePCRs {
 		m[pcr] = measurements.Measurement{Expected: own[pcr]}
 	}
-	v, err := qemu.NewValidator(qemu.ValidatorConfig{
-		Measurements: m, PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR},
-		Logger: log.With("check", "join service attestation"),
-	})
+	readCmdline := cfg.Cmdline
+	if readCmdline == nil {
+		readCmdline = func() ([]byte, error) { return os.ReadFile("/proc/cmdline") }
+	}
+	cmdline, err := readCmdline()
+	if err != nil {
+		return nil, fmt.Errorf("join service dialer: read the kernel command line: %w", err)
+	}
+	trusted, err := TrustedImages(string(cmdline))
 	if err != nil {
 		return nil, fmt.Errorf("join service dialer: %w", err)
 	}
-	return &Dialer{cfg: cfg, service: v}, nil
+	var vs anyOf
+	for _, images := range append([]measurements.M{m}, trusted...) {
+		v, err := qemu.NewValidator(qemu.ValidatorConfig{
+			Measurements: images, PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR},
+			Logger: log.With("check", "join service attestation"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("join service dialer: %w", err)
+		}
+		vs = append(vs, v)
+	}
+	if len(trusted) > 0 {
+		log.Info("trusting the join services of further images named on the kernel command line", "images", len(trusted))
+	}
+	return &Dialer{cfg: cfg, service: vs}, nil
+}
+
+// TrustedImages reads the images cmdline names with TrustParam. A
+// malformed value is an error: the node must not guess what it trusts.
+func TrustedImages(cmdline string) ([]measurements.M, error) {
+	var out []measurements.M
+	for _, field := range strings.Fields(cmdline) {
+		value, ok := strings.CutPrefix(field, TrustParam+"=")
+		if !ok {
+			continue
+		}
+		parts := strings.Split(value, ",")
+		if len(parts) != len(ImagePCRs) {
+			return nil, fmt.Errorf("kernel parameter %s: want %d comma-separated SHA-256 values (PCRs %v), got %d", TrustParam, len(ImagePCRs), ImagePCRs, len(parts))
+		}
+		m := measurements.M{}
+		for i, pcr := range ImagePCRs {
+			v, err := hex.DecodeString(parts[i])
+			if err != nil || len(v) != measurements.DigestSize {
+				return nil, fmt.Errorf("kernel parameter %s: PCR %d: want %d bytes of hex", TrustParam, pcr, measurements.DigestSize)
+			}
+			m[pcr] = measurements.Measurement{Expected: v}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// TrustValue is the TrustParam value that trusts the image of m.
+func TrustValue(m measurements.M) (string, error) {
+	var parts []string
+	for _, pcr := range ImagePCRs {
+		v, ok := m[pcr]
+		if !ok || len(v.Expected) != measurements.DigestSize {
+			return "", fmt.Errorf("the measurements have no SHA-256 value of PCR %d", pcr)
+		}
+		parts = append(parts, hex.EncodeToString(v.Expected))
+	}
+	return strings.Join(parts, ","), nil
+}
+
+// anyOf accepts an attestation that one of its validators accepts: the
+// join service of this node's image or of an image it trusts. They are of
+// one variant.
+type anyOf []attestation.Validator
+
+func (a anyOf) Variant() variant.Variant { return a[0].Variant() }
+
+func (a anyOf) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
+	var errs []string
+	for i, v := range a {
+		userData, err := v.Validate(ctx, doc, nonce)
+		if err == nil {
+			return userData, nil
+		}
+		if i == 0 {
+			errs = append(errs, err.Error())
+		} else {
+			errs = append(errs, fmt.Sprintf("trusted image %d: %v", i, err))
+		}
+	}
+	return nil, errors.New(strings.Join(errs, "; "))
 }
 
 // Call connects to the join service at addr ("host:port") and runs call

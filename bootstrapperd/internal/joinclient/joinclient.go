@@ -108,6 +108,8 @@ type Config struct {
 	// Tests route addresses to servers of their own, as an attacker on
 	// the network could.
 	dialNet func(ctx context.Context, addr string) (net.Conn, error)
+	// cmdline returns the kernel command line; nil reads /proc/cmdline.
+	cmdline func() ([]byte, error)
 }
 
 // ErrLockLost means another path (init) took the node lock first.
@@ -117,7 +119,7 @@ var ErrLockLost = errors.New("the node was locked to a cluster by someone else (
 func Run(ctx context.Context, cfg Config) error {
 	cfg, log, status := cfg.withDefaults()
 	service, err := joinconn.New(joinconn.Config{
-		Issuer: cfg.Issuer, OpenTPM: cfg.OpenTPM, PlatformCAs: cfg.PlatformCAs, Logger: log, DialNet: cfg.dialNet,
+		Issuer: cfg.Issuer, OpenTPM: cfg.OpenTPM, PlatformCAs: cfg.PlatformCAs, Logger: log, DialNet: cfg.dialNet, Cmdline: cfg.cmdline,
 	})
 	if err != nil {
 		return fmt.Errorf("join client: %w", err)

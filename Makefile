@@ -13,7 +13,7 @@ TOOLS := build/tools
 # ('make fuzz FUZZTIME=10m').
 FUZZTIME ?= 10s
 
-.PHONY: help all deps build test unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e cluster
+.PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -38,7 +38,10 @@ build: deps ## build every program into build/bin/
 test: deps proto-check build unit ## all tests that need no OS image: unit tests, then a short run of every fuzz target
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
-unit: deps ## go test with the race detector (TPM tests run against swtpm), also in the components' own modules
+testbin: deps ## etcd and kube-apiserver for the tests that run a real API server (into build/components/imagebin)
+	ORRERY_COMPONENTS_ONLY=apiserver image/components/build.sh build/components
+
+unit: deps testbin ## go test with the race detector (TPM tests run against swtpm), also in the components' own modules
 	$(GO) test -race -count=1 ./...
 	cd image/components && $(GO) test -count=1 ./...
 	cd image/components/containerd && $(GO) test -count=1 ./cmd/...
@@ -53,7 +56,9 @@ bench: deps ## benchmarks: attestation issue/verify, attested TLS handshake + RP
 lint: deps ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e
 	$(TOOLS)/staticcheck ./...
+	$(TOOLS)/staticcheck -tags e2e ./e2e
 
 proto: deps ## regenerate the protobuf code with the pinned tools
 	hack/proto.sh gen
@@ -67,7 +72,7 @@ components: deps ## build Kubernetes, containerd, runc, CNI and container images
 initrd: deps ## build the node's initrd into build/initrd/
 	initrd/build.sh build/initrd
 
-image: deps components ## build the node's OS image and its predicted measurements into build/image/ (DEBUG=1: debug variant)
+image: deps components ## build the node's OS image and its predicted measurements into build/image/ (DEBUG=1: debug variant; TRUST=old/measurements.json: trust that image's join services)
 	image/build.sh build/image
 
 boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and bootstrapperd
@@ -81,7 +86,7 @@ cluster: deps image build ## bring up a local cluster: orrery mini up, then orre
 e2e: deps image build ## end to end: local cloud, orrery init, a worker joins, pod-to-Service across nodes (root, ~20 min)
 	$(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e -args -image-dir $(CURDIR)/build/image \
 		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/bin/kubectl \
-		-logs-dir $(CURDIR)/build/e2e-logs
+		-helm $(CURDIR)/build/components/hostbin/helm -logs-dir $(CURDIR)/build/e2e-logs
 
 clean: ## remove build outputs
 	rm -rf build

@@ -3,6 +3,7 @@
 # in the modules beside this script, and the container images kubeadm needs.
 #
 #   OUTDIR/bin/        kubeadm kubelet kubectl containerd containerd-shim-runc-v2 ctr runc orrery-images
+#   OUTDIR/hostbin/    helm, for the owner's workstation (not the node)
 #   OUTDIR/cni/bin/    bridge host-local loopback portmap flannel
 #   OUTDIR/images/     one OCI image archive per image (image/build.sh unpacks them for orrery-images)
 #   OUTDIR/manifest.json  every binary and image: version, path, install path, sha256, digest
@@ -40,7 +41,7 @@ usage() { echo "usage: $0 OUTDIR" >&2; exit 2; }
 mkdir -p "$1"
 OUT=$(cd "$1" && pwd)
 readonly OUT
-mkdir -p "$OUT/bin" "$OUT/cni/bin" "$OUT/images" "$OUT/imagebin" "$OUT/.cache" "$OUT/.work"
+mkdir -p "$OUT/bin" "$OUT/cni/bin" "$OUT/images" "$OUT/imagebin" "$OUT/.cache" "$OUT/.work" "$OUT/hostbin"
 
 log() { printf 'components: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -123,6 +124,21 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 	k8s_ldflags+=" -X $pkg.gitCommit=$K8S_COMMIT -X $pkg.gitTreeState=clean -X $pkg.buildDate=$K8S_TIME"
 done
+
+build_etcd() {
+	read -r ETCD_VER ETCD_COMMIT _ < <(modinfo etcd go.etcd.io/etcd/server/v3)
+	[[ ${ETCD_TAG%-*} == "${ETCD_VER#v}" ]] || die "etcd/go.mod pins $ETCD_VER, kubeadm expects $ETCD_TAG"
+	gobuild etcd etcd ./cmd/etcd "$OUT/imagebin/etcd" 0 "" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_COMMIT:0:9}"
+}
+
+# ORRERY_COMPONENTS_ONLY=apiserver builds etcd and kube-apiserver alone, for
+# the tests that run a real API server (internal/apiservertest; 'make test'),
+# and stops: no other binary, no image, no manifest.
+if [[ ${ORRERY_COMPONENTS_ONLY:-} == apiserver ]]; then
+	gobuild kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags"
+	build_etcd
+	exit 0
+fi
 for c in kubeadm kubelet kubectl; do
 	gobuild "$c" kubernetes "k8s.io/kubernetes/cmd/$c" "$OUT/bin/$c" 0 "" "$k8s_ldflags"
 done
@@ -162,13 +178,20 @@ read -r FLANNEL_VER _ _ < <(modinfo flannel github.com/flannel-io/flannel)
 gobuild flanneld flannel github.com/flannel-io/flannel "$OUT/imagebin/flanneld" 1 "netgo osusergo" \
 	"-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VER -linkmode external -extldflags -static"
 
-read -r ETCD_VER ETCD_COMMIT _ < <(modinfo etcd go.etcd.io/etcd/server/v3)
-[[ ${ETCD_TAG%-*} == "${ETCD_VER#v}" ]] || die "etcd/go.mod pins $ETCD_VER, kubeadm expects $ETCD_TAG"
-gobuild etcd etcd ./cmd/etcd "$OUT/imagebin/etcd" 0 "" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_COMMIT:0:9}"
+build_etcd
 
 read -r COREDNS_VER COREDNS_COMMIT _ < <(modinfo coredns github.com/coredns/coredns)
 gobuild coredns coredns github.com/coredns/coredns "$OUT/imagebin/coredns" 0 "" \
 	"-s -w -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_COMMIT:0:7}"
+
+# The helm CLI for the owner (not on the node): the version of the Helm SDK
+# the orrery CLI is built with, so that it reads and rolls back the releases
+# orrery writes.
+read -r HELM_VER HELM_COMMIT _ < <(modinfo helm helm.sh/helm/v3)
+SDK_HELM_VER=$(cd "$REPO" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
+[[ $HELM_VER == "$SDK_HELM_VER" ]] || die "helm/go.mod pins $HELM_VER, the orrery CLI's Helm SDK is $SDK_HELM_VER: make them agree"
+gobuild helm helm helm.sh/helm/v3/cmd/helm "$OUT/hostbin/helm" 0 "" \
+	"-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VER -X helm.sh/helm/v3/internal/version.gitCommit=$HELM_COMMIT -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 
 gobuild pause . ./cmd/pause "$OUT/imagebin/pause" 0 "" "-s -w -X main.version=orrery-$PAUSE_TAG"
 gobuild containerimage . ./cmd/containerimage "$OUT/.work/containerimage" 0 "" "-s -w"

@@ -13,6 +13,12 @@ import (
 	"time"
 )
 
+// phase is one row of the suite's timing table.
+type phase struct {
+	name string
+	took time.Duration
+}
+
 // bootMarkers are lines a node prints on its serial console at the steps
 // of its boot, in order.
 var bootMarkers = []struct{ name, text string }{

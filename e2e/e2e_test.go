@@ -34,11 +34,6 @@ type phases struct {
 	boots []*bootWatch
 }
 
-type phase struct {
-	name string
-	took time.Duration
-}
-
 func (p *phases) done(name string) {
 	now := time.Now()
 	p.rows = append(p.rows, phase{name, now.Sub(p.last)})
@@ -137,10 +132,11 @@ func TestCluster(t *testing.T) {
 	p := &phases{start: time.Now(), last: time.Now()}
 	defer p.print()
 
-	// Two spare slots boot later: a node from a modified image, and a
-	// node that joins across a join-service restart.
+	// Three spare slots boot later: a node that joins across a
+	// join-service restart, a node from a modified image, and a node of
+	// a new image that the cluster comes to accept and then retires.
 	c, err := cloud.Up(ctx, cloud.Spec{
-		Dir: dir, ControlPlanes: 1, Workers: 1, Spares: 2, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
+		Dir: dir, ControlPlanes: 1, Workers: 1, Spares: 3, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
 		Image: filepath.Join(img, "disk.qcow2"), Namespace: namespace, KeepLogs: true,
 	})
 	if err != nil {
@@ -330,6 +326,7 @@ spec:
 	rebootWorker(t, ctx, k, dir, c.Nodes()[1], p)
 	recoverControlPlane(t, ctx, k, dir, out, img, orr, c.Nodes()[0], p)
 	serviceCheck("after the reboots, a pod on the worker reaches the Service again")
+	next := upgradeServices(t, ctx, k, dir, out, orr, p)
 
 	// The worker has done its part. Two host cores run three TCG VMs
 	// with a responsive API server, not four: the late nodes take its
@@ -337,7 +334,7 @@ spec:
 	powerOff(t, ctx, c.Nodes()[1])
 	p.done("worker-0 powered off")
 	// Spare slots boot in order: spare-0 is the late joiner, spare-1 the
-	// modified image. The late joiner is powered off before the modified
+	// modified image, spare-2 the new image. The late joiner is powered off before the modified
 	// node boots, so that at most two TCG VMs share the two cores (with
 	// three, the API server failed its liveness probe and restarted).
 	good, modified := c.Nodes()[2], c.Nodes()[3]
@@ -346,6 +343,8 @@ spec:
 	powerOff(t, ctx, good)
 	refusedModified(t, ctx, c, k, dir, img, modified)
 	p.done("a node from a modified image is refused")
+	powerOff(t, ctx, modified)
+	rolloverImage(t, ctx, c, k, dir, out, img, next, c.Nodes()[4], p)
 
 	for _, n := range []*cloud.Node{c.Nodes()[0], c.Nodes()[1], good} {
 		raw, _ := os.ReadFile(n.SerialLog())

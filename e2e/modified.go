@@ -19,7 +19,9 @@ const stub = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 // modifiedImage writes into dir a copy of the image in imgDir whose UKI
 // carries one more kernel command-line word, and returns its qcow2. It is
 // what an attacker who edits a node's boot entry gets: the same signed-off
-// kernel, initrd and root file system, and other PCRs 4, 9 and 11.
+// kernel, initrd and root file system, and other PCRs 4, 9 and 11. It also
+// writes the image's predicted measurements.json into dir, as 'make image'
+// would (for a test that makes the cluster accept the image).
 func modifiedImage(ctx context.Context, imgDir, dir, word string) (string, error) {
 	orig, err := os.ReadFile(filepath.Join(imgDir, "uki.efi"))
 	if err != nil {
@@ -57,6 +59,13 @@ func modifiedImage(ctx context.Context, imgDir, dir, word string) (string, error
 	}
 	if err := run(ctx, "mcopy", "-o", "-i", fmt.Sprintf("%s@@%d", raw, offset), ukiPath, "::EFI/BOOT/BOOTX64.EFI"); err != nil {
 		return "", err
+	}
+	// The image build's own prediction, run from the repository root.
+	measure := exec.CommandContext(ctx, "go", "run", "./image/nodeimage", "measure", "-uki", ukiPath, "-disk", raw,
+		"-firmware", "image/firmware-pcrs.json", "-out", filepath.Join(dir, "measurements.json"), "-events", filepath.Join(dir, "measurements.log"))
+	measure.Dir = ".."
+	if out, err := measure.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("predict the modified image's measurements: %w\n%s", err, out)
 	}
 	qcow := filepath.Join(dir, "disk.qcow2")
 	if err := run(ctx, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, qcow); err != nil {

@@ -1,0 +1,285 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/joinconn"
+	"github.com/orrery-dev/orrery/internal/measurementset"
+	"github.com/orrery-dev/orrery/internal/owner/upgrade"
+)
+
+var helm = flag.String("helm", "build/components/hostbin/helm", "the helm CLI built with the components")
+
+// nextVersion is the version of the orrery the suite upgrades to.
+const nextVersion = "0.99.0-e2e"
+
+// buildOrrery builds the CLI as version into dir/name; servicesImage, if
+// not empty, replaces the join service's image in its chart (one that
+// cannot start, for an upgrade that must roll back).
+func buildOrrery(t *testing.T, ctx context.Context, dir, name, version, servicesImage string) string {
+	t.Helper()
+	ldflags := "-X github.com/orrery-dev/orrery/internal/buildinfo.Version=" + version
+	if servicesImage != "" {
+		ldflags += " -X github.com/orrery-dev/orrery/internal/owner/charts.servicesImage=" + servicesImage
+	}
+	out := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, "./cli")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, b)
+	}
+	return out
+}
+
+// upgradeCheck runs 'orrery upgrade check -o json' with bin.
+func upgradeCheck(t *testing.T, ctx context.Context, bin, kubeconfig string, extra ...string) upgrade.Report {
+	t.Helper()
+	b, err := inNS(ctx, append([]string{bin, "upgrade", "check", "--kubeconfig", kubeconfig, "-o", "json"}, extra...)...)
+	if err != nil {
+		t.Fatalf("upgrade check: %v\n%s", err, b)
+	}
+	var r upgrade.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("upgrade check -o json: %v\n%s", err, b)
+	}
+	return r
+}
+
+// upgradeServices runs 'orrery upgrade' on the cluster as an owner would:
+// nothing to do with the same orrery; a newer one upgrades every release
+// after backing up Orrery's objects; one whose join service never starts
+// is rolled back by itself; helm sees it all, and 'helm rollback' works.
+func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out, orr string, p *phases) string {
+	t.Helper()
+	kubeconfig := filepath.Join(out, "orrery-admin.conf")
+	backups := filepath.Join(dir, "orrery-backups")
+	apply := func(bin string, args ...string) (string, error) {
+		b, err := inNS(ctx, append([]string{bin, "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups}, args...)...)
+		t.Logf("%s upgrade apply %s:\n%s", filepath.Base(bin), strings.Join(args, " "), b)
+		return string(b), err
+	}
+	helmRun := func(args ...string) string {
+		b, err := inNS(ctx, append([]string{*helm, "--kubeconfig", kubeconfig, "-n", "kube-system"}, args...)...)
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+
+	r := upgradeCheck(t, ctx, orr, kubeconfig)
+	if !r.UpToDate || len(r.Images) != 1 || !slices.Contains(r.Images[0].Nodes, "cp-0") || !slices.Contains(r.Images[0].Nodes, "worker-0") {
+		t.Fatalf("upgrade check on a new cluster: %+v, want current and one image run by cp-0 and worker-0", r)
+	}
+	if s, err := apply(orr, "--yes"); err != nil || !strings.Contains(s, "Everything is current") {
+		t.Fatalf("upgrade apply with the orrery that installed the cluster: %v", err)
+	}
+	p.done("upgrade check and apply with the same orrery change nothing")
+
+	next := buildOrrery(t, ctx, dir, "orrery-next", nextVersion, "")
+	if s, err := apply(next, "--dry-run"); err != nil || !strings.Contains(s, "Dry run") || !strings.Contains(s, "-> "+nextVersion) {
+		t.Fatalf("dry run: %v", err)
+	}
+	if _, err := os.Stat(backups); err == nil {
+		t.Fatal("a dry run or a run with nothing to do wrote a backup")
+	}
+	start := time.Now()
+	if s, err := apply(next, "--yes", "--timeout", "5m"); err != nil || !strings.Contains(s, "Upgraded 3 release(s)") {
+		t.Fatalf("upgrade apply to %s: %v", nextVersion, err)
+	}
+	t.Logf("upgrade apply of the services: %s (goal 2 min)", time.Since(start).Round(time.Second))
+	p.done("upgrade apply to newer charts (backup, then 3 releases)")
+
+	// The backup: the definitions and every object of them, one file
+	// each, restorable with kubectl.
+	entries, err := os.ReadDir(backups)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("backups: %v %v", entries, err)
+	}
+	backup := filepath.Join(backups, entries[0].Name())
+	for _, f := range []string{"crds/measurementsets.orrery.dev.yaml", "crds/admittednodes.orrery.dev.yaml"} {
+		if _, err := os.Stat(filepath.Join(backup, f)); err != nil {
+			t.Errorf("the backup lacks %s: %v", f, err)
+		}
+	}
+	records, _ := filepath.Glob(filepath.Join(backup, "resources", "admittednodes.orrery.dev", "_cluster", "*.yaml"))
+	sets, _ := filepath.Glob(filepath.Join(backup, "resources", "measurementsets.orrery.dev", "_cluster", "*.yaml"))
+	if len(records) != 2 || len(sets) != 1 {
+		t.Errorf("the backup holds %d admitted nodes and %d measurement sets, want 2 and 1", len(records), len(sets))
+	}
+	if s, err := k("apply", "--server-side", "--force-conflicts", "-f", filepath.Join(backup, "crds")); err != nil {
+		t.Errorf("kubectl apply of the backed-up CRDs: %v\n%s", err, s)
+	}
+	if s, err := k("apply", "--server-side", "--force-conflicts", "-R", "-f", filepath.Join(backup, "resources")); err != nil {
+		t.Errorf("kubectl apply of the backed-up resources: %v\n%s", err, s)
+	}
+	if list := helmRun("list", "-o", "json"); strings.Count(list, `"chart":"`) != 3 || strings.Count(list, "-"+nextVersion+`"`) != 3 {
+		t.Errorf("helm list does not show the three releases at %s:\n%s", nextVersion, list)
+	}
+	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", "--timeout=5m"); err != nil {
+		t.Fatalf("the join service after the upgrade: %v\n%s", err, s)
+	}
+	p.done("backups restore with kubectl; helm list shows the upgrade")
+
+	// An orrery of the same version whose join service never starts:
+	// orrery-services is rolled back, the others are current.
+	broken := buildOrrery(t, ctx, dir, "orrery-broken", nextVersion, "localhost/orrery/joinservice:does-not-exist")
+	const timeout = 90 * time.Second
+	start = time.Now()
+	s, err := apply(broken, "--yes", "--timeout", timeout.String())
+	if err == nil || !strings.Contains(s, "orrery-services: rolled back to revision 2") {
+		t.Fatalf("an upgrade whose pods never get ready: err %v, want orrery-services rolled back to revision 2", err)
+	}
+	if took := time.Since(start); took > timeout+time.Minute {
+		t.Errorf("the failed upgrade took %s, more than its timeout and a minute", took.Round(time.Second))
+	}
+	image, _ := k("-n", "kube-system", "get", "daemonset", "orrery-joinservice", "-o", "jsonpath={.spec.template.spec.containers[0].image}")
+	if strings.Contains(image, "does-not-exist") {
+		t.Errorf("the join service still runs the failed revision's image %s", image)
+	}
+	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", "--timeout=5m"); err != nil {
+		t.Fatalf("the join service after the rollback: %v\n%s", err, s)
+	}
+	p.done("a release whose pods never get ready is rolled back; the old revision serves")
+
+	hist := helmRun("history", "orrery-services")
+	for _, want := range []string{"orrery init", "orrery upgrade " + nextVersion, "Rollback to 2"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("helm history orrery-services lacks %q:\n%s", want, hist)
+		}
+	}
+	// The rollback is Orrery's state again: nothing to do.
+	if s, err := apply(next, "--yes"); err != nil || !strings.Contains(s, "Everything is current") {
+		t.Errorf("after the rollback: %v", err)
+	}
+	// The owner rolls back with helm, and orrery upgrades from there.
+	helmRun("rollback", "orrery-services", "1", "--wait", "--timeout", "5m")
+	if s, err := apply(next, "--yes"); err != nil || !strings.Contains(s, "orrery-services: chart 0.") {
+		t.Fatalf("upgrade after 'helm rollback': %v", err)
+	}
+	p.done("helm history shows the revisions; helm rollback, then orrery upgrades again")
+	return next
+}
+
+// rolloverImage shows a rollout of a new node image: a node of an image
+// that trusts this one's join services (orrery.trust_join_service on its
+// command line) is refused until the owner adds its measurements, then
+// joins; once its set is retired, its rejoin after a reset is refused.
+func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlFunc, dir, out, img, next string, node *cloud.Node, p *phases) {
+	t.Helper()
+	kubeconfig := filepath.Join(out, "orrery-admin.conf")
+	old, err := measurements.Load(filepath.Join(img, "measurements.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust, err := joinconn.TrustValue(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDir := filepath.Join(dir, "new-image")
+	if err := os.MkdirAll(newDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	qcow, err := modifiedImage(ctx, img, newDir, "e2e.new-image=1 "+joinconn.TrustParam+"="+trust)
+	if err != nil {
+		t.Fatalf("build the new image: %v", err)
+	}
+	newMeas := filepath.Join(newDir, "measurements.json")
+	newSet := setOf(t, newMeas)
+
+	before := strings.Count(joinServiceLog(k, -1), "refused a node")
+	startSpare(t, ctx, c, cloud.SpareOptions{Image: qcow}, node)
+	p.watch(ctx, node)
+	deadline := time.Now().Add(10 * time.Minute)
+	for strings.Count(joinServiceLog(k, -1), "refused a node") <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the join service did not refuse the node of the new image:\n%s", lastLines(joinServiceLog(k, 30), 30))
+		}
+		time.Sleep(5 * time.Second)
+	}
+	p.done("a node of a new image is refused by the join service")
+
+	r := upgradeCheck(t, ctx, next, kubeconfig, "--measurements", newMeas)
+	if r.Measurements == nil || r.Measurements.Accepted || r.Measurements.Set != newSet {
+		t.Fatalf("upgrade check of the new image's measurements: %+v", r.Measurements)
+	}
+	run := func(args ...string) (string, error) {
+		b, err := inNS(ctx, append([]string{next, "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", filepath.Join(dir, "orrery-backups")}, args...)...)
+		t.Logf("upgrade apply %s:\n%s", strings.Join(args, " "), b)
+		return string(b), err
+	}
+	if s, err := run("--yes", "--measurements", newMeas); err != nil || !strings.Contains(s, "accept image "+newSet) {
+		t.Fatalf("accept the new image: %v", err)
+	}
+	waitReadyNode(t, k, node.Name, 15*time.Minute)
+	r = upgradeCheck(t, ctx, next, kubeconfig)
+	found := false
+	for _, im := range r.Images {
+		found = found || (im.Set == newSet && slices.Contains(im.Nodes, node.Name))
+	}
+	if !found {
+		t.Errorf("upgrade check does not list %s under the new image %s: %+v", node.Name, newSet, r.Images)
+	}
+	p.done("after --measurements the node of the new image joins")
+
+	if s, err := run("--yes", "--retire", newSet); err == nil || !strings.Contains(s+err.Error(), "still the image of node(s) "+node.Name) {
+		t.Fatalf("retiring an image a node runs: %v, want it refused naming %s", err, node.Name)
+	}
+	if _, err := run("--yes", "--force", "--retire", newSet); err != nil {
+		t.Fatalf("--force --retire: %v", err)
+	}
+	before = strings.Count(joinServiceLog(k, -1), "refused a node")
+	resetNode(t, ctx, node)
+	deadline = time.Now().Add(10 * time.Minute)
+	for strings.Count(joinServiceLog(k, -1), "refused a node") <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the join service did not refuse the rejoin of the retired image's node:\n%s", lastLines(joinServiceLog(k, 30), 30))
+		}
+		time.Sleep(5 * time.Second)
+	}
+	p.done("after --retire the node's rejoin is refused")
+}
+
+// setOf is the measurement set of a measurements file.
+func setOf(t *testing.T, path string) string {
+	t.Helper()
+	m, err := measurements.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := measurementset.New(m, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Name
+}
+
+// waitReadyNode waits until node is Ready.
+func waitReadyNode(t *testing.T, k kubectlFunc, node string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := k("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err == nil && s == "True" {
+			return
+		}
+		if time.Now().After(deadline) {
+			nodes, _ := k("get", "nodes", "-o", "wide")
+			t.Fatalf("%s not Ready within %s\n%s\n%s", node, timeout, nodes, joinServiceLog(k, 30))
+		}
+		time.Sleep(5 * time.Second)
+	}
+}

@@ -279,6 +279,10 @@ func TestControlPlanePatches(t *testing.T) {
 						TimeoutSeconds   int `json:"timeoutSeconds"`
 						FailureThreshold int `json:"failureThreshold"`
 					} `json:"livenessProbe"`
+					ReadinessProbe *struct {
+						PeriodSeconds  int `json:"periodSeconds"`
+						TimeoutSeconds int `json:"timeoutSeconds"`
+					} `json:"readinessProbe"`
 				} `json:"containers"`
 			} `json:"spec"`
 		}
@@ -298,6 +302,14 @@ func TestControlPlanePatches(t *testing.T) {
 		}
 		if gotPath != wantPath {
 			t.Errorf("%s liveness path %q, want %q", target, gotPath, wantPath)
+		}
+		// kubeadm gives these three a readiness probe every second; the
+		// controller manager has none, and a patch must not add one.
+		rp := patch.Spec.Containers[0].ReadinessProbe
+		if hasReadiness := target != "kube-controller-manager"; hasReadiness != (rp != nil) {
+			t.Errorf("%s readiness probe patched: %v, want %v", target, rp != nil, hasReadiness)
+		} else if rp != nil && (rp.PeriodSeconds < 10 || rp.TimeoutSeconds > rp.PeriodSeconds) {
+			t.Errorf("%s readiness probe every %d s with a %d s timeout, want every 10 s or slower, within its period", target, rp.PeriodSeconds, rp.TimeoutSeconds)
 		}
 	}
 

@@ -64,26 +64,45 @@ var apiServerArgs = []arg{
 // (strategic merge patches, file name = target+type), applied by both
 // `kubeadm init` and a control plane's `kubeadm join`.
 var patchFiles = map[string]string{
-	"kube-apiserver+strategic.yaml":          probePatch("kube-apiserver", apiServerLivenessPath),
-	"etcd+strategic.yaml":                    probePatch("etcd", ""),
-	"kube-controller-manager+strategic.yaml": probePatch("kube-controller-manager", ""),
-	"kube-scheduler+strategic.yaml":          probePatch("kube-scheduler", ""),
+	"kube-apiserver+strategic.yaml":          probePatch("kube-apiserver", apiServerLivenessPath, true),
+	"etcd+strategic.yaml":                    probePatch("etcd", "", true),
+	"kube-controller-manager+strategic.yaml": probePatch("kube-controller-manager", "", false),
+	"kube-scheduler+strategic.yaml":          probePatch("kube-scheduler", "", true),
 }
 
-// probePatch relaxes the liveness probe of container, and replaces its
-// path when livenessPath is set.
-func probePatch(container, livenessPath string) string {
+// readinessPeriodSeconds: kubeadm probes the readiness of etcd, the API
+// server and the scheduler every second, the API server's and the
+// scheduler's each over a new TLS connection, and the API server's
+// /readyz reads from etcd each time. Under emulation those probes alone
+// kept a control plane busy: on an idle one (e2e-20, kubelet's stats
+// summary) the scheduler, with no pod to schedule, used 0.12 of the
+// node's 2 vCPUs, three times the controller manager, which has no
+// readiness probe; kubelet, which runs the probes, used 0.42, and the
+// node 1.66 of 2, so etcd's own answers timed out. Readiness of a static
+// pod only reports; every 10 s (as liveness) is often enough.
+const readinessPeriodSeconds = 10
+
+// probePatch relaxes the liveness probe of container, replaces its path
+// when livenessPath is set, and slows its readiness probe when it has one.
+func probePatch(container, livenessPath string, readiness bool) string {
 	path := ""
 	if livenessPath != "" {
 		path = fmt.Sprintf("\n      httpGet:\n        path: %q", livenessPath)
 	}
-	return fmt.Sprintf(`spec:
+	patch := fmt.Sprintf(`spec:
   containers:
   - name: %s
     livenessProbe:%s
       timeoutSeconds: %d
       failureThreshold: %d
 `, container, path, probeTimeoutSeconds, probeFailureThreshold)
+	if readiness {
+		patch += fmt.Sprintf(`    readinessProbe:
+      periodSeconds: %d
+      timeoutSeconds: %d
+`, readinessPeriodSeconds, readinessPeriodSeconds)
+	}
+	return patch
 }
 
 // coreDNSPatchFile is kubeadm's patch of the CoreDNS Deployment it

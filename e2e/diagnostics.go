@@ -62,6 +62,12 @@ func (d *diagnostics) clusterState(k kubectlFunc) []error {
 			for _, unit := range journalUnits {
 				save("nodes/"+n+"/journal-"+unit+".log", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/logs/?query="+unit)
 			}
+			stats := save("nodes/"+n+"/stats-summary.json", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/stats/summary")
+			if table, err := cpuTable([]byte(stats)); err == nil {
+				if werr := d.write("nodes/"+n+"/cpu.txt", []byte(table)); werr != nil {
+					errs = append(errs, werr)
+				}
+			}
 		}
 	}
 	// kube-system's pods, and the suite's own (the client pod's output

@@ -192,6 +192,7 @@ func TestCluster(t *testing.T) {
 	}
 	p.done("orrery init (attestation, kubeadm, Helm services)")
 	p.rows = append(p.rows, initSteps(string(initOut))...)
+	logCPU(t, k, "cp-0", "just after orrery init")
 
 	// Someone else's init on the initialised node: refused, and at once.
 	again, err := inNS(ctx, orr, "init", "--mini-dir", dir, "--out-dir", filepath.Join(dir, "intruder"),
@@ -226,6 +227,7 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	waitFor("worker joins and both nodes are Ready", 15*time.Minute, ready("cp-0", "worker-0"))
+	logCPU(t, k, "cp-0", "with both nodes Ready")
 	initToReady := time.Since(initStart)
 	assertJoinedWithNodeCert(t, k, "worker-0")
 	for _, sel := range []string{"app=orrery-joinservice", "app=flannel", "k8s-app=kube-dns"} {
@@ -371,4 +373,21 @@ spec:
 	}
 	p.done("bootstrapperd's phases on the consoles; journals only through the API")
 	t.Logf("orrery init to both nodes Ready: %s (goal 8m)", initToReady.Round(time.Second))
+}
+
+// logCPU logs where node's CPU goes now, for the run's record of what a
+// control plane costs under emulation.
+func logCPU(t *testing.T, k kubectlFunc, node, when string) {
+	t.Helper()
+	stats, err := k("get", "--raw", "/api/v1/nodes/"+node+"/proxy/stats/summary")
+	if err != nil {
+		t.Logf("%s's CPU %s: no stats summary: %v", node, when, err)
+		return
+	}
+	table, err := cpuTable([]byte(stats))
+	if err != nil {
+		t.Logf("%s's CPU %s: %v", node, when, err)
+		return
+	}
+	t.Logf("%s's CPU %s (kubelet's stats summary):\n%s", node, when, table)
 }

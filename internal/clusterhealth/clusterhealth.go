@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -70,10 +71,16 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 		cfg.Readyz = func(ctx context.Context) error {
 			body, err := cfg.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 			if err != nil {
+				if failing := failedChecks(err.Error()); failing != "" {
+					return fmt.Errorf("API server /readyz: %s", failing)
+				}
 				return fmt.Errorf("API server /readyz: %w", err)
 			}
 			if strings.TrimSpace(string(body)) != "ok" {
-				return fmt.Errorf("API server /readyz: %s", body)
+				if failing := failedChecks(string(body)); failing != "" {
+					return fmt.Errorf("API server /readyz: %s", failing)
+				}
+				return fmt.Errorf("API server /readyz: %.200q", body)
 			}
 			return nil
 		}
@@ -273,4 +280,21 @@ func (c *checker) timeoutError(lastProblem string) error {
 		msg += "; restarted meanwhile: " + strings.Join(slices.Compact(c.restarted), ", ")
 	}
 	return errors.New(msg)
+}
+
+// failedCheck is how /readyz lists a check that did not pass.
+var failedCheck = regexp.MustCompile(`\[-\]([a-zA-Z0-9/_.-]+) failed`)
+
+// failedChecks names the failing checks in a /readyz answer (which lists
+// forty passing ones beside them, too long for a progress line), or ""
+// when it names none.
+func failedChecks(text string) string {
+	var names []string
+	for _, m := range failedCheck.FindAllStringSubmatch(text, 10) {
+		names = append(names, m[1])
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "failing checks: " + strings.Join(names, ", ")
 }

@@ -245,3 +245,18 @@ func TestWaitSteadyNeedsClient(t *testing.T) {
 		t.Fatal("no client accepted")
 	}
 }
+
+func TestFailedChecks(t *testing.T) {
+	body := "[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n[-]etcd-readiness failed: reason withheld\n[+]informer-sync ok\n[+]poststarthook/start-apiserver-admission-initializer ok\nreadyz check failed"
+	tests := map[string]struct{ text, want string }{
+		"body":               {body, "failing checks: etcd, etcd-readiness"},
+		"quoted in an error": {`an error on the server ("` + strings.ReplaceAll(body, "\n", `\n`) + `") has prevented the request from succeeding`, "failing checks: etcd, etcd-readiness"},
+		"poststarthook":      {"[-]poststarthook/rbac/bootstrap-roles failed: not finished", "failing checks: poststarthook/rbac/bootstrap-roles"},
+		"nothing failing":    {"connection refused", ""},
+	}
+	for name, tc := range tests {
+		if got := failedChecks(tc.text); got != tc.want {
+			t.Errorf("%s: failedChecks = %q, want %q", name, got, tc.want)
+		}
+	}
+}

@@ -22,6 +22,18 @@ const (
 	Key           = "controlPlaneInstanceIDs"
 )
 
+// PKIFiles are the files, relative to kubeadm's certificate directory,
+// that the join service hands an approved control plane and the only ones
+// its join client writes: kubeadm's shared set (the cluster, front-proxy
+// and etcd CAs and the service-account key pair), from which `kubeadm
+// join --control-plane` makes every certificate of its own. Nothing the
+// node can make itself, and nothing of another node, is in it.
+var PKIFiles = []string{
+	"ca.crt", "ca.key", "sa.key", "sa.pub",
+	"front-proxy-ca.crt", "front-proxy-ca.key",
+	"etcd/ca.crt", "etcd/ca.key",
+}
+
 // MaxIDs bounds the list.
 const MaxIDs = 1000
 

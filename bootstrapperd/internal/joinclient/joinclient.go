@@ -30,12 +30,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -236,8 +238,10 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	}
 	// Check the whole ticket before the point of no return.
 	for _, f := range t.GetControlPlaneFiles() {
-		if !filepath.IsLocal(f.GetName()) {
-			return fmt.Errorf("join ticket names a control-plane file outside the PKI directory: %q", f.GetName())
+		// Only kubeadm's shared set: a ticket cannot place, say, an
+		// API server certificate of its choosing, or a file elsewhere.
+		if !slices.Contains(controlplanes.PKIFiles, f.GetName()) {
+			return fmt.Errorf("join ticket names a file that is not one of the control-plane files %v: %q", controlplanes.PKIFiles, f.GetName())
 		}
 	}
 	if err := savePending(cfg.StateDir, t, key); err != nil {

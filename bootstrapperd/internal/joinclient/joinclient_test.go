@@ -326,28 +326,44 @@ func TestJoinLosesToInit(t *testing.T) {
 	}
 }
 
-func TestControlPlaneFilesStayInPKIDir(t *testing.T) {
-	tk := ticket()
-	tk.ControlPlaneFiles = []*joinpb.ControlPlaneFile{{Name: "etcd/ca.crt", Data: []byte("ok")}, {Name: "../../etc/shadow", Data: []byte("x")}}
-	cfg, _, l, _, j := setup(t, role.ControlPlane, tk, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	err := Run(ctx, cfg)
-	if err == nil || j.p != nil {
-		t.Fatalf("err = %v, joined = %v; want a refusal", err, j.p != nil)
-	}
-	if !l.free {
-		t.Fatal("a bad ticket took the node lock")
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(cfg.PKIDir), "etc")); err == nil {
-		t.Fatal("a file was written outside the PKI directory")
-	}
-	tk.ControlPlaneFiles = tk.ControlPlaneFiles[:1]
-	if err := Run(context.Background(), cfg); err != nil || j.p == nil || !j.p.ControlPlane {
-		t.Fatalf("good control-plane ticket: %v", err)
-	}
-	if got, _ := os.ReadFile(filepath.Join(cfg.PKIDir, "etcd", "ca.crt")); !strings.HasPrefix(string(got), "ok") {
-		t.Fatal("the control-plane file was not written")
+// A ticket may carry kubeadm's shared control-plane files only: not a
+// path out of the PKI directory, not a certificate of the node's own that
+// kubeadm would then use instead of making it.
+func TestControlPlaneFilesOnlyKubeadmsSharedSet(t *testing.T) {
+	for name, bad := range map[string]string{
+		"outside the PKI directory": "../../etc/shadow",
+		"absolute":                  "/etc/kubernetes/admin.conf",
+		"the API server's key":      "apiserver.key",
+		"an etcd server key":        "etcd/server.key",
+	} {
+		t.Run(name, func(t *testing.T) {
+			tk := ticket()
+			tk.ControlPlaneFiles = []*joinpb.ControlPlaneFile{{Name: "etcd/ca.crt", Data: []byte("ok")}, {Name: bad, Data: []byte("x")}}
+			cfg, _, l, _, j := setup(t, role.ControlPlane, tk, false)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			err := Run(ctx, cfg)
+			if err == nil || j.p != nil {
+				t.Fatalf("err = %v, joined = %v; want a refusal", err, j.p != nil)
+			}
+			if !l.free {
+				t.Fatal("a bad ticket took the node lock")
+			}
+			root := filepath.Dir(cfg.PKIDir)
+			filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() && !strings.HasPrefix(path, cfg.StateDir) {
+					t.Errorf("a bad ticket wrote %s", path)
+				}
+				return nil
+			})
+			tk.ControlPlaneFiles = tk.ControlPlaneFiles[:1]
+			if err := Run(context.Background(), cfg); err != nil || j.p == nil || !j.p.ControlPlane {
+				t.Fatalf("good control-plane ticket: %v", err)
+			}
+			if got, _ := os.ReadFile(filepath.Join(cfg.PKIDir, "etcd", "ca.crt")); !strings.HasPrefix(string(got), "ok") {
+				t.Fatal("the control-plane file was not written")
+			}
+		})
 	}
 }
 

@@ -66,14 +66,6 @@ import (
 // MeasurementSecretID is the key service's ID for the measurement secret.
 const MeasurementSecretID = "measurement-secret"
 
-// ControlPlaneFiles are the files under the PKI directory a joining
-// control-plane node receives (kubeadm's "certificate-key" set).
-var ControlPlaneFiles = []string{
-	"ca.crt", "ca.key", "sa.key", "sa.pub",
-	"front-proxy-ca.crt", "front-proxy-ca.key",
-	"etcd/ca.crt", "etcd/ca.key",
-}
-
 // KeyClient asks the key service for keys.
 type KeyClient interface {
 	GetDataKey(ctx context.Context, keyID string, length int) ([]byte, error)
@@ -470,7 +462,7 @@ func (s *Server) signKubeletCert(name string, pub any) ([]byte, error) {
 
 func (s *Server) controlPlaneFiles() ([]*joinpb.ControlPlaneFile, error) {
 	var out []*joinpb.ControlPlaneFile
-	for _, name := range ControlPlaneFiles {
+	for _, name := range controlplanes.PKIFiles {
 		data, err := os.ReadFile(filepath.Join(s.cfg.PKIDir, name))
 		if err != nil {
 			return nil, err

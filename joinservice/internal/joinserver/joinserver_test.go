@@ -125,7 +125,7 @@ type envOptions struct {
 func newEnv(t *testing.T, opts envOptions) *env {
 	ca, caKey := newCA(t)
 	pki := t.TempDir()
-	for _, f := range ControlPlaneFiles {
+	for _, f := range controlplanes.PKIFiles {
 		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
 		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
 	}
@@ -211,7 +211,7 @@ func TestJoinTicket(t *testing.T) {
 		if !bytes.Equal(resp.GetClusterCaCert(), e.ca.Raw) || resp.GetApiServerEndpoint() != "10.42.1.100:6443" {
 			t.Fatalf("ticket: cluster CA %d bytes (want the CA's %d), endpoint %q", len(resp.GetClusterCaCert()), len(e.ca.Raw), resp.GetApiServerEndpoint())
 		}
-		if got := len(resp.GetControlPlaneFiles()); (got > 0) != cp || (cp && got != len(ControlPlaneFiles)) {
+		if got := len(resp.GetControlPlaneFiles()); (got > 0) != cp || (cp && got != len(controlplanes.PKIFiles)) {
 			t.Fatalf("control plane %v: %d files", cp, got)
 		}
 	}

@@ -38,8 +38,8 @@ build: deps ## build every program into build/bin/
 test: deps proto-check build unit ## all tests that need no OS image: unit tests, then a short run of every fuzz target
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
-testbin: deps ## etcd and kube-apiserver for the tests that run a real API server (into build/components/imagebin)
-	ORRERY_COMPONENTS_ONLY=apiserver image/components/build.sh build/components
+testbin: deps ## etcd, kube-apiserver and kubeadm for the tests that run a real API server (into build/components)
+	ORRERY_COMPONENTS_ONLY=testbin image/components/build.sh build/components
 
 unit: deps testbin ## go test with the race detector (TPM tests run against swtpm), also in the components' own modules
 	$(GO) test -race -count=1 ./...

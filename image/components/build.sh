@@ -131,11 +131,13 @@ build_etcd() {
 	gobuild etcd etcd ./cmd/etcd "$OUT/imagebin/etcd" 0 "" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_COMMIT:0:9}"
 }
 
-# ORRERY_COMPONENTS_ONLY=apiserver builds etcd and kube-apiserver alone, for
-# the tests that run a real API server (internal/apiservertest; 'make test'),
-# and stops: no other binary, no image, no manifest.
-if [[ ${ORRERY_COMPONENTS_ONLY:-} == apiserver ]]; then
+# ORRERY_COMPONENTS_ONLY=testbin builds etcd, kube-apiserver and kubeadm
+# alone, for the tests that run a real API server and drive kubeadm against
+# it (internal/apiservertest; 'make test'), and stops: no other binary, no
+# image, no manifest.
+if [[ ${ORRERY_COMPONENTS_ONLY:-} == testbin ]]; then
 	gobuild kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags"
+	gobuild kubeadm kubernetes k8s.io/kubernetes/cmd/kubeadm "$OUT/bin/kubeadm" 0 "" "$k8s_ldflags"
 	build_etcd
 	exit 0
 fi

@@ -9,6 +9,7 @@ package apiservertest
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -45,9 +46,19 @@ type Server struct {
 	Kubeconfig string
 }
 
-// Start runs etcd and kube-apiserver until the test ends. It skips the
-// test when the binaries are not built.
+// Start runs etcd and kube-apiserver until the test ends, with a cluster
+// CA of their own. It skips the test when the binaries are not built.
 func Start(tb testing.TB) *Server {
+	tb.Helper()
+	ca, key := newCA(tb)
+	return StartWithCA(tb, ca, key)
+}
+
+// StartWithCA is Start with the cluster CA ca, whose key signs the API
+// server's serving certificate and the admin's client certificate. The API
+// server authenticates every client certificate ca issued (a node's from
+// the join service, say), as a cluster's does.
+func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server {
 	tb.Helper()
 	bin, err := binDir()
 	if err != nil {
@@ -55,7 +66,7 @@ func Start(tb testing.TB) *Server {
 	}
 	dir := tb.TempDir()
 	etcdURL := startEtcd(tb, bin, dir)
-	pki := newPKI(tb, dir)
+	pki := newPKI(tb, dir, ca, key)
 	port := freePort(tb)
 	args := []string{
 		"--etcd-servers=" + etcdURL,
@@ -95,6 +106,32 @@ func binDir() (string, error) {
 	if d := os.Getenv(BinDirEnv); d != "" {
 		return d, checkBins(d)
 	}
+	root, err := checkout()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, "build", "components", "imagebin")
+	return bin, checkBins(bin)
+}
+
+// Kubeadm returns the path of the kubeadm the components build made (the
+// node image's), for tests that drive it against a Server; it skips the
+// test when kubeadm is not built.
+func Kubeadm(tb testing.TB) string {
+	tb.Helper()
+	root, err := checkout()
+	if err != nil {
+		tb.Skip(err)
+	}
+	path := filepath.Join(root, "build", "components", "bin", "kubeadm")
+	if _, err := os.Stat(path); err != nil {
+		tb.Skipf("no kubeadm (run 'make testbin'): %v", err)
+	}
+	return path
+}
+
+// checkout finds the Orrery checkout above the working directory.
+func checkout() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -102,8 +139,7 @@ func binDir() (string, error) {
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
 			if _, err := os.Stat(filepath.Join(d, "image", "components")); err == nil {
-				bin := filepath.Join(d, "build", "components", "imagebin")
-				return bin, checkBins(bin)
+				return d, nil
 			}
 		}
 		if filepath.Dir(d) == d {
@@ -218,7 +254,7 @@ type pki struct {
 	caPEM, adminCertPEM, adminKeyPEM     []byte
 }
 
-func newPKI(tb testing.TB, dir string) pki {
+func newCA(tb testing.TB) (*x509.Certificate, crypto.Signer) {
 	tb.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -232,7 +268,16 @@ func newPKI(tb testing.TB, dir string) pki {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ca, caKey
+}
+
+func newPKI(tb testing.TB, dir string, ca *x509.Certificate, caKey crypto.Signer) pki {
+	tb.Helper()
+	now := time.Now()
 	leaf := func(serial int64, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -265,7 +310,7 @@ func newPKI(tb testing.TB, dir string) pki {
 	p := pki{
 		caCert: filepath.Join(dir, "ca.crt"), serverCert: filepath.Join(dir, "apiserver.crt"),
 		serverKey: filepath.Join(dir, "apiserver.key"), saKey: filepath.Join(dir, "sa.key"),
-		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), adminCertPEM: adminCert, adminKeyPEM: adminKey,
+		caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}), adminCertPEM: adminCert, adminKeyPEM: adminKey,
 	}
 	for path, data := range map[string][]byte{
 		p.caCert: p.caPEM, p.serverCert: serverCert, p.serverKey: serverKey,

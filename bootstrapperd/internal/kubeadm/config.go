@@ -2,8 +2,8 @@
 // configuration (API kubeadm.k8s.io/v1beta4) from what the owner asked for,
 // runs `kubeadm init` or `kubeadm join`, and stores the cluster's secrets
 // for the key service. The exec code is kept to one seam (Runner) so the
-// logic around it is tested without a cluster; the real tools run in the
-// end-to-end suite.
+// logic around it is tested without a cluster; real kubeadm runs a control
+// plane's first join phases in its tests, all of it in the e2e suite.
 package kubeadm
 
 import (

@@ -218,13 +218,19 @@ func (s *Server) Init(req *initpb.InitRequest, stream initpb.InitService_InitSer
 					drained = true
 				}
 			}
+			// A Send on a stream whose owner already left can still
+			// succeed (it only queues), so the result counts as delivered
+			// only if the owner was there when it was sent. Asked after
+			// the Send, the question raced with an owner that hangs up
+			// the moment it has the result, as orrery init does: under
+			// emulation the owner won, and the node kept its port open
+			// for the whole hand-over grace. Best effort: the protocol
+			// has no receipt.
+			present := ctx.Err() == nil
 			if err := stream.Send(j.result); err != nil {
 				return err
 			}
-			// A Send on a stream whose owner just left can still succeed
-			// (it only queues); count it as delivered only if the owner
-			// is still there. Best effort: the protocol has no receipt.
-			if j.result.GetDone() != nil && ctx.Err() == nil {
+			if j.result.GetDone() != nil && present {
 				j.deliver.Do(func() { close(j.delivered) })
 			}
 			return nil

@@ -99,6 +99,8 @@ type env struct {
 
 	statusMu sync.Mutex
 	statuses []string
+	// intercept, if set, wraps the server's streams (see serve).
+	intercept grpc.StreamServerInterceptor
 }
 
 func (e *env) statusLines() []string {
@@ -159,7 +161,11 @@ func (e *env) restart(t *testing.T) {
 func (e *env) serve(t *testing.T) {
 	t.Helper()
 	srv := New(e.cfg)
-	g := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if e.intercept != nil {
+		opts = append(opts, grpc.StreamInterceptor(e.intercept))
+	}
+	g := grpc.NewServer(opts...)
 	initpb.RegisterInitServiceServer(g, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -409,6 +415,55 @@ func TestFinishedInitWaitsForItsOwner(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("not bootstrapped after the owner got the result")
 	}
+}
+
+// An owner that hangs up the moment it has the result, as orrery init
+// does, still lets the daemon stop at once (and close port 9000). Here the
+// server's Send of the result returns only after the owner hung up: the
+// slowest the node's side can be, as under emulation, where the daemon
+// then kept serving for its whole hand-over grace.
+func TestOwnerHangingUpAtOnceStillStopsTheDaemon(t *testing.T) {
+	e := newEnv(t)
+	e.intercept = func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, slowResultSend{ss})
+	}
+	e.serve(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := e.client.Init(ctx, request(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("init: %v", err)
+		}
+		if m.GetDone() != nil {
+			cancel()
+			break
+		}
+	}
+	select {
+	case <-e.bootstrapped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the owner has its result, yet the daemon still waits for the owner to come for it")
+	}
+}
+
+// slowResultSend returns from sending a final result only once the
+// client has gone.
+type slowResultSend struct{ grpc.ServerStream }
+
+func (s slowResultSend) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if r, ok := m.(*initpb.InitResponse); ok && (r.GetDone() != nil || r.GetFailed() != nil) {
+		select {
+		case <-s.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return err
 }
 
 func TestFinishedInitStopsAfterGrace(t *testing.T) {

@@ -127,7 +127,7 @@ func TestCluster(t *testing.T) {
 	kc, _ := filepath.Abs(*kubectl)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "owner")
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), runTime(t))
 	defer cancel()
 	p := &phases{start: time.Now(), last: time.Now()}
 	defer p.print()
@@ -373,6 +373,18 @@ spec:
 	}
 	p.done("bootstrapperd's phases on the consoles; journals only through the API")
 	t.Logf("orrery init to both nodes Ready: %s (goal 8m)", initToReady.Round(time.Second))
+}
+
+// runTime is how long the run may take: until go test's -timeout (make
+// e2e E2E_TIMEOUT=...), less the time the teardown needs to stop the VMs
+// and keep a failed run's logs, which a panic at the deadline would lose.
+func runTime(t *testing.T) time.Duration {
+	const teardown = 3 * time.Minute
+	deadline, ok := t.Deadline()
+	if !ok {
+		return 50 * time.Minute
+	}
+	return time.Until(deadline) - teardown
 }
 
 // logCPU logs where node's CPU goes now, for the run's record of what a

@@ -104,6 +104,7 @@ func applyStep(ctx context.Context, cfg ApplyConfig, step Step) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	deadline := time.Now().Add(cfg.Timeout)
 	var rel *release.Release
 	if step.Install {
 		in := action.NewInstall(hc)
@@ -122,10 +123,48 @@ func applyStep(ctx context.Context, cfg ApplyConfig, step Step) (int, error) {
 		up.Description = services.Description("upgrade")
 		rel, err = up.RunWithContext(ctx, step.Ref.Name, step.Chart, step.Values)
 	}
-	if err == nil {
-		return rel.Version, nil
+	if err != nil {
+		return 0, &ReleaseError{Release: step.Ref.Name, RolledBackTo: rolledBackTo(hc, step), Err: err}
 	}
-	return 0, &ReleaseError{Release: step.Ref.Name, RolledBackTo: rolledBackTo(hc, step), Err: err}
+	// Helm's wait is too lenient for DaemonSets (see awaitRollout).
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := awaitRollout(wctx, cfg.Client, rel.Manifest, step.Ref.Namespace); err != nil {
+		return 0, undo(hc, cfg, step, err)
+	}
+	return rel.Version, nil
+}
+
+// undo takes back a revision that Helm deployed but whose pods did not
+// all become ready: it rolls the release back to the revision that
+// served, or uninstalls a release that did not exist before, as Helm's
+// atomic upgrade does with the failures it sees. It runs to its end even
+// when the owner interrupted: an interrupt must not leave a release
+// half-applied.
+func undo(hc *action.Configuration, cfg ApplyConfig, step Step, cause error) error {
+	if step.Install {
+		un := action.NewUninstall(hc)
+		un.Wait, un.Timeout = true, cfg.Timeout
+		if _, err := un.Run(step.Ref.Name); err != nil {
+			cause = fmt.Errorf("%w; uninstalling it failed too: %v", cause, err)
+		}
+		return &ReleaseError{Release: step.Ref.Name, Err: cause}
+	}
+	rb := action.NewRollback(hc)
+	rb.Version, rb.CleanupOnFail = step.FromRevision, true
+	if err := rb.Run(step.Ref.Name); err != nil {
+		return &ReleaseError{Release: step.Ref.Name, Err: fmt.Errorf("%w; the rollback to revision %d failed too: %v", cause, step.FromRevision, err)}
+	}
+	// The rollback is done once the old revision's pods are back, by the
+	// same measure as the upgrade.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	if cur, err := action.NewGet(hc).Run(step.Ref.Name); err == nil {
+		if err := awaitRollout(ctx, cfg.Client, cur.Manifest, step.Ref.Namespace); err != nil {
+			return &ReleaseError{Release: step.Ref.Name, Err: fmt.Errorf("%w; rolled back to revision %d, whose pods are not back yet: %v", cause, step.FromRevision, err)}
+		}
+	}
+	return &ReleaseError{Release: step.Ref.Name, RolledBackTo: rolledBackTo(hc, step), Err: cause}
 }
 
 // rolledBackTo is the revision the release serves after a failed upgrade

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/orrery-dev/orrery/internal/joinconn"
 )
 
 // Parameters the initrd reads.
@@ -19,6 +21,11 @@ const (
 	// is measured, so a debug node never passes a production attestation;
 	// the initrd itself behaves the same.
 	ParamDebug = "orrery.debug"
+	// ParamTrustJoinService names an older image whose join services a
+	// node of a new image accepts during a rollout (make image TRUST=);
+	// it may be given more than once. The rejoin reads it through
+	// joinconn, which the same parameter configures after switch-root.
+	ParamTrustJoinService = joinconn.TrustParam
 )
 
 // MaxLen bounds the command line; the kernel's own limit on x86 is 2048.
@@ -40,6 +47,9 @@ type Config struct {
 	OnFailure OnFailure
 	// Debug is set on the debug image.
 	Debug bool
+	// TrustedJoinServices counts the further images whose join services
+	// the node accepts (ParamTrustJoinService).
+	TrustedJoinServices int
 }
 
 // RootHashHex returns the root hash as veritysetup takes it.
@@ -61,6 +71,15 @@ func Parse(line string) (Config, error) {
 	for _, w := range words {
 		key, value, hasValue := strings.Cut(w, "=")
 		if !strings.HasPrefix(key, "orrery.") {
+			continue
+		}
+		if key == ParamTrustJoinService {
+			// Checked here as joinconn will read it, so that a bad value
+			// stops the boot with its reason before anything else.
+			if _, err := joinconn.TrustedImages(w); err != nil {
+				return cfg, err
+			}
+			cfg.TrustedJoinServices++
 			continue
 		}
 		if seen[key] {

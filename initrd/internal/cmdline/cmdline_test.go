@@ -7,6 +7,9 @@ import (
 
 const hash = "4d1c6d0a5f2f1a0c9e0b5b7f6c1e2d3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e"
 
+// trust names an image of PCRs 4, 9 and 11 as joinconn.TrustValue writes it.
+const trust = "orrery.trust_join_service=" + hash + "," + hash + "," + hash
+
 func TestParse(t *testing.T) {
 	tests := map[string]struct {
 		line    string
@@ -37,6 +40,12 @@ func TestParse(t *testing.T) {
 		"bad debug value":    {line: "orrery.roothash=" + hash + " orrery.debug=yes", wantErr: "0 or 1"},
 		"unterminated quote": {line: `orrery.roothash=` + hash + ` "x`, wantErr: "unterminated quote"},
 		"too long":           {line: strings.Repeat("a", MaxLen+1), wantErr: "more than"},
+		// An image built with TRUST= (a rollout) boots: its initrd
+		// rejoins through the older image's join services too.
+		"a trusted join service": {line: "orrery.roothash=" + hash + " " + trust, want: Config{OnFailure: PowerOff, TrustedJoinServices: 1}},
+		"two trusted join services": {line: trust + " orrery.roothash=" + hash + " " + trust,
+			want: Config{OnFailure: PowerOff, TrustedJoinServices: 2}},
+		"malformed trusted join service": {line: "orrery.roothash=" + hash + " orrery.trust_join_service=abc", wantErr: "orrery.trust_join_service: want 3"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -50,7 +59,7 @@ func TestParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.RootHashHex() != hash || got.OnFailure != tt.want.OnFailure {
+			if got.RootHashHex() != hash || got.OnFailure != tt.want.OnFailure || got.Debug != tt.want.Debug || got.TrustedJoinServices != tt.want.TrustedJoinServices {
 				t.Errorf("Parse() = %+v, want root hash %s, on failure %s", got, hash, tt.want.OnFailure)
 			}
 		})

@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-tpm-tools/client"
 	"github.com/google/go-tpm/legacy/tpm2"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/atls"
@@ -63,7 +64,16 @@ func (s *joinService) IssueJoinTicket(_ context.Context, req *joinpb.IssueJoinTi
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got, s.calls = req, s.calls+1
-	return s.resp, nil
+	// A copy: gRPC may still be marshalling it after the client gave up,
+	// while the test sets the next answer.
+	return proto.Clone(s.resp).(*joinpb.IssueJoinTicketResponse), nil
+}
+
+// respond makes the service hand out resp from now on.
+func (s *joinService) respond(resp *joinpb.IssueJoinTicketResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resp = resp
 }
 
 func (s *joinService) requests() (*joinpb.IssueJoinTicketRequest, int) {
@@ -339,7 +349,7 @@ func TestControlPlaneFilesOnlyKubeadmsSharedSet(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tk := ticket()
 			tk.ControlPlaneFiles = []*joinpb.ControlPlaneFile{{Name: "etcd/ca.crt", Data: []byte("ok")}, {Name: bad, Data: []byte("x")}}
-			cfg, _, l, _, j := setup(t, role.ControlPlane, tk, false)
+			cfg, svc, l, _, j := setup(t, role.ControlPlane, tk, false)
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
 			err := Run(ctx, cfg)
@@ -356,7 +366,9 @@ func TestControlPlaneFilesOnlyKubeadmsSharedSet(t *testing.T) {
 				}
 				return nil
 			})
-			tk.ControlPlaneFiles = tk.ControlPlaneFiles[:1]
+			good := ticket()
+			good.ControlPlaneFiles = tk.ControlPlaneFiles[:1]
+			svc.respond(good)
 			if err := Run(context.Background(), cfg); err != nil || j.p == nil || !j.p.ControlPlane {
 				t.Fatalf("good control-plane ticket: %v", err)
 			}

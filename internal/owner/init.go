@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/measurementset"
+	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owner/services"
 	"github.com/orrery-dev/orrery/internal/owner/toolout"
@@ -114,7 +116,7 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 	r.notice(fmt.Sprintf("Initialising the cluster %q on %s", cfg.ClusterName, cfg.Node))
 	start := time.Now()
 	if err := d.WaitAttested(ctx, cfg.Node, cfg.onNodeAbsent(ctx, r)); err != nil {
-		return InitResult{}, err
+		return InitResult{}, lockedElsewhere(cfg.Node, err)
 	}
 	req := &initpb.InitRequest{
 		MasterSecret:      ms.Key,
@@ -177,14 +179,36 @@ func (cfg InitConfig) onNodeAbsent(ctx context.Context, r *reporter) func(int, e
 		// cluster, so a refused port alone looks like a node still
 		// booting; an API server beside it tells the two apart.
 		if errors.Is(err, syscall.ECONNREFUSED) && kubeAPIAnswers(ctx, cfg.Node, cfg.APIServerPort) {
-			return fmt.Errorf("the node at %s already belongs to a cluster: its Kubernetes API server answers and its bootstrapper has stopped. "+
-				"Use the kubeconfig of the init that set it up; to start another cluster, create new VMs ('orrery mini down', then 'orrery mini up')", cfg.Node)
+			return fmt.Errorf("the node at %s already belongs to a cluster: its Kubernetes API server answers and its bootstrapper has stopped. %s", cfg.Node, otherClusterHint)
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			r.detail(fmt.Sprintf("waiting for %s: %v", cfg.Node, err))
 		}
 		return nil
 	}
+}
+
+// otherClusterHint is what the owner can do about a node that belongs to
+// a cluster already.
+const otherClusterHint = "Use the kubeconfig of the init that set it up; to start another cluster, create new VMs ('orrery mini down', then 'orrery mini up')"
+
+// lockedElsewhere rewords a refused attestation that differs from what
+// init expects only in the node lock's PCR: the node is running the right
+// image and has been initialised or joined into another cluster, which
+// only a reboot-free lock explains (a node still in its bootstrapper's
+// hand-over after someone else's init). Any other error, or a refusal
+// that names other PCRs too, is returned as it is.
+func lockedElsewhere(node string, err error) error {
+	var refused *dialer.NotAttestedError
+	if !errors.As(err, &refused) {
+		return err
+	}
+	pcrs := measurements.MismatchedPCRs(refused.Err)
+	if len(pcrs) == 0 || slices.ContainsFunc(pcrs, func(p uint32) bool { return p != nodelock.PCR }) {
+		return err
+	}
+	return fmt.Errorf("the node at %s already belongs to a cluster: it runs the expected image, but its node lock (PCR %d) holds another cluster's ID. %s\n(%w)",
+		node, nodelock.PCR, otherClusterHint, err)
 }
 
 // runInit sends the init request and follows the node's progress stream

@@ -144,6 +144,43 @@ func TestInitRefusesANodeThatRunsAnotherImage(t *testing.T) {
 	}
 }
 
+// A node locked to someone else's cluster (its daemon still in the
+// hand-over after that init) attests as the right image but for PCR 15:
+// the owner is told it belongs to a cluster, and nothing is sent to it.
+// A node that differs in another PCR as well is refused for its image.
+func TestInitOnANodeLockedToAnotherCluster(t *testing.T) {
+	for name, tc := range map[string]struct {
+		otherImage bool
+		want       string
+	}{
+		"locked only":           {want: "already belongs to a cluster: it runs the expected image, but its node lock (PCR 15)"},
+		"locked and another OS": {otherImage: true, want: "is not running the expected image"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			node := &ownertest.Node{}
+			addr, n := serve(t, node)
+			n.Lock(t, "someone else's cluster")
+			cfg := initConfig(t, addr, n, workspace.Dir(t.TempDir()), &events{})
+			if tc.otherImage {
+				cfg.Measurements[11] = measurements.Measurement{Expected: bytes.Repeat([]byte{1}, 32)}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := Init(ctx, cfg)
+			var refused *dialer.NotAttestedError
+			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v; want a NotAttestedError saying %q", err, tc.want)
+			}
+			if tc.otherImage == strings.Contains(err.Error(), "already belongs") {
+				t.Errorf("err %v", err)
+			}
+			if len(node.Requests()) != 0 {
+				t.Fatal("the library sent the master secret to a node it refused")
+			}
+		})
+	}
+}
+
 // A failed kubeadm leaves its output and the node's journal in the
 // workspace, and no kubeconfig.
 func TestInitFailureKeepsWhatTheNodeSent(t *testing.T) {

@@ -29,6 +29,24 @@ type MismatchError Mismatch
 
 func (e *MismatchError) Error() string { return Mismatch(*e).String() }
 
+// MismatchedPCRs returns the PCR of every *MismatchError in err's tree, in
+// order: Compare joins one per PCR, and callers wrap what it returns.
+func MismatchedPCRs(err error) []uint32 {
+	switch e := err.(type) {
+	case *MismatchError:
+		return []uint32{e.PCR}
+	case interface{ Unwrap() []error }:
+		var out []uint32
+		for _, inner := range e.Unwrap() {
+			out = append(out, MismatchedPCRs(inner)...)
+		}
+		return out
+	case interface{ Unwrap() error }:
+		return MismatchedPCRs(e.Unwrap())
+	}
+	return nil
+}
+
 // Compare checks actual PCR values against m. For every PCR in m, in
 // ascending order:
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -191,4 +192,21 @@ func mismatchesEqual(a, b []Mismatch) bool {
 		}
 	}
 	return true
+}
+
+// Callers wrap Compare's joined errors, and look for the PCRs behind them.
+func TestMismatchedPCRs(t *testing.T) {
+	m := M{4: {Expected: bytes.Repeat([]byte{1}, 32)}, 11: {Expected: bytes.Repeat([]byte{2}, 32)}, 15: {Expected: make([]byte, 32)}}
+	_, err := m.Compare(map[uint32][]byte{4: bytes.Repeat([]byte{1}, 32), 11: make([]byte, 32), 15: bytes.Repeat([]byte{3}, 32)})
+	wrapped := fmt.Errorf("measurements do not match: %w; and more", err)
+	for name, e := range map[string]error{"joined": err, "wrapped": wrapped, "wrapped twice": fmt.Errorf("node: %w", wrapped)} {
+		if got := MismatchedPCRs(e); !slices.Equal(got, []uint32{11, 15}) {
+			t.Errorf("%s: %v, want [11 15]", name, got)
+		}
+	}
+	for _, e := range []error{nil, errors.New("PCR 11 mismatch"), fmt.Errorf("other: %v", err)} {
+		if got := MismatchedPCRs(e); got != nil {
+			t.Errorf("MismatchedPCRs(%v) = %v, want none", e, got)
+		}
+	}
 }

@@ -444,7 +444,7 @@ func describe(pcr uint32, fw []event, user []measurelog.Entry) []string {
 // joinDescriptions), so that the only line breaks are the ones put here.
 func (v *Validator) explain(err error, fw []event, user []measurelog.Entry) string {
 	var b strings.Builder
-	for _, pcr := range mismatchedPCRs(err) {
+	for _, pcr := range measurements.MismatchedPCRs(err) {
 		what := describe(pcr, fw, user)
 		if len(what) == 0 {
 			continue
@@ -457,22 +457,4 @@ func (v *Validator) explain(err error, fw []event, user []measurelog.Entry) stri
 		b.WriteString(line)
 	}
 	return b.String()
-}
-
-// mismatchedPCRs collects the PCRs of every *measurements.MismatchError in
-// err's tree (Compare joins one per PCR).
-func mismatchedPCRs(err error) []uint32 {
-	var out []uint32
-	var m *measurements.MismatchError
-	switch e := err.(type) {
-	case interface{ Unwrap() []error }:
-		for _, inner := range e.Unwrap() {
-			out = append(out, mismatchedPCRs(inner)...)
-		}
-	default:
-		if errors.As(err, &m) {
-			out = append(out, m.PCR)
-		}
-	}
-	return out
 }

@@ -196,7 +196,7 @@ first; apply then says where each release stands.`,
 	f.StringVar(&o.backupDir, "backup-dir", "orrery-backups", "folder that receives a backup folder per run, named after the time")
 	f.StringArrayVar(&o.measurementsPaths, "measurements", nil, "accept the image of this measurements.json too (repeatable)")
 	f.StringArrayVar(&o.retire, "retire", nil, "stop accepting this measurement set (repeatable; see 'orrery upgrade check')")
-	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long each release may take to become ready before it is rolled back")
+	f.DurationVar(&o.timeout, "timeout", upgrade.DefaultTimeout, "how long each release may take to become ready before it is rolled back")
 	f.BoolVar(&o.dryRun, "dry-run", false, "show what would change, and change nothing")
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.force, "force", false, "upgrade releases changed outside Orrery, go back to older charts, retire images nodes still run")

@@ -29,11 +29,17 @@ type ApplyConfig struct {
 	// Orrery's own if nil.
 	CRDs []string
 	// Timeout bounds each release's upgrade, its wait for readiness
-	// included; a release not ready by then is rolled back.
+	// included; a release not ready by then is rolled back. Zero means
+	// DefaultTimeout: a zero wait would roll back every release.
 	Timeout time.Duration
 	// Progress receives a line per step.
 	Progress func(msg string)
 }
+
+// DefaultTimeout is how long a release may take to become ready when
+// ApplyConfig says nothing: under TCG a control plane's pods take a minute
+// or two to start.
+const DefaultTimeout = 5 * time.Minute
 
 // Outcome is what happened to one release.
 type Outcome struct {
@@ -71,6 +77,9 @@ func Apply(ctx context.Context, cfg ApplyConfig, plan Plan) (backup.Result, []Ou
 	progress := cfg.Progress
 	if progress == nil {
 		progress = func(string) {}
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
 	}
 	crds := cfg.CRDs
 	if crds == nil {

@@ -215,9 +215,10 @@ func TestUpgradeAndRollover(t *testing.T) {
 		t.Error("an apply that changed nothing wrote a backup")
 	}
 
-	// Retire the old image: only orrery-services changes.
+	// Retire the old image: only orrery-services changes. No Timeout:
+	// the default applies, not a zero wait that rolls everything back.
 	retire := plan(t, c, load, Options{Retire: []string{oldSet.Name}})
-	if _, _, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(t.TempDir(), "third"), Timeout: time.Minute}, retire); err != nil {
+	if _, _, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(t.TempDir(), "third")}, retire); err != nil {
 		t.Fatal(err)
 	}
 	if got := setNames(t, c); !slices.Equal(got, []string{newSet.Name}) {

@@ -278,7 +278,13 @@ roothash=$(awk '/^Root hash:/{print $3}' "$cache/verity.txt")
 
 # --- UKI, ESP, disk ---------------------------------------------------------
 phase uki "UKI: systemd-stub + kernel + initrd + command line + os-release"
-cmdline="console=ttyS0 orrery.roothash=$roothash orrery.onfailure=poweroff"
+# tsc=reliable: without it the kernel never uses the TSC in a VM whose
+# vCPUs report a non-Intel vendor without an invariant TSC (QEMU's TCG
+# "max" CPU is "AMD QEMU TCG CPU") and falls back to the HPET, so every
+# clock read, of which Go programs make many, becomes an emulated MMIO
+# access. Cloud VMs have a hypervisor-provided stable TSC anyway; time is
+# not part of Orrery's trust model (the TSC is the hypervisor's either way).
+cmdline="console=ttyS0 tsc=reliable orrery.roothash=$roothash orrery.onfailure=poweroff"
 [[ $variant == debug ]] && cmdline+=" orrery.debug=1"
 if [[ -n ${TRUST:-} ]]; then
 	trust=$(jq -er '[.["4"], .["9"], .["11"]] | map(.expected | select(test("^[0-9a-f]{64}$"))) | if length == 3 then join(",") else error("want PCRs 4, 9, 11") end' "$TRUST") ||

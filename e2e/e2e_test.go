@@ -149,17 +149,21 @@ func TestCluster(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			var errs []error
+			// The consoles and the owner's files first: they are local
+			// and instant, while a struggling API server can use up the
+			// teardown's margin before go test's deadline panics.
+			errs := append(diag.nodeLogs(c.Nodes()), diag.ownerLogs(out)...)
 			if _, err := os.Stat(kubeconfig); err == nil {
-				// Once: an API server that is down says so at once.
+				// Once: an API server that is down says so at once. Within
+				// the teardown's margin (runTime) in all.
+				askCtx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
 				errs = append(errs, diag.clusterState(func(args ...string) (string, error) {
-					b, err := inNS(context.Background(), append([]string{kc, "--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
+					b, err := inNS(askCtx, append([]string{kc, "--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
 					return string(b), err
 				})...)
 			}
 			defer func() {
-				errs = append(errs, diag.nodeLogs(c.Nodes())...)
-				errs = append(errs, diag.ownerLogs(out)...)
 				for _, err := range errs {
 					t.Logf("keeping the logs: %v", err)
 				}

@@ -283,7 +283,7 @@ func startNetworked(t *testing.T, f fixture, name, dir, netdev string, ca *platf
 	defer cancel()
 	v, err := vm.Start(ctx, vm.Config{
 		Name: name, Dir: dir, Kernel: f.kernel, Initrd: f.initrd,
-		Cmdline:      "console=ttyS0 panic=-1 orrery.roothash=" + f.rootHash + " orrery.onfailure=poweroff",
+		Cmdline:      cmdline(f),
 		StateDiskMiB: 64,
 		ExecPrefix: []string{"/bin/sh", "-c", `exec "$@" -drive if=none,id=rootdisk,format=raw,readonly=on,file=` + f.rootDisk +
 			` -device virtio-blk-pci,drive=rootdisk -netdev '` + netdev + `' -device virtio-net-pci,netdev=n0`, "sh"},

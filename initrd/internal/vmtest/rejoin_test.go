@@ -63,7 +63,7 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	console := waitExit(t, start("initrd-rejoin-first", ""))
 	logs := rootReports(console, "fwlog")
 	if len(logs) != 1 {
-		t.Fatalf("the test root reported %d firmware event logs, want 1; console:\n%s", len(logs), console)
+		t.Fatalf("the test root reported %d firmware event logs, want 1\n%s", len(logs), consoleReport(console))
 	}
 	fwlog, err := base64.StdEncoding.DecodeString(logs[0])
 	if err != nil {

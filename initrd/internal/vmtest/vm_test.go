@@ -24,8 +24,18 @@ import (
 )
 
 // bootTimeout bounds one boot under TCG, first-boot disk formatting
-// included.
-const bootTimeout = 3 * time.Minute
+// included. A boot takes 7-25 s alone; CI runs this package beside
+// others on two cores, with the race detector in the host-side servers,
+// and a starved guest has been seen to need over 3 minutes.
+const bootTimeout = 6 * time.Minute
+
+// cmdline is the kernel command line of every test boot: the UKI's, with
+// the fixture's root hash. tsc=reliable as in image/build.sh: QEMU's TCG
+// CPU has no invariant TSC, and the HPET Linux falls back to costs every
+// timer read a trap.
+func cmdline(f fixture) string {
+	return "console=ttyS0 panic=-1 tsc=reliable orrery.roothash=" + f.rootHash + " orrery.onfailure=poweroff"
+}
 
 // fixture is what every boot shares: kernel, initrd, root disk.
 type fixture struct {
@@ -204,7 +214,7 @@ func boot(t *testing.T, f fixture, dir, rootDisk string, stateMiB int) *vm.VM {
 		Dir:          dir,
 		Kernel:       f.kernel,
 		Initrd:       f.initrd,
-		Cmdline:      "console=ttyS0 panic=-1 orrery.roothash=" + f.rootHash + " orrery.onfailure=poweroff",
+		Cmdline:      cmdline(f),
 		StateDiskMiB: stateMiB,
 	}
 	if rootDisk != "" {
@@ -232,7 +242,7 @@ func waitExit(t *testing.T, v *vm.VM) string {
 	err := v.Wait(ctx)
 	console := readConsole(t, v)
 	if err != nil {
-		t.Fatalf("VM did not power off: %v\nconsole:\n%s", err, console)
+		t.Fatalf("VM did not power off: %v\n%s", err, consoleReport(console))
 	}
 	return console
 }
@@ -247,11 +257,11 @@ func waitFor(t *testing.T, v *vm.VM, want string) string {
 		}
 		select {
 		case <-v.Exited():
-			t.Fatalf("VM ended before printing %q; console:\n%s", want, readConsole(t, v))
+			t.Fatalf("VM ended before printing %q\n%s", want, consoleReport(readConsole(t, v)))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	t.Fatalf("no %q on the console after %s:\n%s", want, bootTimeout, readConsole(t, v))
+	t.Fatalf("no %q on the console after %s\n%s", want, bootTimeout, consoleReport(readConsole(t, v)))
 	return ""
 }
 
@@ -261,6 +271,20 @@ func readConsole(t *testing.T, v *vm.VM) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// consoleReport is what a failure shows of a console: /init's lines, then
+// the console's last lines (whatever ran after /init, or a kernel panic).
+// Not the whole console: CI keeps only the head of a long failure, and
+// the kernel's first 300 lines say nothing about why a boot hung.
+func consoleReport(console string) string {
+	const tail = 40
+	lines := strings.Split(strings.TrimRight(console, "\n"), "\n")
+	if len(lines) > tail {
+		lines = lines[len(lines)-tail:]
+	}
+	return "/init's lines:\n" + strings.Join(initLines(console), "\n") +
+		fmt.Sprintf("\nthe console's last %d lines:\n", len(lines)) + strings.Join(lines, "\n")
 }
 
 // initLines returns the console lines of /init.

@@ -34,10 +34,14 @@ func (d *diagnostics) write(name string, data []byte) error {
 }
 
 // clusterState saves what the API server says about the cluster, if it
-// answers: nodes, pods with their restart counts, events, and the logs of
-// every kube-system container, with the previous instance's where one
-// was restarted.
-func (d *diagnostics) clusterState(k kubectlFunc) []error {
+// answers, most telling first, since a struggling API server may use up
+// the time before the rest: the control-plane containers' logs and the
+// nodes' journals (both come from kubelet, not from etcd, so they answer
+// while etcd stalls), then nodes, pods with their restart counts and
+// events, then every other kube-system container's logs. Previous
+// instances' logs are kept where a container restarted. nodes and
+// controlPlanes are the cloud's names, so nothing waits on a list call.
+func (d *diagnostics) clusterState(k kubectlFunc, nodes, controlPlanes []string) []error {
 	var errs []error
 	save := func(name string, args ...string) string {
 		out, err := k(args...)
@@ -49,40 +53,53 @@ func (d *diagnostics) clusterState(k kubectlFunc) []error {
 		}
 		return out
 	}
+	podLogs := func(ns, pod string) {
+		save("logs/"+ns+"/"+pod+".log", "-n", ns, "logs", pod, "--all-containers", "--timestamps")
+		if prev, err := k("-n", ns, "logs", pod, "--all-containers", "--timestamps", "--previous"); err == nil {
+			if werr := d.write("logs/"+ns+"/"+pod+".previous.log", []byte(prev)); werr != nil {
+				errs = append(errs, werr)
+			}
+		}
+	}
+	done := map[string]bool{}
+	for _, n := range controlPlanes {
+		// kubeadm names its static pods <component>-<node>.
+		for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			podLogs("kube-system", c+"-"+n)
+			done[c+"-"+n] = true
+		}
+	}
+	// The nodes' journals: journald does not forward them to the serial
+	// console, the owner reads them through kubelet's node log query.
+	for _, n := range nodes {
+		for _, unit := range journalUnits {
+			save("nodes/"+n+"/journal-"+unit+".log", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/logs/?query="+unit)
+		}
+	}
 	save("kubectl/nodes.txt", "get", "nodes", "-o", "wide")
 	save("kubectl/pods.txt", "get", "pods", "-A", "-o", "wide")
 	save("kubectl/events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp")
 	save("kubectl/restarts.txt", "get", "pods", "-A", "-o",
 		"custom-columns=NAMESPACE:.metadata.namespace,POD:.metadata.name,CONTAINER:.status.containerStatuses[*].name,RESTARTS:.status.containerStatuses[*].restartCount,LAST-EXIT:.status.containerStatuses[*].lastState.terminated.reason")
-	save("kubectl/describe-kube-system.txt", "-n", "kube-system", "describe", "pods")
-	// The nodes' journals: journald does not forward them to the serial
-	// console, the owner reads them through kubelet's node log query.
-	if nodes, err := k("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"); err == nil {
-		for _, n := range strings.Fields(nodes) {
-			for _, unit := range journalUnits {
-				save("nodes/"+n+"/journal-"+unit+".log", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/logs/?query="+unit)
-			}
-			stats := save("nodes/"+n+"/stats-summary.json", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/stats/summary")
-			if table, err := cpuTable([]byte(stats)); err == nil {
-				if werr := d.write("nodes/"+n+"/cpu.txt", []byte(table)); werr != nil {
-					errs = append(errs, werr)
-				}
+	for _, n := range nodes {
+		stats := save("nodes/"+n+"/stats-summary.json", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/stats/summary")
+		if table, err := cpuTable([]byte(stats)); err == nil {
+			if werr := d.write("nodes/"+n+"/cpu.txt", []byte(table)); werr != nil {
+				errs = append(errs, werr)
 			}
 		}
 	}
-	// kube-system's pods, and the suite's own (the client pod's output
-	// says which of DNS and the Service failed).
+	save("kubectl/describe-kube-system.txt", "-n", "kube-system", "describe", "pods")
+	// The other kube-system pods, and the suite's own (the client pod's
+	// output says which of DNS and the Service failed).
 	for _, ns := range []string{"kube-system", "default"} {
 		pods, err := k("-n", ns, "get", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}")
 		if err != nil {
 			return append(errs, fmt.Errorf("the API server does not answer, no pod logs: %v", err))
 		}
 		for _, pod := range strings.Fields(pods) {
-			save("logs/"+ns+"/"+pod+".log", "-n", ns, "logs", pod, "--all-containers", "--timestamps")
-			if prev, err := k("-n", ns, "logs", pod, "--all-containers", "--timestamps", "--previous"); err == nil {
-				if werr := d.write("logs/"+ns+"/"+pod+".previous.log", []byte(prev)); werr != nil {
-					errs = append(errs, werr)
-				}
+			if !done[pod] {
+				podLogs(ns, pod)
 			}
 		}
 	}

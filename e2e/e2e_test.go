@@ -154,14 +154,23 @@ func TestCluster(t *testing.T) {
 			// teardown's margin before go test's deadline panics.
 			errs := append(diag.nodeLogs(c.Nodes()), diag.ownerLogs(out)...)
 			if _, err := os.Stat(kubeconfig); err == nil {
-				// Once: an API server that is down says so at once. Within
-				// the teardown's margin (runTime) in all.
-				askCtx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				// Once: an API server that is down says so at once.
+				askCtx, cancel := context.WithTimeout(context.Background(), askTime(t))
 				defer cancel()
+				var names, controlPlanes []string
+				for _, n := range c.Nodes() {
+					if n.VM() == nil {
+						continue // a spare that never booted
+					}
+					names = append(names, n.Name)
+					if n.Role == role.ControlPlane {
+						controlPlanes = append(controlPlanes, n.Name)
+					}
+				}
 				errs = append(errs, diag.clusterState(func(args ...string) (string, error) {
 					b, err := inNS(askCtx, append([]string{kc, "--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
 					return string(b), err
-				})...)
+				}, names, controlPlanes)...)
 			}
 			defer func() {
 				for _, err := range errs {
@@ -389,6 +398,18 @@ func runTime(t *testing.T) time.Duration {
 		return 50 * time.Minute
 	}
 	return time.Until(deadline) - teardown
+}
+
+// askTime is how long a failed run asks the API server for its state:
+// five minutes, as a slow cluster needs, but within the teardown's margin
+// when the run failed at go test's deadline, with a minute left to stop
+// the VMs.
+func askTime(t *testing.T) time.Duration {
+	ask := 5 * time.Minute
+	if deadline, ok := t.Deadline(); ok {
+		ask = min(ask, time.Until(deadline)-time.Minute)
+	}
+	return max(ask, 30*time.Second)
 }
 
 // logCPU logs where node's CPU goes now, for the run's record of what a

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
@@ -283,6 +284,11 @@ func TestControlPlanePatches(t *testing.T) {
 						PeriodSeconds  int `json:"periodSeconds"`
 						TimeoutSeconds int `json:"timeoutSeconds"`
 					} `json:"readinessProbe"`
+					Resources *struct {
+						Requests struct {
+							CPU resource.Quantity `json:"cpu"`
+						} `json:"requests"`
+					} `json:"resources"`
 				} `json:"containers"`
 			} `json:"spec"`
 		}
@@ -302,6 +308,16 @@ func TestControlPlanePatches(t *testing.T) {
 		}
 		if gotPath != wantPath {
 			t.Errorf("%s liveness path %q, want %q", target, gotPath, wantPath)
+		}
+		// etcd and the API server come first when the node's CPU is
+		// short; the others keep kubeadm's requests.
+		res := patch.Spec.Containers[0].Resources
+		if target == "etcd" || target == "kube-apiserver" {
+			if res == nil || res.Requests.CPU.Cmp(resource.MustParse("500m")) < 0 {
+				t.Errorf("%s requests %+v of CPU, want at least 500m", target, res)
+			}
+		} else if res != nil {
+			t.Errorf("%s's resources patched: %+v, want kubeadm's", target, res)
 		}
 		// kubeadm gives these three a readiness probe every second; the
 		// controller manager has none, and a patch must not add one.

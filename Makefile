@@ -86,7 +86,7 @@ cluster: deps image build ## bring up a local cluster: orrery mini up, then orre
 	build/bin/orrery init
 	@echo "kubectl: build/components/bin/kubectl --kubeconfig orrery-admin.conf get nodes"
 
-e2e: deps image build ## end to end: the whole flow on the local cloud (root, 25-60 min under TCG; E2E_TIMEOUT=90m)
+e2e: deps image build ## end to end: the whole flow on the local cloud (root, 25-75 min under TCG; E2E_TIMEOUT=90m)
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e -args -image-dir $(CURDIR)/build/image \
 		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/bin/kubectl \
 		-helm $(CURDIR)/build/components/hostbin/helm -logs-dir $(CURDIR)/build/e2e-logs

@@ -26,7 +26,7 @@ import (
 // both could have caused. Every other PCR is checked as before, and no
 // other value of PCR 15 passes: a node locked to someone else's cluster
 // is refused.
-func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.Validator, error) {
+func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.InstanceValidator, error) {
 	fresh, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
 	if err != nil {
 		return nil, err
@@ -53,23 +53,31 @@ func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms 
 }
 
 // freshOrLocked accepts a node that fresh accepts, or else one that
-// locked accepts: the two differ only in PCR 15.
-type freshOrLocked struct{ fresh, locked attestation.Validator }
+// locked accepts: the two differ only in PCR 15. It passes on the instance
+// the accepting validator read from the node's AK certificate: init
+// records the first node as admitted for that VM, and a retried init that
+// lost it left a control plane that could not rejoin after a reboot.
+type freshOrLocked struct{ fresh, locked attestation.InstanceValidator }
 
 func (v freshOrLocked) Variant() variant.Variant { return v.fresh.Variant() }
 
 func (v freshOrLocked) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
-	userData, err := v.fresh.Validate(ctx, doc, nonce)
+	userData, _, err := v.ValidateInstance(ctx, doc, nonce)
+	return userData, err
+}
+
+func (v freshOrLocked) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
+	userData, inst, err := v.fresh.ValidateInstance(ctx, doc, nonce)
 	if err == nil {
-		return userData, nil
+		return userData, inst, nil
 	}
 	var mismatch *measurements.MismatchError
 	if !errors.As(err, &mismatch) {
-		return nil, err
+		return nil, attestation.Instance{}, err
 	}
-	userData, lockedErr := v.locked.Validate(ctx, doc, nonce)
+	userData, inst, lockedErr := v.locked.ValidateInstance(ctx, doc, nonce)
 	if lockedErr == nil {
-		return userData, nil
+		return userData, inst, nil
 	}
-	return nil, fmt.Errorf("%w; nor does it show the node lock of this cluster's own earlier init: %v", err, lockedErr)
+	return nil, attestation.Instance{}, fmt.Errorf("%w; nor does it show the node lock of this cluster's own earlier init: %v", err, lockedErr)
 }

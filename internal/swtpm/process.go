@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,12 @@ func launch(ctx context.Context, stateDir string, channels func(sockDir string) 
 	path, err := exec.LookPath(Binary)
 	if err != nil {
 		return nil, fmt.Errorf("swtpm not found in PATH: install it with 'make deps' (Debian package swtpm): %w", err)
+	}
+	// swtpm splits its option values at commas, with no escape: a comma in
+	// the state directory made it exit at once, its log (in that
+	// directory) unwritten.
+	if strings.Contains(stateDir, ",") {
+		return nil, fmt.Errorf("swtpm state directory %q contains a comma, which swtpm cannot take in a path: use a directory without one", stateDir)
 	}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create swtpm state directory: %w", err)

@@ -3,6 +3,9 @@ package swtpm_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-tpm-tools/client"
@@ -98,4 +101,17 @@ func TestOpenIsExclusive(t *testing.T) {
 	}
 	first.Close()
 	<-opened
+}
+
+// swtpm cannot take a comma in its state directory; Start says so instead
+// of failing with swtpm's empty log.
+func TestStartRefusesACommaInTheStateDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a,b")
+	_, err := swtpm.Start(context.Background(), dir)
+	if err == nil || !strings.Contains(err.Error(), "comma") {
+		t.Fatalf("err %v, want one that names the comma", err)
+	}
+	if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
+		t.Errorf("Start left %s behind (%v)", dir, statErr)
+	}
 }

@@ -170,7 +170,8 @@ func newUpgradeApplyCmd() *cobra.Command {
      resources/' restores them), and stops if the disk cannot hold them;
   2. upgrades each release that changes, in order (orrery-crds, flannel,
      orrery-services), with Helm, waiting until its pods are ready; a release
-     not ready within --timeout is rolled back to the revision that served,
+     not ready within --timeout is rolled back to the revision that served
+     (waiting up to --timeout again until that revision's pods are back),
      the releases after it are not touched, and apply exits non-zero naming
      it.
 
@@ -196,7 +197,7 @@ first; apply then says where each release stands.`,
 	f.StringVar(&o.backupDir, "backup-dir", "orrery-backups", "folder that receives a backup folder per run, named after the time")
 	f.StringArrayVar(&o.measurementsPaths, "measurements", nil, "accept the image of this measurements.json too (repeatable)")
 	f.StringArrayVar(&o.retire, "retire", nil, "stop accepting this measurement set (repeatable; see 'orrery upgrade check')")
-	f.DurationVar(&o.timeout, "timeout", upgrade.DefaultTimeout, "how long each release may take to become ready before it is rolled back")
+	f.DurationVar(&o.timeout, "timeout", upgrade.DefaultTimeout, "how long each release may take to become ready before it is rolled back (the rollback then waits as long again for the old revision)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "show what would change, and change nothing")
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.force, "force", false, "upgrade releases changed outside Orrery, go back to older charts, retire images nodes still run")

@@ -19,11 +19,13 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,14 +230,44 @@ func tail(b []byte, n int) []byte {
 	return b
 }
 
+// freePort picks a loopback port that is free now, below the kernel's
+// ephemeral range: a port from that range (what Listen(":0") gives) can be
+// taken, between freePort closing it and etcd or the API server binding
+// it, by any outgoing connection of the tests running in parallel, and
+// CI saw the API server exit with "address already in use".
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	lo := ephemeralLow()
+	for range 100 {
+		port := 10000 + mathrand.IntN(lo-10000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	tb.Fatalf("no free loopback port between 10000 and %d", lo)
+	return 0
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range, at
+// least 20000 so that freePort has ports to choose from.
+func ephemeralLow() int {
+	const fallback = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return fallback
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return fallback
+	}
+	lo, err := strconv.Atoi(fields[0])
+	if err != nil || lo < 20000 {
+		return 20000
+	}
+	return lo
 }
 
 func writeKubeconfig(path string, cfg *rest.Config) error {

@@ -86,7 +86,7 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 		"--disable-admission-plugins=ServiceAccount",
 		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
 	}
-	start(tb, filepath.Join(bin, "kube-apiserver"), args, filepath.Join(dir, "kube-apiserver.log"))
+	apiserver := start(tb, filepath.Join(bin, "kube-apiserver"), args, filepath.Join(dir, "kube-apiserver.log"))
 
 	cfg := &rest.Config{
 		Host: "https://127.0.0.1:" + strconv.Itoa(port),
@@ -95,7 +95,7 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 		},
 		QPS: 1000, Burst: 2000,
 	}
-	waitReady(tb, cfg, filepath.Join(dir, "kube-apiserver.log"))
+	waitReady(tb, cfg, apiserver, filepath.Join(dir, "kube-apiserver.log"))
 	s := &Server{Config: cfg, Kubeconfig: filepath.Join(dir, "admin.conf")}
 	if err := writeKubeconfig(s.Kubeconfig, cfg); err != nil {
 		tb.Fatal(err)
@@ -177,8 +177,9 @@ func startEtcd(tb testing.TB, bin, dir string) string {
 }
 
 // start runs bin until the test ends; its output goes to logPath, which
-// a failing test shows.
-func start(tb testing.TB, bin string, args []string, logPath string) {
+// a failing test shows. A wait for it can watch the returned process and
+// stop as soon as it ends.
+func start(tb testing.TB, bin string, args []string, logPath string) *process {
 	tb.Helper()
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -190,18 +191,32 @@ func start(tb testing.TB, bin string, args []string, logPath string) {
 		logFile.Close()
 		tb.Fatalf("start %s: %v", bin, err)
 	}
+	p := &process{done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-p.done
 		logFile.Close()
 		if tb.Failed() {
 			b, _ := os.ReadFile(logPath)
 			tb.Logf("%s log (end):\n%s", filepath.Base(bin), tail(b, 4000))
 		}
 	})
+	return p
 }
 
-func waitReady(tb testing.TB, cfg *rest.Config, logPath string) {
+// process is a started program; err says how it ended once done is closed.
+type process struct {
+	done chan struct{}
+	err  error
+}
+
+// waitReady waits up to a minute for the API server to be ready, and
+// stops at once if it exits (a port taken, a bad flag): its log says why.
+func waitReady(tb testing.TB, cfg *rest.Config, apiserver *process, logPath string) {
 	tb.Helper()
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -217,7 +232,12 @@ func waitReady(tb testing.TB, cfg *rest.Config, logPath string) {
 			return
 		}
 		last = err
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-apiserver.done:
+			b, _ := os.ReadFile(logPath)
+			tb.Fatalf("kube-apiserver exited before it was ready (%v):\n%s", apiserver.err, tail(b, 4000))
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	b, _ := os.ReadFile(logPath)
 	tb.Fatalf("kube-apiserver not ready after a minute (%v):\n%s", last, tail(b, 4000))

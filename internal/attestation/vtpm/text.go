@@ -1,9 +1,11 @@
 package vtpm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -48,21 +50,59 @@ func isInvalidAt(s string, i int) bool {
 }
 
 // joinDescriptions joins descriptions as printable text of at most max
-// bytes (plus a short note of how many were left out).
+// bytes (plus a short note of how many were left out). A description
+// repeated in a row is said once with its count: systemd-stub logs each
+// UKI section twice (its name, then its contents).
 func joinDescriptions(ds []string, max int) string {
 	var b strings.Builder
-	for i, d := range ds {
+	for i := 0; i < len(ds); {
+		n := 1
+		for i+n < len(ds) && ds[i+n] == ds[i] {
+			n++
+		}
 		sep := ""
 		if i > 0 {
 			sep = "; "
 		}
-		d = printable(d, maxDescriptionRunes)
+		d := printable(ds[i], maxDescriptionRunes)
+		if n > 1 {
+			d = fmt.Sprintf("%s (%d×)", d, n)
+		}
 		if b.Len()+len(sep)+len(d) > max {
 			fmt.Fprintf(&b, "%s… (%d more)", sep, len(ds)-i)
 			break
 		}
 		b.WriteString(sep)
 		b.WriteString(d)
+		i += n
 	}
 	return b.String()
+}
+
+// utf16Text reads event data that firmware and systemd-stub write as
+// UTF-16LE text with a trailing NUL. It gives "" for data that is not
+// such text; what it gives is still the node's and must go through
+// printable before anyone sees it.
+func utf16Text(data []byte) string {
+	if len(data) < 2 || len(data)%2 != 0 {
+		return ""
+	}
+	// Enough for one description; the rest would be cut anyway.
+	if limit := 2 * (maxDescriptionRunes + 1); len(data) > limit {
+		data = data[:limit]
+	}
+	units := make([]uint16, len(data)/2)
+	for i := range units {
+		units[i] = binary.LittleEndian.Uint16(data[2*i:])
+	}
+	for len(units) > 0 && units[len(units)-1] == 0 {
+		units = units[:len(units)-1]
+	}
+	s := string(utf16.Decode(units))
+	for _, r := range s {
+		if r == utf8.RuneError || r == 0 {
+			return ""
+		}
+	}
+	return s
 }

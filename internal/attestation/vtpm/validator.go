@@ -384,6 +384,13 @@ func describeFirmwareEvent(e tcg.Event) string {
 	if name == "" {
 		name = fmt.Sprintf("event type %#x", uint32(e.Type))
 	}
+	if e.Type == tcg.Ipl {
+		// systemd-stub names the UKI section it measured (".linux",
+		// ".initrd", ...), which is what an operator needs to see.
+		if what := utf16Text(e.Data); what != "" {
+			return "firmware: " + name + " " + what
+		}
+	}
 	return "firmware: " + name
 }
 

@@ -225,12 +225,7 @@ func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.
 	if err != nil {
 		return nil, none, err
 	}
-	kubeadmOut := &toolout.Follower{OnPhase: func(phase string) {
-		if !strings.HasPrefix(phase, "orrery-") { // the node's own steps around kubeadm
-			phase = "kubeadm " + phase
-		}
-		r.step(phase)
-	}}
+	kubeadmOut := &toolout.Follower{OnPhase: func(phase string) { r.step(kubeadmStep(phase)) }}
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
@@ -286,6 +281,31 @@ func streamError(node string, err error) error {
 	// The node refused the request as it stands: retrying the same
 	// command cannot help.
 	return fmt.Errorf("init on %s: %s (%s)", node, st.Message(), st.Code())
+}
+
+// kubeadmWaits says what a kubeadm phase's time is mostly spent on where
+// its name does not: kubeadm names a phase when it begins, and some end
+// in a wait that belongs to the next one.
+var kubeadmWaits = map[string]string{
+	// kubeadm starts kubelet, then, before its wait-control-plane phase
+	// says anything, waits for the API server to take its admin
+	// credentials: that is kubelet starting the static pods and the API
+	// server starting, the longest part of init under emulation.
+	"kubelet-start":       "until the API server answers",
+	"control-plane-check": "controller-manager and scheduler",
+}
+
+// kubeadmStep is the step an owner sees for a phase of the node's init:
+// kubeadm's phases by name, with what they wait for, and the node's own
+// steps around kubeadm as they are.
+func kubeadmStep(phase string) string {
+	if strings.HasPrefix(phase, "orrery-") {
+		return phase
+	}
+	if w, ok := kubeadmWaits[phase]; ok {
+		return "kubeadm " + phase + " (" + w + ")"
+	}
+	return "kubeadm " + phase
 }
 
 // initFailed saves what the node sent about its failure (its journal)

@@ -244,3 +244,18 @@ func TestVerify(t *testing.T) {
 		t.Fatal("a node certified by another platform CA passed")
 	}
 }
+
+// The owner sees where init's time goes: the phase in which kubeadm
+// waits for the API server says so, and the node's own steps keep
+// their names.
+func TestKubeadmStepSaysWhatItWaitsFor(t *testing.T) {
+	for phase, want := range map[string]string{
+		"certs":         "kubeadm certs",
+		"kubelet-start": "kubeadm kubelet-start (until the API server answers)",
+		"orrery-images": "orrery-images",
+	} {
+		if got := kubeadmStep(phase); got != want {
+			t.Errorf("kubeadmStep(%q) = %q, want %q", phase, got, want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/cloud/boottimeline"
 	"github.com/orrery-dev/orrery/internal/role"
 )
 
@@ -31,7 +32,7 @@ type phases struct {
 	start time.Time
 	last  time.Time
 	rows  []phase
-	boots []*bootWatch
+	boots []*boottimeline.Watch
 }
 
 func (p *phases) done(name string) {
@@ -42,7 +43,7 @@ func (p *phases) done(name string) {
 
 // watch adds n's boot to the timeline; n has just been powered on.
 func (p *phases) watch(ctx context.Context, n *cloud.Node) {
-	p.boots = append(p.boots, watchBoot(ctx, n.Name, n.SerialLog(), n.Started))
+	p.boots = append(p.boots, boottimeline.Follow(ctx, n.Name, n.SerialLog(), n.Started, boottimeline.Steps, 250*time.Millisecond))
 }
 
 func (p *phases) print() {
@@ -56,7 +57,7 @@ func (p *phases) print() {
 	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "\nBOOT STEP\tSINCE POWER-ON")
 	for _, b := range p.boots {
-		for _, r := range b.rows() {
+		for _, r := range b.Rows() {
 			fmt.Fprintln(w, r)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/cloud/boottimeline"
 )
 
 var (
@@ -61,7 +62,13 @@ func TestBoot(t *testing.T) {
 		t.Fatalf("bring up the cloud: %v", err)
 	}
 	node := c.Nodes()[0]
+	boot := boottimeline.Follow(ctx, node.Name, node.SerialLog(), node.Started, boottimeline.Steps, 250*time.Millisecond)
 	defer func() {
+		// After the checks, so that the steps after bootstrapperd's
+		// (the images) are in too.
+		for _, r := range boot.Rows() {
+			t.Logf("TIMING %s", r)
+		}
 		if t.Failed() {
 			serial, _ := os.ReadFile(node.SerialLog())
 			t.Logf("serial console of %s:\n%s", node.Name, tail(serial, 150))

@@ -297,17 +297,19 @@ spec:
     - |
       # A node that just joined programs Service rules (kube-proxy) and
       # learns CoreDNS's endpoints a little later than the API reports
-      # CoreDNS ready; until then 10.96.0.10 refuses.
-      for i in $(busybox seq 1 40); do
-        busybox nslookup web.default.svc.cluster.local 10.96.0.10 && break
-        [ "$i" = 40 ] && exit 1
+      # CoreDNS ready; until then 10.96.0.10 refuses. The client tries
+      # for as long as the suite waits, less a minute, and says when it
+      # gives up: its exit may not show in the pod's phase for minutes
+      # (containerd/containerd#13377).
+      end=$(( $(busybox date +%s) + 540 ))
+      until busybox nslookup web.default.svc.cluster.local 10.96.0.10; do
+        [ "$(busybox date +%s)" -lt "$end" ] || { echo "client gave up: no answer from the cluster DNS at 10.96.0.10"; exit 1; }
         sleep 3
       done
-      for i in $(busybox seq 1 20); do
-        printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 3 $WEB_SERVICE_HOST 80 && exit 0
+      until printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 3 $WEB_SERVICE_HOST 80; do
+        [ "$(busybox date +%s)" -lt "$end" ] || { echo "client gave up: no page from the Service at $WEB_SERVICE_HOST"; exit 1; }
         sleep 3
       done
-      exit 1
 `
 	os.WriteFile(filepath.Join(dir, "client.yaml"), []byte(client), 0o644)
 	// serviceCheck runs the client on the worker until the page arrived.
@@ -323,7 +325,7 @@ spec:
 		// again and again ("failed to delete task: context deadline
 		// exceeded"), and the pod stayed Running for over ten minutes.
 		waitFor(what, 10*time.Minute, func() bool {
-			if logs, _ := k("logs", "client"); strings.Contains(logs, "hello-from-cp-0") {
+			if logs, _ := k("logs", "client"); strings.Contains(logs, "hello-from-cp-0") || strings.Contains(logs, "client gave up") {
 				return true
 			}
 			s, _ := k("get", "pod", "client", "-o", "jsonpath={.status.phase}")

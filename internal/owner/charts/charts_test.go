@@ -157,3 +157,93 @@ func TestChartsCarryTheBuildVersion(t *testing.T) {
 		t.Errorf("the stamped chart does not validate: %v", err)
 	}
 }
+
+// TestFlannelSubnetFileSurvivesReboots: the CNI plugin must read the file
+// that flanneld writes, and that file must be on the state disk (under
+// /var), not in /run: after a reboot kubelet starts sandboxes before
+// flanneld runs again, and each failed without the file.
+func TestFlannelSubnetFileSurvivesReboots(t *testing.T) {
+	c, err := Load(Flannel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(c, map[string]any{"podCIDR": "10.244.0.0/16", "apiServer": map[string]any{"host": "10.42.1.100", "port": "6443"}},
+		chartutil.ReleaseOptions{Name: "r", Namespace: "kube-system"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := engine.Render(c, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type mount struct{ Name, MountPath string }
+	var obj struct {
+		Kind string
+		Data map[string]string
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Name         string
+						Command      []string
+						VolumeMounts []mount `json:"volumeMounts"`
+					}
+					Volumes []struct {
+						Name     string
+						HostPath *struct{ Path string } `json:"hostPath"`
+					}
+				}
+			}
+		}
+	}
+	var cniConf, flanneldDir string
+	hostPaths := map[string]string{}
+	for _, manifest := range out {
+		for _, doc := range strings.Split(manifest, "\n---") {
+			obj.Kind, obj.Data = "", nil
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+				t.Fatalf("rendered manifest: %v", err)
+			}
+			switch obj.Kind {
+			case "ConfigMap":
+				cniConf = obj.Data["cni-conf.json"]
+			case "DaemonSet":
+				for _, v := range obj.Spec.Template.Spec.Volumes {
+					if v.HostPath != nil {
+						hostPaths[v.Name] = v.HostPath.Path
+					}
+				}
+				for _, ctr := range obj.Spec.Template.Spec.Containers {
+					if ctr.Name != "kube-flannel" {
+						continue
+					}
+					for _, m := range ctr.VolumeMounts {
+						// flanneld writes /run/flannel/subnet.env unless told otherwise.
+						if m.MountPath == "/run/flannel" && !strings.Contains(strings.Join(ctr.Command, " "), "--subnet-file") {
+							flanneldDir = m.Name
+						}
+					}
+				}
+			}
+		}
+	}
+	var conf struct {
+		Plugins []struct {
+			Type       string
+			SubnetFile string `json:"subnetFile"`
+		}
+	}
+	if err := yaml.Unmarshal([]byte(cniConf), &conf); err != nil || len(conf.Plugins) == 0 || conf.Plugins[0].Type != "flannel" {
+		t.Fatalf("CNI configuration %q: %v", cniConf, err)
+	}
+	written := hostPaths[flanneldDir] + "/subnet.env"
+	if flanneldDir == "" || hostPaths[flanneldDir] == "" {
+		t.Fatalf("flanneld's /run/flannel is no host directory (volumes %v)", hostPaths)
+	}
+	if read := conf.Plugins[0].SubnetFile; read != written {
+		t.Errorf("the CNI plugin reads %q, flanneld writes %q on the host", read, written)
+	}
+	if !strings.HasPrefix(written, "/var/lib/") {
+		t.Errorf("flanneld's subnet file is at %s on the host, which a reboot empties; want it under /var/lib (the state disk)", written)
+	}
+}

@@ -36,16 +36,8 @@ func TestNewVTPMHasOnlySHA256Bank(t *testing.T) {
 			if ran != provision {
 				t.Errorf("ProvisionTPM ran: %v, want %v", ran, provision)
 			}
-			in := swtpmtest.StartWithState(t, filepath.Join(cfg.Dir, TPMDir))
-			rw, err := in.Open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rw.Close()
-			sels, err := client.AllocatedPCRs(rw)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rw := open(t, swtpmtest.StartWithState(t, filepath.Join(cfg.Dir, TPMDir)))
+			sels := banks(t, rw)
 			if len(sels) != 1 || sels[0].Hash != tpm2.AlgSHA256 || len(sels[0].PCRs) != pcrCount {
 				t.Fatalf("banks after a restart: %v, want SHA-256 alone with %d PCRs", sels, pcrCount)
 			}
@@ -60,22 +52,30 @@ func TestNewVTPMHasOnlySHA256Bank(t *testing.T) {
 // TestNewSWTPMHasOtherBanks keeps TestNewVTPMHasOnlySHA256Bank honest:
 // swtpm without swtpm_setup starts with more banks than SHA-256.
 func TestNewSWTPMHasOtherBanks(t *testing.T) {
-	in, err := swtpm.Start(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Stop()
-	rw, err := in.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close()
-	sels, err := client.AllocatedPCRs(rw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sels := banks(t, open(t, swtpmtest.Start(t)))
 	if !slices.ContainsFunc(sels, func(s tpm2.PCRSelection) bool { return s.Hash != tpm2.AlgSHA256 }) {
 		t.Fatalf("a new swtpm has only %v: the allocation this package does is not needed any more", sels)
 	}
 	t.Logf("a new swtpm's banks: %v", sels)
+}
+
+// open connects to in until the test ends.
+func open(t *testing.T, in *swtpm.Instance) io.ReadWriter {
+	t.Helper()
+	rw, err := in.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rw.Close() })
+	return rw
+}
+
+// banks lists the TPM's allocated PCR banks.
+func banks(t *testing.T, rw io.ReadWriter) []tpm2.PCRSelection {
+	t.Helper()
+	sels, err := client.AllocatedPCRs(rw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sels
 }

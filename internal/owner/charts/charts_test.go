@@ -20,6 +20,25 @@ func servicesValues() map[string]any {
 	}}
 }
 
+// render renders the embedded chart name with values as release "r" in
+// kube-system, as 'orrery init' installs it.
+func render(t *testing.T, name string, values map[string]any) map[string]string {
+	t.Helper()
+	c, err := Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{Name: "r", Namespace: "kube-system"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := engine.Render(c, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // TestChartsRender renders each embedded chart with the values orrery init
 // passes and checks the objects a cluster depends on are there.
 func TestChartsRender(t *testing.T) {
@@ -87,19 +106,7 @@ func TestChartsRender(t *testing.T) {
 // Only the join container, which quotes on the node's vTPM, is privileged;
 // the key service, which holds the master secret, is not.
 func TestOnlyJoinContainerPrivileged(t *testing.T) {
-	c, err := Load(OrreryServices)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := chartutil.ToRenderValues(c, servicesValues(),
-		chartutil.ReleaseOptions{Name: "r", Namespace: "kube-system"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := engine.Render(c, vals)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := render(t, OrreryServices, servicesValues())
 	type container struct {
 		Name            string
 		SecurityContext *struct{ Privileged *bool }
@@ -163,19 +170,7 @@ func TestChartsCarryTheBuildVersion(t *testing.T) {
 // /var), not in /run: after a reboot kubelet starts sandboxes before
 // flanneld runs again, and each failed without the file.
 func TestFlannelSubnetFileSurvivesReboots(t *testing.T) {
-	c, err := Load(Flannel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := chartutil.ToRenderValues(c, map[string]any{"podCIDR": "10.244.0.0/16", "apiServer": map[string]any{"host": "10.42.1.100", "port": "6443"}},
-		chartutil.ReleaseOptions{Name: "r", Namespace: "kube-system"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := engine.Render(c, vals)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := render(t, Flannel, map[string]any{"podCIDR": "10.244.0.0/16", "apiServer": map[string]any{"host": "10.42.1.100", "port": "6443"}})
 	type mount struct{ Name, MountPath string }
 	var obj struct {
 		Kind string

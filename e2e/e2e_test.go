@@ -282,7 +282,7 @@ spec:
 	// Debian's static busybox crashes in wget (glibc NSS); nc works.
 	client := `apiVersion: v1
 kind: Pod
-metadata: {name: client, namespace: default}
+metadata: {name: CLIENT, namespace: default}
 spec:
   nodeName: worker-0
   restartPolicy: Never
@@ -311,12 +311,19 @@ spec:
         sleep 3
       done
 `
-	os.WriteFile(filepath.Join(dir, "client.yaml"), []byte(client), 0o644)
-	// serviceCheck runs the client on the worker until the page arrived.
+	// serviceCheck runs a client on the worker until the page arrived.
+	// Each check has a pod of its own name: with one name for all, the
+	// worker's kubelet, slow to learn that the last check's pod was
+	// deleted, served that pod's logs for the new one (e2e-e1: the old
+	// page, then "not found"), and the check passed and failed on them.
+	checks := 0
 	serviceCheck := func(what string) {
 		t.Helper()
-		k("delete", "pod", "client", "--ignore-not-found", "--wait=true")
-		if s, err := k("apply", "-f", filepath.Join(dir, "client.yaml")); err != nil {
+		checks++
+		pod := fmt.Sprintf("client-%d", checks)
+		file := filepath.Join(dir, pod+".yaml")
+		os.WriteFile(file, []byte(strings.Replace(client, "CLIENT", pod, 1)), 0o644)
+		if s, err := k("apply", "-f", file); err != nil {
 			t.Fatalf("apply: %v\n%s", err, s)
 		}
 		// Done when the page arrived, or the pod gave up. Not when the pod
@@ -325,16 +332,17 @@ spec:
 		// again and again ("failed to delete task: context deadline
 		// exceeded"), and the pod stayed Running for over ten minutes.
 		waitFor(what, 10*time.Minute, func() bool {
-			if logs, _ := k("logs", "client"); strings.Contains(logs, "hello-from-cp-0") || strings.Contains(logs, "client gave up") {
+			if logs, _ := k("logs", pod); strings.Contains(logs, "hello-from-cp-0") || strings.Contains(logs, "client gave up") {
 				return true
 			}
-			s, _ := k("get", "pod", "client", "-o", "jsonpath={.status.phase}")
+			s, _ := k("get", "pod", pod, "-o", "jsonpath={.status.phase}")
 			return s == "Succeeded" || s == "Failed"
 		})
-		logs, _ := k("logs", "client")
+		logs, _ := k("logs", pod)
 		if !strings.Contains(logs, "hello-from-cp-0") || !strings.Contains(logs, "Address") {
-			t.Fatalf("client on worker-0 did not get the page through the Service (or DNS failed):\n%s", logs)
+			t.Fatalf("%s on worker-0 did not get the page through the Service (or DNS failed):\n%s", pod, logs)
 		}
+		k("delete", "pod", pod, "--wait=false")
 	}
 	serviceCheck("a pod on the worker reaches a Service on the control plane")
 

@@ -317,14 +317,13 @@ func prepareFiles(ctx context.Context, cfg Config, created func(string)) error {
 	return nil
 }
 
-// provisionTPM creates the vTPM, with SHA-256 as its only PCR bank, and
-// hands it to cfg.ProvisionTPM, unless the TPM exists already. It works in
-// a directory of its own and renames it into place only on success, so
-// that a failed provisioning is retried by the next start instead of being
-// taken for a provisioned TPM.
+// provisionTPM creates the vTPM and hands it to cfg.ProvisionTPM, unless
+// the TPM exists already. It works in a directory of its own and renames it
+// into place only on success, so that a failed provisioning is retried by
+// the next start instead of being taken for a provisioned TPM.
 func provisionTPM(ctx context.Context, cfg Config, created func(string)) (err error) {
 	tpmDir := filepath.Join(cfg.Dir, TPMDir)
-	if exists(filepath.Join(tpmDir, permanentStateFile)) {
+	if cfg.ProvisionTPM == nil || exists(filepath.Join(tpmDir, permanentStateFile)) {
 		return nil
 	}
 	tmp := filepath.Join(cfg.Dir, TPMDir+".provision")
@@ -349,10 +348,7 @@ func provisionTPM(ctx context.Context, cfg Config, created func(string)) (err er
 		in.Stop()
 		return fmt.Errorf("vm %s: open new vTPM: %w", cfg.Name, err)
 	}
-	perr := keepSHA256BankOnly(rw)
-	if perr == nil && cfg.ProvisionTPM != nil {
-		perr = cfg.ProvisionTPM(rw)
-	}
+	perr := cfg.ProvisionTPM(rw)
 	rw.Close()
 	// Stop saves the TPM's state: it must finish before QEMU's swtpm
 	// reads it.

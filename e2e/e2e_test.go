@@ -43,7 +43,7 @@ func (p *phases) done(name string) {
 
 // watch adds n's boot to the timeline; n has just been powered on.
 func (p *phases) watch(ctx context.Context, n *cloud.Node) {
-	p.boots = append(p.boots, boottimeline.Follow(ctx, n.Name, n.SerialLog(), n.Started, boottimeline.Steps, 250*time.Millisecond))
+	p.boots = append(p.boots, boottimeline.Follow(ctx, n.Name, n.SerialLog(), n.Started))
 }
 
 func (p *phases) print() {

@@ -62,7 +62,7 @@ func TestBoot(t *testing.T) {
 		t.Fatalf("bring up the cloud: %v", err)
 	}
 	node := c.Nodes()[0]
-	boot := boottimeline.Follow(ctx, node.Name, node.SerialLog(), node.Started, boottimeline.Steps, 250*time.Millisecond)
+	boot := boottimeline.Follow(ctx, node.Name, node.SerialLog(), node.Started)
 	defer func() {
 		// After the checks, so that the steps after bootstrapperd's
 		// (the images) are in too.

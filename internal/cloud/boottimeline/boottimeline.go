@@ -47,16 +47,24 @@ type Watch struct {
 	done chan struct{}
 }
 
+// pollInterval is how often Follow reads the log: the timeline's
+// resolution, a fraction of a second against steps seconds apart.
+const pollInterval = 250 * time.Millisecond
+
 // Follow reads the serial log at path of node, powered on at powerOn,
-// every interval until every step was seen or ctx ends.
-func Follow(ctx context.Context, node, path string, powerOn time.Time, steps []Step, interval time.Duration) *Watch {
+// until every one of Steps was seen or ctx ends.
+func Follow(ctx context.Context, node, path string, powerOn time.Time) *Watch {
+	return follow(ctx, node, path, powerOn, Steps, pollInterval)
+}
+
+func follow(ctx context.Context, node, path string, powerOn time.Time, steps []Step, interval time.Duration) *Watch {
 	w := &Watch{node: node, powerOn: powerOn, steps: steps, now: time.Now,
 		seen: map[string]time.Duration{}, done: make(chan struct{})}
-	go w.follow(ctx, path, interval)
+	go w.read(ctx, path, interval)
 	return w
 }
 
-func (w *Watch) follow(ctx context.Context, path string, interval time.Duration) {
+func (w *Watch) read(ctx context.Context, path string, interval time.Duration) {
 	defer close(w.done)
 	var off int64
 	var carry []byte

@@ -43,7 +43,7 @@ func TestFollow(t *testing.T) {
 	defer cancel()
 	powerOn := time.Now()
 	// The log does not exist yet when the VM is powered on.
-	w := Follow(ctx, "node-0", path, powerOn, testSteps, time.Millisecond)
+	w := follow(ctx, "node-0", path, powerOn, testSteps, time.Millisecond)
 
 	appendTo(t, path, "firmware noise\n[ 0.1] first mar")
 	time.Sleep(20 * time.Millisecond)
@@ -81,7 +81,7 @@ func TestFollowStopsWithContext(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "serial.log")
 	appendTo(t, path, "first marker\n")
 	ctx, cancel := context.WithCancel(context.Background())
-	w := Follow(ctx, "node-0", path, time.Now(), testSteps, time.Millisecond)
+	w := follow(ctx, "node-0", path, time.Now(), testSteps, time.Millisecond)
 	waitFor(t, w, "one")
 	cancel()
 	select {

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orrery-dev/orrery/initrd/internal/clockcheck"
 	"github.com/orrery-dev/orrery/initrd/internal/cmdline"
 	"github.com/orrery-dev/orrery/initrd/internal/modules"
 	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
@@ -81,6 +82,11 @@ func run(c *console, onFailure *cmdline.OnFailure) error {
 		return step("mount", err)
 	}
 	c.log("start", "orrery initrd, kernel up for %s", uptime())
+	// First: every later step's timeouts, and the certificates a rejoin
+	// checks, need a clock that keeps time.
+	t := time.Now()
+	res, err := clockcheck.Check()
+	c.log("clock", "%s (%s)", clockReport(res, err), since(t))
 
 	raw, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
@@ -95,7 +101,7 @@ func run(c *console, onFailure *cmdline.OnFailure) error {
 	}
 	c.log("cmdline", "root hash %s, on failure %s", cfg.RootHashHex(), cfg.OnFailure)
 
-	t := time.Now()
+	t = time.Now()
 	n, err := modules.Load()
 	if err != nil {
 		return step("modules", err)
@@ -263,6 +269,30 @@ type console struct{ start time.Time }
 
 func (c *console) log(step, format string, args ...any) {
 	fmt.Fprintf(os.Stdout, "orrery-init: %s: %s [+%.3fs]\n", step, fmt.Sprintf(format, args...), time.Since(c.start).Seconds())
+}
+
+// clockReport says what clockcheck.Check found and did. A clock that could
+// not be checked does not stop the boot: most machines keep time.
+func clockReport(res clockcheck.Result, err error) string {
+	var msg string
+	switch {
+	case res.Switched:
+		msg = fmt.Sprintf("clock source %s %s against the HPET (the kernel misjudged the TSC's frequency at boot): switched to hpet, which runs at %.3fx", res.Source, clockcheck.Describe(res.Rate), res.After)
+		if !res.Time.IsZero() {
+			msg += ", and set the time from the RTC to " + res.Time.Format(time.RFC3339)
+		}
+	case res.Rate != 0:
+		msg = fmt.Sprintf("clock source %s %s (HPET)", res.Source, clockcheck.Describe(res.Rate))
+	case err == nil:
+		msg = fmt.Sprintf("clock source %s, nothing to check", res.Source)
+	}
+	if err != nil {
+		if msg != "" {
+			return msg + "; " + err.Error()
+		}
+		return "not checked: " + err.Error()
+	}
+	return msg
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }

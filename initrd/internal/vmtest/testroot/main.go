@@ -24,6 +24,14 @@ func report(key, format string, args ...any) {
 
 func main() {
 	report("pid", "%d", os.Getpid())
+	// What the initrd's clock check left: the clock source, and (last,
+	// just before power-off) the wall clock, which the test compares with
+	// the host's.
+	if src, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err != nil {
+		report("error", "read the clock source: %v", err)
+	} else {
+		report("clocksource", "%s", strings.TrimSpace(string(src)))
+	}
 	if log, err := os.ReadFile("/run/orrery/measurements.log"); err != nil {
 		report("error", "read measurement log: %v", err)
 	} else {
@@ -59,6 +67,7 @@ func main() {
 	}
 	writeCost("/var")
 	unix.Sync()
+	report("time", "%d", time.Now().Unix())
 	report("done", "powering off")
 	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 }

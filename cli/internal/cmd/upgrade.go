@@ -287,9 +287,12 @@ func applyFailed(ctx context.Context, out io.Writer, plan upgrade.Plan, done []u
 		case upgraded[s.Ref.Name] || len(s.Changes) == 0:
 		case s.Ref.Name == re.Release:
 			after = true
-			if re.RolledBackTo > 0 {
+			switch {
+			case re.RolledBackTo > 0 && re.NotBack != nil:
+				fmt.Fprintf(out, "  %s: rolled back to revision %d, whose pods were not all ready again within --timeout; Kubernetes goes on starting them: %v\n", s.Ref.Name, re.RolledBackTo, re.NotBack)
+			case re.RolledBackTo > 0:
 				fmt.Fprintf(out, "  %s: rolled back to revision %d, which serves again\n", s.Ref.Name, re.RolledBackTo)
-			} else {
+			default:
 				fmt.Fprintf(out, "  %s: not rolled back; 'helm history %s -n %s' shows its state, 'helm rollback %s -n %s' returns to its last deployed revision\n", s.Ref.Name, s.Ref.Name, s.Ref.Namespace, s.Ref.Name, s.Ref.Namespace)
 			}
 		case after:

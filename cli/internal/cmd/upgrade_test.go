@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,5 +153,46 @@ func TestUpgradeNeedsACluster(t *testing.T) {
 	_, errOut, code = run(t, "", "upgrade", "apply", "--kubeconfig", conf, "--yes")
 	if code == 0 || !strings.Contains(errOut, "does not answer") {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}
+
+// After a failed apply the owner reads where each release stands. A
+// release rolled back whose old pods are still starting is rolled back,
+// not "not rolled back" (as a stress run printed).
+func TestApplyFailedSaysWhereReleasesStand(t *testing.T) {
+	ref := func(name string) services.ReleaseRef {
+		return services.ReleaseRef{Name: name, Namespace: "kube-system", Chart: name}
+	}
+	plan := upgrade.Plan{Steps: []upgrade.Step{
+		{Ref: ref("orrery-crds"), Changes: []string{"chart"}},
+		{Ref: ref("orrery-services"), Changes: []string{"chart"}},
+		{Ref: ref("flannel"), Changes: []string{"chart"}},
+	}}
+	done := []upgrade.Outcome{{Release: "orrery-crds", Revision: 3}}
+	cause := errors.New("not ready in time: DaemonSet kube-system/orrery-joinservice")
+	for _, tc := range []struct {
+		name string
+		err  *upgrade.ReleaseError
+		want string
+	}{
+		{"serves again", &upgrade.ReleaseError{Release: "orrery-services", RolledBackTo: 2, Err: cause},
+			"orrery-services: rolled back to revision 2, which serves again"},
+		{"pods still starting", &upgrade.ReleaseError{Release: "orrery-services", RolledBackTo: 2, Err: cause, NotBack: errors.New("1 of 1 pods run the new spec, 0 ready")},
+			"orrery-services: rolled back to revision 2, whose pods were not all ready again within --timeout; Kubernetes goes on starting them: 1 of 1 pods run the new spec, 0 ready"},
+		{"no rollback", &upgrade.ReleaseError{Release: "orrery-services", Err: cause},
+			"orrery-services: not rolled back; 'helm history orrery-services -n kube-system' shows its state"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := applyFailed(context.Background(), &out, plan, done, tc.err)
+			if !errors.Is(err, tc.err) {
+				t.Errorf("applyFailed returned %v, want the release's error", err)
+			}
+			for _, want := range []string{"orrery-crds: upgraded (revision 3)", tc.want, "flannel: not touched"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,8 +35,8 @@ spec:
 
 // daemonSetController plays the DaemonSet controller of a one-node cluster
 // until the test ends: each new spec gets its pod at once, which becomes
-// ready only if its image is not broken.
-func daemonSetController(t *testing.T, client dynamic.Interface, broken string) {
+// ready unless its image is one of neverReady.
+func daemonSetController(t *testing.T, client dynamic.Interface, neverReady ...string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	ds := client.Resource(Workload{Kind: "DaemonSet"}.resource()).Namespace(services.Namespace)
@@ -51,7 +52,7 @@ func daemonSetController(t *testing.T, client dynamic.Interface, broken string) 
 			}
 			containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
 			ready := int64(1)
-			if image, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image"); image == broken {
+			if image, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image"); slices.Contains(neverReady, image) {
 				ready = 0
 			}
 			unstructured.SetNestedMap(obj.Object, map[string]any{
@@ -114,5 +115,46 @@ func TestDaemonSetNeverReadyRollsBack(t *testing.T) {
 
 	if err := upgradeTo("localhost/agent:2"); err != nil {
 		t.Fatalf("an upgrade whose pod gets ready: %v", err)
+	}
+}
+
+// On a loaded machine the rolled-back revision's pods may take longer than
+// the timeout to be ready again (a stress run's join service did). The
+// release is rolled back all the same, and the error says both: the
+// revision it serves, and that its pods are still starting.
+func TestRollbackWhosePodsAreSlowIsStillARollback(t *testing.T) {
+	srv := apiservertest.Start(t)
+	c, err := Connect(context.Background(), srv.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slow, broken = "localhost/agent:slow", "localhost/agent:does-not-exist"
+	daemonSetController(t, c.Dynamic, slow, broken)
+	hc, err := c.Helm(services.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Revision 1's pod is not ready, as a pod still starting is not.
+	in := action.NewInstall(hc)
+	in.ReleaseName, in.Namespace = "agent", services.Namespace
+	if _, err := in.Run(agentChart("1.0.0", slow), nil); err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	step := Step{Ref: services.ReleaseRef{Name: "agent", Namespace: services.Namespace, Chart: "agent"},
+		FromRevision: 1, Chart: agentChart("1.0.1", broken), Changes: []string{"image"}}
+	_, _, err = Apply(context.Background(), ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(t.TempDir(), "b"),
+		CRDs: []string{}, Timeout: 5 * time.Second}, Plan{Steps: []Step{step}})
+	re, ok := IsReleaseError(err)
+	if !ok || re.RolledBackTo != 1 || re.NotBack == nil {
+		t.Fatalf("err = %#v, want agent rolled back to revision 1 with its pods not back", err)
+	}
+	for _, want := range []string{"rolled back to revision 1, whose pods are not back yet", "DaemonSet kube-system/agent: 1 of 1 pods run the new spec, 0 ready"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	revs := history(t, c, "agent")
+	if last := revs[len(revs)-1]; last.Info.Status != release.StatusDeployed || !strings.Contains(last.Manifest, slow) {
+		t.Errorf("agent serves revision %d (%s), want a copy of revision 1", last.Version, last.Info.Status)
 	}
 }

@@ -150,6 +150,9 @@ func TestCluster(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
+			// The failed phase has its own row: otherwise its time would
+			// show as the teardown's.
+			p.done("FAILED (the phase that failed)")
 			// The consoles and the owner's files first: they are local
 			// and instant, while a struggling API server can use up the
 			// teardown's margin before go test's deadline panics.
@@ -185,7 +188,11 @@ func TestCluster(t *testing.T) {
 			t.Errorf("down: %v", err)
 		}
 		assertNothingLeft(t, dir, c.Nodes())
-		p.done("mini down, nothing left")
+		if t.Failed() {
+			p.done("keeping the logs, mini down, nothing left")
+		} else {
+			p.done("mini down, nothing left")
+		}
 	}()
 	p.done("mini up")
 	for _, n := range c.Nodes() {

@@ -26,7 +26,7 @@ import (
 
 // Tolerance is how far the clock's rate may be from 1 before the check
 // calls it wrong. Two samples bracketed within maxBracket over a Window
-// measure the rate to about 1%; a miscalibrated TSC is off by a factor.
+// measure the rate to 2% at worst; a miscalibrated TSC is off by a factor.
 const Tolerance = 0.05
 
 // Window is the time between the two samples, on the system clock.
@@ -34,10 +34,11 @@ const Window = 200 * time.Millisecond
 
 // maxBracket bounds the system-clock time around one reference read: a
 // sample whose reads were further apart (the vCPU was descheduled) is
-// taken again.
-const maxBracket = time.Millisecond
+// taken again. Many tries: a guest on a loaded host under TCG is
+// descheduled often, and each try costs microseconds.
+const maxBracket = 2 * time.Millisecond
 
-const sampleTries = 10
+const sampleTries = 50
 
 // Reference is a free-running counter that keeps real time.
 type Reference interface {

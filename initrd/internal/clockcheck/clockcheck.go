@@ -145,15 +145,14 @@ func Check() (Result, error) {
 		return res, fmt.Errorf("no HPET to check the TSC against: %w", err)
 	}
 	defer hpet.Close()
-	sleep := func(d time.Duration) { time.Sleep(d) }
-	if res.Rate, err = Rate(hpet, Monotonic, sleep); err != nil || !Wrong(res.Rate) {
+	if res.Rate, err = Rate(hpet, Monotonic, time.Sleep); err != nil || !Wrong(res.Rate) {
 		return res, err
 	}
 	if err := UseSource(ClocksourceDir, "hpet"); err != nil {
 		return res, fmt.Errorf("the clock %s and could not be moved to the HPET: %w", Describe(res.Rate), err)
 	}
 	res.Switched = true
-	if res.After, err = Rate(hpet, Monotonic, sleep); err != nil {
+	if res.After, err = Rate(hpet, Monotonic, time.Sleep); err != nil {
 		return res, err
 	}
 	if Wrong(res.After) {

@@ -113,6 +113,68 @@ gobuild() {
 	log "$name: ${dt}s $(du -h "$output" | cut -f1)"
 }
 
+# patched_modfile DIR MODULE NAME FILE FROM TO [FILE FROM TO]...: builds
+# MODULE, as the module at DIR pins it, from a copy under .work/NAME in which
+# each FILE has its line FROM replaced by TO, and prints the go.mod (for
+# -modfile) that points DIR's module at the copy. A Go overlay cannot replace
+# files in the module cache, hence the copy. The build stops when a line is
+# not there exactly once, rather than ship the upstream code unchanged.
+patched_modfile() {
+	local dir=$1 module=$2 name=$3 src dst=$OUT/.work/$3 files=()
+	shift 3
+	src=$(cd "$HERE/$dir" && go list -m -f '{{.Dir}}' "$module")
+	rm -rf "$dst"
+	cp -r "$src" "$dst"
+	chmod -R u+w "$dst"
+	while (($# >= 3)); do
+		local file=$1 from=$2 to=$3
+		shift 3
+		awk -v from="$from" -v to="$to" '$0 == from { print to; n++; next } { print } END { exit n != 1 }' \
+			"$src/$file" >"$dst/$file" ||
+			die "$name: $src/$file does not have the line '$from' once: check the new version's code, then the patch in build.sh"
+		files+=("$dst/$file")
+	done
+	# Relative to the module, so that the path the binary records (its
+	# build info names a replacement) is the same in every clone.
+	local rel mod
+	rel=$(realpath --relative-to="$HERE/$dir" "$dst")
+	[[ $rel == ../* ]] || rel=./$rel
+	# Named by the patched files and the replacement, so that a change of
+	# either is a change of gobuild's cache key.
+	mod=$OUT/.work/$name-$({ cat "${files[@]}"; echo "$rel"; } | sha256sum | cut -c1-16).mod
+	cp "$HERE/$dir/go.mod" "$mod"
+	cp "$HERE/$dir/go.sum" "${mod%.mod}.sum"
+	(cd "$HERE/$dir" && go mod edit -modfile="$mod" -replace "$module=$rel")
+	echo "$mod"
+}
+
+# kube-apiserver kills itself (klog.Fatalf) when one of three start-up
+# tasks has not finished in time, each a constant: the first check of
+# Service IPs and node ports (start-service-ip-repair-controllers, 1 min)
+# and writing the default RBAC roles (rbac/bootstrap-roles, 30 s) and the
+# system priority classes (scheduling/bootstrap-system-priority-classes,
+# 30 s), all through etcd. On a starved control plane etcd is not that
+# fast: under hack/stress-e2e.sh the API server's first start died with
+# "PostStartHook start-service-ip-repair-controllers failed: unable to
+# perform initial IP and Port allocation check" after 50 s of etcd
+# connection errors (kubelet-start then took 5 min), and after a control
+# plane's reboot the API server refused connections for minutes once the
+# node was Ready (e2e-s7). kubelet restarts it with growing back-off, and
+# each start costs minutes of guest CPU, so a slow minute becomes an
+# outage. The same binary gives its fourth such task, the flow-control
+# bootstrap, 5 minutes; kube-apiserver is built with 5 minutes for these
+# three as well. An API server whose etcd never answers still exits, later.
+k8s_apiserver_modfile() {
+	local poll='err := wait.Poll(1*time.Second, %s, func() (done bool, err error) {'
+	local from to
+	from=$(printf "\t\t$poll" '30*time.Second')
+	to=$(printf "\t\t$poll" '5*time.Minute')
+	patched_modfile kubernetes k8s.io/kubernetes kubernetes \
+		pkg/registry/core/rest/storage_core.go $'\t\tcase <-time.After(time.Minute):' $'\t\tcase <-time.After(5 * time.Minute):' \
+		pkg/registry/rbac/rest/storage_rbac.go "$from" "$to" \
+		pkg/registry/scheduling/rest/storage_scheduling.go "$from" "$to"
+}
+
 # ---------------------------------------------------------------- binaries
 
 read -r K8S_VER K8S_COMMIT K8S_TIME < <(modinfo kubernetes k8s.io/kubernetes)
@@ -136,7 +198,9 @@ build_etcd() {
 # it (internal/apiservertest; 'make test'), and stops: no other binary, no
 # image, no manifest.
 if [[ ${ORRERY_COMPONENTS_ONLY:-} == testbin ]]; then
-	gobuild kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags"
+	APISERVER_MODFILE=$(k8s_apiserver_modfile)
+	gobuild kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags" \
+		-modfile="$APISERVER_MODFILE"
 	gobuild kubeadm kubernetes k8s.io/kubernetes/cmd/kubeadm "$OUT/bin/kubeadm" 0 "" "$k8s_ldflags"
 	build_etcd
 	exit 0
@@ -144,7 +208,10 @@ fi
 for c in kubeadm kubelet kubectl; do
 	gobuild "$c" kubernetes "k8s.io/kubernetes/cmd/$c" "$OUT/bin/$c" 0 "" "$k8s_ldflags"
 done
-for c in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+APISERVER_MODFILE=$(k8s_apiserver_modfile)
+gobuild kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags" \
+	-modfile="$APISERVER_MODFILE"
+for c in kube-controller-manager kube-scheduler kube-proxy; do
 	gobuild "$c" kubernetes "k8s.io/kubernetes/cmd/$c" "$OUT/imagebin/$c" 0 "" "$k8s_ldflags"
 done
 
@@ -158,32 +225,9 @@ ctrd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD
 # restarted: a worker's flanneld that had exited while the control plane
 # was down never came back, and pods lost the network
 # (containerd/containerd#13377, open upstream). containerd is built from
-# a copy of its module with that one line raised to 60 s (a Go overlay
-# cannot replace files in the module cache); the build stops if the line
-# is not there, rather than ship containerd unchanged.
-ctrd_patched_modfile() {
-	local src dst=$OUT/.work/containerd-v2 events=internal/cri/server/events.go
-	src=$(cd "$HERE/containerd" && go list -m -f '{{.Dir}}' github.com/containerd/containerd/v2)
-	rm -rf "$dst"
-	cp -r "$src" "$dst"
-	chmod -R u+w "$dst"
-	sed -i 's/^\thandleEventTimeout = 10 \* time\.Second$/\thandleEventTimeout = 60 * time.Second/' "$dst/$events"
-	grep -q '^	handleEventTimeout = 60 \* time\.Second$' "$dst/$events" ||
-		die "containerd: $src/$events has no 'handleEventTimeout = 10 * time.Second' to raise: check the new version's exit handling, then this patch"
-	# Relative to the module, so that the path the binary records (its
-	# build info names a replacement) is the same in every clone.
-	local rel mod
-	rel=$(realpath --relative-to="$HERE/containerd" "$dst")
-	[[ $rel == ../* ]] || rel=./$rel
-	# Named by the patch and the replacement, so that a change of either
-	# is a change of gobuild's cache key.
-	mod=$OUT/.work/containerd-$({ cat "$dst/$events"; echo "$rel"; } | sha256sum | cut -c1-16).mod
-	cp "$HERE/containerd/go.mod" "$mod"
-	cp "$HERE/containerd/go.sum" "${mod%.mod}.sum"
-	(cd "$HERE/containerd" && go mod edit -modfile="$mod" -replace "github.com/containerd/containerd/v2=$rel")
-	echo "$mod"
-}
-CTRD_MODFILE=$(ctrd_patched_modfile)
+# a copy of its module with that one line raised to 60 s.
+CTRD_MODFILE=$(patched_modfile containerd github.com/containerd/containerd/v2 containerd-v2 \
+	internal/cri/server/events.go $'\thandleEventTimeout = 10 * time.Second' $'\thandleEventTimeout = 60 * time.Second')
 gobuild containerd containerd github.com/containerd/containerd/v2/cmd/containerd "$OUT/bin/containerd" 0 "" "$ctrd_ldflags" -modfile="$CTRD_MODFILE"
 gobuild containerd-shim-runc-v2 containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$OUT/bin/containerd-shim-runc-v2" 0 "no_grpc" "$ctrd_ldflags"
 gobuild ctr containerd github.com/containerd/containerd/v2/cmd/ctr "$OUT/bin/ctr" 0 "" "$ctrd_ldflags"

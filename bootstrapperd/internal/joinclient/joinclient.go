@@ -126,8 +126,20 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("join client: %w", err)
 	}
-	return retry(ctx, cfg, log, "no join ticket yet; retrying", func() error { return joinOnce(ctx, cfg, service, log, status) })
+	err = retry(ctx, cfg, log, "no join ticket yet; retrying", func() error { return joinOnce(ctx, cfg, service, log, status) })
+	if errors.Is(err, errFailedAfterLock) {
+		// The join service gives tickets only to unlocked nodes (PCR 15
+		// zero): asking again would be refused forever.
+		log.Warn("the join failed after the node lock; retrying it with the ticket kept on the state disk", "phase", "join", "reason", err.Error())
+		return Finish(ctx, cfg)
+	}
+	return err
 }
+
+// errFailedAfterLock means that a join failed after its point of no
+// return: the node is locked to the cluster and keeps the ticket (see
+// PendingFile), which Finish uses.
+var errFailedAfterLock = errors.New("the join failed after the node lock")
 
 func (cfg Config) withDefaults() (Config, *slog.Logger, func(string)) {
 	if cfg.Retry == 0 {
@@ -158,7 +170,7 @@ func retry(ctx context.Context, cfg Config, log *slog.Logger, msg string, attemp
 	pause := cfg.Retry
 	for n := 1; ; n++ {
 		err := attempt()
-		if err == nil || errors.Is(err, ErrLockLost) {
+		if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, errFailedAfterLock) {
 			return err
 		}
 		if n == 1 || n%10 == 0 {
@@ -212,7 +224,11 @@ func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *sl
 			continue
 		}
 		log.Info("got a join ticket", "phase", "join", "peer", addr)
-		return apply(ctx, cfg, log, status, self, key, ticket)
+		err = apply(ctx, cfg, log, status, self, key, ticket)
+		if err != nil && HasPending(cfg.StateDir) {
+			return fmt.Errorf("%w: %w", errFailedAfterLock, err)
+		}
+		return err
 	}
 	return lastErr
 }

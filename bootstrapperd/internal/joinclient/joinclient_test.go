@@ -85,6 +85,9 @@ func (s *joinService) requests() (*joinpb.IssueJoinTicketRequest, int) {
 type lock struct {
 	free bool
 	id   []byte
+	// measure, when set, extends the node's PCR 15 as the real lock does:
+	// from then on the node no longer attests as an unlocked node.
+	measure func(id []byte)
 }
 
 func (l *lock) TryLock(id []byte) (bool, error) {
@@ -92,6 +95,9 @@ func (l *lock) TryLock(id []byte) (bool, error) {
 		return false, nil
 	}
 	l.free, l.id = false, id
+	if l.measure != nil {
+		l.measure(id)
+	}
 	return true, nil
 }
 
@@ -224,6 +230,7 @@ func setup(t *testing.T, r role.Role, resp *joinpb.IssueJoinTicketResponse, fail
 	svc := &joinService{resp: resp}
 	addr := genuineService(t, p.controlPlane(t, "image-1"), self, svc)
 	cfg := nodeConfig(t, self, r, []metadata.Instance{cp0})
+	cfg.Lock.(*lock).measure = func(id []byte) { self.Lock(t, string(id)) }
 	dial := route(map[netip.Addr]string{cp0.IP: addr})
 	var calls atomic.Int32
 	cfg.dialNet = func(ctx context.Context, addr string) (net.Conn, error) {
@@ -380,10 +387,21 @@ func TestControlPlaneFilesOnlyKubeadmsSharedSet(t *testing.T) {
 }
 
 func TestJoinRetriedAfterLockTakenFinishes(t *testing.T) {
-	cfg, _, l, d, j := setup(t, role.Worker, ticket(), false)
+	cfg, svc, l, d, j := setup(t, role.Worker, ticket(), false)
 	j.fail = 1
-	if err := Run(context.Background(), cfg); err != nil {
+	// A failed kubeadm join is retried with the ticket the node kept: the
+	// genuine join service, which expects PCR 15 zero, refuses the node
+	// once the lock has extended it (e2e-s7's repro: refused for good).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := Run(ctx, cfg); err != nil {
 		t.Fatalf("a join that failed after taking the lock did not finish on retry: %v", err)
+	}
+	if _, calls := svc.requests(); calls != 1 {
+		t.Fatalf("the join service was asked %d times, want once: a locked node gets no other ticket", calls)
+	}
+	if HasPending(cfg.StateDir) {
+		t.Fatal("the kept ticket is still on the state disk after the join finished")
 	}
 	wantID, _ := keys.ClusterID(bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{6}, 32))
 	if !bytes.Equal(l.id, wantID) || j.p == nil || !bytes.Equal(d.key, bytes.Repeat([]byte{5}, 32)) {

@@ -89,9 +89,10 @@ func removePending(stateDir string) error {
 	return nil
 }
 
-// Finish completes a join that a reboot interrupted after the node lock
-// (see PendingFile), with the ticket it kept: kubeadm reset, then kubeadm
-// join again, retried with backoff until it succeeds or ctx ends. It
+// Finish completes a join that failed, or that a reboot interrupted,
+// after the node lock (see PendingFile), with the ticket it kept: kubeadm
+// reset, then kubeadm join again, retried with backoff until it succeeds
+// or ctx ends. It
 // returns ErrNoPendingJoin when there is nothing to finish, and
 // ErrLockLost when the node is locked to another cluster than the
 // ticket's.
@@ -104,7 +105,7 @@ func Finish(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	log.Info("a reboot interrupted this node's join after the node lock; finishing it with the ticket kept on the state disk", "phase", "join")
+	log.Info("finishing this node's join with the ticket kept on the state disk: the node is locked to the cluster, so the join service gives it no other", "phase", "join")
 	return retry(ctx, cfg, log, "the interrupted join has not finished yet; retrying", func() error {
 		self, err := cfg.Metadata.Self(ctx)
 		if err != nil {

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,3 +150,24 @@ func (d *diagnostics) ownerLogs(ownerDir string) []error {
 }
 
 type kubectlFunc func(args ...string) (string, error)
+
+// awaitAPIServer waits until the API server answers, for as long as ctx
+// allows, and says how long that took. A run that failed because the API
+// server restarted (e2e-s7: refused for minutes after the control plane's
+// recovery) finds it back a little later, and only then can the suite
+// read why: the previous instance's log and the nodes' journals come
+// through it.
+func awaitAPIServer(ctx context.Context, k kubectlFunc) (time.Duration, error) {
+	start := time.Now()
+	for {
+		out, err := k("get", "--raw", "/livez")
+		if err == nil {
+			return time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), fmt.Errorf("the API server did not answer within %s: %s", time.Since(start).Round(time.Second), lastLines(strings.TrimSpace(out), 1))
+		case <-time.After(5 * time.Second):
+		}
+	}
+}

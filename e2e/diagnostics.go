@@ -166,7 +166,9 @@ func awaitAPIServer(ctx context.Context, k kubectlFunc) (time.Duration, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return time.Since(start), fmt.Errorf("the API server did not answer within %s: %s", time.Since(start).Round(time.Second), lastLines(strings.TrimSpace(out), 1))
+			out = strings.TrimSpace(out)
+			out = out[strings.LastIndexByte(out, '\n')+1:]
+			return time.Since(start), fmt.Errorf("the API server did not answer within %s: %s", time.Since(start).Round(time.Second), out)
 		case <-time.After(5 * time.Second):
 		}
 	}

@@ -123,9 +123,15 @@ patched_modfile() {
 	local dir=$1 module=$2 name=$3 src dst=$OUT/.work/$3 files=()
 	shift 3
 	src=$(cd "$HERE/$dir" && go list -m -f '{{.Dir}}' "$module")
-	rm -rf "$dst"
-	cp -r "$src" "$dst"
-	chmod -R u+w "$dst"
+	# The copy is redone only for another version (a module's directory in
+	# the cache names its version); the patched files are rewritten from
+	# the module every time below.
+	if [[ ! -f $dst.source || $(<"$dst.source") != "$src" ]]; then
+		rm -rf "$dst" "$dst.source"
+		cp -r "$src" "$dst"
+		chmod -R u+w "$dst"
+		echo "$src" >"$dst.source"
+	fi
 	while (($# >= 3)); do
 		local file=$1 from=$2 to=$3
 		shift 3

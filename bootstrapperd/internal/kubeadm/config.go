@@ -72,12 +72,16 @@ func patchesIn(dir string) *patches {
 type timeouts struct {
 	ControlPlaneComponentHealthCheck string `json:"controlPlaneComponentHealthCheck"`
 	KubernetesAPICall                string `json:"kubernetesAPICall"`
+	TLSBootstrap                     string `json:"tlsBootstrap"`
+	Discovery                        string `json:"discovery"`
 }
 
 // slowTimeouts are kubeadm's waits, sized for a starved control plane.
 var slowTimeouts = timeouts{
 	ControlPlaneComponentHealthCheck: controlPlaneHealthCheck,
-	KubernetesAPICall:                kubernetesAPICall,
+	KubernetesAPICall:                apiServerWait,
+	TLSBootstrap:                     apiServerWait,
+	Discovery:                        apiServerWait,
 }
 
 type clusterConfiguration struct {

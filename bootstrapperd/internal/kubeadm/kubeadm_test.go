@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/versions"
 )
 
 // splitDocs parses a multi-document YAML file into generic maps.
@@ -74,7 +77,7 @@ func TestInitConfig(t *testing.T) {
 		{1, []string{"networking", "podSubnet"}, clusternet.PodCIDR},
 		{0, []string{"patches", "directory"}, "/run/orrery/kubeadm-patches"},
 		{0, []string{"timeouts", "controlPlaneComponentHealthCheck"}, "10m0s"},
-		{0, []string{"timeouts", "kubernetesAPICall"}, "5m0s"},
+		{0, []string{"timeouts", "kubernetesAPICall"}, "15m0s"},
 		{1, []string{"encryptionAlgorithm"}, "ECDSA-P256"},
 		{2, []string{"cgroupDriver"}, "systemd"},
 		// The owner reads node journals through the API, not the console.
@@ -370,5 +373,45 @@ func TestControlPlanePatches(t *testing.T) {
 	}
 	if err := tool.Join(context.Background(), testJoinParams(t), io.Discard); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The real kubeadm decodes both configurations strictly: a misspelt field
+// (a timeout kubeadm does not know) would otherwise be ignored and the
+// node would run with kubeadm's default.
+func TestConfigsPassKubeadmValidation(t *testing.T) {
+	bin := apiservertest.Kubeadm(t)
+	dir := t.TempDir()
+	discovery := filepath.Join(dir, "discovery.conf")
+	if err := os.WriteFile(discovery, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr("10.42.1.100")
+	initCfg, err := InitConfig(InitParams{NodeName: "cp-0", NodeIP: ip, KubernetesVersion: versions.Default,
+		ClusterName: "orrery", ServiceCIDR: clusternet.DefaultServiceCIDR, PatchDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := JoinConfig(JoinParams{NodeName: "worker-0", NodeIP: ip, Endpoint: "10.42.1.100:6443"}, discovery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	controlPlane, err := JoinConfig(JoinParams{NodeName: "cp-1", NodeIP: ip, Endpoint: "10.42.1.100:6443", ControlPlane: true, PatchDir: dir}, discovery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string][]byte{"init": initCfg, "worker join": worker, "control-plane join": controlPlane} {
+		path := filepath.Join(dir, "config.yaml")
+		if err := os.WriteFile(path, cfg, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(bin, "config", "validate", "--config", path).CombinedOutput(); err != nil {
+			t.Errorf("kubeadm config validate, %s configuration: %v\n%s\n%s", name, err, out, cfg)
+		}
+	}
+	for _, field := range []string{"kubernetesAPICall", "tlsBootstrap", "discovery"} {
+		if get(splitDocs(t, worker)[0], "timeouts", field) != apiServerWait {
+			t.Errorf("join configuration's timeouts.%s is not %s:\n%s", field, apiServerWait, worker)
+		}
 	}
 }

@@ -36,13 +36,19 @@ const (
 	// startup probes' budget: an API server that took 4 min to start
 	// under load was killed before it was ready.
 	controlPlaneHealthCheck = "10m0s"
-	// kubernetesAPICall bounds each of kubeadm's API calls (default 1 min),
-	// among them its first, which waits for the API server that kubelet has
-	// just started: under TCG etcd, the API server, the controller manager
-	// and the scheduler start at once, and the API server answered after
-	// more than a minute, so kubeadm init failed with "could not bootstrap
-	// the admin user".
-	kubernetesAPICall = "5m0s"
+	// apiServerWait bounds each of kubeadm's waits for the API server
+	// (kubeadm's defaults: 1 min for an API call, 5 min for a joining
+	// kubelet's TLS bootstrap and for discovery). The first of them
+	// starts with kubelet, before etcd and the API server run: under TCG
+	// on 2 host cores the API server first answered kubeadm 1m11s after
+	// that unloaded, and 2m34s, 5m17s and more than 5 min (s8: "could not
+	// bootstrap the admin user ... context deadline exceeded", while the
+	// API server, started 1.5 min into the wait, was still at "TLS
+	// handshake timeout") with one host core kept busy. Three times the
+	// slowest seen: a slow host delays kubeadm, it does not fail it, and
+	// orrery init's own deadline (30 min) still ends a cluster that never
+	// comes up.
+	apiServerWait = "15m0s"
 )
 
 // etcdArgs slow down etcd's raft clock by five: its request timeout

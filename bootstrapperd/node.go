@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/failurelog"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/joinclient"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
@@ -34,7 +35,7 @@ func (b *bootstrapper) initServer(bootstrapped func()) *initserver.Server {
 			_, err := versions.Get(v)
 			return err
 		},
-		Journal:      journal,
+		Journal:      failureReport,
 		ResultPath:   b.paths.initResultPath(),
 		Bootstrapped: bootstrapped,
 		Status:       func(s string) { b.notify("STATUS=" + s) },
@@ -179,18 +180,17 @@ func (c *cluster) StoreMasterSecret(ctx context.Context, ms keys.MasterSecret, s
 	return c.tool.StoreMasterSecret(ctx, ms, salt)
 }
 
-// journal returns this boot's journal, newest entries last, bounded so a
-// failure report fits in one gRPC message.
-func journal(ctx context.Context) ([]byte, error) {
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "journalctl", "--boot", "--no-pager", "--lines", "3000")
-	cmd.Stdout = &out
+// failureReport is what the owner gets when an init fails: this boot's
+// journal and the ends of the control-plane containers' logs, bounded so
+// that the report fits in one gRPC message.
+func failureReport(ctx context.Context) ([]byte, error) {
+	var journal bytes.Buffer
+	// More lines than are kept: kubelet's noise is left out first.
+	cmd := exec.CommandContext(ctx, "journalctl", "--boot", "--no-pager", "--lines", "20000")
+	cmd.Stdout = &journal
 	err := cmd.Run()
-	b := out.Bytes()
-	if len(b) > 3<<20 {
-		b = b[len(b)-3<<20:]
-	}
-	return b, err
+	report := failurelog.Journal(journal.Bytes(), failurelog.DefaultLimits)
+	return append(report, failurelog.ContainerLogs("/var/log/pods", failurelog.DefaultLimits)...), err
 }
 
 func markBootstrapped(path string) error {

@@ -308,8 +308,8 @@ func kubeadmStep(phase string) string {
 	return "kubeadm " + phase
 }
 
-// initFailed saves what the node sent about its failure (its journal)
-// and kubeadm's output, and returns an error with the end of the output,
+// initFailed saves what the node sent about its failure (its journal and
+// its control-plane containers' logs) and kubeadm's output, and returns an error with the end of the output,
 // where kubeadm says what went wrong.
 func initFailed(ws workspace.Dir, f *initpb.InitFailure, kubeadmOut *toolout.Follower) error {
 	save := func(name string, data []byte) string {
@@ -324,7 +324,7 @@ func initFailed(ws workspace.Dir, f *initpb.InitFailure, kubeadmOut *toolout.Fol
 		msg += "\nthe end of kubeadm's output:\n" + indent(kubeadmOut.Tail(15), "    ") +
 			"\nall of it is in " + save(workspace.KubeadmLogFile, kubeadmOut.Output())
 	}
-	return errors.New(msg + "\nthe node's journal is in " + save(workspace.JournalFile, f.GetJournal()))
+	return errors.New(msg + "\nthe node's journal and its control-plane containers' logs are in " + save(workspace.JournalFile, f.GetJournal()))
 }
 
 func indent(s, prefix string) string {

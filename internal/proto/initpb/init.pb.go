@@ -487,11 +487,12 @@ type InitFailure struct {
 	// "run kubeadm init: exit status 1". Never contains a secret.
 	ErrorMessage string `protobuf:"bytes,1,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	// journal is the node's systemd journal of the current boot as plain text,
-	// one entry per line as `journalctl` prints it by default, for the owner
-	// to debug with. May be empty (the failure happened before anything worth
-	// reading was logged, or the node could not read its journal). The node
-	// keeps only the newest entries so the whole message stays under gRPC's
-	// default 4 MiB receive limit. Other components' output may contain
+	// one entry per line as `journalctl` prints it by default, followed by the
+	// ends of the control-plane containers' logs (each after a "==> file <=="
+	// header), for the owner to debug with. May be empty (the failure happened
+	// before anything worth reading was logged, or the node could not read its
+	// journal). The node keeps only the newest entries so the whole message
+	// stays under gRPC's default 4 MiB receive limit. Other components' output may contain
 	// short-lived credentials; the CLI writes it to a 0600 file.
 	Journal       []byte `protobuf:"bytes,2,opt,name=journal,proto3" json:"journal,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -144,7 +144,19 @@ type kubeletConfiguration struct {
 	// the nodes/proxy permission).
 	EnableSystemLogHandler bool `json:"enableSystemLogHandler"`
 	EnableSystemLogQuery   bool `json:"enableSystemLogQuery"`
+	// RuntimeRequestTimeout bounds each of kubelet's calls to containerd
+	// (default 2 min). On a control plane rebooted under load (e2e-e9, TCG,
+	// 2 host cores) starting kube-proxy's and the join service's
+	// containers took longer: kubelet gave up ("RunContainerError: context
+	// deadline exceeded"), backed off and started over, so the work
+	// containerd had done was lost each time and the pods stayed down for
+	// more than 10 min. A call that is slow, not stuck, now finishes; the
+	// cluster is shared with this kubelet config, so workers get it too.
+	RuntimeRequestTimeout string `json:"runtimeRequestTimeout"`
 }
+
+// runtimeRequestTimeout is kubelet's RuntimeRequestTimeout.
+const runtimeRequestTimeout = "10m0s"
 
 func nodeReg(name string, ip netip.Addr) nodeRegistration {
 	return nodeRegistration{
@@ -181,7 +193,8 @@ func InitConfig(p InitParams) ([]byte, error) {
 	cc.Scheduler.ExtraArgs = leaderElection
 
 	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100,
-		ResolvConf: "/run/systemd/resolve/resolv.conf", EnableSystemLogHandler: true, EnableSystemLogQuery: true}
+		ResolvConf: "/run/systemd/resolve/resolv.conf", EnableSystemLogHandler: true, EnableSystemLogQuery: true,
+		RuntimeRequestTimeout: runtimeRequestTimeout}
 	return documents(ic, cc, kc)
 }
 

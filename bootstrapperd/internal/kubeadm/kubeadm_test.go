@@ -76,13 +76,15 @@ func TestInitConfig(t *testing.T) {
 		{1, []string{"networking", "serviceSubnet"}, "10.96.0.0/12"},
 		{1, []string{"networking", "podSubnet"}, clusternet.PodCIDR},
 		{0, []string{"patches", "directory"}, "/run/orrery/kubeadm-patches"},
-		{0, []string{"timeouts", "controlPlaneComponentHealthCheck"}, "10m0s"},
+		{0, []string{"timeouts", "controlPlaneComponentHealthCheck"}, "15m0s"},
 		{0, []string{"timeouts", "kubernetesAPICall"}, "15m0s"},
 		{1, []string{"encryptionAlgorithm"}, "ECDSA-P256"},
 		{2, []string{"cgroupDriver"}, "systemd"},
 		// The owner reads node journals through the API, not the console.
 		{2, []string{"enableSystemLogQuery"}, true},
 		{2, []string{"enableSystemLogHandler"}, true},
+		// A slow container start must finish, not start over.
+		{2, []string{"runtimeRequestTimeout"}, "10m0s"},
 	}
 	for _, c := range checks {
 		if got := get(docs[c.doc], c.path...); got != c.want {

@@ -34,8 +34,12 @@ const (
 	// controlPlaneHealthCheck is how long kubeadm waits for each
 	// control-plane component to come up (default 4 min). It also sets the
 	// startup probes' budget: an API server that took 4 min to start
-	// under load was killed before it was ready.
-	controlPlaneHealthCheck = "10m0s"
+	// under load was killed before it was ready. 10 min was still short
+	// with one host core kept busy (e2e-s9: "kube-apiserver is not healthy
+	// after 10m0s", its second instance answering 403 because its RBAC
+	// roles were not yet written). With apiServerWait before it, kubeadm
+	// init stays within orrery init's 30 min.
+	controlPlaneHealthCheck = "15m0s"
 	// apiServerWait bounds each of kubeadm's waits for the API server
 	// (kubeadm's defaults: 1 min for an API call, 5 min for a joining
 	// kubelet's TLS bootstrap and for discovery). The first of them

@@ -163,8 +163,16 @@ func nodeReg(name string, ip netip.Addr) nodeRegistration {
 		Name:      name,
 		CRISocket: CRISocket,
 		// There is no registry: images come from the OS image.
-		ImagePullPolicy:  "Never",
-		KubeletExtraArgs: []arg{{Name: "node-ip", Value: ip.String()}},
+		ImagePullPolicy: "Never",
+		KubeletExtraArgs: []arg{
+			{Name: "node-ip", Value: ip.String()},
+			// Verbosity 1 puts failed probes in the journal ("Probe
+			// failed" with the probe's answer). At 0 a kubelet that kills
+			// a starved API server says so only in an event, which goes to
+			// that API server: e2e-s9's journal showed the StopContainer,
+			// not why. It adds a line per failed probe, little else.
+			{Name: "v", Value: "1"},
+		},
 	}
 }
 

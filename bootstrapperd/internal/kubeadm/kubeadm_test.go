@@ -106,6 +106,10 @@ func TestInitConfig(t *testing.T) {
 	if args := extraArgs(docs[1], "apiServer", "extraArgs"); args["etcd-healthcheck-timeout"] != "10s" || args["etcd-readycheck-timeout"] != "10s" {
 		t.Errorf("apiServer extraArgs = %v, want 10 s etcd checks", args)
 	}
+	// Failed probes must reach the journal, which a failed init reports.
+	if args := extraArgs(docs[0], "nodeRegistration", "kubeletExtraArgs"); args["node-ip"] != "10.42.1.100" || args["v"] != "1" {
+		t.Errorf("kubeletExtraArgs = %v, want the node IP and verbosity 1", args)
+	}
 	raw, _ = InitConfig(InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100")})
 	if get(splitDocs(t, raw)[0], "patches") != nil {
 		t.Errorf("no PatchDir, but the config names a patch directory:\n%s", raw)

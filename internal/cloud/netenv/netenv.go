@@ -26,7 +26,9 @@ import (
 
 // ErrExists is returned (wrapped) by Create and AddTap when a namespace or
 // link of the requested name already exists.
-var ErrExists = errors.New("exists: another run is active, or run 'orrery mini down' to clean up")
+// The wrapping error says how to remove what a run that was killed before
+// it cleaned up left behind.
+var ErrExists = errors.New("exists: another run is active, or one was stopped before it cleaned up")
 
 // netnsDir is where ip(8) keeps named network namespaces.
 const netnsDir = "/run/netns"
@@ -87,7 +89,10 @@ func create(ctx context.Context, cfg Config, cmd commander, openNS func(string) 
 			return nil, fmt.Errorf("list network namespaces: %w", err)
 		}
 		if exists {
-			return nil, fmt.Errorf("network namespace %q %w", ns, ErrExists)
+			// A test run keeps its namespace; a run killed mid-way (an
+			// interrupted session, go test's timeout) leaves it behind, and
+			// its state directory, which 'orrery mini down' needs, is gone.
+			return nil, fmt.Errorf("network namespace %q %w; if no run is active, remove it with 'ip netns del %s'", ns, ErrExists, ns)
 		}
 		if err := n.ip.do(ctx, "", "netns", "add", ns); err != nil {
 			return nil, fmt.Errorf("create network namespace: %w", err)
@@ -98,7 +103,7 @@ func create(ctx context.Context, cfg Config, cmd commander, openNS func(string) 
 			return nil, fmt.Errorf("list links: %w", err)
 		}
 		if exists {
-			return nil, fmt.Errorf("bridge %q %w", cfg.Bridge, ErrExists)
+			return nil, fmt.Errorf("bridge %q %w; if no run is active, run 'orrery mini down' (or 'ip link del %s')", cfg.Bridge, ErrExists, cfg.Bridge)
 		}
 	}
 	defer func() {
@@ -197,7 +202,11 @@ func (n *Network) AddTap(ctx context.Context, name string) error {
 		return fmt.Errorf("list links: %w", err)
 	}
 	if exists || name == n.cfg.Bridge {
-		return fmt.Errorf("tap %q %w", name, ErrExists)
+		del := "ip link del " + name
+		if ns != "" {
+			del = fmt.Sprintf("ip -n %s link del %s", ns, name)
+		}
+		return fmt.Errorf("tap %q %w; if no run is active, remove it with '%s'", name, ErrExists, del)
 	}
 	if err := n.ip.do(ctx, ns, "tuntap", "add", "dev", name, "mode", "tap"); err != nil {
 		return fmt.Errorf("create tap: %w", err)

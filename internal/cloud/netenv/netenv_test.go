@@ -135,6 +135,9 @@ func TestCreateCommands(t *testing.T) {
 		ip          fakeIP
 		wantChanges []string
 		wantErr     error
+		// wantHint is the clean-up the error must name: a killed run
+		// leaves no state directory for 'orrery mini down'.
+		wantHint string
 	}{
 		"host namespace": {
 			cfg: Config{Bridge: "orrery0", Gateway: gw, MetadataIP: md},
@@ -158,14 +161,16 @@ func TestCreateCommands(t *testing.T) {
 			},
 		},
 		"bridge exists in host namespace": {
-			cfg:     Config{Bridge: "orrery0", Gateway: gw},
-			ip:      fakeIP{links: map[string]string{"/orrery0": "bridge"}},
-			wantErr: ErrExists,
+			cfg:      Config{Bridge: "orrery0", Gateway: gw},
+			ip:       fakeIP{links: map[string]string{"/orrery0": "bridge"}},
+			wantErr:  ErrExists,
+			wantHint: "run 'orrery mini down' (or 'ip link del orrery0')",
 		},
 		"namespace exists": {
-			cfg:     Config{Namespace: "ns1", Bridge: "orrery0", Gateway: gw},
-			ip:      fakeIP{netns: []string{"ns1"}},
-			wantErr: ErrExists,
+			cfg:      Config{Namespace: "ns1", Bridge: "orrery0", Gateway: gw},
+			ip:       fakeIP{netns: []string{"ns1"}},
+			wantErr:  ErrExists,
+			wantHint: "remove it with 'ip netns del ns1'",
 		},
 		"failure removes the bridge again": {
 			cfg: Config{Bridge: "orrery0", Gateway: gw},
@@ -195,6 +200,9 @@ func TestCreateCommands(t *testing.T) {
 			case tc.wantErr != nil:
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("create() = %v, want %v", err, tc.wantErr)
+				}
+				if !strings.Contains(err.Error(), tc.wantHint) {
+					t.Errorf("create() = %v, want it to say %q", err, tc.wantHint)
 				}
 			case tc.ip.failOn != "":
 				if err == nil {
@@ -305,8 +313,8 @@ func TestNetwork(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := n.AddTap(ctx, "orrtap0"); !errors.Is(err, ErrExists) {
-		t.Errorf("AddTap() of an existing tap = %v, want %v", err, ErrExists)
+	if err := n.AddTap(ctx, "orrtap0"); !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "link del orrtap0'") {
+		t.Errorf("AddTap() of an existing tap = %v, want %v naming 'ip ... link del orrtap0'", err, ErrExists)
 	}
 	if got, want := n.Taps(), []string{"orrtap0", "orrtap1"}; !slices.Equal(got, want) {
 		t.Errorf("Taps() = %q, want %q", got, want)

@@ -13,8 +13,10 @@ TOOLS := build/tools
 # ('make fuzz FUZZTIME=10m').
 FUZZTIME ?= 10s
 # How long 'make e2e' may run before it fails and keeps its logs; a loaded
-# host needs longer (hack/stress-e2e.sh).
-E2E_TIMEOUT ?= 90m
+# host needs longer (hack/stress-e2e.sh). Machines of the same kind differ:
+# on a slow one (e2e-e10, TCG 2.6 times slower than e2e-e8's) every phase
+# up to the late joiners passed and took 83 min, the whole about 110.
+E2E_TIMEOUT ?= 120m
 
 .PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e cluster
 
@@ -86,7 +88,7 @@ cluster: deps image build ## bring up a local cluster: orrery mini up, then orre
 	build/bin/orrery init
 	@echo "kubectl: build/components/bin/kubectl --kubeconfig orrery-admin.conf get nodes"
 
-e2e: deps image build ## end to end: the whole flow on the local cloud (root, 25-75 min under TCG; E2E_TIMEOUT=90m)
+e2e: deps image build ## end to end: the whole flow on the local cloud (root, 25-110 min under TCG; E2E_TIMEOUT=120m)
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e -args -image-dir $(CURDIR)/build/image \
 		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/bin/kubectl \
 		-helm $(CURDIR)/build/components/hostbin/helm -logs-dir $(CURDIR)/build/e2e-logs

@@ -98,7 +98,7 @@ func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", resume); err != nil {
 		t.Fatalf("bring the join service back: %v\n%s", err, s)
 	}
-	deadline := time.Now().Add(15 * time.Minute)
+	deadline := waitDeadline(t, 15*time.Minute)
 	for {
 		s, err := k("get", "node", good.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		if err == nil && s == "True" {
@@ -266,7 +266,7 @@ func waitConsole(t *testing.T, ctx context.Context, n *cloud.Node, what string, 
 // words, and returns it.
 func waitConsoleLine(t *testing.T, ctx context.Context, n *cloud.Node, timeout time.Duration, words ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := waitDeadline(t, timeout)
 	for {
 		raw, _ := os.ReadFile(n.SerialLog())
 		if line := findLine(string(raw), words...); line != "" {

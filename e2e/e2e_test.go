@@ -153,7 +153,7 @@ func checkRestarts(t *testing.T, now, since map[string]int, allowed int) {
 // component restarted more than once since before fails the run.
 func restartedOnce(t *testing.T, k kubectlFunc, before map[string]int) map[string]int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
+	deadline := waitDeadline(t, 5*time.Minute)
 	for {
 		now := controlPlaneRestarts(t, k)
 		done := now != nil
@@ -280,7 +280,7 @@ func TestCluster(t *testing.T) {
 
 	waitFor := func(what string, timeout time.Duration, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
+		deadline := waitDeadline(t, timeout)
 		for !ok() {
 			if time.Now().After(deadline) {
 				nodes, _ := k("get", "nodes", "-o", "wide")
@@ -471,12 +471,28 @@ spec:
 // e2e E2E_TIMEOUT=...), less the time the teardown needs to stop the VMs
 // and keep a failed run's logs, which a panic at the deadline would lose.
 func runTime(t *testing.T) time.Duration {
-	const teardown = 3 * time.Minute
 	deadline, ok := t.Deadline()
 	if !ok {
 		return 50 * time.Minute
 	}
 	return time.Until(deadline) - teardown
+}
+
+// teardown is the time kept, before go test's deadline, for stopping the
+// VMs and keeping a failed run's logs.
+const teardown = 3 * time.Minute
+
+// waitDeadline is when a wait of timeout that starts now gives up: after
+// timeout, or when the run's time is up, whichever is first. A wait that
+// ran on to go test's deadline ended in its panic, which skips the
+// teardown (e2e-e10: the VMs, the network namespace and the logs were
+// left, and the next run refused to start).
+func waitDeadline(t *testing.T, timeout time.Duration) time.Time {
+	d := time.Now().Add(timeout)
+	if end, ok := t.Deadline(); ok && end.Add(-teardown).Before(d) {
+		return end.Add(-teardown)
+	}
+	return d
 }
 
 // askTime is how long a failed run asks the API server for its state:

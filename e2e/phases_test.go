@@ -25,3 +25,21 @@ func TestInitSteps(t *testing.T) {
 		t.Error("rows from an output without a table")
 	}
 }
+
+// A wait ends before go test's deadline, with the teardown's time left.
+func TestWaitDeadline(t *testing.T) {
+	end, ok := t.Deadline()
+	if !ok {
+		t.Skip("go test -timeout 0: no deadline")
+	}
+	if got := waitDeadline(t, 1000*time.Hour); !got.Equal(end.Add(-teardown)) {
+		t.Errorf("waitDeadline(1000h) = %s, want go test's deadline less %s (%s)", got, teardown, end.Add(-teardown))
+	}
+	if end.Add(-teardown).Before(time.Now().Add(time.Minute)) {
+		t.Skip("less than the teardown and a minute left")
+	}
+	before := time.Now()
+	if got := waitDeadline(t, time.Second); got.Before(before.Add(time.Second)) || got.After(time.Now().Add(time.Second)) {
+		t.Errorf("waitDeadline(1s) = %s, want a second from now (%s)", got, before.Add(time.Second))
+	}
+}

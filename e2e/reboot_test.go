@@ -26,7 +26,7 @@ func consoleCount(n *cloud.Node, s string) int {
 // before.
 func waitConsoleMore(t *testing.T, ctx context.Context, n *cloud.Node, s string, before int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := waitDeadline(t, timeout)
 	for consoleCount(n, s) <= before {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			raw, _ := os.ReadFile(n.SerialLog())
@@ -84,7 +84,7 @@ func runPod(t *testing.T, k kubectlFunc, dir, name, manifest, want string) strin
 	if s, err := k("apply", "-f", path); err != nil {
 		t.Fatalf("apply %s: %v\n%s", name, err, s)
 	}
-	deadline := time.Now().Add(10 * time.Minute)
+	deadline := waitDeadline(t, 10*time.Minute)
 	for {
 		phase, _ := k("get", "pod", name, "-o", "jsonpath={.status.phase}")
 		if phase == "Succeeded" || phase == "Failed" {
@@ -191,7 +191,7 @@ func bootID(t *testing.T, k kubectlFunc, node string) string {
 // count.
 func waitReady(t *testing.T, k kubectlFunc, node, oldBoot string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := waitDeadline(t, timeout)
 	for {
 		s, err := k("get", "node", node, "-o", `jsonpath={.status.nodeInfo.bootID} {.status.conditions[?(@.type=="Ready")].status}`)
 		if boot, ready, _ := strings.Cut(s, " "); err == nil && boot != oldBoot && ready == "True" {

@@ -467,6 +467,10 @@ spec:
 	t.Logf("orrery init to both nodes Ready: %s (goal 8m)", initToReady.Round(time.Second))
 }
 
+// teardown is the time kept, before go test's deadline, for stopping the
+// VMs and keeping a failed run's logs.
+const teardown = 3 * time.Minute
+
 // runTime is how long the run may take: until go test's -timeout (make
 // e2e E2E_TIMEOUT=...), less the time the teardown needs to stop the VMs
 // and keep a failed run's logs, which a panic at the deadline would lose.
@@ -477,10 +481,6 @@ func runTime(t *testing.T) time.Duration {
 	}
 	return time.Until(deadline) - teardown
 }
-
-// teardown is the time kept, before go test's deadline, for stopping the
-// VMs and keeping a failed run's logs.
-const teardown = 3 * time.Minute
 
 // waitDeadline is when a wait of timeout that starts now gives up: after
 // timeout, or when the run's time is up, whichever is first. A wait that

@@ -201,7 +201,11 @@ func (n *Network) AddTap(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
-	if exists || name == n.cfg.Bridge {
+	if name == n.cfg.Bridge {
+		// Deleting "it" would take this run's own bridge.
+		return fmt.Errorf("tap %q has the bridge's name: %w", name, ErrExists)
+	}
+	if exists {
 		del := "ip link del " + name
 		if ns != "" {
 			del = fmt.Sprintf("ip -n %s link del %s", ns, name)

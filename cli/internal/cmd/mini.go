@@ -136,8 +136,8 @@ func runMiniUp(ctx context.Context, out io.Writer, o miniOptions) error {
 		return err
 	}
 	printNodes(out, st)
-	fmt.Fprintf(out, "\nThe local cloud runs. Platform CA: %s; init secret: %s\nStop it with: sudo orrery mini down --dir %s\n",
-		filepath.Join(o.dir, cloud.PlatformCACert), filepath.Join(o.dir, cloud.InitSecretFile), o.dir)
+	fmt.Fprintf(out, "\nThe local cloud runs. Platform CA: %s; init secret: %s\nStop it with: %sorrery mini down --dir %s\n",
+		filepath.Join(o.dir, cloud.PlatformCACert), filepath.Join(o.dir, cloud.InitSecretFile), sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER")), o.dir)
 	return nil
 }
 
@@ -198,7 +198,7 @@ func newMiniStatusCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := cloud.ReadState(dir)
 			if errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("no local cloud in %s: start one with 'sudo orrery mini up'", dir)
+				return fmt.Errorf("no local cloud in %s: start one with '%sorrery mini up'", dir, sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER")))
 			}
 			if err != nil {
 				return err
@@ -209,6 +209,17 @@ func newMiniStatusCmd() *cobra.Command {
 	}
 	addDirFlag(c, &dir)
 	return c
+}
+
+// sudoPrefix is what a command that needs root is prefixed with in a hint:
+// "sudo " for a user who ran this through sudo or as themselves, nothing
+// for root itself (a fresh machine may run everything as root and have
+// no sudo installed).
+func sudoPrefix(euid int, sudoUser string) string {
+	if euid == 0 && sudoUser == "" {
+		return ""
+	}
+	return "sudo "
 }
 
 func printNodes(out io.Writer, st cloud.State) {

@@ -131,3 +131,20 @@ func syscallAlive(pid int) bool {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
+
+// Root on a machine without sudo must get hints it can run as written.
+func TestSudoPrefix(t *testing.T) {
+	for _, c := range []struct {
+		euid     int
+		sudoUser string
+		want     string
+	}{
+		{0, "", ""},
+		{0, "alice", "sudo "},
+		{1000, "", "sudo "},
+	} {
+		if got := sudoPrefix(c.euid, c.sudoUser); got != c.want {
+			t.Errorf("sudoPrefix(%d, %q) = %q, want %q", c.euid, c.sudoUser, got, c.want)
+		}
+	}
+}

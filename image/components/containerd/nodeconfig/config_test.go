@@ -7,13 +7,14 @@ package nodeconfig
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/orrery-dev/orrery/image/components/containerd/internal/containerdtest"
 )
 
 // nodeConfig is the file the image installs as /etc/containerd/config.toml.
@@ -25,13 +26,7 @@ var nodeConfig = filepath.Join("..", "..", "..", "..", "units", "etc", "containe
 func TestNodeConfigTakesEffect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "containerd")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/containerd/containerd/v2/cmd/containerd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build containerd: %v\n%s", err, out)
-	}
+	bin := containerdtest.Build(ctx, t, t.TempDir())
 	dump, err := exec.CommandContext(ctx, bin, "--config", nodeConfig, "config", "dump").Output()
 	if err != nil {
 		t.Fatalf("containerd config dump of %s: %v", nodeConfig, err)

@@ -21,6 +21,8 @@ import (
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/orrery-dev/orrery/image/components/containerd/internal/containerdtest"
 )
 
 // TestSeedWithRealContainerd runs the containerd this module pins, links
@@ -215,12 +217,7 @@ func writeBakedImage(t *testing.T, dir, name, ref string, files map[string]strin
 // runtime). It returns a client and containerd's root.
 func startContainerd(ctx context.Context, t *testing.T, dir string) (*containerd.Client, string) {
 	t.Helper()
-	bin := filepath.Join(dir, "containerd")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/containerd/containerd/v2/cmd/containerd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build containerd: %v\n%s", err, out)
-	}
+	bin := containerdtest.Build(ctx, t, dir)
 	ctrdRoot, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
 	sock := filepath.Join(dir, "containerd.sock")
 	conf := fmt.Sprintf(`version = 3

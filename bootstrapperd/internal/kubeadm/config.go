@@ -117,14 +117,28 @@ type component struct {
 }
 
 // leaderElection relaxes the controller manager's and the scheduler's
-// leader election from 15 s leases renewed within 10 s. A confidential VM
-// that is starved of CPU for a few seconds (seen under emulation: the
-// controller manager lost its lease, exited and sat in CrashLoopBackOff
-// for minutes, so no DaemonSet pod was created) keeps its lease; a dead
-// control plane is taken over after a minute instead of 15 s.
+// leader election from 15 s leases renewed within 10 s. A leader that
+// cannot renew within the deadline exits, and its restart (informers
+// listing everything, each controller started again) costs a starved
+// control plane more than riding the slow spell out would have: the
+// controller manager sat in CrashLoopBackOff for minutes under emulation,
+// so no DaemonSet pod was created. 60 s leases renewed within 45 s were
+// still short with one host core kept busy while a worker joined (e2e-s10,
+// TCG, 2 host cores): the API server took longer than the lock client's
+// per-attempt timeout (half the renew deadline, 22.5 s) twice in a row,
+// both components lost their leases and restarted, the controller manager
+// took 4.5 min to start its controllers again, and the joined worker had
+// no DaemonSet pod 8 min later. Now an attempt may take 50 s (just below
+// the API server's 60 s request timeout) and two fit in the deadline.
+// The price is a slower take-over when the leader stops without releasing
+// its lock: up to two minutes instead of 15 s without a scheduler or a
+// controller manager. The scheduler releases its lock when it stops
+// cleanly; the controller manager does so only behind an alpha feature
+// gate in v1.36, so a restarted one waits for its predecessor's lease to
+// run out (a rebooted control plane takes longer than that to come back).
 var leaderElection = []arg{
-	{Name: "leader-elect-lease-duration", Value: "60s"},
-	{Name: "leader-elect-renew-deadline", Value: "45s"},
+	{Name: "leader-elect-lease-duration", Value: "120s"},
+	{Name: "leader-elect-renew-deadline", Value: "100s"},
 	{Name: "leader-elect-retry-period", Value: "5s"},
 }
 

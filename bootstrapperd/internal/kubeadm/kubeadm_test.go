@@ -96,7 +96,7 @@ func TestInitConfig(t *testing.T) {
 	}
 	for _, comp := range []string{"controllerManager", "scheduler"} {
 		args := extraArgs(docs[1], comp, "extraArgs")
-		if args["leader-elect-lease-duration"] != "60s" || args["leader-elect-renew-deadline"] != "45s" {
+		if args["leader-elect-lease-duration"] != "120s" || args["leader-elect-renew-deadline"] != "100s" {
 			t.Errorf("%s extraArgs = %v, want the relaxed leader election", comp, args)
 		}
 	}

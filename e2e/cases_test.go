@@ -87,18 +87,18 @@ func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", pause); err != nil {
 		t.Fatalf("stop the join service: %v\n%s", err, s)
 	}
-	if s, err := k("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app=orrery-joinservice", "--timeout=5m"); err != nil {
+	if s, err := k("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app=orrery-joinservice", "--timeout="+patience(5*time.Minute).String()); err != nil {
 		t.Fatalf("join service pods did not go away: %v\n%s", err, s)
 	}
 
 	startSpare(t, ctx, c, cloud.SpareOptions{}, good)
 	p.watch(ctx, good)
-	waitConsole(t, ctx, good, "no join ticket yet", 10*time.Minute)
+	waitConsole(t, ctx, good, "no join ticket yet", patience(10*time.Minute))
 	t.Logf("%s tried to join while the join service was down", good.Name)
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", resume); err != nil {
 		t.Fatalf("bring the join service back: %v\n%s", err, s)
 	}
-	deadline := waitDeadline(t, 15*time.Minute)
+	deadline := waitDeadline(t, patience(15*time.Minute))
 	for {
 		s, err := k("get", "node", good.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		if err == nil && s == "True" {
@@ -165,7 +165,7 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 	// A whole boot to bootstrapperd's first join attempt, as for the late
 	// joiner: under hack/stress-e2e.sh (e2e-s5) the refusal came about 6
 	// minutes after power-on, at 270 s of the guest's uptime.
-	line := waitConsoleLine(t, ctx, modified, 10*time.Minute, "refused a join service", "PCR 4 mismatch")
+	line := waitConsoleLine(t, ctx, modified, patience(10*time.Minute), "refused a join service", "PCR 4 mismatch")
 	t.Logf("%s refused the join service:\n%s", modified.Name, truncate(line, 1500))
 	if s, err := k("get", "node", modified.Name, "--ignore-not-found", "-o", "name"); err != nil || strings.TrimSpace(s) != "" {
 		t.Fatalf("the node from the modified image is in the cluster (%v): %s", err, s)

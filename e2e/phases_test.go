@@ -43,3 +43,23 @@ func TestWaitDeadline(t *testing.T) {
 		t.Errorf("waitDeadline(1s) = %s, want a second from now (%s)", got, before.Add(time.Second))
 	}
 }
+
+func TestPatience(t *testing.T) {
+	defer func(old float64) { *slowdown = old }(*slowdown)
+	for _, c := range []struct {
+		slowdown float64
+		want     time.Duration
+	}{
+		{1, 10 * time.Minute},
+		{2, 20 * time.Minute},
+		{1.5, 15 * time.Minute},
+		// Less than 1 would cut the waits that an idle host needs.
+		{0.5, 10 * time.Minute},
+		{0, 10 * time.Minute},
+	} {
+		*slowdown = c.slowdown
+		if got := patience(10 * time.Minute); got != c.want {
+			t.Errorf("-slowdown %v: patience(10m) = %s, want %s", c.slowdown, got, c.want)
+		}
+	}
+}

@@ -84,7 +84,7 @@ func runPod(t *testing.T, k kubectlFunc, dir, name, manifest, want string) strin
 	if s, err := k("apply", "-f", path); err != nil {
 		t.Fatalf("apply %s: %v\n%s", name, err, s)
 	}
-	deadline := waitDeadline(t, 10*time.Minute)
+	deadline := waitDeadline(t, patience(10*time.Minute))
 	for {
 		phase, _ := k("get", "pod", name, "-o", "jsonpath={.status.phase}")
 		if phase == "Succeeded" || phase == "Failed" {
@@ -121,9 +121,9 @@ func rebootWorker(t *testing.T, ctx context.Context, k kubectlFunc, dir string, 
 	// under the stress script the worker (nice 5, beside cp-0 and the busy
 	// loop) spent ~2 min in firmware and reached systemd at 132 s of its
 	// uptime (e2e-s6), so the same 10 minutes as the other whole-boot waits.
-	waitConsoleMore(t, ctx, worker, "rejoined cluster", before, 10*time.Minute)
+	waitConsoleMore(t, ctx, worker, "rejoined cluster", before, patience(10*time.Minute))
 	t.Logf("%s: %s", worker.Name, lastLine(mustRead(worker.SerialLog()), "state disk opened with the key from"))
-	waitReady(t, k, worker.Name, boot, 10*time.Minute)
+	waitReady(t, k, worker.Name, boot, patience(10*time.Minute))
 	p.done("worker-0 hard reset: rejoins by itself and is Ready")
 	logs = runPod(t, k, dir, "read-state", hostPathPod("read-state", worker.Name, "cat /data/marker"), "before-reset")
 	if !strings.Contains(logs, "before-reset") {
@@ -143,7 +143,7 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	}
 	before, boot := consoleCount(cp, "serving recovery on port"), bootID(t, k, cp.Name)
 	resetNode(t, ctx, cp)
-	waitConsoleMore(t, ctx, cp, "serving recovery on port", before, 5*time.Minute)
+	waitConsoleMore(t, ctx, cp, "serving recovery on port", before, patience(5*time.Minute))
 	p.done("cp-0 hard reset: waits for recovery")
 
 	wrong := filepath.Join(dir, "wrong-master-secret.json")
@@ -168,7 +168,7 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	if err != nil {
 		t.Fatalf("orrery recover: %v", err)
 	}
-	waitReady(t, k, cp.Name, boot, 10*time.Minute)
+	waitReady(t, k, cp.Name, boot, patience(10*time.Minute))
 	p.done("orrery recover: cp-0 back and Ready")
 	if s, err := k("-n", "default", "get", "configmap", "survives-reset", "-o", "jsonpath={.data.value}"); err != nil || s != "kept" {
 		t.Fatalf("the ConfigMap created before the reset: %v %q", err, s)

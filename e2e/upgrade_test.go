@@ -97,7 +97,7 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 		t.Fatal("a dry run or a run with nothing to do wrote a backup")
 	}
 	start := time.Now()
-	if s, err := apply(next, "--yes", "--timeout", "5m"); err != nil || !strings.Contains(s, "Upgraded 3 release(s)") {
+	if s, err := apply(next, "--yes", "--timeout", patience(5*time.Minute).String()); err != nil || !strings.Contains(s, "Upgraded 3 release(s)") {
 		t.Fatalf("upgrade apply to %s: %v", nextVersion, err)
 	}
 	t.Logf("upgrade apply of the services: %s (goal 2 min)", time.Since(start).Round(time.Second))
@@ -129,7 +129,7 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 	if list := helmRun("list", "-o", "json"); strings.Count(list, `"chart":"`) != 3 || strings.Count(list, "-"+nextVersion+`"`) != 3 {
 		t.Errorf("helm list does not show the three releases at %s:\n%s", nextVersion, list)
 	}
-	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", "--timeout=5m"); err != nil {
+	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", "--timeout="+patience(5*time.Minute).String()); err != nil {
 		t.Fatalf("the join service after the upgrade: %v\n%s", err, s)
 	}
 	p.done("backups restore with kubectl; helm list shows the upgrade")
@@ -149,7 +149,7 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 	// 2 vCPUs (e2e-e10, TCG) they took 1m14s, past the minute they had
 	// been given, where an unbounded wait would have taken until the
 	// suite's deadline.
-	const overhead = 2 * time.Minute
+	overhead := patience(2 * time.Minute)
 	if took := time.Since(start); took > 2*timeout+overhead {
 		t.Errorf("the failed upgrade took %s, more than twice its timeout and %s", took.Round(time.Second), overhead)
 	}
@@ -157,7 +157,7 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 	if strings.Contains(image, "does-not-exist") {
 		t.Errorf("the join service still runs the failed revision's image %s", image)
 	}
-	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", "--timeout=5m"); err != nil {
+	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", "--timeout="+patience(5*time.Minute).String()); err != nil {
 		t.Fatalf("the join service after the rollback: %v\n%s", err, s)
 	}
 	p.done("a release whose pods never get ready is rolled back; the old revision serves")
@@ -173,7 +173,7 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 		t.Errorf("after the rollback: %v", err)
 	}
 	// The owner rolls back with helm, and orrery upgrades from there.
-	helmRun("rollback", "orrery-services", "1", "--wait", "--timeout", "5m")
+	helmRun("rollback", "orrery-services", "1", "--wait", "--timeout", patience(5*time.Minute).String())
 	if s, err := apply(next, "--yes"); err != nil || !strings.Contains(s, "orrery-services: chart 0.") {
 		t.Fatalf("upgrade after 'helm rollback': %v", err)
 	}
@@ -210,7 +210,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	before := strings.Count(joinServiceLog(k, -1), "refused a node")
 	startSpare(t, ctx, c, cloud.SpareOptions{Image: qcow}, node)
 	p.watch(ctx, node)
-	deadline := waitDeadline(t, 10*time.Minute)
+	deadline := waitDeadline(t, patience(10*time.Minute))
 	for strings.Count(joinServiceLog(k, -1), "refused a node") <= before {
 		if time.Now().After(deadline) {
 			t.Fatalf("the join service did not refuse the node of the new image:\n%s", lastLines(joinServiceLog(k, 30), 30))
@@ -231,7 +231,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	if s, err := run("--yes", "--measurements", newMeas); err != nil || !strings.Contains(s, "accept image "+newSet) {
 		t.Fatalf("accept the new image: %v", err)
 	}
-	waitReadyNode(t, k, node.Name, 15*time.Minute)
+	waitReadyNode(t, k, node.Name, patience(15*time.Minute))
 	r = upgradeCheck(t, ctx, next, kubeconfig)
 	found := false
 	for _, im := range r.Images {
@@ -250,7 +250,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	}
 	before = strings.Count(joinServiceLog(k, -1), "refused a node")
 	resetNode(t, ctx, node)
-	deadline = waitDeadline(t, 10*time.Minute)
+	deadline = waitDeadline(t, patience(10*time.Minute))
 	for strings.Count(joinServiceLog(k, -1), "refused a node") <= before {
 		if time.Now().After(deadline) {
 			t.Fatalf("the join service did not refuse the rejoin of the retired image's node:\n%s", lastLines(joinServiceLog(k, 30), 30))

@@ -19,7 +19,7 @@ FUZZTIME ?= 10s
 E2E_TIMEOUT ?= 120m
 # How many times longer than on an idle host the suite waits for each step
 # of the cluster: 2 when another process keeps a core busy (e2e-s11: the
-# worker Ready about 18 min after its join ticket, against the suite's
+# worker Ready 14-19 min after its join ticket, against the suite's
 # 15). The phase table shows what each step took either way.
 E2E_SLOWDOWN ?= 1
 

@@ -87,7 +87,7 @@ func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", pause); err != nil {
 		t.Fatalf("stop the join service: %v\n%s", err, s)
 	}
-	if s, err := k("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app=orrery-joinservice", "--timeout="+patience(5*time.Minute).String()); err != nil {
+	if s, err := k("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app=orrery-joinservice", timeoutFlag(5*time.Minute)); err != nil {
 		t.Fatalf("join service pods did not go away: %v\n%s", err, s)
 	}
 

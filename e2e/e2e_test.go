@@ -36,6 +36,10 @@ func patience(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * max(*slowdown, 1))
 }
 
+// timeoutFlag is kubectl's --timeout for a step that takes up to d on an
+// idle host.
+func timeoutFlag(d time.Duration) string { return "--timeout=" + patience(d).String() }
+
 const namespace = "orrery-e2e"
 
 type phases struct {
@@ -316,7 +320,7 @@ func TestCluster(t *testing.T) {
 	initToReady := time.Since(initStart)
 	assertJoinedWithNodeCert(t, k, "worker-0")
 	for _, sel := range []string{"app=orrery-joinservice", "app=flannel", "k8s-app=kube-dns"} {
-		if s, err := k("-n", "kube-system", "wait", "--for=condition=Ready", "pod", "-l", sel, "--timeout="+patience(10*time.Minute).String()); err != nil {
+		if s, err := k("-n", "kube-system", "wait", "--for=condition=Ready", "pod", "-l", sel, timeoutFlag(10*time.Minute)); err != nil {
 			t.Fatalf("pods %s not ready: %v\n%s", sel, err, s)
 		}
 	}
@@ -347,7 +351,7 @@ spec:
 	if s, err := k("apply", "-f", filepath.Join(dir, "web.yaml")); err != nil {
 		t.Fatalf("apply: %v\n%s", err, s)
 	}
-	if s, err := k("wait", "--for=condition=Ready", "pod/web", "--timeout="+patience(10*time.Minute).String()); err != nil {
+	if s, err := k("wait", "--for=condition=Ready", "pod/web", timeoutFlag(10*time.Minute)); err != nil {
 		t.Fatalf("web pod: %v\n%s", err, s)
 	}
 	// Debian's static busybox crashes in wget (glibc NSS); nc works.

@@ -129,7 +129,7 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 	if list := helmRun("list", "-o", "json"); strings.Count(list, `"chart":"`) != 3 || strings.Count(list, "-"+nextVersion+`"`) != 3 {
 		t.Errorf("helm list does not show the three releases at %s:\n%s", nextVersion, list)
 	}
-	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", "--timeout="+patience(5*time.Minute).String()); err != nil {
+	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", timeoutFlag(5*time.Minute)); err != nil {
 		t.Fatalf("the join service after the upgrade: %v\n%s", err, s)
 	}
 	p.done("backups restore with kubectl; helm list shows the upgrade")
@@ -157,7 +157,7 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 	if strings.Contains(image, "does-not-exist") {
 		t.Errorf("the join service still runs the failed revision's image %s", image)
 	}
-	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", "--timeout="+patience(5*time.Minute).String()); err != nil {
+	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", timeoutFlag(5*time.Minute)); err != nil {
 		t.Fatalf("the join service after the rollback: %v\n%s", err, s)
 	}
 	p.done("a release whose pods never get ready is rolled back; the old revision serves")

@@ -56,7 +56,8 @@ const ControlPlaneLabel = "tier=control-plane"
 // WaitSteady returns nil once the control plane has passed every check
 // without a break for cfg.Window and the services, checked with it, for
 // cfg.ServicesWindow. It returns an error when ctx ends first, saying
-// which check failed last and which control-plane containers restarted.
+// what the last finished check found and since when, and which
+// control-plane containers restarted.
 //
 // The two windows run at once: the control plane's starts when the API
 // server first answers, which on a new cluster is a minute or more
@@ -100,10 +101,23 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 	c := checker{cfg: cfg, restarts: map[string]int32{}}
 	// The starts of the current runs of passing checks.
 	var controlPlaneSince, servicesSince time.Time
-	lastProblem := ""
+	// The problem of the last check and since when checks have found it.
+	lastProblem, problemSince := "", time.Time{}
 	for {
 		cpProblem, svcProblem := c.check(ctx)
 		now := time.Now()
+		if ctx.Err() != nil {
+			// The deadline cut this check short, so its failure says
+			// nothing about the cluster; the checks before it do. On a
+			// starved host that was "CoreDNS: none available" for
+			// minutes while the last check reported only its own
+			// "context deadline exceeded" (e2e-s12).
+			if lastProblem == "" && problemSince.IsZero() {
+				// No check finished before: the cut one is all there is.
+				lastProblem, problemSince = firstOf(cpProblem, svcProblem), now
+			}
+			return c.timeoutError(lastProblem, now.Sub(problemSince))
+		}
 		switch {
 		case cpProblem != "":
 			controlPlaneSince, servicesSince = time.Time{}, time.Time{}
@@ -121,19 +135,16 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 		if cpProblem == "" && svcProblem == "" && now.Sub(controlPlaneSince) >= cfg.Window && now.Sub(servicesSince) >= cfg.ServicesWindow {
 			return nil
 		}
-		problem := cpProblem
-		if problem == "" {
-			problem = svcProblem
-		}
-		if problem != "" {
-			if problem != lastProblem {
+		problem := firstOf(cpProblem, svcProblem)
+		if problem != lastProblem || problemSince.IsZero() {
+			if problem != "" {
 				cfg.Progress("waiting for the control plane: " + problem)
 			}
-			lastProblem = problem
+			lastProblem, problemSince = problem, now
 		}
 		select {
 		case <-ctx.Done():
-			return c.timeoutError(lastProblem)
+			return c.timeoutError(lastProblem, time.Since(problemSince))
 		case <-time.After(cfg.Interval):
 		}
 	}
@@ -271,15 +282,32 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-func (c *checker) timeoutError(lastProblem string) error {
+// timeoutError says what the checks found last and for how long: a
+// problem that lasted the whole wait (a service that never started) and
+// one that came back a moment ago (a control plane that fell over) call
+// for different remedies.
+func (c *checker) timeoutError(lastProblem string, lasted time.Duration) error {
 	msg := "the control plane did not become steadily healthy in time"
+	lasted = lasted.Round(time.Second)
 	if lastProblem != "" {
-		msg += ": " + lastProblem
+		msg += fmt.Sprintf(": %s (for the last %s)", lastProblem, lasted)
+	} else {
+		msg += fmt.Sprintf(": every check passed for the last %s, less than the %s required", lasted, max(c.cfg.Window, c.cfg.ServicesWindow))
 	}
 	if len(c.restarted) > 0 {
 		msg += "; restarted meanwhile: " + strings.Join(slices.Compact(c.restarted), ", ")
 	}
 	return errors.New(msg)
+}
+
+// firstOf returns the first of problems that is not "".
+func firstOf(problems ...string) string {
+	for _, p := range problems {
+		if p != "" {
+			return p
+		}
+	}
+	return ""
 }
 
 // failedCheck is how /readyz lists a check that did not pass.

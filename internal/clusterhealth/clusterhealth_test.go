@@ -3,6 +3,7 @@ package clusterhealth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -237,6 +238,47 @@ func TestWaitSteadyWatchesControlPlaneWhileServicesStart(t *testing.T) {
 		if !strings.Contains(progress.String(), want) {
 			t.Errorf("progress lacks %q:\n%s", want, progress.String())
 		}
+	}
+}
+
+// When the deadline cuts a check short, the error names what the checks
+// before it found, not the cut request's "context deadline exceeded".
+func TestWaitSteadyDeadlineCutsACheck(t *testing.T) {
+	client := fake.NewClientset(objects(controlPlanePod("etcd", true, 0), coreDNS(0), flannel(map[string]bool{"cp-0": true}))...)
+	start := time.Now()
+	readyz := func(ctx context.Context) error {
+		if time.Since(start) < 200*time.Millisecond {
+			return nil
+		}
+		// A starved API server: the request outlives the wait.
+		<-ctx.Done()
+		return fmt.Errorf("API server /readyz: %w", ctx.Err())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	err := WaitSteady(ctx, config(client, readyz))
+	if err == nil {
+		t.Fatal("WaitSteady succeeded without CoreDNS")
+	}
+	for _, want := range []string{"deployment kube-system/coredns: none of 2 replicas available (for the last "} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "deadline exceeded") {
+		t.Errorf("error %q blames the request the deadline cut", err)
+	}
+}
+
+// Checks that pass but have not yet for the whole window say so.
+func TestWaitSteadyWindowNotReached(t *testing.T) {
+	cfg := config(fake.NewClientset(healthyObjects()...), readyzOK)
+	cfg.Window = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := WaitSteady(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "every check passed for the last 0s, less than the 1h0m0s required") {
+		t.Fatalf("WaitSteady = %v, want the window it did not reach", err)
 	}
 }
 

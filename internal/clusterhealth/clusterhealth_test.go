@@ -260,10 +260,8 @@ func TestWaitSteadyDeadlineCutsACheck(t *testing.T) {
 	if err == nil {
 		t.Fatal("WaitSteady succeeded without CoreDNS")
 	}
-	for _, want := range []string{"deployment kube-system/coredns: none of 2 replicas available (for the last "} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q lacks %q", err, want)
-		}
+	if want := "deployment kube-system/coredns: none of 2 replicas available (for the last "; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q lacks %q", err, want)
 	}
 	if strings.Contains(err.Error(), "deadline exceeded") {
 		t.Errorf("error %q blames the request the deadline cut", err)

@@ -5,8 +5,10 @@
 #
 #   hack/stress-e2e.sh [make arguments...]
 #
-# The load is a busy loop at the default niceness, the same priority as
-# the control plane's VM: what a build or a browser on a laptop would do.
+# The load is a busy loop at the default niceness: what a build or a
+# browser on a laptop would do. Under TCG the VMs run above it
+# (internal/cloud/priority.go), so the loop gets less than a core; the
+# script says how much at the end.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

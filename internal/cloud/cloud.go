@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -286,35 +285,8 @@ type SpareOptions struct {
 	// Nice, if not zero, runs the VM at this CPU niceness, so that on a
 	// host with few cores a late node does not starve the running
 	// cluster's control plane (under TCG a booting node takes a core).
-	// Zero means the niceness of every worker (see TCGWorkerNice).
+	// Zero means the niceness of every worker (see defaultNice).
 	Nice int
-}
-
-// TCGWorkerNice is the CPU niceness of workers' QEMU under TCG. An
-// emulated vCPU wants a whole host core; with more vCPUs than cores (two
-// 2-vCPU VMs on a 2-core laptop or CI runner), a booting worker took half
-// of the control plane's CPU, etcd timed out and the API server was
-// killed by its liveness probe. At niceness 5 the scheduler gives a
-// control plane three times a worker's share when both want the CPU. Not
-// more: an emulated control plane is never idle (it used 1.5 of the 2
-// cores after init), and at niceness 10 a worker took 15 minutes to boot
-// and join. Under KVM, VMs run at the host's speed and keep the default.
-const TCGWorkerNice = 5
-
-// defaultNice is the niceness n's VM runs at unless told otherwise.
-func (c *Cloud) defaultNice(n *Node) int {
-	if n.Role == role.Worker && c.accel == vm.AccelTCG {
-		return TCGWorkerNice
-	}
-	return 0
-}
-
-// niceWrap is the command prefix that runs QEMU at niceness nice.
-func niceWrap(nice int) []string {
-	if nice == 0 {
-		return nil
-	}
-	return []string{"nice", "-n", strconv.Itoa(nice)}
 }
 
 // StartSpare boots the next unstarted spare slot.

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
 )
 
 // miniOptions are the flags of 'orrery mini up' (and of the supervisor it
@@ -155,6 +156,11 @@ func newMiniServeCmd() *cobra.Command {
 			c, err := cloud.Up(ctx, o.spec(cmd.OutOrStdout()))
 			if err != nil {
 				return err
+			}
+			if accel, _ := c.Accel(); accel == vm.AccelTCG {
+				if err := cloud.RaiseSessionPriority(); err != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "warning: %v; on a busy host the control plane may not keep up\n", err)
+				}
 			}
 			<-ctx.Done()
 			return c.Down(context.Background())

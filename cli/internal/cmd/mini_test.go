@@ -15,6 +15,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/cloud/cloudtest"
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
 )
 
 // TestMiniUpStatusDown drives the local cloud through the CLI as an owner
@@ -67,6 +68,7 @@ func TestMiniUpStatusDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkSessionPriority(t, st)
 	start := time.Now()
 	code, out, errOut = run("mini", "down", "--dir", dir)
 	if code != 0 || !strings.Contains(out, "is down") {
@@ -117,6 +119,27 @@ func TestMiniUpStatusDown(t *testing.T) {
 	if code, out, errOut = run("mini", "down", "--dir", dir); code != 0 {
 		t.Errorf("second mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
+}
+
+// checkSessionPriority checks that under TCG the supervisor's session
+// weighs as much on the host's CPU as a process at the control plane's
+// niceness, where the kernel groups the CPU by session.
+func checkSessionPriority(t *testing.T, st cloud.State) {
+	t.Helper()
+	path := fmt.Sprintf("/proc/%d/autogroup", st.SupervisorPID)
+	if _, err := os.Stat(path); os.IsNotExist(err) || st.Accel != vm.AccelTCG {
+		t.Logf("no autogroup to check (%s, accelerator %s)", path, st.Accel)
+		return
+	}
+	want := fmt.Sprintf(" nice %d", cloud.TCGControlPlaneNice)
+	var got []byte
+	// The supervisor raises it once its VMs run, just after 'mini up' sees them.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got, _ = os.ReadFile(path); strings.Contains(string(got), want) {
+			return
+		}
+	}
+	t.Errorf("the supervisor's autogroup is %q, want %q", strings.TrimSpace(string(got)), want)
 }
 
 func syscallAlive(pid int) bool {

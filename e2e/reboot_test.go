@@ -118,7 +118,7 @@ func rebootWorker(t *testing.T, ctx context.Context, k kubectlFunc, dir string, 
 	before, boot := consoleCount(worker, "rejoined cluster"), bootID(t, k, worker.Name)
 	resetNode(t, ctx, worker)
 	// "rejoined cluster" comes from bootstrapperd, after the whole boot:
-	// under the stress script the worker (nice 5, beside cp-0 and the busy
+	// under the stress script the worker (then at nice 5, beside cp-0 and the busy
 	// loop) spent ~2 min in firmware and reached systemd at 132 s of its
 	// uptime (e2e-s6), so the same 10 minutes as the other whole-boot waits.
 	waitConsoleMore(t, ctx, worker, "rejoined cluster", before, patience(10*time.Minute))

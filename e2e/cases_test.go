@@ -76,40 +76,25 @@ func refuseBadInit(t *testing.T, ctx context.Context, dir, img, orr string) {
 	}
 }
 
-// joinAcrossRestart takes the join service away, boots a good node,
-// waits until it has tried to join and failed, brings the join service
-// back and waits for the node to become Ready: a joining node outlasts a
-// join-service restart.
-func joinAcrossRestart(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), good *cloud.Node, p *phases) {
+// stopJoinService takes the join service's pods away (a node selector
+// no node has), as a restart or an outage of the service would.
+func stopJoinService(t *testing.T, k kubectlFunc) {
 	t.Helper()
 	const pause = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":"true"}}}}}`
-	const resume = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":null}}}}}`
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", pause); err != nil {
 		t.Fatalf("stop the join service: %v\n%s", err, s)
 	}
 	if s, err := k("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app=orrery-joinservice", timeoutFlag(5*time.Minute)); err != nil {
 		t.Fatalf("join service pods did not go away: %v\n%s", err, s)
 	}
+}
 
-	startSpare(t, ctx, c, cloud.SpareOptions{}, good)
-	p.watch(ctx, good)
-	waitConsole(t, ctx, good, "no join ticket yet", patience(10*time.Minute))
-	t.Logf("%s tried to join while the join service was down", good.Name)
+// startJoinService brings back what stopJoinService took away.
+func startJoinService(t *testing.T, k kubectlFunc) {
+	t.Helper()
+	const resume = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":null}}}}}`
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", resume); err != nil {
 		t.Fatalf("bring the join service back: %v\n%s", err, s)
-	}
-	deadline := waitDeadline(t, patience(15*time.Minute))
-	for {
-		s, err := k("get", "node", good.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		if err == nil && s == "True" {
-			return
-		}
-		if time.Now().After(deadline) {
-			nodes, _ := k("get", "nodes", "-o", "wide")
-			logs := joinServiceLog(k, 50)
-			t.Fatalf("%s did not become Ready after the join service came back\n%s\n%s", good.Name, nodes, logs)
-		}
-		time.Sleep(5 * time.Second)
 	}
 }
 

@@ -207,17 +207,18 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	newMeas := filepath.Join(newDir, "measurements.json")
 	newSet := setOf(t, newMeas)
 
-	before := strings.Count(joinServiceLog(k, -1), "refused a node")
+	// The node boots while the join service is away, so that it also
+	// shows a joining node outlasting a join-service restart: it keeps
+	// asking while the service is down, then while the service refuses
+	// it, and joins once the owner accepts its image.
+	stopJoinService(t, k)
 	startSpare(t, ctx, c, cloud.SpareOptions{Image: qcow}, node)
 	p.watch(ctx, node)
-	deadline := waitDeadline(t, patience(10*time.Minute))
-	for strings.Count(joinServiceLog(k, -1), "refused a node") <= before {
-		if time.Now().After(deadline) {
-			t.Fatalf("the join service did not refuse the node of the new image:\n%s", lastLines(joinServiceLog(k, 30), 30))
-		}
-		time.Sleep(5 * time.Second)
-	}
-	p.done("a node of a new image is refused by the join service")
+	waitConsole(t, ctx, node, "no join ticket yet", patience(10*time.Minute))
+	p.done("a node of a new image tries to join while the join service is down")
+	startJoinService(t, k)
+	waitRefused(t, k, node, 0, patience(10*time.Minute))
+	p.done("the join service is back and refuses the node of a new image")
 
 	r := upgradeCheck(t, ctx, next, kubeconfig, "--measurements", newMeas)
 	if r.Measurements == nil || r.Measurements.Accepted || r.Measurements.Set != newSet {
@@ -248,16 +249,36 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	if _, err := run("--yes", "--force", "--retire", newSet); err != nil {
 		t.Fatalf("--force --retire: %v", err)
 	}
-	before = strings.Count(joinServiceLog(k, -1), "refused a node")
+	before := refusals(k, node)
 	resetNode(t, ctx, node)
-	deadline = waitDeadline(t, patience(10*time.Minute))
-	for strings.Count(joinServiceLog(k, -1), "refused a node") <= before {
+	waitRefused(t, k, node, before, patience(10*time.Minute))
+	p.done("after --retire the node's rejoin is refused")
+}
+
+// refusals counts the join service's refusals of node in its log.
+func refusals(k kubectlFunc, node *cloud.Node) int {
+	n := 0
+	// The peer is logged as address:port.
+	peer := node.IP.String() + ":"
+	for _, line := range strings.Split(joinServiceLog(k, -1), "\n") {
+		if strings.Contains(line, "refused a node") && strings.Contains(line, peer) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitRefused waits until the join service has refused node more than
+// before times.
+func waitRefused(t *testing.T, k kubectlFunc, node *cloud.Node, before int, timeout time.Duration) {
+	t.Helper()
+	deadline := waitDeadline(t, timeout)
+	for refusals(k, node) <= before {
 		if time.Now().After(deadline) {
-			t.Fatalf("the join service did not refuse the rejoin of the retired image's node:\n%s", lastLines(joinServiceLog(k, 30), 30))
+			t.Fatalf("the join service did not refuse %s (%s) within %s:\n%s", node.Name, node.IP, timeout, lastLines(joinServiceLog(k, 30), 30))
 		}
 		time.Sleep(5 * time.Second)
 	}
-	p.done("after --retire the node's rejoin is refused")
 }
 
 // setOf is the measurement set of a measurements file.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,7 +215,11 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	stopJoinService(t, k)
 	startSpare(t, ctx, c, cloud.SpareOptions{Image: qcow}, node)
 	p.watch(ctx, node)
-	waitConsole(t, ctx, node, "no join ticket yet", patience(10*time.Minute))
+	// Its first failure may be the metadata service's, before its network
+	// is up: wait for one that names the join service.
+	service := net.JoinHostPort(c.Nodes()[0].IP.String(), "30090")
+	line := waitConsoleLine(t, ctx, node, patience(10*time.Minute), "no join ticket yet", service)
+	t.Logf("%s tried to join while the join service was down:\n%s", node.Name, truncate(line, 500))
 	p.done("a node of a new image tries to join while the join service is down")
 	startJoinService(t, k)
 	waitRefused(t, k, node, 0, patience(10*time.Minute))

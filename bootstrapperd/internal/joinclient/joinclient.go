@@ -162,19 +162,25 @@ func (cfg Config) withDefaults() (Config, *slog.Logger, func(string)) {
 	return cfg, log.With("component", "joinclient"), status
 }
 
-// retry runs attempt, logging msg on a failure now and then, until it succeeds, the lock is lost, or ctx ends.
+// retry runs attempt until it succeeds, the lock is lost, or ctx ends.
+// It logs msg with the reason of a failure the first time, whenever the
+// reason changes (an operator must see a join service that was down
+// come back and refuse, without waiting for the tenth attempt), and
+// every tenth attempt.
 // Backoff caps low: a node waiting for its cluster's join service should
 // join soon after it appears, and a control plane answers one short
 // request per node every MaxRetry at most.
 func retry(ctx context.Context, cfg Config, log *slog.Logger, msg string, attempt func() error) error {
 	pause := cfg.Retry
+	last := ""
 	for n := 1; ; n++ {
 		err := attempt()
 		if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, errFailedAfterLock) {
 			return err
 		}
-		if n == 1 || n%10 == 0 {
-			log.Info(msg, "phase", "join", "attempt", n, "retryIn", pause, "reason", err.Error())
+		if why := err.Error(); n == 1 || why != last || n%10 == 0 {
+			log.Info(msg, "phase", "join", "attempt", n, "retryIn", pause, "reason", why)
+			last = why
 		}
 		select {
 		case <-ctx.Done():

@@ -114,3 +114,28 @@ func TestWaitingForTicketIsLogged(t *testing.T) {
 		t.Fatalf("log lacks the waiting line:\n%s", logs.String())
 	}
 }
+
+// A node whose join service was down and then refuses it says so when
+// the reason changes, not only at the first and every tenth attempt: the
+// e2e suite and operators tell "down" from "refused" by these lines.
+func TestRetryLogsEachNewReason(t *testing.T) {
+	reasons := []string{"cp-0: connection refused", "cp-0: connection refused", "cp-0: connection refused", "cp-0: refused this node: PCR 4 mismatch"}
+	var logs syncbuffer.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	n := 0
+	err := retry(context.Background(), Config{Retry: time.Millisecond, MaxRetry: time.Millisecond, after: time.After}, log, "no join ticket yet; retrying", func() error {
+		if n == len(reasons) {
+			return nil
+		}
+		n++
+		return errors.New(reasons[n-1])
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "attempt=1 ") || !strings.Contains(lines[0], "connection refused") ||
+		!strings.Contains(lines[1], "attempt=4 ") || !strings.Contains(lines[1], "PCR 4 mismatch") {
+		t.Fatalf("want the first attempt's and the fourth's (new) reason logged, once each; got:\n%s", logs.String())
+	}
+}

@@ -242,11 +242,6 @@ func assertNothingLeft(t *testing.T, dir string, nodes []*cloud.Node) {
 	}
 }
 
-func waitConsole(t *testing.T, ctx context.Context, n *cloud.Node, what string, timeout time.Duration) {
-	t.Helper()
-	waitConsoleLine(t, ctx, n, timeout, what)
-}
-
 // waitConsoleLine waits for a line of n's console that contains all of
 // words, and returns it.
 func waitConsoleLine(t *testing.T, ctx context.Context, n *cloud.Node, timeout time.Duration, words ...string) string {

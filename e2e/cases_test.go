@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
 // refuseBadInit runs 'orrery init' with bad input against the booting
@@ -167,7 +169,7 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 	before := strings.Count(joinServiceLog(k, -1), "refused a node")
 	// The VMs' network lives in the cloud's network namespace.
 	err = c.Network().Do(func() error {
-		return attestToJoinService(ctx, attacker.Issuer, net.JoinHostPort(c.Nodes()[0].IP.String(), "30090"))
+		return attestToJoinService(ctx, attacker.Issuer, net.JoinHostPort(c.Nodes()[0].IP.String(), strconv.Itoa(joinpb.Port)))
 	})
 	if err == nil || !strings.Contains(err.Error(), "server refused this client") {
 		t.Fatalf("a node with measurements that are not the image's attested to the join service: want it refused, got %v", err)

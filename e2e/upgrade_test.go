@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
 var helm = flag.String("helm", "build/components/hostbin/helm", "the helm CLI built with the components")
@@ -217,7 +219,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	p.watch(ctx, node)
 	// Its first failure may be the metadata service's, before its network
 	// is up: wait for one that names the join service.
-	service := net.JoinHostPort(c.Nodes()[0].IP.String(), "30090")
+	service := net.JoinHostPort(c.Nodes()[0].IP.String(), strconv.Itoa(joinpb.Port))
 	line := waitConsoleLine(t, ctx, node, patience(10*time.Minute), "no join ticket yet", service)
 	t.Logf("%s tried to join while the join service was down:\n%s", node.Name, truncate(line, 500))
 	p.done("a node of a new image tries to join while the join service is down")

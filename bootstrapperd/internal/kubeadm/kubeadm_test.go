@@ -281,8 +281,9 @@ func TestControlPlanePatches(t *testing.T) {
 		var patch struct {
 			Spec struct {
 				Containers []struct {
-					Name          string `json:"name"`
-					LivenessProbe struct {
+					Name                     string `json:"name"`
+					TerminationMessagePolicy string `json:"terminationMessagePolicy"`
+					LivenessProbe            struct {
 						HTTPGet *struct {
 							Path string `json:"path"`
 						} `json:"httpGet"`
@@ -306,6 +307,10 @@ func TestControlPlanePatches(t *testing.T) {
 		}
 		if len(patch.Spec.Containers) != 1 || patch.Spec.Containers[0].Name != target {
 			t.Fatalf("patch for %s patches %+v", target, patch.Spec.Containers)
+		}
+		// A component that exits leaves its last lines in the pod's status.
+		if got := patch.Spec.Containers[0].TerminationMessagePolicy; got != "FallbackToLogsOnError" {
+			t.Errorf("%s terminationMessagePolicy %q, want FallbackToLogsOnError", target, got)
 		}
 		lp := patch.Spec.Containers[0].LivenessProbe
 		if lp.TimeoutSeconds*lp.FailureThreshold < 120 {

@@ -109,6 +109,14 @@ const readinessPeriodSeconds = 10
 // probePatch relaxes the liveness probe of container, replaces its path
 // when livenessPath is set, slows its readiness probe when it has one and
 // sets its CPU request when cpuRequest is set.
+//
+// It also keeps the last lines of a container that failed in its pod's
+// status (FallbackToLogsOnError): the control-plane components exit on
+// errors they cannot recover from (a lost leader lease, an API server
+// that does not answer their start), and kubelet keeps only the previous
+// container's log, gone with the next restart or a reboot; in e2e-e17 the
+// controller manager restarted four times and none of its logs was left
+// to say why.
 func probePatch(container, livenessPath string, readiness bool, cpuRequest string) string {
 	path := ""
 	if livenessPath != "" {
@@ -117,6 +125,7 @@ func probePatch(container, livenessPath string, readiness bool, cpuRequest strin
 	patch := fmt.Sprintf(`spec:
   containers:
   - name: %s
+    terminationMessagePolicy: FallbackToLogsOnError
     livenessProbe:%s
       timeoutSeconds: %d
       failureThreshold: %d

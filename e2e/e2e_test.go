@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -132,6 +133,38 @@ func controlPlaneRestarts(t *testing.T, k kubectlFunc) map[string]int {
 	return counts
 }
 
+// logLastEnds logs how the last container of each control-plane
+// component that restarted since before ended: its reason, exit code and
+// (the static pods keep them, FallbackToLogsOnError) its last log lines,
+// so that a passing run too says why a component restarted.
+func logLastEnds(t *testing.T, k kubectlFunc, now, before map[string]int) {
+	t.Helper()
+	for comp, n := range now {
+		if n <= before[comp] {
+			continue
+		}
+		out, err := k("-n", "kube-system", "get", "pods", "-l", "tier=control-plane,component="+comp, "-o",
+			"jsonpath={.items[0].status.containerStatuses[0].lastState.terminated}")
+		if err != nil {
+			t.Logf("%s's last container: %v\n%s", comp, err, out)
+			continue
+		}
+		var end struct {
+			Reason     string `json:"reason"`
+			ExitCode   int    `json:"exitCode"`
+			StartedAt  string `json:"startedAt"`
+			FinishedAt string `json:"finishedAt"`
+			Message    string `json:"message"`
+		}
+		if err := json.Unmarshal([]byte(out), &end); err != nil {
+			t.Logf("%s's last container: kubelet reports no end (%v): %q", comp, err, out)
+			continue
+		}
+		t.Logf("%s's last container ran %s to %s and ended %s (exit code %d); its last lines:\n%s", comp,
+			end.StartedAt, end.FinishedAt, end.Reason, end.ExitCode, strings.TrimSpace(end.Message))
+	}
+}
+
 // steadyComponents are the control-plane components that must never
 // restart but for a reboot: a slow host must slow the cluster down, not
 // break it.
@@ -143,6 +176,7 @@ func assertControlPlaneSteady(t *testing.T, k kubectlFunc, since map[string]int)
 	t.Helper()
 	now := controlPlaneRestarts(t, k)
 	t.Logf("control-plane restarts: %v (before: %v)", now, since)
+	logLastEnds(t, k, now, since)
 	checkRestarts(t, now, since, 0)
 	return now
 }
@@ -175,6 +209,7 @@ func restartedOnce(t *testing.T, k kubectlFunc, before map[string]int) map[strin
 		}
 		if done || time.Now().After(deadline) {
 			t.Logf("control-plane restarts after the reboot: %v (before it: %v)", now, before)
+			logLastEnds(t, k, now, before)
 			checkRestarts(t, now, before, 1) // the reboot's
 			return now
 		}

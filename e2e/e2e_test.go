@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,8 +141,8 @@ func controlPlaneRestarts(t *testing.T, k kubectlFunc) map[string]int {
 // so that a passing run too says why a component restarted.
 func logLastEnds(t *testing.T, k kubectlFunc, now, before map[string]int) {
 	t.Helper()
-	for comp, n := range now {
-		if n <= before[comp] {
+	for _, comp := range slices.Sorted(maps.Keys(now)) {
+		if now[comp] <= before[comp] {
 			continue
 		}
 		out, err := k("-n", "kube-system", "get", "pods", "-l", "tier=control-plane,component="+comp, "-o",

@@ -169,7 +169,7 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 	before := strings.Count(joinServiceLog(k, -1), "refused a node")
 	// The VMs' network lives in the cloud's network namespace.
 	err = c.Network().Do(func() error {
-		return attestToJoinService(ctx, attacker.Issuer, net.JoinHostPort(c.Nodes()[0].IP.String(), strconv.Itoa(joinpb.Port)))
+		return attestToJoinService(ctx, attacker.Issuer, joinServiceAddr(c))
 	})
 	if err == nil || !strings.Contains(err.Error(), "server refused this client") {
 		t.Fatalf("a node with measurements that are not the image's attested to the join service: want it refused, got %v", err)
@@ -242,6 +242,12 @@ func assertNothingLeft(t *testing.T, dir string, nodes []*cloud.Node) {
 			}
 		}
 	}
+}
+
+// joinServiceAddr is the join service's address as a node dials it: its
+// port on the first control plane.
+func joinServiceAddr(c *cloud.Cloud) string {
+	return net.JoinHostPort(c.Nodes()[0].IP.String(), strconv.Itoa(joinpb.Port))
 }
 
 // waitConsoleLine waits for a line of n's console that contains all of

@@ -6,12 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +19,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
-	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
 var helm = flag.String("helm", "build/components/hostbin/helm", "the helm CLI built with the components")
@@ -219,8 +216,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	p.watch(ctx, node)
 	// Its first failure may be the metadata service's, before its network
 	// is up: wait for one that names the join service.
-	service := net.JoinHostPort(c.Nodes()[0].IP.String(), strconv.Itoa(joinpb.Port))
-	line := waitConsoleLine(t, ctx, node, patience(10*time.Minute), "no join ticket yet", service)
+	line := waitConsoleLine(t, ctx, node, patience(10*time.Minute), "no join ticket yet", joinServiceAddr(c))
 	t.Logf("%s tried to join while the join service was down:\n%s", node.Name, truncate(line, 500))
 	p.done("a node of a new image tries to join while the join service is down")
 	startJoinService(t, k)

@@ -14,9 +14,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
@@ -76,6 +78,8 @@ func runJoin(ctx context.Context, args []string) error {
 	}
 	validator, err := setvalidator.New(setvalidator.Config{
 		Variant: variant.QEMUVTPM,
+		// m is setvalidator.JoinPolicy of a set: PCR 15 zero, whatever
+		// the set says.
 		Build: func(m measurements.M) (attestation.Validator, error) {
 			return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
 		},
@@ -85,7 +89,7 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	js, err := newJoinServer(f, api, validator.MatchedSet, log)
+	js, err := newJoinServer(f, api, validator.Current, log)
 	if err != nil {
 		return err
 	}
@@ -103,7 +107,12 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
-	srv := grpc.NewServer(grpc.Creds(creds))
+	srv := grpc.NewServer(grpc.Creds(creds),
+		// Each ticket re-checks the connection's attestation
+		// (setvalidator.Validator.Current refuses one older than
+		// DefaultMaxAge); closing such connections as well spares the
+		// service peers that hold them open.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: setvalidator.DefaultMaxAge, MaxConnectionAgeGrace: time.Minute}))
 	joinpb.RegisterJoinServiceServer(srv, js)
 	go func() { <-ctx.Done(); srv.GracefulStop() }()
 	log.Info("join service listening", "addr", lis.Addr().String())
@@ -113,7 +122,7 @@ func runJoin(ctx context.Context, args []string) error {
 // newJoinServer builds the join server: the cluster CA that signs node
 // certificates, the components a node installs, the key service, and the
 // record of admitted nodes in the cluster.
-func newJoinServer(f joinFlags, api *apiserver.Conn, matchedSet func([]byte) string, log *slog.Logger) (*joinserver.Server, error) {
+func newJoinServer(f joinFlags, api *apiserver.Conn, currentSet func(context.Context, []byte) (string, error), log *slog.Logger) (*joinserver.Server, error) {
 	clusterCA, clusterKey, err := loadClusterCA(f.pki)
 	if err != nil {
 		return nil, fmt.Errorf("load the cluster CA: %w", err)
@@ -131,7 +140,7 @@ func newJoinServer(f joinFlags, api *apiserver.Conn, matchedSet func([]byte) str
 		return nil, fmt.Errorf("connect to the key service: %w", err)
 	}
 	js, err := joinserver.New(joinserver.Config{
-		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, MatchedSet: matchedSet, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
+		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, CurrentSet: currentSet, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
 		Endpoint: f.endpoint, KubernetesVersion: f.version, Components: components,
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(f.salt) },
 		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(f.controlPlanes) },

@@ -42,7 +42,7 @@ func runKeys(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(keyservice.MaxRequestSize))
 	keypb.RegisterKeyServiceServer(srv, keyservice.New(load, log))
 	go func() { <-ctx.Done(); srv.GracefulStop() }()
 	log.Info("key service listening", "socket", *listen)

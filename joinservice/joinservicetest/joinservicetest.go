@@ -24,10 +24,13 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
+	"github.com/orrery-dev/orrery/joinservice/internal/setvalidator"
 )
 
 // Config is one cluster's join service.
@@ -65,16 +68,30 @@ func Serve(tb testing.TB, cfg Config) string {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv, err := joinserver.New(joinserver.Config{
-		Keys: masterKeys{cfg.MasterSecret}, Admissions: adm, Nodes: allNodes{}, CA: ca, CAKey: caKey,
-		PKIDir: tb.TempDir(), Endpoint: "127.0.0.1:6443", KubernetesVersion: "v0.0.0",
-		MeasurementSalt: func(context.Context) ([]byte, error) { return cfg.MeasurementSalt, nil },
-		Logger:          log,
+	// The join service's own validator, over one accepted set: the
+	// rules it adds to every set (PCR 15) hold here too.
+	set, err := measurementset.New(cfg.Measurements, "joinservicetest")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	val, err := setvalidator.New(setvalidator.Config{
+		Variant: variant.QEMUVTPM,
+		Build: func(m measurements.M) (attestation.Validator, error) {
+			return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: log})
+		},
+		Source: func(context.Context) ([]measurementset.Set, error) { return []measurementset.Set{set}, nil },
+		Logger: log,
 	})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	val, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: log})
+	srv, err := joinserver.New(joinserver.Config{
+		Keys: masterKeys{cfg.MasterSecret}, Admissions: adm, Nodes: allNodes{}, CA: ca, CAKey: caKey,
+		PKIDir: tb.TempDir(), Endpoint: "127.0.0.1:6443", KubernetesVersion: "v0.0.0",
+		MeasurementSalt: func(context.Context) ([]byte, error) { return cfg.MeasurementSalt, nil },
+		CurrentSet:      val.Current,
+		Logger:          log,
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}

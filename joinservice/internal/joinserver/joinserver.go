@@ -1,8 +1,15 @@
 // Package joinserver issues join and rejoin tickets to nodes that attested
 // over attested TLS: everything a node needs to unlock its state disk and
 // run `kubeadm join`. The measurements a node must match are enforced by
-// the transport (see internal/atls and joinservice/internal/setvalidator);
-// this package checks the request and assembles the ticket.
+// the transport at the handshake (see internal/atls and
+// joinservice/internal/setvalidator, which also requires PCR 15 to be
+// zero: a node asks before it locks itself to a cluster); this package
+// checks the request and assembles the ticket.
+//
+// A handshake's attestation is checked again before every ticket
+// (Config.CurrentSet): a node whose measurement set the owner retired
+// since, or whose connection attested too long ago, is refused on that
+// connection, and told to upgrade or reconnect.
 //
 // A ticket holds what the node needs and no more:
 //   - Who the node is comes from its attestation: the instance (name and
@@ -98,10 +105,13 @@ type Config struct {
 	Admissions Admissions
 	// Nodes are the cluster's nodes. Required.
 	Nodes Nodes
-	// MatchedSet names the measurement set a peer's attestation matched,
-	// given the TLS key the attestation bound (setvalidator's); nil or
-	// "" records none.
-	MatchedSet func(peerKey []byte) string
+	// CurrentSet names the measurement set a peer's attestation matched,
+	// given the TLS key the attestation bound, if that attestation still
+	// admits the peer: its set is still accepted and it is recent enough
+	// (setvalidator's Validator.Current). It is asked before every
+	// ticket; an error refuses the ticket with PermissionDenied and the
+	// error's text, which says what to do. Required.
+	CurrentSet func(ctx context.Context, peerKey []byte) (set string, err error)
 	// CA and CAKey are the cluster CA, which signs kubelet certificates.
 	CA    *x509.Certificate
 	CAKey crypto.Signer
@@ -141,6 +151,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Nodes == nil {
 		return nil, errors.New("join server: no view of the cluster's nodes configured (Config.Nodes)")
 	}
+	if cfg.CurrentSet == nil {
+		return nil, errors.New("join server: no check of the accepted measurement sets configured (Config.CurrentSet)")
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -163,6 +176,11 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 		return nil, err
 	}
 	log := s.log.With("node", inst.Name, "instanceID", inst.ID, "diskUUID", strings.ToLower(req.GetDiskUuid()), "controlPlane", req.GetIsControlPlane())
+	set, err := s.currentSet(ctx, info)
+	if err != nil {
+		log.Warn("refused a join: the connection's attestation no longer admits the node", "reason", err.Error())
+		return nil, err
+	}
 	keyID, err := keys.DiskKeyID(req.GetDiskUuid())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -171,7 +189,7 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "kubelet certificate request: %v", err)
 	}
-	if err := s.authorizeJoin(ctx, log, req, inst, claimed, s.matchedSet(info)); err != nil {
+	if err := s.authorizeJoin(ctx, log, req, inst, claimed, set); err != nil {
 		return nil, err
 	}
 	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
@@ -264,6 +282,11 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	}
 	disk := strings.ToLower(req.GetDiskUuid())
 	log := s.log.With("node", inst.Name, "instanceID", inst.ID, "diskUUID", disk)
+	set, err := s.currentSet(ctx, info)
+	if err != nil {
+		log.Warn("refused a rejoin: the connection's attestation no longer admits the node", "reason", err.Error())
+		return nil, err
+	}
 	owner, found, err := s.cfg.Admissions.Lookup(ctx, disk)
 	switch {
 	case err != nil:
@@ -295,7 +318,7 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
 	}
-	if err := s.cfg.Admissions.Attested(ctx, disk, s.matchedSet(info)); err != nil {
+	if err := s.cfg.Admissions.Attested(ctx, disk, set); err != nil {
 		// Informative only (which image the node runs): not a reason
 		// to keep a node from its disk.
 		log.Warn("cannot record the node's measurement set", "error", err.Error())
@@ -304,12 +327,19 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	return &joinpb.IssueRejoinTicketResponse{StateDiskKey: diskKey, MeasurementSecret: measurementSecret}, nil
 }
 
-// matchedSet is the measurement set the caller attested with, if known.
-func (s *Server) matchedSet(info atls.AuthInfo) string {
-	if s.cfg.MatchedSet == nil || len(info.TLS.PeerCertificates) == 0 {
-		return ""
+// currentSet is the measurement set the caller attested with, checked
+// to admit it still (Config.CurrentSet). A ticket is refused otherwise:
+// an attestation is a statement about the node at its handshake, and the
+// owner may have retired its image since.
+func (s *Server) currentSet(ctx context.Context, info atls.AuthInfo) (string, error) {
+	if len(info.TLS.PeerCertificates) == 0 {
+		return "", status.Error(codes.PermissionDenied, "caller did not attest")
 	}
-	return s.cfg.MatchedSet(info.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
+	set, err := s.cfg.CurrentSet(ctx, info.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
+	if err != nil {
+		return "", status.Error(codes.PermissionDenied, err.Error())
+	}
+	return set, nil
 }
 
 // requireAttested refuses callers that did not attest: the transport should

@@ -33,11 +33,14 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/syncbuffer"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
+	"github.com/orrery-dev/orrery/joinservice/internal/setvalidator"
 )
 
 var master = keys.MasterSecret{Key: bytes.Repeat([]byte{1}, 32), Salt: bytes.Repeat([]byte{2}, 32)}
@@ -96,13 +99,56 @@ func csrWithKey(t testing.TB, cn string, org []string, key crypto.Signer) []byte
 	return der
 }
 
+// memSets are the cluster's accepted measurement sets, and its clock.
+type memSets struct {
+	mu   sync.Mutex
+	sets []measurementset.Set
+	now  time.Time
+}
+
+func (m *memSets) source(context.Context) ([]measurementset.Set, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sets, nil
+}
+
+func (m *memSets) clock() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.now
+}
+
+// change replaces the accepted sets and lets d pass.
+func (m *memSets) change(sets []measurementset.Set, d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sets != nil {
+		m.sets = sets
+	}
+	m.now = m.now.Add(d)
+}
+
+// imageSet is an accepted set whose PCR 4 is pcr4; a fresh swtpm's is zero.
+func imageSet(t *testing.T, pcr4 byte) measurementset.Set {
+	t.Helper()
+	s, err := measurementset.New(measurements.M{4: {Expected: bytes.Repeat([]byte{pcr4}, 32)}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 type env struct {
 	ca         *x509.Certificate
 	admissions *admissions.Memory
 	nodes      *memNodes
 	node       *qemutest.Node
 	logs       *syncbuffer.Buffer
-	attested   joinpb.JoinServiceClient
+	// sets are the accepted measurement sets, at first imageA, which the
+	// nodes match.
+	sets     *memSets
+	imageA   string
+	attested joinpb.JoinServiceClient
 	// other is another VM of the same platform, worker-1, attested.
 	other joinpb.JoinServiceClient
 	plain joinpb.JoinServiceClient
@@ -120,8 +166,9 @@ type envOptions struct {
 }
 
 // newEnv serves the join service twice: over attested TLS (the node's
-// swtpm attests, through the same validator the join service uses) and,
-// to check the server's own guard, without it.
+// swtpm attests, through the same validator the join service uses: the
+// cluster's sets, e.sets) and, to check the server's own guard, without
+// it.
 func newEnv(t *testing.T, opts envOptions) *env {
 	ca, caKey := newCA(t)
 	pki := t.TempDir()
@@ -129,7 +176,11 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
 		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
 	}
-	e := &env{ca: ca, admissions: &admissions.Memory{}, nodes: &memNodes{gone: map[string]bool{}}, logs: &syncbuffer.Buffer{}}
+	imageA := imageSet(t, 0)
+	e := &env{
+		ca: ca, admissions: &admissions.Memory{}, nodes: &memNodes{gone: map[string]bool{}}, logs: &syncbuffer.Buffer{},
+		sets: &memSets{sets: []measurementset.Set{imageA}, now: time.Unix(1000, 0)}, imageA: imageA.Name,
+	}
 	pca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)
@@ -144,8 +195,19 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	if opts.approveNode {
 		approved += node.Instance.ID + "\n"
 	}
+	val, err := setvalidator.New(setvalidator.Config{
+		Variant: variant.QEMUVTPM,
+		Build: func(m measurements.M) (attestation.Validator, error) {
+			return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{pca.Cert}})
+		},
+		Source: e.sets.source,
+		Now:    e.sets.clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := New(Config{
-		Keys: localKeys{}, Admissions: e.admissions, Nodes: e.nodes, CA: ca, CAKey: caKey, PKIDir: pki,
+		Keys: localKeys{}, Admissions: e.admissions, Nodes: e.nodes, CurrentSet: val.Current, CA: ca, CAKey: caKey, PKIDir: pki,
 		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
 		ControlPlanes:   func(context.Context) ([]string, error) { return controlplanes.Parse(approved) },
@@ -155,10 +217,6 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		t.Fatal(err)
 	}
 	iss := node.Issuer
-	val, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: measurements.M{15: {Expected: make([]byte, 32)}}, PlatformCAs: []*x509.Certificate{pca.Cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	serverCreds, _ := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{val}})
 	clientCreds, _ := atls.NewCredentials(atls.Config{Issuer: iss})
 
@@ -336,7 +394,8 @@ func FuzzCheckCSR(f *testing.F) {
 	f.Add(good[:len(good)/2])
 	f.Add([]byte{})
 	ca, caKey := newCA(f)
-	s, err := New(Config{CA: ca, CAKey: caKey, Admissions: &admissions.Memory{}, Nodes: &memNodes{}})
+	s, err := New(Config{CA: ca, CAKey: caKey, Admissions: &admissions.Memory{}, Nodes: &memNodes{},
+		CurrentSet: func(context.Context, []byte) (string, error) { return "", nil }})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package keyservice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -18,6 +19,15 @@ import (
 
 // MeasurementSecretID is the reserved key ID of the measurement secret.
 const MeasurementSecretID = "measurement-secret"
+
+const (
+	// maxKeyID bounds a key ID: a disk key's is 41 bytes ("disk:" and a
+	// UUID), the rest is room for other purposes.
+	maxKeyID = 128
+	// MaxRequestSize bounds a GetDataKeyRequest on the wire, for the
+	// gRPC server's MaxRecvMsgSize: the largest valid one has 133 bytes.
+	MaxRequestSize = 1 << 10
+)
 
 // Server implements keypb.KeyServiceServer.
 type Server struct {
@@ -36,8 +46,13 @@ func New(load func() (keys.MasterSecret, error), log *slog.Logger) *Server {
 	return &Server{load: load, log: log.With("component", "keyservice")}
 }
 
-// GetDataKey implements keypb.KeyServiceServer.
+// GetDataKey implements keypb.KeyServiceServer. The request is checked
+// before the master secret is read, and an error never quotes more of it
+// than maxKeyID bytes.
 func (s *Server) GetDataKey(_ context.Context, req *keypb.GetDataKeyRequest) (*keypb.GetDataKeyResponse, error) {
+	if err := check(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	ms, err := s.load()
 	if err != nil {
 		s.log.Error("cannot read the master secret", "error", err)
@@ -45,9 +60,6 @@ func (s *Server) GetDataKey(_ context.Context, req *keypb.GetDataKeyRequest) (*k
 	}
 	var key []byte
 	if req.GetDataKeyId() == MeasurementSecretID {
-		if req.GetLength() != 32 {
-			return nil, status.Errorf(codes.InvalidArgument, "%s has 32 bytes, not %d", MeasurementSecretID, req.GetLength())
-		}
 		key, err = ms.MeasurementSecret()
 	} else {
 		key, err = ms.DeriveKey(req.GetDataKeyId(), int(req.GetLength()))
@@ -58,6 +70,22 @@ func (s *Server) GetDataKey(_ context.Context, req *keypb.GetDataKeyRequest) (*k
 	// The ID names a disk or a purpose, never a secret; the key is never logged.
 	s.log.Info("derived a data key", "keyID", req.GetDataKeyId(), "length", req.GetLength())
 	return &keypb.GetDataKeyResponse{DataKey: key}, nil
+}
+
+// check refuses a key ID or a length that no caller needs.
+func check(req *keypb.GetDataKeyRequest) error {
+	id, n := req.GetDataKeyId(), req.GetLength()
+	switch {
+	case id == "":
+		return errors.New("the key ID is empty")
+	case len(id) > maxKeyID:
+		return fmt.Errorf("the key ID has %d bytes, at most %d", len(id), maxKeyID)
+	case id == MeasurementSecretID && n != 32:
+		return fmt.Errorf("%s has 32 bytes, not %d", MeasurementSecretID, n)
+	case n < keys.MinKeyLength || n > keys.MaxKeyLength:
+		return fmt.Errorf("a data key has %d to %d bytes, not %d", keys.MinKeyLength, keys.MaxKeyLength, n)
+	}
+	return nil
 }
 
 // FileLoader reads the master secret from a file in the format of

@@ -8,9 +8,20 @@
 // Reading happens during handshakes, before a peer has proved anything,
 // so it is bounded: at most one read per interval whatever the number of
 // handshakes, and a failed read keeps the sets of the last good one.
+//
+// What a node must show is not only what a set says: every set is
+// validated through JoinPolicy, which enforces PCR 15 as zero (a node
+// asks for its ticket before it locks itself to a cluster).
+//
+// An attestation admits its connection for a while, not for good: the
+// join service asks Current before every ticket, which refuses a peer
+// whose set was retired since its handshake (once the sets are read
+// again, within the refresh interval), and a connection that attested
+// longer ago than Config.MaxAge.
 package setvalidator
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -29,7 +40,8 @@ import (
 // Source lists the accepted sets.
 type Source func(ctx context.Context) ([]measurementset.Set, error)
 
-// Factory builds a validator for one set.
+// Factory builds a validator for one set: it is given JoinPolicy of the
+// set's measurements, not the set's own.
 type Factory func(m measurements.M) (attestation.Validator, error)
 
 // DefaultRefresh is how stale the sets may be: a rollover takes effect
@@ -38,6 +50,13 @@ const DefaultRefresh = 10 * time.Second
 
 // firstReadRetry is the interval between reads until one succeeds.
 const firstReadRetry = time.Second
+
+// DefaultMaxAge is how long an attestation admits its connection. A
+// genuine node dials the join service for each ticket and gives up on a
+// call after minutes (internal/joinconn), so only a connection kept open
+// on purpose gets this old; it must attest again, against the sets and
+// the node's PCRs of now.
+const DefaultMaxAge = 10 * time.Minute
 
 // matchedCap bounds the memory of which set each peer matched.
 const matchedCap = 1024
@@ -49,7 +68,10 @@ type Config struct {
 	Source  Source
 	// Refresh is how often the sets are read at most; DefaultRefresh if 0.
 	Refresh time.Duration
-	Logger  *slog.Logger
+	// MaxAge is how long an attestation admits its connection (see
+	// Current); DefaultMaxAge if 0.
+	MaxAge time.Duration
+	Logger *slog.Logger
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 }
@@ -67,8 +89,14 @@ type Validator struct {
 	lastRead   time.Time
 	loaded     bool
 	sets       []loadedSet
-	matched    map[[32]byte]string
+	matched    map[[32]byte]match
 	matchOrder [][32]byte
+}
+
+// match is the set a peer's attestation matched, and when.
+type match struct {
+	set string
+	at  time.Time
 }
 
 type loadedSet struct {
@@ -84,6 +112,9 @@ func New(cfg Config) (*Validator, error) {
 	if cfg.Refresh == 0 {
 		cfg.Refresh = DefaultRefresh
 	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -91,7 +122,7 @@ func New(cfg Config) (*Validator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Validator{cfg: cfg, log: log, matched: map[[32]byte]string{}}, nil
+	return &Validator{cfg: cfg, log: log, matched: map[[32]byte]match{}}, nil
 }
 
 // Variant implements attestation.Validator.
@@ -105,6 +136,9 @@ func (v *Validator) Validate(ctx context.Context, doc, nonce []byte) ([]byte, er
 
 // ValidateInstance implements attestation.InstanceValidator. A refusal
 // names, for each set, why the document does not match it.
+//
+// Each set's validator was built from JoinPolicy(set), not from the set
+// alone: PCR 15 must be zero.
 func (v *Validator) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
 	v.refresh(ctx)
 	v.mu.Lock()
@@ -117,6 +151,7 @@ func (v *Validator) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]
 		return nil, attestation.Instance{}, errors.New("the cluster accepts no image: it has no MeasurementSet (kubectl get measurementsets); add one with 'orrery upgrade apply --measurements'")
 	}
 	var reasons []string
+	hint := ""
 	for _, s := range sets {
 		var userData []byte
 		var inst attestation.Instance
@@ -131,31 +166,56 @@ func (v *Validator) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]
 			return userData, inst, nil
 		}
 		reasons = append(reasons, s.name+": "+err.Error())
+		hint = cmp.Or(hint, lockedHint(err))
 	}
-	err := fmt.Errorf("the attestation matches none of the cluster's %d accepted measurement sets: %s", len(sets), strings.Join(reasons, "; "))
+	err := fmt.Errorf("the attestation matches none of the cluster's %d accepted measurement sets: %s%s", len(sets), strings.Join(reasons, "; "), hint)
 	if len(sets) == 1 {
-		err = fmt.Errorf("the attestation does not match measurement set %s", reasons[0])
+		err = fmt.Errorf("the attestation does not match measurement set %s%s", reasons[0], hint)
 	}
 	v.log.Warn("attestation refused", "variant", v.cfg.Variant.String(), "reason", err.Error())
 	return nil, attestation.Instance{}, err
 }
 
-// MatchedSet returns the name of the set that the attestation binding
-// userData (the peer's TLS key) matched, or "" if none is remembered.
-func (v *Validator) MatchedSet(userData []byte) string {
+// Current returns the name of the set that the attestation binding
+// peerKey (the peer's TLS key: the attestation's user data) matched, if
+// that attestation still admits its connection:
+//   - it is remembered (the last matchedCap attestations are);
+//   - it is younger than Config.MaxAge;
+//   - its set is still among the accepted ones, read again first if they
+//     are older than the refresh interval (as for a handshake), so a set
+//     the owner retired stops admitting within that interval.
+//
+// The error says why not and what the node should do; the join service
+// refuses the ticket with it.
+func (v *Validator) Current(ctx context.Context, peerKey []byte) (string, error) {
+	v.refresh(ctx)
+	now := v.cfg.Now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.matched[sha256.Sum256(userData)]
+	m, ok := v.matched[sha256.Sum256(peerKey)]
+	if !ok {
+		return "", fmt.Errorf("the join service no longer knows which measurement set this connection attested with (it remembers the last %d attestations): reconnect, which attests again", matchedCap)
+	}
+	if age := now.Sub(m.at); age > v.cfg.MaxAge {
+		return "", fmt.Errorf("this connection attested %s ago, and an attestation admits its connection for %s: reconnect, which attests again", age.Round(time.Second), v.cfg.MaxAge)
+	}
+	for _, s := range v.sets {
+		if s.name == m.set {
+			return m.set, nil
+		}
+	}
+	return "", fmt.Errorf("the owner retired measurement set %s, which this connection attested with, so the cluster no longer admits nodes of that image (kubectl get measurementsets lists the accepted ones): upgrade this node to an accepted image, then reconnect", m.set)
 }
 
 func (v *Validator) remember(userData []byte, set string) {
 	key := sha256.Sum256(userData)
+	now := v.cfg.Now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if _, ok := v.matched[key]; !ok {
 		v.matchOrder = append(v.matchOrder, key)
 	}
-	v.matched[key] = set
+	v.matched[key] = match{set: set, at: now}
 	for len(v.matchOrder) > matchedCap {
 		delete(v.matched, v.matchOrder[0])
 		v.matchOrder = v.matchOrder[1:]
@@ -209,8 +269,11 @@ func (v *Validator) refresh(ctx context.Context) {
 		if !ok {
 			// Names are derived from the measurements: a known name
 			// has the same measurements, and keeps its validator.
-			var err error
-			if val, err = v.cfg.Build(s.Measurements); err != nil {
+			policy, err := JoinPolicy(s.Measurements)
+			if err == nil {
+				val, err = v.cfg.Build(policy)
+			}
+			if err != nil {
 				v.log.Error("cannot use measurement set", "set", s.Name, "error", err.Error())
 				continue
 			}

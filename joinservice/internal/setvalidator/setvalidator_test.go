@@ -3,6 +3,7 @@ package setvalidator
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"sync"
@@ -95,8 +96,8 @@ func TestRolloverWithoutRestart(t *testing.T) {
 	if _, inst, err := v.ValidateInstance(ctx, doc(1), nil); err != nil || inst.Name != "worker-0" {
 		t.Fatalf("node of the accepted image refused: %v (instance %v)", err, inst)
 	}
-	if got := v.MatchedSet(doc(1)); got != oldSet.Name {
-		t.Errorf("MatchedSet = %q, want %q", got, oldSet.Name)
+	if got, err := v.Current(ctx, doc(1)); got != oldSet.Name || err != nil {
+		t.Errorf("Current = %q, %v; want %q", got, err, oldSet.Name)
 	}
 	_, err := v.Validate(ctx, doc(2), nil)
 	if err == nil || !strings.Contains(err.Error(), oldSet.Name) || !strings.Contains(err.Error(), "PCR 4 differs") {
@@ -116,8 +117,8 @@ func TestRolloverWithoutRestart(t *testing.T) {
 	if _, err := v.Validate(ctx, doc(1), nil); err != nil {
 		t.Fatalf("node of the old image refused during the rollout: %v", err)
 	}
-	if got := v.MatchedSet(doc(2)); got != newSet.Name {
-		t.Errorf("MatchedSet = %q, want %q", got, newSet.Name)
+	if got, err := v.Current(ctx, doc(2)); got != newSet.Name || err != nil {
+		t.Errorf("Current = %q, %v; want %q", got, err, newSet.Name)
 	}
 	if builds != 2 {
 		t.Errorf("%d validators built for 2 distinct sets", builds)
@@ -181,7 +182,85 @@ func TestMatchedIsBounded(t *testing.T) {
 		t.Fatalf("remembered %d/%d peers, cap %d", len(v.matched), len(v.matchOrder), matchedCap)
 	}
 	last := matchedCap + 9
-	if v.MatchedSet([]byte{0, 0}) != "" || v.MatchedSet([]byte{byte(last), byte(last >> 8)}) != "s" {
+	_, oldest := v.matched[sha256.Sum256([]byte{0, 0})]
+	newest := v.matched[sha256.Sum256([]byte{byte(last), byte(last >> 8)})]
+	if oldest || newest.set != "s" {
 		t.Fatal("the oldest peer was not the one forgotten")
+	}
+}
+
+// An attestation admits its connection only while its set is accepted and
+// for MaxAge: a ticket request after that is refused, saying what to do.
+func TestCurrent(t *testing.T) {
+	ctx := context.Background()
+	oldSet, newSet := set(t, 1), set(t, 2)
+	tests := map[string]struct {
+		// then is what happens between the handshake and the request.
+		then    func(c *cluster, clk *clock)
+		peer    []byte
+		wantSet string
+		wantErr []string
+	}{
+		"set still accepted": {
+			then: func(c *cluster, clk *clock) { clk.t = clk.t.Add(time.Minute) }, peer: doc(1), wantSet: oldSet.Name,
+		},
+		"set retired": {
+			then: func(c *cluster, clk *clock) {
+				c.set([]measurementset.Set{newSet}, nil)
+				clk.t = clk.t.Add(DefaultRefresh)
+			},
+			peer: doc(1), wantErr: []string{"retired measurement set " + oldSet.Name, "upgrade this node", "reconnect"},
+		},
+		"set retired and the sets not read again yet": {
+			then: func(c *cluster, clk *clock) {
+				c.set([]measurementset.Set{newSet}, nil)
+				clk.t = clk.t.Add(DefaultRefresh - time.Second)
+			},
+			peer: doc(1), wantSet: oldSet.Name,
+		},
+		"every set retired": {
+			then: func(c *cluster, clk *clock) {
+				c.set(nil, nil)
+				clk.t = clk.t.Add(DefaultRefresh)
+			},
+			peer: doc(1), wantErr: []string{"retired measurement set " + oldSet.Name},
+		},
+		"attestation as old as MaxAge": {
+			then: func(c *cluster, clk *clock) { clk.t = clk.t.Add(DefaultMaxAge) }, peer: doc(1), wantSet: oldSet.Name,
+		},
+		"attestation older than MaxAge": {
+			then: func(c *cluster, clk *clock) { clk.t = clk.t.Add(DefaultMaxAge + time.Second) },
+			peer: doc(1), wantErr: []string{"attested 10m1s ago", "reconnect"},
+		},
+		"peer never attested": {
+			then: func(*cluster, *clock) {}, peer: doc(2), wantErr: []string{"no longer knows", "reconnect"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := &cluster{sets: []measurementset.Set{oldSet}}
+			clk := &clock{t: time.Unix(1000, 0)}
+			builds := 0
+			v := newValidator(t, c, clk, &builds)
+			if _, err := v.Validate(ctx, doc(1), nil); err != nil {
+				t.Fatal(err)
+			}
+			tc.then(c, clk)
+			got, err := v.Current(ctx, tc.peer)
+			if tc.wantErr == nil {
+				if err != nil || got != tc.wantSet {
+					t.Fatalf("Current = %q, %v; want %q", got, err, tc.wantSet)
+				}
+				return
+			}
+			if err == nil || got != "" {
+				t.Fatalf("Current = %q, %v; want a refusal", got, err)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("err = %v, want it to say %q", err, want)
+				}
+			}
+		})
 	}
 }

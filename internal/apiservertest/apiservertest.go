@@ -4,6 +4,9 @@
 // runs, from the components build (build/components/imagebin), on
 // loopback ports, with an admin client certificate. No controllers, no
 // scheduler, no nodes: objects are stored and validated, nothing runs.
+// Authorization and admission are a kubeadm cluster's (the Node authorizer
+// before RBAC, NodeRestriction, ValidatingAdmissionPolicy), so a test can
+// try what a node's or a pod's credentials may do (ConfigAs, TokenFor).
 package apiservertest
 
 import (
@@ -46,6 +49,9 @@ type Server struct {
 	// Kubeconfig is the path of a kubeconfig file with the same
 	// credentials, for tools that take one (Helm, kubectl).
 	Kubeconfig string
+
+	ca    *x509.Certificate
+	caKey crypto.Signer
 }
 
 // Start runs etcd and kube-apiserver until the test ends, with a cluster
@@ -78,7 +84,10 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + pki.saKey, "--service-account-signing-key-file=" + pki.saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
-		"--authorization-mode=RBAC",
+		// As kubeadm sets them: what a node's credentials may do is
+		// part of what the tests check.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		// As kubeadm sets it: Orrery's charts run privileged containers.
 		"--allow-privileged=true",
 		// Nothing creates the default ServiceAccount without a
@@ -96,7 +105,7 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 		QPS: 1000, Burst: 2000,
 	}
 	waitReady(tb, cfg, apiserver, filepath.Join(dir, "kube-apiserver.log"))
-	s := &Server{Config: cfg, Kubeconfig: filepath.Join(dir, "admin.conf")}
+	s := &Server{Config: cfg, Kubeconfig: filepath.Join(dir, "admin.conf"), ca: ca, caKey: key}
 	if err := writeKubeconfig(s.Kubeconfig, cfg); err != nil {
 		tb.Fatal(err)
 	}
@@ -327,25 +336,32 @@ func newCA(tb testing.TB) (*x509.Certificate, crypto.Signer) {
 	return ca, caKey
 }
 
+// signLeaf signs tmpl with a new P-256 key for a day, from an hour ago.
+func signLeaf(tb testing.TB, ca *x509.Certificate, caKey crypto.Signer, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	now := time.Now()
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
 func newPKI(tb testing.TB, dir string, ca *x509.Certificate, caKey crypto.Signer) pki {
 	tb.Helper()
-	now := time.Now()
 	leaf := func(serial int64, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = big.NewInt(serial), now.Add(-time.Hour), now.Add(24*time.Hour)
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		kder, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+		tmpl.SerialNumber = big.NewInt(serial)
+		return signLeaf(tb, ca, caKey, tmpl)
 	}
 	serverCert, serverKey := leaf(2, &x509.Certificate{Subject: pkix.Name{CommonName: "kube-apiserver"},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})

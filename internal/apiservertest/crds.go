@@ -7,11 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 )
 
@@ -90,4 +94,43 @@ func splitDocuments(manifest []byte) [][]byte {
 		docs = append(docs, bytes.TrimSpace([]byte(d)))
 	}
 	return docs
+}
+
+// Apply applies every object of a multi-document YAML manifest, of any
+// kind the server serves, in order (server-side apply, as admin).
+// Namespaced objects without a namespace go to "default".
+func (s *Server) Apply(tb testing.TB, manifest []byte) {
+	tb.Helper()
+	client := s.Dynamic(tb)
+	disc, err := discovery.NewDiscoveryClientForConfig(s.Config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	for _, doc := range splitDocuments(manifest) {
+		var obj unstructured.Unstructured
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			tb.Fatalf("apply: %v in\n%s", err, doc)
+		}
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			tb.Fatalf("apply %s %s: %v", gvk.Kind, obj.GetName(), err)
+		}
+		var r dynamic.ResourceInterface = client.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			if obj.GetNamespace() == "" {
+				obj.SetNamespace("default")
+			}
+			r = client.Resource(m.Resource).Namespace(obj.GetNamespace())
+		}
+		j, err := obj.MarshalJSON()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		force := true
+		if _, err := r.Patch(context.Background(), obj.GetName(), types.ApplyPatchType, j, metav1.PatchOptions{FieldManager: "apiservertest", Force: &force}); err != nil {
+			tb.Fatalf("apply %s %s: %v", gvk.Kind, obj.GetName(), err)
+		}
+	}
 }

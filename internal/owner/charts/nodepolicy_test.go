@@ -1,0 +1,443 @@
+package charts
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/orrery-dev/orrery/internal/apiservertest"
+)
+
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// installCharts renders every embedded chart as 'orrery init' installs it
+// (release namespace kube-system) and applies it to srv, CRDs first.
+func installCharts(t *testing.T, srv *apiservertest.Server) {
+	t.Helper()
+	manifest, err := CRDManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.InstallCRDs(t, manifest)
+	for _, name := range []string{Flannel, OrreryServices} {
+		values := servicesValues()
+		if name == Flannel {
+			values = flannelValues()
+		}
+		out := render(t, name, values)
+		files := make([]string, 0, len(out))
+		for f := range out {
+			files = append(files, f)
+		}
+		sort.Strings(files)
+		for _, f := range files {
+			srv.Apply(t, []byte(strings.ReplaceAll(out[f], "\n---", "\n---\n")))
+		}
+	}
+}
+
+func flannelValues() map[string]any {
+	return map[string]any{"podCIDR": "10.244.0.0/16", "apiServer": map[string]any{"host": "10.42.1.100", "port": "6443"}}
+}
+
+func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// mergePatch is a JSON merge patch of obj.
+func mergePatch(t *testing.T, obj map[string]any) []byte {
+	t.Helper()
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestWorkerCannotPlaceSecretHoldingPods tries, with every credential root
+// on a worker holds (its kubelet's certificate, flannel's token), to make
+// the join service's pod, which mounts the master secret and the cluster
+// CA keys, run on the worker, or to read those secrets otherwise, against
+// a real API server with the charts' policies, the Node authorizer and
+// NodeRestriction, as kubeadm sets it up. The writes flannel and kubelets
+// need still pass.
+func TestWorkerCannotPlaceSecretHoldingPods(t *testing.T) {
+	srv := apiservertest.Start(t)
+	installCharts(t, srv)
+	ctx := context.Background()
+	admin := clientFor(t, srv.Config)
+	if _, err := admin.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "orrery-master-secret"}, Data: map[string][]byte{"master-secret.json": []byte("{}")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The nodes register themselves, as kubelets do: a control plane
+	// with the taint kubeadm gives it, which kubeadm then labels with
+	// its admin credentials.
+	worker := clientFor(t, srv.ConfigAs(t, "system:node:worker-0", "system:nodes"))
+	cp := clientFor(t, srv.ConfigAs(t, "system:node:cp-0", "system:nodes"))
+	if _, err := worker.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-0"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a worker's kubelet registering its node: %v", err)
+	}
+	if _, err := cp.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-0"},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: controlPlaneLabel, Effect: corev1.TaintEffectNoSchedule}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a control plane's kubelet registering its node with kubeadm's taint: %v", err)
+	}
+	// kubeadm's admin.conf: a group bound to cluster-admin.
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:cluster-admins"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: "Group", Name: "kubeadm:cluster-admins", APIGroup: "rbac.authorization.k8s.io"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeadmAdmin := clientFor(t, srv.ConfigAs(t, "kubernetes-admin", "kubeadm:cluster-admins"))
+	if _, err := kubeadmAdmin.CoreV1().Nodes().Patch(ctx, "cp-0", types.MergePatchType,
+		mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]any{controlPlaneLabel: ""}}}), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("kubeadm marking the control plane: %v", err)
+	}
+	// flannel's pod on the worker, as its DaemonSet makes it, and the
+	// token kubelet mounts into it.
+	if _, err := admin.CoreV1().Pods("kube-system").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-ds-worker-0"},
+		Spec:       corev1.PodSpec{NodeName: "worker-0", ServiceAccountName: "flannel", Containers: []corev1.Container{{Name: "kube-flannel", Image: "x"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	flannel := clientFor(t, srv.TokenFor(t, "kube-system", "kube-flannel-ds-worker-0"))
+	waitForPolicies(t, worker, "worker-0")
+
+	label := func(key string) []byte {
+		return mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]any{key: ""}}})
+	}
+	annotate := func(key string) []byte {
+		return mergePatch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: "x"}}})
+	}
+	untaint := mergePatch(t, map[string]any{"spec": map[string]any{"taints": nil}})
+	unlabel := mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]any{controlPlaneLabel: nil}}})
+	patchStatus := func(c kubernetes.Interface, node string, patch []byte) error {
+		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err
+	}
+	patchNode := func(c kubernetes.Interface, node string, patch []byte) error {
+		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}
+	mirrorPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "steal-worker-0", Namespace: "kube-system", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}},
+		Spec: corev1.PodSpec{NodeName: "worker-0", Containers: []corev1.Container{{Name: "c", Image: "x",
+			VolumeMounts: []corev1.VolumeMount{{Name: "s", MountPath: "/s"}}}},
+			Volumes: []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "orrery-master-secret"}}}}},
+	}
+
+	tests := map[string]struct {
+		try     func() error
+		allowed bool
+	}{
+		// flannel's token: nodes/status patches change metadata too.
+		"flannel labels its worker a control plane": {try: func() error { return patchStatus(flannel, "worker-0", label(controlPlaneLabel)) }},
+		"flannel labels its worker with an orrery.dev/ label": {try: func() error {
+			return patchStatus(flannel, "worker-0", label("orrery.dev/control-plane"))
+		}},
+		"flannel adds any label":                   {try: func() error { return patchStatus(flannel, "worker-0", label("example.com/role")) }},
+		"flannel removes a control plane's label":  {try: func() error { return patchStatus(flannel, "cp-0", unlabel) }},
+		"flannel removes a control plane's taint":  {try: func() error { return patchStatus(flannel, "cp-0", untaint) }},
+		"flannel changes an annotation not its own": {try: func() error { return patchStatus(flannel, "worker-0", annotate("example.com/x")) }},
+		"flannel writes another node's flannel annotations": {try: func() error {
+			return patchStatus(flannel, "cp-0", annotate("flannel.alpha.coreos.com/public-ip"))
+		}},
+		"flannel changes its node's addresses": {try: func() error {
+			return patchStatus(flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"addresses": []any{
+				map[string]any{"type": "InternalIP", "address": "10.42.1.100"}}}}))
+		}},
+		"flannel changes its node's kubelet port": {try: func() error {
+			return patchStatus(flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"daemonEndpoints": map[string]any{
+				"kubeletEndpoint": map[string]any{"Port": 1}}}}))
+		}},
+		"flannel adds a finalizer": {try: func() error {
+			return patchStatus(flannel, "worker-0", mergePatch(t, map[string]any{"metadata": map[string]any{"finalizers": []any{"example.com/keep"}}}))
+		}},
+		"flannel patches the node, not its status": {try: func() error { return patchNode(flannel, "worker-0", label(controlPlaneLabel)) }},
+		"flannel records its subnet": {allowed: true, try: func() error {
+			return patchStatus(flannel, "worker-0", annotate("flannel.alpha.coreos.com/public-ip"))
+		}},
+		"flannel clears NetworkUnavailable": {allowed: true, try: func() error {
+			return patchStatus(flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"conditions": []any{
+				map[string]any{"type": "NetworkUnavailable", "status": "False", "reason": "FlannelIsUp"}}}}))
+		}},
+		// The worker's kubelet certificate.
+		"kubelet labels its node a control plane": {try: func() error { return patchNode(worker, "worker-0", label(controlPlaneLabel)) }},
+		"kubelet labels its node with an orrery.dev/ label": {try: func() error {
+			return patchNode(worker, "worker-0", label("orrery.dev/control-plane"))
+		}},
+		"kubelet labels a control plane's node":   {try: func() error { return patchNode(worker, "cp-0", label("example.com/x")) }},
+		"kubelet removes a control plane's taint": {try: func() error { return patchNode(worker, "cp-0", untaint) }},
+		"kubelet reads the master secret": {try: func() error {
+			_, err := worker.CoreV1().Secrets("kube-system").Get(ctx, "orrery-master-secret", metav1.GetOptions{})
+			return err
+		}},
+		"kubelet creates a mirror pod that mounts the master secret": {try: func() error {
+			_, err := worker.CoreV1().Pods("kube-system").Create(ctx, mirrorPod, metav1.CreateOptions{})
+			return err
+		}},
+		"kubelet deletes a control plane's node": {try: func() error { return worker.CoreV1().Nodes().Delete(ctx, "cp-0", metav1.DeleteOptions{}) }},
+		"kubelet labels its node as kubelets may": {allowed: true, try: func() error {
+			return patchNode(worker, "worker-0", label("example.com/zone"))
+		}},
+	}
+	names := make([]string, 0, len(tests))
+	for name := range tests {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		tc := tests[name]
+		t.Run(name, func(t *testing.T) {
+			err := tc.try()
+			switch {
+			case tc.allowed && err != nil:
+				t.Fatalf("refused: %v", err)
+			case !tc.allowed && err == nil:
+				t.Fatal("allowed")
+			case !tc.allowed && !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
+				t.Fatalf("refused, but not as forbidden: %v", err)
+			}
+		})
+	}
+
+	// Last, as it changes the nodes: a kubelet that deletes its own Node
+	// and registers it again cannot come back labelled.
+	t.Run("kubelet re-registers its node as a control plane", func(t *testing.T) {
+		if err := worker.CoreV1().Nodes().Delete(ctx, "worker-0", metav1.DeleteOptions{}); err != nil && !apierrors.IsForbidden(err) {
+			t.Fatal(err)
+		}
+		_ = admin.CoreV1().Nodes().Delete(ctx, "worker-0", metav1.DeleteOptions{})
+		for _, key := range []string{controlPlaneLabel, "orrery.dev/control-plane"} {
+			_, err := worker.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-0", Labels: map[string]string{key: ""}}}, metav1.CreateOptions{})
+			if err == nil || !apierrors.IsForbidden(err) {
+				t.Errorf("registering with label %s: err = %v, want forbidden", key, err)
+			}
+		}
+	})
+	// The cluster admins keep the say over roles.
+	t.Run("an admin labels a node", func(t *testing.T) {
+		if err := patchNode(admin, "cp-0", label("orrery.dev/example")); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// waitForPolicies waits until the charts' admission policies are in force
+// (the API server loads them asynchronously): until a dry run of a write
+// the node-role policy refuses, by kubelet, is refused. Type errors in a
+// policy's expressions show as refusals of the writes that must pass.
+func waitForPolicies(t *testing.T, kubelet kubernetes.Interface, node string) {
+	t.Helper()
+	probe := mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]any{"orrery.dev/probe": ""}}})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := kubelet.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, probe, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsForbidden(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the orrery-node-roles policy is not in force after 30 s: a kubelet's orrery.dev/ label: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// manifestObject is what the static checks read of a rendered object.
+type manifestObject struct {
+	Kind     string
+	Metadata struct{ Name, Namespace string }
+	Spec     struct {
+		Template struct {
+			Spec struct {
+				ServiceAccountName string            `json:"serviceAccountName"`
+				NodeSelector       map[string]string `json:"nodeSelector"`
+				Volumes            []struct {
+					Name     string
+					Secret   *struct{ SecretName string } `json:"secret"`
+					HostPath *struct{ Path string }       `json:"hostPath"`
+				}
+			}
+		}
+	}
+	// Roles and bindings.
+	Rules []struct {
+		APIGroups []string `json:"apiGroups"`
+		Resources []string
+		Verbs     []string
+	}
+	RoleRef  struct{ Kind, Name string } `json:"roleRef"`
+	Subjects []struct{ Kind, Name, Namespace string }
+}
+
+// renderedObjects renders every embedded chart and parses its objects.
+func renderedObjects(t *testing.T) ([]manifestObject, string) {
+	t.Helper()
+	var objs []manifestObject
+	var all strings.Builder
+	for _, name := range Names {
+		values := map[string]any{}
+		switch name {
+		case Flannel:
+			values = flannelValues()
+		case OrreryServices:
+			values = servicesValues()
+		}
+		for _, manifest := range render(t, name, values) {
+			all.WriteString(manifest)
+			for _, doc := range strings.Split(manifest, "\n---") {
+				var o manifestObject
+				if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if o.Kind != "" {
+					objs = append(objs, o)
+				}
+			}
+		}
+	}
+	return objs, all.String()
+}
+
+// protectedPrefixes are the label prefixes the orrery-node-roles policy
+// keeps for cluster admins, read from the rendered policy.
+func protectedPrefixes(t *testing.T) []string {
+	t.Helper()
+	for _, manifest := range render(t, OrreryServices, servicesValues()) {
+		var p struct {
+			Kind     string
+			Metadata struct{ Name string }
+			Spec     struct{ Variables []struct{ Name, Expression string } }
+		}
+		for _, doc := range strings.Split(manifest, "\n---") {
+			if yaml.Unmarshal([]byte(doc), &p) != nil || p.Kind != "ValidatingAdmissionPolicy" || p.Metadata.Name != "orrery-node-roles" {
+				continue
+			}
+			for _, v := range p.Spec.Variables {
+				if v.Name == "isProtected" {
+					var prefixes []string
+					if err := json.Unmarshal([]byte(strings.ReplaceAll(v.Expression, "'", `"`)), &prefixes); err != nil {
+						t.Fatalf("isProtected is not a list of strings: %v", err)
+					}
+					return prefixes
+				}
+			}
+		}
+	}
+	t.Fatal("no orrery-node-roles policy with an isProtected list in the orrery-services chart")
+	return nil
+}
+
+// TestWorkerPodsWriteOnlyWhatTheyOwn reads the rendered charts as an
+// attacker with root on a worker would: which service accounts have pods
+// that can run on a worker (their tokens are on it), and what each may
+// write. A new one, or a new write, must be looked at for what it lets a
+// compromised worker do, and added here. And every pod that mounts a
+// Secret or the host's PKI is placed only by labels that the
+// orrery-node-roles policy keeps for cluster admins.
+func TestWorkerPodsWriteOnlyWhatTheyOwn(t *testing.T) {
+	objs, _ := renderedObjects(t)
+	prefixes := protectedPrefixes(t)
+	protected := func(key string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(key, p) {
+				return true
+			}
+		}
+		return false
+	}
+
+	roles := map[string][]string{} // "ClusterRole/name" -> writes
+	for _, o := range objs {
+		if o.Kind != "ClusterRole" && o.Kind != "Role" {
+			continue
+		}
+		for _, r := range o.Rules {
+			for _, v := range r.Verbs {
+				if v == "get" || v == "list" || v == "watch" {
+					continue
+				}
+				for _, res := range r.Resources {
+					roles[o.Kind+"/"+o.Metadata.Name] = append(roles[o.Kind+"/"+o.Metadata.Name], res+":"+v)
+				}
+			}
+		}
+	}
+	writes := map[string][]string{} // service account -> writes
+	for _, o := range objs {
+		if o.Kind != "ClusterRoleBinding" && o.Kind != "RoleBinding" {
+			continue
+		}
+		for _, s := range o.Subjects {
+			if s.Kind == "ServiceAccount" {
+				writes[s.Name] = append(writes[s.Name], roles[o.RoleRef.Kind+"/"+o.RoleRef.Name]...)
+			}
+		}
+	}
+
+	onWorkers := map[string][]string{}
+	for _, o := range objs {
+		switch o.Kind {
+		case "DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob":
+		default:
+			continue
+		}
+		pod := o.Spec.Template.Spec
+		placedByAdmins := false
+		for key := range pod.NodeSelector {
+			placedByAdmins = placedByAdmins || protected(key)
+		}
+		for key := range pod.NodeSelector {
+			if !protected(key) && placedByAdmins {
+				t.Errorf("%s %s: node selector %s is not a label only cluster admins set; select on node-role.kubernetes.io/ labels", o.Kind, o.Metadata.Name, key)
+			}
+		}
+		for _, v := range pod.Volumes {
+			holdsSecrets := v.Secret != nil || (v.HostPath != nil && strings.HasPrefix(v.HostPath.Path, "/etc/kubernetes/pki"))
+			if holdsSecrets && !placedByAdmins {
+				t.Errorf("%s %s mounts %s and can run on a worker: place it with a node-role.kubernetes.io/ label", o.Kind, o.Metadata.Name, v.Name)
+			}
+		}
+		if !placedByAdmins {
+			sa := pod.ServiceAccountName
+			if sa == "" {
+				sa = "default"
+			}
+			w := append([]string(nil), writes[sa]...)
+			sort.Strings(w)
+			onWorkers[sa] = w
+		}
+	}
+	want := map[string][]string{"flannel": {"nodes/status:patch"}}
+	got, _ := json.Marshal(onWorkers)
+	wantJSON, _ := json.Marshal(want)
+	if string(got) != string(wantJSON) {
+		t.Errorf("service accounts of pods that can run on a worker, and what they may write: %s, want %s", got, wantJSON)
+	}
+	// flannel's one write is narrowed by a policy of its own.
+	if _, all := renderedObjects(t); !strings.Contains(all, "name: orrery-flannel-node-writes") {
+		t.Error("no orrery-flannel-node-writes policy narrows flannel's nodes/status patches")
+	}
+}

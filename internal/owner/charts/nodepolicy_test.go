@@ -157,9 +157,9 @@ func TestWorkerCannotPlaceSecretHoldingPods(t *testing.T) {
 		"flannel labels its worker with an orrery.dev/ label": {try: func() error {
 			return patchStatus(flannel, "worker-0", label("orrery.dev/control-plane"))
 		}},
-		"flannel adds any label":                   {try: func() error { return patchStatus(flannel, "worker-0", label("example.com/role")) }},
-		"flannel removes a control plane's label":  {try: func() error { return patchStatus(flannel, "cp-0", unlabel) }},
-		"flannel removes a control plane's taint":  {try: func() error { return patchStatus(flannel, "cp-0", untaint) }},
+		"flannel adds any label":                    {try: func() error { return patchStatus(flannel, "worker-0", label("example.com/role")) }},
+		"flannel removes a control plane's label":   {try: func() error { return patchStatus(flannel, "cp-0", unlabel) }},
+		"flannel removes a control plane's taint":   {try: func() error { return patchStatus(flannel, "cp-0", untaint) }},
 		"flannel changes an annotation not its own": {try: func() error { return patchStatus(flannel, "worker-0", annotate("example.com/x")) }},
 		"flannel writes another node's flannel annotations": {try: func() error {
 			return patchStatus(flannel, "cp-0", annotate("flannel.alpha.coreos.com/public-ip"))
@@ -329,7 +329,9 @@ func protectedPrefixes(t *testing.T) []string {
 		var p struct {
 			Kind     string
 			Metadata struct{ Name string }
-			Spec     struct{ Variables []struct{ Name, Expression string } }
+			Spec     struct {
+				Variables []struct{ Name, Expression string }
+			}
 		}
 		for _, doc := range strings.Split(manifest, "\n---") {
 			if yaml.Unmarshal([]byte(doc), &p) != nil || p.Kind != "ValidatingAdmissionPolicy" || p.Metadata.Name != "orrery-node-roles" {

@@ -145,7 +145,14 @@ func (b *bootstrapper) server() (*grpc.Server, *health.Server, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	srv := grpc.NewServer(grpc.Creds(creds))
+	// Until the init secret is checked its peer is anyone on the
+	// network: gRPC receives no more than the largest init request, in
+	// fixed windows, so a refused request costs the node kilobytes, not
+	// gRPC's default 4 MiB.
+	srv := grpc.NewServer(grpc.Creds(creds),
+		grpc.MaxRecvMsgSize(initserver.MaxRequestSize),
+		grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(64<<10),
+		grpc.MaxHeaderListSize(16<<10))
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)
 	return srv, healthSrv, nil

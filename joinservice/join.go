@@ -112,7 +112,13 @@ func runJoin(ctx context.Context, args []string) error {
 		// (setvalidator.Validator.Current refuses one older than
 		// DefaultMaxAge); closing such connections as well spares the
 		// service peers that hold them open.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: setvalidator.DefaultMaxAge, MaxConnectionAgeGrace: time.Minute}))
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: setvalidator.DefaultMaxAge, MaxConnectionAgeGrace: time.Minute}),
+		// A ticket request is a disk UUID and a CSR: a few hundred
+		// bytes. Peers attested before they send one, and still get
+		// no more than this.
+		grpc.MaxRecvMsgSize(64<<10),
+		grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(64<<10),
+		grpc.MaxHeaderListSize(16<<10))
 	joinpb.RegisterJoinServiceServer(srv, js)
 	go func() { <-ctx.Done(); srv.GracefulStop() }()
 	log.Info("join service listening", "addr", lis.Addr().String())

@@ -4,7 +4,9 @@
 //
 // The order matters and is the point of no return: the request is checked
 // completely first (nothing changes on a bad request or a wrong init
-// secret); then the node lock binds the node to the cluster ID for good;
+// secret), the init secret before anything else, because until it matches
+// the peer is anyone on the network; then the node lock binds the node to
+// the cluster ID for good;
 // then the state disk is re-keyed to the key derived from the master
 // secret, kubeadm runs, and the master secret is stored for the key service.
 // The work continues if the owner's connection drops, and an owner who
@@ -122,6 +124,11 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
+	// secretCheck holds the one init-secret check that may run (see
+	// checkInitSecret); secretWait is how long a request waits for it.
+	secretCheck chan struct{}
+	secretWait  time.Duration
+
 	mu  sync.Mutex
 	job *job // the one init this node ever runs, once started
 }
@@ -132,7 +139,10 @@ func New(cfg Config) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: log.With("component", "initserver")}
+	return &Server{
+		cfg: cfg, log: log.With("component", "initserver"),
+		secretCheck: make(chan struct{}, 1), secretWait: 2 * time.Second,
+	}
 }
 
 func (s *Server) status(msg string) {
@@ -173,19 +183,23 @@ func (j *job) watch() chan *initpb.InitResponse {
 	return c
 }
 
-// Init implements initpb.InitServiceServer.
+// Init implements initpb.InitServiceServer. The message of every error
+// status it returns is at most maxErrorLen bytes.
 func (s *Server) Init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
+	err := s.init(req, stream)
+	if st, ok := status.FromError(err); ok && len(st.Message()) > maxErrorLen {
+		return status.Error(st.Code(), limit(st.Message()))
+	}
+	return err
+}
+
+func (s *Server) init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
 	ctx := stream.Context()
+	if err := s.checkInitSecret(ctx, req.GetInitSecret()); err != nil {
+		return err
+	}
 	if err := validate(req, s.cfg.Supported); err != nil {
 		return status.Errorf(codes.InvalidArgument, "invalid init request: %v", err)
-	}
-	hash, err := s.cfg.InitSecretHash(ctx)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "read the init secret's hash from the metadata service: %v", err)
-	}
-	if bcrypt.CompareHashAndPassword(hash, req.GetInitSecret()) != nil {
-		s.log.Warn("init refused: wrong init secret", "phase", "check-request")
-		return status.Error(codes.PermissionDenied, "wrong init secret: use the one generated when this VM was created")
 	}
 	ms := keys.MasterSecret{Key: req.GetMasterSecret(), Salt: req.GetMasterSecretSalt()}
 	measurementSecret, err := ms.MeasurementSecret()
@@ -239,6 +253,41 @@ func (s *Server) Init(req *initpb.InitRequest, stream initpb.InitService_InitSer
 			return ctx.Err()
 		}
 	}
+}
+
+// checkInitSecret proves that the peer is the party that created the VM.
+// Until it has, the peer is anyone on the network, so nothing else of the
+// request is read: whatever its size, a request with a wrong init secret
+// costs one bcrypt comparison and an error of fixed size.
+//
+// bcrypt is slow on purpose, so a flood of requests must not run many
+// comparisons side by side: one check runs at a time, and a request that
+// cannot start its own within secretWait is refused as Unavailable (which
+// orrery init retries). Reading the hash from the metadata service counts
+// as part of the check, so a flood does not turn into one either.
+func (s *Server) checkInitSecret(ctx context.Context, secret []byte) error {
+	if n := len(secret); n == 0 || n > maxInitSecret {
+		return status.Errorf(codes.InvalidArgument, "invalid init request: init secret has %d bytes, want 1 to %d", n, maxInitSecret)
+	}
+	wait := time.NewTimer(s.secretWait)
+	defer wait.Stop()
+	select {
+	case s.secretCheck <- struct{}{}:
+		defer func() { <-s.secretCheck }()
+	case <-wait.C:
+		return status.Error(codes.Unavailable, "the node is busy checking other init requests: try again in a few seconds")
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	hash, err := s.cfg.InitSecretHash(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "read the init secret's hash from the metadata service: %v", err)
+	}
+	if bcrypt.CompareHashAndPassword(hash, secret) != nil {
+		s.log.Warn("init refused: wrong init secret", "phase", "check-request")
+		return status.Error(codes.PermissionDenied, "wrong init secret: use the one generated when this VM was created")
+	}
+	return nil
 }
 
 // startOrAttach starts the node's init, or attaches to the one that runs

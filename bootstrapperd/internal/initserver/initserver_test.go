@@ -236,7 +236,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		"measurement salt reused": {func(r *initpb.InitRequest) { r.MeasurementSalt = r.MasterSecretSalt }, codes.InvalidArgument, "generated separately"},
 		"unsupported version":     {func(r *initpb.InitRequest) { r.KubernetesVersion = "v1.35.0" }, codes.InvalidArgument, "not supported by this image"},
 		"bad cluster name":        {func(r *initpb.InitRequest) { r.ClusterName = "Demo_1" }, codes.InvalidArgument, "not a DNS label"},
-		"bad SAN":                 {func(r *initpb.InitRequest) { r.ApiServerCertSans = []string{"not a name"} }, codes.InvalidArgument, "neither an IP address"},
+		"bad SAN":                 {func(r *initpb.InitRequest) { r.ApiServerCertSans = []string{"not a name"} }, codes.InvalidArgument, "must each be an IP address or a DNS name"},
 		"bad CIDR":                {func(r *initpb.InitRequest) { r.ServiceCidr = "10.96.0.0/33" }, codes.InvalidArgument, "service CIDR"},
 		"CIDR with host bits":     {func(r *initpb.InitRequest) { r.ServiceCidr = "10.96.0.1/12" }, codes.InvalidArgument, "did you mean 10.96.0.0/12"},
 		"no init secret":          {func(r *initpb.InitRequest) { r.InitSecret = nil }, codes.InvalidArgument, "init secret has 0 bytes"},

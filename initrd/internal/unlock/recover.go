@@ -3,6 +3,9 @@ package unlock
 import (
 	"context"
 	"errors"
+	"sync"
+	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -21,12 +24,37 @@ type RecoverServer struct {
 	Unlocker *Unlocker
 	// Say writes a line on the console.
 	Say func(format string, args ...any)
+
+	// tries holds the one recovery whose key is being tried on the disk
+	// (see acquire); busyWait is how long another waits for it, zero
+	// meaning 2 seconds.
+	triesOnce sync.Once
+	tries     chan struct{}
+	busyWait  time.Duration
 }
+
+// maxErrorLen bounds the message of an error status Recover returns: the
+// peer has proved nothing until its master secret opened the disk.
+const maxErrorLen = 2 << 10
 
 // Recover implements recoverpb.RecoverServiceServer. The master secret is
 // neither logged nor kept: only the keys derived from it reach the
 // Unlocker.
+//
+// Until its master secret opens the disk the peer is anyone on the
+// network, so a request costs a bounded amount: the gRPC server takes
+// requests of at most 1 KiB (initrd/init), the fields' lengths are
+// checked before anything else, one key at a time is tried on the disk,
+// and an error says at most maxErrorLen bytes.
 func (s *RecoverServer) Recover(ctx context.Context, req *recoverpb.RecoverRequest) (*recoverpb.RecoverResponse, error) {
+	resp, err := s.tryRecover(ctx, req)
+	if st, ok := status.FromError(err); ok && len(st.Message()) > maxErrorLen {
+		return nil, status.Error(st.Code(), limit(st.Message()))
+	}
+	return resp, err
+}
+
+func (s *RecoverServer) tryRecover(ctx context.Context, req *recoverpb.RecoverRequest) (*recoverpb.RecoverResponse, error) {
 	from := "the owner"
 	if p, ok := peer.FromContext(ctx); ok {
 		from = "the owner at " + p.Addr.String()
@@ -44,6 +72,11 @@ func (s *RecoverServer) Recover(ctx context.Context, req *recoverpb.RecoverReque
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "derive the measurement secret: %v", err)
 	}
+	release, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	err = s.Unlocker.Try(ctx, Key{DiskKey: diskKey, MeasurementSecret: secret, From: from})
 	switch {
 	case errors.Is(err, ErrWrongKey):
@@ -57,4 +90,41 @@ func (s *RecoverServer) Recover(ctx context.Context, req *recoverpb.RecoverReque
 		return nil, status.Errorf(codes.Internal, "open the state disk: %v", err)
 	}
 	return &recoverpb.RecoverResponse{}, nil
+}
+
+// acquire waits for the recovery whose key is being tried on the disk,
+// if any, for at most busyWait, and returns what ends this one's turn.
+// Trying a key runs cryptsetup, and the Unlocker tries one key at a time:
+// without a bound, a flood of recoveries would queue goroutines and
+// requests without end, and the owner's behind them.
+func (s *RecoverServer) acquire(ctx context.Context) (release func(), err error) {
+	s.triesOnce.Do(func() { s.tries = make(chan struct{}, 1) })
+	wait := s.busyWait
+	if wait == 0 {
+		wait = 2 * time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.tries <- struct{}{}:
+		return func() { <-s.tries }, nil
+	case <-t.C:
+		return nil, status.Error(codes.Unavailable, "the node is busy trying another recovery's master secret: try again in a few seconds")
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// limit cuts msg to at most maxErrorLen bytes, at a character boundary,
+// and says that it did.
+func limit(msg string) string {
+	if len(msg) <= maxErrorLen {
+		return msg
+	}
+	const more = " ... (cut)"
+	cut := maxErrorLen - len(more)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + more
 }

@@ -1,0 +1,75 @@
+package initserver
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
+)
+
+// FuzzValidate checks that validate accepts only requests within the
+// limits and that its error stays small and printable whatever a request
+// holds. SANs are given comma-separated.
+func FuzzValidate(f *testing.F) {
+	f.Add("demo", "10.42.1.100,api.example.org", "v1.36.3", "10.96.0.0/12", bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{3}, 32))
+	supported := func(v string) error {
+		if v != "v1.36.3" {
+			return errors.New("this image ships Kubernetes v1.36.3 only")
+		}
+		return nil
+	}
+	f.Fuzz(func(t *testing.T, name, sans, version, cidr string, masterSecret, measurementSalt []byte) {
+		req := &initpb.InitRequest{
+			MasterSecret:      masterSecret,
+			MasterSecretSalt:  bytes.Repeat([]byte{2}, keys.SaltSize),
+			MeasurementSalt:   measurementSalt,
+			KubernetesVersion: version,
+			InitSecret:        []byte(initSecret),
+			ClusterName:       name,
+			ServiceCidr:       cidr,
+		}
+		if sans != "" {
+			req.ApiServerCertSans = strings.Split(sans, ",")
+		}
+		err := validate(req, supported)
+		if err != nil {
+			// Invalid UTF-8 quoted by %q is four bytes per byte, so the
+			// worst case exceeds maxErrorLen a little; Init cuts it.
+			if msg := err.Error(); len(msg) > 2*maxErrorLen || !utf8.ValidString(msg) {
+				t.Fatalf("validate's error has %d bytes or is not UTF-8: %.200q", len(msg), msg)
+			}
+			return
+		}
+		if len(name) > maxClusterName || len(version) > maxVersion || len(cidr) > maxServiceCIDR || len(req.ApiServerCertSans) > maxSANs {
+			t.Fatalf("validate accepted a request over the limits: name %d, version %d, CIDR %d bytes, %d SANs", len(name), len(version), len(cidr), len(req.ApiServerCertSans))
+		}
+		for _, san := range req.ApiServerCertSans {
+			if len(san) > maxSAN || san == "" {
+				t.Fatalf("validate accepted the SAN %.80q (%d bytes)", san, len(san))
+			}
+		}
+	})
+}
+
+func TestQuote(t *testing.T) {
+	tests := map[string]struct {
+		in   string
+		want string
+	}{
+		"short":             {"demo", `"demo"`},
+		"at the bound":      {strings.Repeat("a", maxQuoted), `"` + strings.Repeat("a", maxQuoted) + `"`},
+		"over the bound":    {strings.Repeat("a", 3<<20), `"` + strings.Repeat("a", maxQuoted) + `"... (3145728 bytes)`},
+		"cut inside a rune": {strings.Repeat("a", maxQuoted-1) + "€", `"` + strings.Repeat("a", maxQuoted-1) + `\xe2"... (66 bytes)`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := quote(tc.in); got != tc.want {
+				t.Fatalf("quote = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -146,7 +146,7 @@ func newJoinServer(f joinFlags, api *apiserver.Conn, currentSet func(context.Con
 		return nil, fmt.Errorf("connect to the key service: %w", err)
 	}
 	js, err := joinserver.New(joinserver.Config{
-		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, CurrentSet: currentSet, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
+		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, Removed: api.RemovedNodes, CurrentSet: currentSet, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
 		Endpoint: f.endpoint, KubernetesVersion: f.version, Components: components,
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(f.salt) },
 		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(f.controlPlanes) },

@@ -5,9 +5,10 @@
 // with. The join service writes it when it gives a node its join ticket
 // (and refuses a disk already recorded for another VM); a rejoin ticket,
 // which hands out the same disk key, goes only to the VM a record names.
-// 'orrery init' records the first control plane's disk. An owner removes
-// a node from the cluster's memory by deleting its record: the node's
-// rejoins are refused from then on.
+// 'orrery init' records the first control plane's disk. 'orrery node
+// remove' marks a node's records removed (RemovedAt), and the API server
+// keeps them so for good: the disk's rejoins and joins are refused from
+// then on, whatever Node object the old node re-creates.
 //
 // Disk UUIDs are not secret (anyone who can read the disk's LUKS header
 // has it), so a record binds the disk to the VM whose attestation key
@@ -34,7 +35,13 @@ type Record struct {
 	// MeasurementSet is the set the node last attested with; empty if not
 	// known (the first control plane, recorded by the CLI).
 	MeasurementSet string
+	// RemovedAt is when the owner removed the disk's node (RFC 3339);
+	// empty while the node belongs to the cluster.
+	RemovedAt string
 }
+
+// Removed reports whether the owner removed the disk's node.
+func (r Record) Removed() bool { return r.RemovedAt != "" }
 
 // Name is the name of the object that records diskUUID, or an error for a
 // malformed UUID.
@@ -54,6 +61,7 @@ type specJSON struct {
 	DiskUUID       string       `json:"diskUUID"`
 	Instance       instanceJSON `json:"instance"`
 	MeasurementSet string       `json:"measurementSet,omitempty"`
+	RemovedAt      string       `json:"removedAt,omitempty"`
 }
 
 // Object is the record as an AdmittedNode (JSON-ready).
@@ -72,6 +80,7 @@ func (r Record) Object() (map[string]any, error) {
 			DiskUUID:       strings.ToLower(r.DiskUUID),
 			Instance:       instanceJSON{Name: r.Instance.Name, ID: r.Instance.ID},
 			MeasurementSet: r.MeasurementSet,
+			RemovedAt:      r.RemovedAt,
 		},
 	}, nil
 }
@@ -100,6 +109,7 @@ func Parse(diskUUID string, object []byte) (Record, error) {
 		DiskUUID:       o.Spec.DiskUUID,
 		Instance:       attestation.Instance{Name: o.Spec.Instance.Name, ID: o.Spec.Instance.ID},
 		MeasurementSet: o.Spec.MeasurementSet,
+		RemovedAt:      o.Spec.RemovedAt,
 	}
 	if !strings.EqualFold(r.DiskUUID, diskUUID) {
 		return Record{}, fmt.Errorf("admitted node record for disk %s holds disk %.40q", diskUUID, r.DiskUUID)

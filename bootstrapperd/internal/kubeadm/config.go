@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"sigs.k8s.io/yaml"
 
@@ -145,6 +146,15 @@ var leaderElection = []arg{
 	{Name: "leader-elect-retry-period", Value: "5s"},
 }
 
+// kubeletCertLifetime is how long the certificates the controller manager
+// signs for kubelets last (Kubernetes' default: a year). A node the owner
+// removed keeps its kubelet's certificate: the orrery-removed-nodes
+// admission policy refuses its writes at once, and this bounds how long it
+// can still read what any node may. Kubelets renew theirs from 70 % of
+// its life on (kubeadm always turns rotation on), through the CSR flow
+// that the same policy closes to removed nodes.
+var kubeletCertLifetime = arg{Name: "cluster-signing-duration", Value: "168h"}
+
 type kubeletConfiguration struct {
 	APIVersion   string `json:"apiVersion"`
 	Kind         string `json:"kind"`
@@ -214,7 +224,7 @@ func InitConfig(p InitParams) ([]byte, error) {
 	cc.APIServer.ExtraArgs = apiServerArgs
 	cc.Etcd.Local.ExtraArgs = etcdArgs
 	cc.EncryptionAlgorithm = encryptionAlgorithm
-	cc.ControllerManager.ExtraArgs = leaderElection
+	cc.ControllerManager.ExtraArgs = append(slices.Clone(leaderElection), kubeletCertLifetime)
 	cc.Scheduler.ExtraArgs = leaderElection
 
 	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100,

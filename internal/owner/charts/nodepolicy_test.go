@@ -2,22 +2,34 @@ package charts
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/apiservertest"
+	"github.com/orrery-dev/orrery/internal/orreryapi"
+	"github.com/orrery-dev/orrery/internal/owner/noderemove"
+	"github.com/orrery-dev/orrery/internal/removednodes"
 )
 
 const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
@@ -442,4 +454,137 @@ func TestWorkerPodsWriteOnlyWhatTheyOwn(t *testing.T) {
 	if _, all := renderedObjects(t); !strings.Contains(all, "name: orrery-flannel-node-writes") {
 		t.Error("no orrery-flannel-node-writes policy narrows flannel's nodes/status patches")
 	}
+}
+
+// TestRemovedNodeCannotComeBack removes a worker as 'orrery node remove'
+// does, against a real API server with the charts installed, then tries
+// what the removed node's kubelet certificate could do to come back:
+// re-create its Node, renew its certificate, post a pod. Every write is
+// refused; another node's are not.
+func TestRemovedNodeCannotComeBack(t *testing.T) {
+	srv := apiservertest.Start(t)
+	installCharts(t, srv)
+	ctx := context.Background()
+	admin := clientFor(t, srv.Config)
+	dyn := srv.Dynamic(t)
+	removed := clientFor(t, srv.ConfigAs(t, "system:node:worker-1", "system:nodes"))
+	other := clientFor(t, srv.ConfigAs(t, "system:node:worker-0", "system:nodes"))
+	for name, c := range map[string]kubernetes.Interface{"worker-1": removed, "worker-0": other} {
+		if _, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitForPolicies(t, other, "worker-0")
+	if _, err := dyn.Resource(admittedNodes).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind, "metadata": map[string]any{"name": "disk-" + disk},
+		"spec": map[string]any{"diskUUID": disk, "instance": map[string]any{"name": "worker-1", "id": "4711"}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A pod of the owner's on the node, which the drain evicts.
+	pod, err := admin.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Spec: corev1.PodSpec{NodeName: "worker-1", Containers: []corev1.Container{{Name: "c", Image: "x"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Finished, so that its deletion needs no kubelet here.
+	pod.Status.Phase = corev1.PodSucceeded
+	if _, err := admin.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var out strings.Builder
+	cfg := noderemove.Config{Client: admin, Dynamic: dyn, Out: &out, DrainTimeout: 10 * time.Second}
+	if err := noderemove.Remove(ctx, cfg, "worker-1"); err != nil {
+		t.Fatalf("remove: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"marked removed", "cordoned", "drained", "deleted", "gets no join or rejoin ticket again"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	rec, err := dyn.Resource(admittedNodes).Get(ctx, "disk-"+disk, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, _, _ := unstructured.NestedString(rec.Object, "spec", "removedAt"); at == "" {
+		t.Error("the disk's record is not marked removed")
+	}
+	cm, err := admin.CoreV1().ConfigMaps(removednodes.Namespace).Get(ctx, removednodes.ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := removednodes.Parse(cm.Data); err != nil || l["worker-1"].InstanceID != "4711" {
+		t.Errorf("removed list = %v, %v; want worker-1 with its instance", l, err)
+	}
+	if _, err := admin.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the node is still there: %v", err)
+	}
+
+	csr := func(c kubernetes.Interface, name string) error {
+		_, err := c.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+			Spec: certificatesv1.CertificateSigningRequestSpec{Request: csrPEM(t, "system:node:"+name),
+				SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+				Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	tries := map[string]func() error{
+		"re-create its Node": func() error {
+			_, err := removed.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}, metav1.CreateOptions{})
+			return err
+		},
+		"renew its certificate": func() error { return csr(removed, "worker-1") },
+		"post a mirror pod": func() error {
+			_, err := removed.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "static-worker-1", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}},
+				Spec:       corev1.PodSpec{NodeName: "worker-1", Containers: []corev1.Container{{Name: "c", Image: "x"}}}}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for what, try := range tries {
+		if err := try(); !apierrors.IsForbidden(err) {
+			t.Errorf("the removed node tried to %s: err = %v, want forbidden", what, err)
+		} else if what == "re-create its Node" && !strings.Contains(err.Error(), "was removed from the cluster") {
+			t.Errorf("the refusal does not say why: %v", err)
+		}
+	}
+	// Other nodes go on as before.
+	if err := csr(other, "worker-0"); err != nil {
+		t.Errorf("another node renewing its certificate: %v", err)
+	}
+	if err := patchLabel(ctx, other, "worker-0", "example.com/zone"); err != nil {
+		t.Errorf("another node writing its Node: %v", err)
+	}
+
+	// Control planes are not removed this way, nor nodes nobody knows.
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Labels: map[string]string{controlPlaneLabel: ""}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := noderemove.Remove(ctx, cfg, "cp-0"); err == nil || !strings.Contains(err.Error(), "is a control plane") {
+		t.Errorf("removing a control plane: %v", err)
+	}
+	if err := noderemove.Remove(ctx, cfg, "worker-9"); err == nil || !strings.Contains(err.Error(), "no node worker-9") {
+		t.Errorf("removing a node nobody knows: %v", err)
+	}
+}
+
+func patchLabel(ctx context.Context, c kubernetes.Interface, node, key string) error {
+	_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{%q:""}}}`, key), metav1.PatchOptions{})
+	return err
+}
+
+// csrPEM is a PEM certificate request for common name cn in system:nodes.
+func csrPEM(t *testing.T, cn string) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn, Organization: []string{"system:nodes"}}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }

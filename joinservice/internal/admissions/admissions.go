@@ -26,38 +26,43 @@ type Store struct {
 // ErrOtherInstance is returned by Admit for a disk recorded for another VM.
 var ErrOtherInstance = errors.New("the disk was admitted for another VM")
 
+// ErrRemoved is returned by Admit for a disk whose node the owner removed.
+var ErrRemoved = errors.New("the owner removed the disk's node from the cluster ('orrery node remove')")
+
 func path(name string) string {
 	return orreryapi.Path(orreryapi.AdmittedNodes, url.PathEscape(name))
 }
 
-// Lookup returns the VM diskUUID was admitted for; found is false if the
-// cluster has no record of the disk.
-func (s *Store) Lookup(ctx context.Context, diskUUID string) (inst attestation.Instance, found bool, err error) {
+// Lookup returns the record of diskUUID: the VM it was admitted for, and
+// whether the owner removed that node; found is false if the cluster has
+// no record of the disk.
+func (s *Store) Lookup(ctx context.Context, diskUUID string) (rec admitted.Record, found bool, err error) {
 	name, err := admitted.Name(diskUUID)
 	if err != nil {
-		return attestation.Instance{}, false, err
+		return admitted.Record{}, false, err
 	}
 	code, body, err := s.Conn.Do(ctx, http.MethodGet, path(name), nil)
 	if err != nil {
-		return attestation.Instance{}, false, fmt.Errorf("read the record of disk %s: %w", diskUUID, err)
+		return admitted.Record{}, false, fmt.Errorf("read the record of disk %s: %w", diskUUID, err)
 	}
 	switch code {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return attestation.Instance{}, false, nil
+		return admitted.Record{}, false, nil
 	default:
-		return attestation.Instance{}, false, fmt.Errorf("read the record of disk %s: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
+		return admitted.Record{}, false, fmt.Errorf("read the record of disk %s: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
 	}
-	rec, err := admitted.Parse(diskUUID, body)
+	rec, err = admitted.Parse(diskUUID, body)
 	if err != nil {
-		return attestation.Instance{}, false, err
+		return admitted.Record{}, false, err
 	}
-	return rec.Instance, true, nil
+	return rec, true, nil
 }
 
 // Admit records that diskUUID belongs to inst, which attested with
 // measurement set set. A disk already recorded for inst is fine (a
-// retried join); one recorded for another VM gives ErrOtherInstance.
+// retried join); one recorded for another VM gives ErrOtherInstance, one
+// whose node the owner removed ErrRemoved.
 func (s *Store) Admit(ctx context.Context, diskUUID string, inst attestation.Instance, set string) error {
 	obj, err := admitted.Record{DiskUUID: diskUUID, Instance: inst, MeasurementSet: set}.Object()
 	if err != nil {
@@ -76,8 +81,11 @@ func (s *Store) Admit(ctx context.Context, diskUUID string, inst attestation.Ins
 		if err != nil {
 			return err
 		}
-		if !found || have.ID != inst.ID {
-			return fmt.Errorf("%w (%s)", ErrOtherInstance, have)
+		if !found || have.Instance.ID != inst.ID {
+			return fmt.Errorf("%w (%s)", ErrOtherInstance, have.Instance)
+		}
+		if have.Removed() {
+			return fmt.Errorf("%w at %s", ErrRemoved, have.RemovedAt)
 		}
 		return s.Attested(ctx, diskUUID, set)
 	default:

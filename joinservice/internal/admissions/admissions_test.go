@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/orrery-dev/orrery/internal/apiservertest"
@@ -54,7 +55,7 @@ func TestAdmitAndLookup(t *testing.T) {
 	if err := s.Admit(ctx, strings.ToLower(disk), w0, "image-0000000000000002"); err != nil {
 		t.Fatalf("retried join of the same VM: %v", err)
 	}
-	if got, found, err := s.Lookup(ctx, strings.ToLower(disk)); !found || err != nil || got != w0 {
+	if got, found, err := s.Lookup(ctx, strings.ToLower(disk)); !found || err != nil || got.Instance != w0 || got.Removed() {
 		t.Fatalf("Lookup = %v, %v, %v", got, found, err)
 	}
 	obj, err := srv.Dynamic(t).Resource(admittedNodes).Get(ctx, "disk-"+strings.ToLower(disk), metav1.GetOptions{})
@@ -80,6 +81,50 @@ func TestAdmitAndLookup(t *testing.T) {
 	}
 	if _, found, err := s.Lookup(ctx, disk); found || err != nil {
 		t.Fatalf("a deleted record: found %v, %v", found, err)
+	}
+}
+
+// A record the owner marked removed stays so: the join service sees it,
+// refuses to admit the disk again, and nobody can take the mark back.
+func TestRemovedRecord(t *testing.T) {
+	s, srv := newStore(t)
+	ctx := context.Background()
+	w0 := attestation.Instance{Name: "worker-0", ID: "1"}
+	if err := s.Admit(ctx, disk, w0, "image-0000000000000001"); err != nil {
+		t.Fatal(err)
+	}
+	records := srv.Dynamic(t).Resource(admittedNodes)
+	name := "disk-" + strings.ToLower(disk)
+	patch := func(p string) error {
+		_, err := records.Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{})
+		return err
+	}
+	if err := patch(`{"spec":{"removedAt":"2026-11-27T12:00:00Z"}}`); err != nil {
+		t.Fatalf("marking the record removed: %v", err)
+	}
+	rec, found, err := s.Lookup(ctx, disk)
+	if err != nil || !found || !rec.Removed() || rec.Instance != w0 {
+		t.Fatalf("Lookup = %+v, %v, %v; want the removed record", rec, found, err)
+	}
+	if err := s.Admit(ctx, disk, w0, ""); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("admitting the removed disk again: err = %v, want ErrRemoved", err)
+	}
+	for what, p := range map[string]string{
+		"unmark":         `{"spec":{"removedAt":null}}`,
+		"change":         `{"spec":{"removedAt":"2030-01-01T00:00:00Z"}}`,
+		"not a time":     `{"spec":{"removedAt":"yesterday"}}`,
+		"with a new set": `{"spec":{"removedAt":null,"measurementSet":"image-0000000000000002"}}`,
+	} {
+		if err := patch(p); err == nil {
+			t.Errorf("%s the removal: allowed", what)
+		}
+	}
+	// The join service's own update of the set leaves the mark.
+	if err := s.Attested(ctx, disk, "image-0000000000000002"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, _ := s.Lookup(ctx, disk); !rec.Removed() {
+		t.Fatal("recording the set unmarked the removal")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/attestation"
 )
 
@@ -13,9 +14,10 @@ import (
 // semantics; tests of the join server use it in the API server's place.
 // The zero Memory is empty and ready.
 type Memory struct {
-	mu    sync.Mutex
-	disks map[string]attestation.Instance
-	sets  map[string]string
+	mu      sync.Mutex
+	disks   map[string]attestation.Instance
+	sets    map[string]string
+	removed map[string]string
 }
 
 // Admit records diskUUID for inst, like Store.Admit.
@@ -26,8 +28,11 @@ func (m *Memory) Admit(_ context.Context, diskUUID string, inst attestation.Inst
 	if have, ok := m.disks[diskUUID]; ok && have.ID != inst.ID {
 		return fmt.Errorf("%w (%s)", ErrOtherInstance, have)
 	}
+	if at, ok := m.removed[diskUUID]; ok {
+		return fmt.Errorf("%w at %s", ErrRemoved, at)
+	}
 	if m.disks == nil {
-		m.disks, m.sets = map[string]attestation.Instance{}, map[string]string{}
+		m.disks, m.sets, m.removed = map[string]attestation.Instance{}, map[string]string{}, map[string]string{}
 	}
 	m.disks[diskUUID] = inst
 	if set != "" {
@@ -55,10 +60,22 @@ func (m *Memory) Set(diskUUID string) string {
 	return m.sets[strings.ToLower(diskUUID)]
 }
 
-// Lookup returns the VM diskUUID was admitted for, like Store.Lookup.
-func (m *Memory) Lookup(_ context.Context, diskUUID string) (attestation.Instance, bool, error) {
+// Remove marks the record of diskUUID removed at at, as 'orrery node
+// remove' does; a disk never admitted is recorded as removed all the same.
+func (m *Memory) Remove(diskUUID, at string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	inst, ok := m.disks[strings.ToLower(diskUUID)]
-	return inst, ok, nil
+	if m.disks == nil {
+		m.disks, m.sets, m.removed = map[string]attestation.Instance{}, map[string]string{}, map[string]string{}
+	}
+	m.removed[strings.ToLower(diskUUID)] = at
+}
+
+// Lookup returns the record of diskUUID, like Store.Lookup.
+func (m *Memory) Lookup(_ context.Context, diskUUID string) (admitted.Record, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	disk := strings.ToLower(diskUUID)
+	inst, ok := m.disks[disk]
+	return admitted.Record{DiskUUID: disk, Instance: inst, MeasurementSet: m.sets[disk], RemovedAt: m.removed[disk]}, ok, nil
 }

@@ -25,7 +25,7 @@ func TestMemoryHasStoreSemantics(t *testing.T) {
 	if err := m.Admit(ctx, disk, attestation.Instance{Name: "worker-0", ID: "2"}, ""); !errors.Is(err, ErrOtherInstance) {
 		t.Fatalf("the disk admitted for another VM: %v, want ErrOtherInstance", err)
 	}
-	if got, found, _ := m.Lookup(ctx, "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f"); !found || got != a {
+	if got, found, _ := m.Lookup(ctx, "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f"); !found || got.Instance != a {
 		t.Fatalf("lookup in lower case = %v %v, want %v", got, found, a)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/orreryapi"
+	"github.com/orrery-dev/orrery/internal/removednodes"
 )
 
 // ServiceAccountDir holds a pod's in-cluster credentials.
@@ -145,4 +146,27 @@ func (c *Conn) MeasurementSets(ctx context.Context) ([]measurementset.Set, error
 		return nil, fmt.Errorf("list the measurement sets: API server answered %d %s: %s", code, http.StatusText(code), Excerpt(body))
 	}
 	return measurementset.ParseList(body)
+}
+
+// RemovedNodes reads the nodes the owner removed (internal/removednodes);
+// a cluster without the list has removed none.
+func (c *Conn) RemovedNodes(ctx context.Context) (removednodes.List, error) {
+	code, body, err := c.Do(ctx, http.MethodGet, "/api/v1/namespaces/"+removednodes.Namespace+"/configmaps/"+removednodes.ConfigMapName, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read the removed nodes: %w", err)
+	}
+	switch code {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return removednodes.List{}, nil
+	default:
+		return nil, fmt.Errorf("read the removed nodes: API server answered %d %s: %s", code, http.StatusText(code), Excerpt(body))
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal(body, &cm); err != nil {
+		return nil, fmt.Errorf("decode %s/%s: %w", removednodes.Namespace, removednodes.ConfigMapName, err)
+	}
+	return removednodes.Parse(cm.Data)
 }

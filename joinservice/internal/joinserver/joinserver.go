@@ -61,12 +61,14 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/removednodes"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 )
 
@@ -85,8 +87,9 @@ type Admissions interface {
 	// set set; admissions.ErrOtherInstance if it is recorded for
 	// another VM.
 	Admit(ctx context.Context, diskUUID string, inst attestation.Instance, set string) error
-	// Lookup returns the VM diskUUID was admitted for, if any.
-	Lookup(ctx context.Context, diskUUID string) (inst attestation.Instance, found bool, err error)
+	// Lookup returns the record of diskUUID (the VM it was admitted
+	// for, whether the owner removed that node), if any.
+	Lookup(ctx context.Context, diskUUID string) (rec admitted.Record, found bool, err error)
 	// Attested records the set the disk's node attested with again.
 	Attested(ctx context.Context, diskUUID, set string) error
 }
@@ -105,6 +108,10 @@ type Config struct {
 	Admissions Admissions
 	// Nodes are the cluster's nodes. Required.
 	Nodes Nodes
+	// Removed returns the nodes the owner removed (internal/removednodes);
+	// it is asked on every request, and a listed name or instance gets
+	// no ticket. Nil lists none.
+	Removed func(ctx context.Context) (removednodes.List, error)
 	// CurrentSet names the measurement set a peer's attestation matched,
 	// given the TLS key the attestation bound, if that attestation still
 	// admits the peer: its set is still accepted and it is recent enough
@@ -245,6 +252,9 @@ func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinp
 			"the kubelet certificate request names node %q, but this node's attestation key certificate names it %s: a node joins only under the name its platform certified; check the name the metadata service gives this VM",
 			claimed, inst)
 	}
+	if err := s.refuseRemoved(ctx, log, "join", inst); err != nil {
+		return err
+	}
 	if req.GetIsControlPlane() {
 		if err := s.requireApprovedControlPlane(ctx, inst); err != nil {
 			log.Warn("refused a join: the node asked for control-plane files and is not an approved control plane", "reason", err.Error())
@@ -255,6 +265,9 @@ func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinp
 	// key can always rejoin with it, and no other VM can.
 	err := s.cfg.Admissions.Admit(ctx, req.GetDiskUuid(), inst, set)
 	switch {
+	case errors.Is(err, admissions.ErrRemoved):
+		log.Warn("refused a join: the owner removed the state disk's node", "reason", err.Error())
+		return status.Errorf(codes.PermissionDenied, "state disk %s: %v; a removed node does not come back: recreate the VM with a new disk and name", strings.ToLower(req.GetDiskUuid()), err)
 	case errors.Is(err, admissions.ErrOtherInstance):
 		log.Warn("refused a join: the state disk was admitted for another VM", "reason", err.Error())
 		return status.Errorf(codes.PermissionDenied, "state disk %s: %v; a VM joins only with a disk of its own", strings.ToLower(req.GetDiskUuid()), err)
@@ -287,7 +300,11 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 		log.Warn("refused a rejoin: the connection's attestation no longer admits the node", "reason", err.Error())
 		return nil, err
 	}
-	owner, found, err := s.cfg.Admissions.Lookup(ctx, disk)
+	if err := s.refuseRemoved(ctx, log, "rejoin", inst); err != nil {
+		return nil, err
+	}
+	rec, found, err := s.cfg.Admissions.Lookup(ctx, disk)
+	owner := rec.Instance
 	switch {
 	case err != nil:
 		log.Error("cannot read the record of admitted disks", "error", err)
@@ -296,6 +313,10 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 		log.Warn("refused a rejoin: the state disk was never admitted, or its node was removed")
 		return nil, status.Errorf(codes.PermissionDenied,
 			"state disk %s was never admitted to this cluster, or the owner removed its node: a rejoin ticket goes only to the VM the disk was admitted for; to bring this VM back, recreate it and let it join as a new node", disk)
+	case rec.Removed():
+		log.Warn("refused a rejoin: the owner removed the state disk's node", "removedAt", rec.RemovedAt)
+		return nil, status.Errorf(codes.PermissionDenied,
+			"the owner removed node %s from the cluster at %s ('orrery node remove'): its state disk %s gets no rejoin ticket, for good; to bring this VM back, recreate it with a new disk and name and let it join as a new node", owner.Name, rec.RemovedAt, disk)
 	case owner.ID != inst.ID:
 		log.Warn("refused a rejoin: the state disk was admitted for another VM", "admittedFor", owner.String())
 		return nil, status.Errorf(codes.PermissionDenied,
@@ -340,6 +361,28 @@ func (s *Server) currentSet(ctx context.Context, info atls.AuthInfo) (string, er
 		return "", status.Error(codes.PermissionDenied, err.Error())
 	}
 	return set, nil
+}
+
+// refuseRemoved refuses a node the owner removed, by its certified name
+// or instance ID: it holds old credentials, perhaps its old disk, and
+// gets nothing from the cluster again.
+func (s *Server) refuseRemoved(ctx context.Context, log *slog.Logger, what string, inst attestation.Instance) error {
+	if s.cfg.Removed == nil {
+		return nil
+	}
+	removed, err := s.cfg.Removed(ctx)
+	if err != nil {
+		log.Error("cannot read the removed nodes", "error", err.Error())
+		return status.Errorf(codes.Unavailable, "read the list of removed nodes: %v", err)
+	}
+	name, e, ok := removed.Find(inst.Name, inst.ID)
+	if !ok {
+		return nil
+	}
+	log.Warn("refused a "+what+": the owner removed this node", "removedAs", name, "removedAt", e.RemovedAt)
+	return status.Errorf(codes.PermissionDenied,
+		"the owner removed node %s (instance %s) from the cluster at %s ('orrery node remove'), and this node is %s: a removed node gets no ticket again; recreate the VM under a new name, or the owner takes %s off the %s/%s ConfigMap",
+		name, e.InstanceID, e.RemovedAt.Format(time.RFC3339), inst, name, removednodes.Namespace, removednodes.ConfigMapName)
 }
 
 // requireAttested refuses callers that did not attest: the transport should
@@ -473,6 +516,9 @@ func checkKubeletKey(pub any) error {
 // default; see bootstrapperd/internal/joinclient): the API server, as
 // kubeadm sets it up, does not verify kubelets' serving certificates, so
 // the signed one bought no check and only gave nodes that power.
+// joinCertLifetime is how long a join ticket's client certificate lasts.
+const joinCertLifetime = 24 * time.Hour
+
 func (s *Server) signKubeletCert(name string, pub any) ([]byte, error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
@@ -483,9 +529,12 @@ func (s *Server) signKubeletCert(name string, pub any) ([]byte, error) {
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
 		NotBefore:    now.Add(-5 * time.Minute),
-		NotAfter:     now.AddDate(1, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		// Only kubeadm join uses it, to have kubelet ask the cluster
+		// for a certificate of its own: a day covers a slow or retried
+		// join, and a copy that outlived it is worth nothing.
+		NotAfter:    now.Add(joinCertLifetime),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	return x509.CreateCertificate(rand.Reader, tmpl, s.cfg.CA, pub, s.cfg.CAKey)
 }

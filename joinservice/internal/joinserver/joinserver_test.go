@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"log/slog"
+	"maps"
 	"math/big"
 	"net"
 	"os"
@@ -38,6 +39,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/removednodes"
 	"github.com/orrery-dev/orrery/internal/syncbuffer"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/setvalidator"
@@ -142,8 +144,11 @@ type env struct {
 	ca         *x509.Certificate
 	admissions *admissions.Memory
 	nodes      *memNodes
-	node       *qemutest.Node
-	logs       *syncbuffer.Buffer
+	// removed is the owner's list of removed nodes the server reads.
+	removed   removednodes.List
+	removedMu sync.Mutex
+	node      *qemutest.Node
+	logs      *syncbuffer.Buffer
 	// sets are the accepted measurement sets, at first imageA, which the
 	// nodes match.
 	sets     *memSets
@@ -211,7 +216,12 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
 		ControlPlanes:   func(context.Context) ([]string, error) { return controlplanes.Parse(approved) },
-		Logger:          slog.New(slog.NewTextHandler(e.logs, nil)),
+		Removed: func(context.Context) (removednodes.List, error) {
+			e.removedMu.Lock()
+			defer e.removedMu.Unlock()
+			return maps.Clone(e.removed), nil
+		},
+		Logger: slog.New(slog.NewTextHandler(e.logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -366,6 +376,74 @@ func TestRejoinTicket(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), "refused a rejoin: the owner removed the node") || !strings.Contains(e.logs.String(), "node="+qemutest.DefaultName) {
 		t.Errorf("refusal not logged with the node's name:\n%s", e.logs)
+	}
+}
+
+// A node the owner removed ('orrery node remove': its disk's record
+// marked removed, its name and instance on the removed list) gets nothing
+// again: not a rejoin with its old disk, even with its Node re-created by
+// its old kubelet certificate, and not a join with a blank disk.
+func TestRemovedNodeGetsNoTicket(t *testing.T) {
+	const otherDisk = "11111111-2222-3333-4444-555555555555"
+	join := func(e *env, disk string) error {
+		_, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+			DiskUuid: disk, CertificateRequest: csr(t, "system:node:"+qemutest.DefaultName, []string{"system:nodes"}),
+		})
+		return err
+	}
+	rejoin := func(e *env, disk string) error {
+		_, err := e.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: disk})
+		return err
+	}
+	removedAt := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	tests := map[string]struct {
+		// remove marks what the owner's removal left: the disk's record,
+		// the list, or both.
+		record, listName, listInstance bool
+		try                            func(e *env) error
+		wantMsg                        string
+	}{
+		"rejoin with the record removed": {record: true, try: func(e *env) error { return rejoin(e, uuid) }, wantMsg: "gets no rejoin ticket, for good"},
+		"join again with the removed disk": {record: true, try: func(e *env) error { return join(e, uuid) },
+			wantMsg: "removed the disk's node"},
+		"rejoin when listed by name":         {listName: true, try: func(e *env) error { return rejoin(e, uuid) }, wantMsg: "a removed node gets no ticket again"},
+		"join with a blank disk when listed": {listInstance: true, try: func(e *env) error { return join(e, otherDisk) }, wantMsg: "a removed node gets no ticket again"},
+		"rejoin when listed by instance": {listInstance: true, try: func(e *env) error { return rejoin(e, uuid) },
+			wantMsg: "orrery node remove"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, envOptions{})
+			if err := join(e, uuid); err != nil {
+				t.Fatal(err)
+			}
+			if tc.record {
+				e.admissions.Remove(uuid, removedAt.Format(time.RFC3339))
+			}
+			e.removedMu.Lock()
+			e.removed = removednodes.List{}
+			if tc.listName {
+				e.removed[qemutest.DefaultName] = removednodes.Entry{RemovedAt: removedAt}
+			}
+			if tc.listInstance {
+				e.removed["old-name"] = removednodes.Entry{InstanceID: e.node.Instance.ID, RemovedAt: removedAt}
+			}
+			e.removedMu.Unlock()
+			// The Node still exists: its old kubelet re-created it.
+			err := tc.try(e)
+			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("err = %v, want PermissionDenied containing %q", err, tc.wantMsg)
+			}
+			if !strings.Contains(e.logs.String(), "the owner removed") {
+				t.Errorf("refusal not logged:\n%s", e.logs)
+			}
+		})
+	}
+	// Another node is not affected by the list.
+	e := newEnv(t, envOptions{})
+	e.removed = removednodes.List{"worker-9": {InstanceID: "99", RemovedAt: removedAt}}
+	if err := join(e, uuid); err != nil {
+		t.Fatalf("a node that is not on the removed list: %v", err)
 	}
 }
 

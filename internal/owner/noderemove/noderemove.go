@@ -1,0 +1,235 @@
+// Package noderemove takes a worker out of the cluster for good ('orrery
+// node remove'). A removed node may be compromised and still holds its
+// kubelet's certificate and its state disk; removing it must leave it
+// nothing to come back with:
+//
+//  1. its admission records are marked removed (internal/admitted), so the
+//     join service never again hands out its disk key, whatever Node
+//     object it re-creates; the records' schema keeps the mark for good;
+//  2. it is drained: cordoned, and its pods evicted (those of DaemonSets
+//     and static pods excepted, which go with the node);
+//  3. its name and instance go on the removed list (internal/removednodes),
+//     through which the API server refuses every write of its kubelet's
+//     credentials and the join service every ticket, also for a new disk;
+//  4. its Node is deleted.
+//
+// The list comes after the drain: a kubelet that may not write cannot
+// confirm that its pods stopped, and a drain would wait for nothing. The
+// records come first, so the node cannot rejoin meanwhile.
+package noderemove
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/orrery-dev/orrery/internal/orreryapi"
+	"github.com/orrery-dev/orrery/internal/removednodes"
+)
+
+// controlPlaneLabel marks the nodes this package refuses to remove.
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+var admittedNodes = schema.GroupVersionResource{Group: orreryapi.Group, Version: orreryapi.Version, Resource: orreryapi.AdmittedNodes}
+
+// Config is what a removal needs.
+type Config struct {
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Out gets a line per step.
+	Out io.Writer
+	// DrainTimeout bounds the wait for evicted pods to go; zero means 2
+	// minutes. Pods still there then go with the Node.
+	DrainTimeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Remove removes node name from the cluster for good.
+func Remove(ctx context.Context, cfg Config, name string) error {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 2 * time.Minute
+	}
+	now := cfg.Now().UTC().Truncate(time.Second)
+	node, err := cfg.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		node = nil
+	case err != nil:
+		return fmt.Errorf("read node %s: %w", name, err)
+	}
+	if node != nil {
+		if _, cp := node.Labels[controlPlaneLabel]; cp {
+			return fmt.Errorf("node %s is a control plane: 'orrery node remove' removes workers only (a control plane's etcd member and certificates would stay behind)", name)
+		}
+	}
+	records, err := markRecordsRemoved(ctx, cfg, name, now)
+	if err != nil {
+		return err
+	}
+	if node == nil && len(records) == 0 {
+		return fmt.Errorf("the cluster has no node %s and no record of a disk admitted for it: check the name ('kubectl get nodes', 'kubectl get admittednodes')", name)
+	}
+	if node != nil {
+		if err := drain(ctx, cfg, name); err != nil {
+			return err
+		}
+	}
+	entry := removednodes.Entry{RemovedAt: now}
+	if len(records) > 0 {
+		entry.InstanceID = records[0]
+	}
+	if err := list(ctx, cfg, name, entry); err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Out, "node %s: its kubelet's credentials may no longer write (%s/%s)\n", name, removednodes.Namespace, removednodes.ConfigMapName)
+	if node != nil {
+		err := cfg.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete node %s: %w", name, err)
+		}
+		fmt.Fprintf(cfg.Out, "node %s: deleted\n", name)
+	}
+	fmt.Fprintf(cfg.Out, "node %s removed: it gets no join or rejoin ticket again\n", name)
+	return nil
+}
+
+// markRecordsRemoved marks every admission record of node name removed at
+// now and returns the instance IDs they name.
+func markRecordsRemoved(ctx context.Context, cfg Config, name string, now time.Time) ([]string, error) {
+	recs, err := cfg.Dynamic.Resource(admittedNodes).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list the admitted nodes (is this the kubeconfig of a cluster 'orrery init' set up?): %w", err)
+	}
+	var ids []string
+	for _, r := range recs.Items {
+		if n, _, _ := unstructured.NestedString(r.Object, "spec", "instance", "name"); n != name {
+			continue
+		}
+		id, _, _ := unstructured.NestedString(r.Object, "spec", "instance", "id")
+		ids = append(ids, id)
+		if at, _, _ := unstructured.NestedString(r.Object, "spec", "removedAt"); at != "" {
+			fmt.Fprintf(cfg.Out, "node %s: disk record %s was already marked removed at %s\n", name, r.GetName(), at)
+			continue
+		}
+		patch := fmt.Appendf(nil, `{"spec":{"removedAt":%q}}`, now.Format(time.RFC3339))
+		if _, err := cfg.Dynamic.Resource(admittedNodes).Patch(ctx, r.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil, fmt.Errorf("mark disk record %s removed: %w", r.GetName(), err)
+		}
+		fmt.Fprintf(cfg.Out, "node %s: disk record %s marked removed\n", name, r.GetName())
+	}
+	return ids, nil
+}
+
+// drain cordons node name and evicts its pods, waiting up to the drain
+// timeout for them to go.
+func drain(ctx context.Context, cfg Config, name string) error {
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := cfg.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("cordon node %s: %w", name, err)
+	}
+	fmt.Fprintf(cfg.Out, "node %s: cordoned\n", name)
+	pods, err := evictable(ctx, cfg, name)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		err := cfg.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsTooManyRequests(err):
+			// A disruption budget holds it: the pod goes with the
+			// node; the owner asked for the node to go.
+			fmt.Fprintf(cfg.Out, "node %s: pod %s/%s is held by a disruption budget; it goes with the node\n", name, p.Namespace, p.Name)
+		default:
+			return fmt.Errorf("evict pod %s/%s from node %s: %w", p.Namespace, p.Name, name, err)
+		}
+	}
+	fmt.Fprintf(cfg.Out, "node %s: evicting %d pods\n", name, len(pods))
+	deadline := time.Now().Add(cfg.DrainTimeout)
+	for {
+		left, err := evictable(ctx, cfg, name)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			fmt.Fprintf(cfg.Out, "node %s: drained\n", name)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(cfg.Out, "node %s: %d pods still there after %s (first: %s/%s); they go with the node\n", name, len(left), cfg.DrainTimeout, left[0].Namespace, left[0].Name)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// evictable lists the pods on node name that a drain evicts: not those of
+// DaemonSets (which tolerate the cordon and would come back) nor static
+// pods (which are the node's own).
+func evictable(ctx context.Context, cfg Config, name string) ([]corev1.Pod, error) {
+	list, err := cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list the pods of node %s: %w", name, err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		if owner := metav1.GetControllerOf(&p); owner != nil && owner.Kind == "DaemonSet" {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// list puts node name on the removed list.
+func list(ctx context.Context, cfg Config, name string, e removednodes.Entry) error {
+	cms := cfg.Client.CoreV1().ConfigMaps(removednodes.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := cms.Get(ctx, removednodes.ConfigMapName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: removednodes.ConfigMapName, Namespace: removednodes.Namespace}}
+			cm.Data = map[string]string{name: e.Value()}
+			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(corev1.Resource("configmaps"), removednodes.ConfigMapName, err)
+			}
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("read %s/%s: %w", removednodes.Namespace, removednodes.ConfigMapName, err)
+		}
+		if _, err := removednodes.Parse(cm.Data); err != nil {
+			return fmt.Errorf("the removed-node list cannot be read, and is not changed: %w", err)
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[name] = e.Value()
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		return err
+	})
+}

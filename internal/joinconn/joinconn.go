@@ -9,6 +9,8 @@
 //   - PCRs 4, 9 and 11 equal to this node's own: the same firmware-loaded
 //     kernel, initrd and UKI, hence the same verity root, that is the same
 //     image, booted through the same initrd phases;
+//   - PCRs 12 and 13 zero (ZeroPCRs): the UKI booted with its own command
+//     line, and no credentials or system extensions were added to it;
 //   - PCR 15 not zero: the node lock locked it to a cluster, as it does on
 //     every control plane, and no image this one trusts runs the join
 //     service anywhere else.
@@ -65,6 +67,16 @@ import (
 // hash. Equal values mean the same image, booted the same way.
 var ImagePCRs = []uint32{4, 9, 11}
 
+// ZeroPCRs must be all zeros in the join service's quote, as
+// image/nodeimage predicts them for every image and as 'orrery init' and
+// 'orrery verify' enforce them through the image's measurements.
+// systemd-stub measures into 12 a command line the boot loader passed
+// (which it accepts when Secure Boot is off) and credentials, and into 13
+// system extensions: a host that booted the genuine UKI with a verity root
+// hash of its own on the command line shows this image's PCRs 4, 9 and 11
+// with a non-zero 12.
+var ZeroPCRs = []uint32{12, 13}
+
 // LockPCR is the node lock's PCR. A control plane is locked to its
 // cluster, so the join service's must not be zero.
 const LockPCR = 15
@@ -84,8 +96,8 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("refused the join service at %s, and used nothing it sent: it did not prove that it is a control plane running this node's image "+
-		"(attestation key certified by this node's platform CA, PCRs %v equal to this node's own, PCR %d set by the node lock): %v; "+
-		"check that the control planes run this image and that nothing else answers on their port %d", e.Addr, ImagePCRs, LockPCR, e.Err, joinpb.Port)
+		"(attestation key certified by this node's platform CA, PCRs %v equal to this node's own, PCRs %v zero, PCR %d set by the node lock): %v; "+
+		"check that the control planes run this image and that nothing else answers on their port %d", e.Addr, ImagePCRs, ZeroPCRs, LockPCR, e.Err, joinpb.Port)
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
@@ -159,7 +171,7 @@ func New(cfg Config) (*Dialer, error) {
 	var vs anyOf
 	for _, images := range append([]measurements.M{m}, trusted...) {
 		v, err := qemu.NewValidator(qemu.ValidatorConfig{
-			Measurements: images, PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR},
+			Measurements: withZeroPCRs(images), PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR},
 			Logger: log.With("check", "join service attestation"),
 		})
 		if err != nil {
@@ -171,6 +183,17 @@ func New(cfg Config) (*Dialer, error) {
 		log.Info("trusting the join services of further images named on the kernel command line", "images", len(trusted))
 	}
 	return &Dialer{cfg: cfg, service: vs}, nil
+}
+
+// withZeroPCRs is m, which names an image by its ImagePCRs, with ZeroPCRs
+// required to be zero: an image this node trusts boots as this one does,
+// from its UKI's own command line.
+func withZeroPCRs(m measurements.M) measurements.M {
+	out := m.Copy()
+	for _, pcr := range ZeroPCRs {
+		out[pcr] = measurements.Measurement{Expected: make([]byte, measurements.DigestSize)}
+	}
+	return out
 }
 
 // TrustedImages reads the images cmdline names with TrustParam. A

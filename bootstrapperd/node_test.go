@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/role"
+	"github.com/orrery-dev/orrery/internal/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/versions"
+)
+
+const testInitSecret = "the init secret"
+
+// metadataServer answers /self with the names of names in turn (the last
+// one from then on) and /initsecrethash with testInitSecret's hash.
+func metadataServer(t *testing.T, names ...string) string {
+	t.Helper()
+	hash, err := bcrypt.GenerateFromPassword([]byte(testInitSecret), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var answer any
+		switch r.URL.Path {
+		case metadata.PathSelf:
+			name := names[min(int(asked.Add(1))-1, len(names)-1)]
+			answer = metadata.Instance{Name: name, Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.1.100")}
+		case metadata.PathInitSecretHash:
+			answer = metadata.InitSecretHashAnswer{Hash: string(hash)}
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(answer)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// runner stands in for systemctl, kubeadm and kubectl: every call
+// succeeds, and it keeps the calls and the configuration kubeadm init got.
+type runner struct {
+	mu         sync.Mutex
+	calls      []string
+	initConfig string
+}
+
+func (r *runner) Run(_ context.Context, name string, args []string, _ io.Reader, _ io.Writer) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, name+" "+strings.Join(args, " "))
+	if i := slices.Index(args, "--config"); name == "kubeadm" && args[0] == "init" && i >= 0 {
+		cfg, err := os.ReadFile(args[i+1])
+		if err != nil {
+			return err
+		}
+		r.initConfig = string(cfg)
+	}
+	return nil
+}
+
+func (r *runner) called() ([]string, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls), r.initConfig
+}
+
+// rekeyedDisk is a state disk that the master secret's key opens already.
+type rekeyedDisk struct{}
+
+func (rekeyedDisk) UUID(context.Context, string) (string, error) {
+	return "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f", nil
+}
+func (rekeyedDisk) Inspect(context.Context, string) (cryptsetup.Volume, error) {
+	return cryptsetup.Volume{}, errors.New("not in this test")
+}
+func (rekeyedDisk) AddKey(context.Context, string, string, string) error {
+	return errors.New("not in this test")
+}
+func (rekeyedDisk) RemoveKey(context.Context, string, string) error {
+	return errors.New("not in this test")
+}
+func (rekeyedDisk) TestKey(context.Context, string, string) (bool, error) { return true, nil }
+func (rekeyedDisk) SetLabel(context.Context, string, string) error {
+	return errors.New("not in this test")
+}
+
+func initRequest() *initpb.InitRequest {
+	return &initpb.InitRequest{
+		MasterSecret:      bytes.Repeat([]byte{1}, 32),
+		MasterSecretSalt:  bytes.Repeat([]byte{2}, 32),
+		MeasurementSalt:   bytes.Repeat([]byte{3}, 32),
+		KubernetesVersion: versions.Default,
+		InitSecret:        []byte(testInitSecret),
+		ClusterName:       "demo",
+		ServiceCidr:       "10.96.0.0/12",
+	}
+}
+
+// The first control plane registers under the name its platform
+// certified: a node that the metadata service (the host's) names otherwise
+// is refused before the node lock and before kubeadm, and tells the owner
+// what to check; one whose names agree is initialised under that name,
+// whatever the metadata service says later.
+func TestInitRegistersOnlyUnderTheCertifiedName(t *testing.T) {
+	for name, tc := range map[string]struct {
+		// certified is the instance the AK certificate names (zero: none).
+		certified string
+		// metadata are the names /self answers, in turn.
+		metadata []string
+		wantErr  string
+		wantNode string
+	}{
+		"names agree":                                 {certified: "cp-0", metadata: []string{"cp-0"}, wantNode: "cp-0"},
+		"metadata names a worker":                     {certified: "cp-0", metadata: []string{"w-1"}, wantErr: `the metadata service names this node "w-1", but its attestation key certificate names it cp-0 (instance ID`},
+		"metadata changes its answer after the check": {certified: "cp-0", metadata: []string{"cp-0", "w-1"}, wantNode: "cp-0"},
+		// As before instances were certified: nothing to hold the name to.
+		"no certified instance": {metadata: []string{"cp-0"}, wantNode: "cp-0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ca, err := platformca.New("test platform CA")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inst attestation.Instance
+			if tc.certified != "" {
+				inst = platformca.NewInstance(tc.certified)
+			}
+			n := qemutest.NewInstance(t, ca, inst)
+			dir := t.TempDir()
+			var logs syncbuffer.Buffer
+			b := testBootstrapper(t, n.TPM.Open, dir, &logs)
+			b.meta.BaseURL = metadataServer(t, tc.metadata...)
+			tools := &runner{}
+			b.tool.Runner = tools
+			b.tool.AdminKubeconfig = filepath.Join(dir, "admin.conf")
+			if err := os.WriteFile(b.tool.AdminKubeconfig, []byte("admin kubeconfig"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			b.disk = &statedisk.Disk{LUKS: rekeyedDisk{}, Device: "/dev/vdb", VolumeRecord: filepath.Join(dir, "no-record"),
+				FirstBootKey: filepath.Join(dir, "no-first-boot-key"), TmpDir: dir}
+			b.tool.Instance = selfInstance(b.openTPM, b.log) // as run does
+
+			bootstrapped := make(chan struct{})
+			client := serveInit(t, b, n, func() { close(bootstrapped) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			done, err := initOnce(ctx, client)
+			calls, config := tools.called()
+			locked, lockErr := b.lock.IsLocked()
+			if lockErr != nil {
+				t.Fatal(lockErr)
+			}
+
+			if tc.wantErr != "" {
+				if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.wantErr) ||
+					!strings.Contains(err.Error(), "check the name the metadata service gives this VM") {
+					t.Fatalf("init = %v, want FailedPrecondition with %q and what to check", err, tc.wantErr)
+				}
+				if locked {
+					t.Error("the refused init locked the node")
+				}
+				if len(calls) != 0 {
+					t.Errorf("the refused init ran %q", calls)
+				}
+				if _, err := os.Stat(filepath.Join(dir, "init-request.json")); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the refused init left its record on the state disk (%v)", err)
+				}
+				if !strings.Contains(logs.String(), "init refused") {
+					t.Errorf("the node's log does not tell of the refusal:\n%s", logs.String())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("init: %v\n%s", err, logs.String())
+			}
+			if string(done.GetKubeconfig()) != "admin kubeconfig" || !locked {
+				t.Fatalf("init returned %q, node locked %v", done.GetKubeconfig(), locked)
+			}
+			if !strings.Contains(config, "name: "+tc.wantNode+"\n") {
+				t.Errorf("kubeadm init did not register the node as %s:\n%s", tc.wantNode, config)
+			}
+			select {
+			case <-bootstrapped:
+			case <-ctx.Done():
+				t.Fatal("the init server never reported the node bootstrapped")
+			}
+		})
+	}
+}
+
+// serveInit serves b's init service as run does, until the test ends, and
+// returns a client that checks node's attestation.
+func serveInit(t *testing.T, b *bootstrapper, node *qemutest.Node, bootstrapped func()) initpb.InitServiceClient {
+	t.Helper()
+	srv, healthSrv, err := b.server()
+	if err != nil {
+		t.Fatal(err)
+	}
+	initpb.RegisterInitServiceServer(srv, b.initServer(bootstrapped))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- b.serve(ctx, srv, healthSrv, lis, time.Now()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+
+	zero := make([]byte, 32)
+	v, err := qemu.NewValidator(qemu.ValidatorConfig{
+		Measurements: measurements.M{11: {Expected: zero}, 15: {Expected: zero}},
+		PlatformCAs:  []*x509.Certificate{node.CA.Cert},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{v}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return initpb.NewInitServiceClient(conn)
+}
+
+// initOnce sends the init request and follows the stream to its end.
+func initOnce(ctx context.Context, client initpb.InitServiceClient) (*initpb.InitSuccess, error) {
+	stream, err := client.Init(ctx, initRequest())
+	if err != nil {
+		return nil, err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		switch k := resp.GetKind().(type) {
+		case *initpb.InitResponse_Done:
+			return k.Done, nil
+		case *initpb.InitResponse_Failed:
+			return nil, errors.New(k.Failed.GetErrorMessage())
+		}
+	}
+}
+
+// Anyone on the network can make the node check its name, before the init
+// secret: it asks the metadata service one question at a time, and no more
+// once the names agreed.
+func TestNameGuardAsksTheMetadataServiceSparingly(t *testing.T) {
+	var asked atomic.Int32
+	g := &nameGuard{
+		certified: platformca.NewInstance("cp-0"),
+		self: func(context.Context) (metadata.Instance, error) {
+			asked.Add(1)
+			time.Sleep(5 * time.Millisecond)
+			return metadata.Instance{Name: "cp-0"}, nil
+		},
+		turn: make(chan struct{}, 1),
+	}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.check(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := asked.Load(); n != 1 {
+		t.Errorf("20 checks asked the metadata service %d times, want once", n)
+	}
+}

@@ -320,3 +320,39 @@ func assertJoinedWithNodeCert(t *testing.T, k func(...string) (string, error), n
 		t.Errorf("no kubelet certificate request from system:node:%s; requests:\n%s", node, out)
 	}
 }
+
+// removeWorker removes worker for good with 'orrery node remove', then
+// hard-resets it: the VM boots its genuine image with its old disk and
+// asks for its disk key, and the join service refuses it. Its Node stays
+// gone.
+func removeWorker(t *testing.T, ctx context.Context, k kubectlFunc, out, orr string, worker *cloud.Node) {
+	t.Helper()
+	b, err := inNS(ctx, orr, "node", "remove", worker.Name, "--yes", "--kubeconfig", filepath.Join(out, "orrery-admin.conf"), "--drain-timeout", patience(3*time.Minute).String())
+	t.Logf("orrery node remove %s:\n%s", worker.Name, b)
+	if err != nil || !strings.Contains(string(b), "gets no join or rejoin ticket again") {
+		t.Fatalf("orrery node remove %s: %v", worker.Name, err)
+	}
+	want := `"node":"` + worker.Name + `"`
+	before := strings.Count(joinServiceLog(k, -1), "refused a rejoin")
+	resetNode(t, ctx, worker)
+	deadline := waitDeadline(t, patience(10*time.Minute))
+	for {
+		var line string
+		for _, l := range strings.Split(joinServiceLog(k, -1), "\n") {
+			if strings.Contains(l, "refused a rejoin") && strings.Contains(l, want) {
+				line = l
+			}
+		}
+		if line != "" && strings.Count(joinServiceLog(k, -1), "refused a rejoin") > before {
+			t.Logf("the join service refused the removed %s: %s", worker.Name, truncate(line, 400))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the join service did not refuse the removed %s's rejoin:\n%s\n%s's console:\n%s", worker.Name, lastLines(joinServiceLog(k, 30), 30), worker.Name, lastLines(mustRead(worker.SerialLog()), 20))
+		}
+		time.Sleep(5 * time.Second)
+	}
+	if s, err := k("get", "node", worker.Name, "-o", "name"); err == nil {
+		t.Errorf("the removed %s is a node again: %s", worker.Name, s)
+	}
+}

@@ -472,6 +472,8 @@ spec:
 	// with a responsive API server, not four: the late nodes take its
 	// place, one at a time (with three VMs, the API server failed its
 	// liveness probe and restarted).
+	removeWorker(t, ctx, k, out, orr, c.Nodes()[1])
+	p.done("worker-0 removed with orrery node remove; its rejoin is refused")
 	powerOff(t, ctx, c.Nodes()[1])
 	p.done("worker-0 powered off")
 	// Spare slots boot in order: spare-0 the modified image, spare-1 the

@@ -356,3 +356,47 @@ func removeWorker(t *testing.T, ctx context.Context, k kubectlFunc, out, orr str
 		t.Errorf("the removed %s is a node again: %s", worker.Name, s)
 	}
 }
+
+// workerIdentities are the credentials root on a worker holds: its
+// kubelet's, and the tokens of the pods that run on every worker (kube-proxy
+// and flannel, DaemonSets) or may (CoreDNS).
+var workerIdentities = [][]string{
+	{"--as=system:node:worker-0", "--as-group=system:nodes", "--as-group=system:authenticated"},
+	{"--as=system:serviceaccount:kube-system:flannel"},
+	{"--as=system:serviceaccount:kube-system:kube-proxy"},
+	{"--as=system:serviceaccount:kube-system:coredns"},
+}
+
+// auditWorkerCredentials asks the real cluster what each credential on a
+// worker may do: it logs 'kubectl auth can-i --list' for each (the record
+// the security review reads), and fails if one may read the master secret
+// or any Secret in kube-system, create pods or workloads, or change RBAC,
+// admission policies or Orrery's configuration. Node writes are allowed by
+// authorization (a kubelet writes its Node, flannel its status) and
+// narrowed by admission policies, which can-i does not see: those are
+// tested against a real API server in internal/owner/charts.
+func auditWorkerCredentials(t *testing.T, k kubectlFunc) {
+	t.Helper()
+	forbidden := [][]string{
+		{"get", "secret/orrery-master-secret", "-n", "kube-system"},
+		{"list", "secrets", "-n", "kube-system"},
+		{"create", "pods", "-n", "kube-system"},
+		{"create", "daemonsets.apps", "-n", "kube-system"},
+		{"patch", "daemonsets.apps", "-n", "kube-system"},
+		{"create", "clusterrolebindings.rbac.authorization.k8s.io"},
+		{"delete", "validatingadmissionpolicies.admissionregistration.k8s.io"},
+		{"update", "configmaps/orrery-removed-nodes", "-n", "kube-system"},
+		{"update", "configmaps/orrery-join-config", "-n", "kube-system"},
+	}
+	for _, id := range workerIdentities {
+		list, _ := k(append([]string{"auth", "can-i", "--list"}, id...)...)
+		t.Logf("kubectl auth can-i --list %s:\n%s", strings.Join(id, " "), list)
+		for _, f := range forbidden {
+			// can-i exits 1 with "no" when denied.
+			out, _ := k(append(append([]string{"auth", "can-i"}, f...), id...)...)
+			if strings.TrimSpace(out) != "no" {
+				t.Errorf("%s may %s (%q)", strings.Join(id, " "), strings.Join(f, " "), strings.TrimSpace(out))
+			}
+		}
+	}
+}

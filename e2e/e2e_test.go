@@ -457,6 +457,8 @@ spec:
 		k("delete", "pod", pod, "--wait=false")
 	}
 	serviceCheck("a pod on the worker reaches a Service on the control plane")
+	auditWorkerCredentials(t, k)
+	p.done("the credentials on a worker may not reach the master secret")
 
 	// Steadiness is judged before the reboots, and from the control
 	// plane's recovery to the end: a reboot restarts the control plane's

@@ -119,7 +119,9 @@ func Excerpt(body []byte) string {
 	return string(bytes.TrimSpace(body))
 }
 
-// NodeExists reports whether the cluster has a Node called name.
+// NodeExists reports whether the cluster has a Node called name that is
+// not being deleted: a Node the owner deleted counts as gone at once, even
+// while a finalizer (which a node's writers might add) keeps the object.
 func (c *Conn) NodeExists(ctx context.Context, name string) (bool, error) {
 	code, body, err := c.Do(ctx, http.MethodGet, "/api/v1/nodes/"+url.PathEscape(name), nil)
 	if err != nil {
@@ -127,7 +129,15 @@ func (c *Conn) NodeExists(ctx context.Context, name string) (bool, error) {
 	}
 	switch code {
 	case http.StatusOK:
-		return true, nil
+		var n struct {
+			Metadata struct {
+				DeletionTimestamp *string `json:"deletionTimestamp"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(body, &n); err != nil {
+			return false, fmt.Errorf("decode node %s: %w", name, err)
+		}
+		return n.Metadata.DeletionTimestamp == nil, nil
 	case http.StatusNotFound:
 		return false, nil
 	}

@@ -1,0 +1,81 @@
+package apiserver
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/orrery-dev/orrery/internal/apiservertest"
+	"github.com/orrery-dev/orrery/internal/removednodes"
+)
+
+func connect(t *testing.T) (*Conn, kubernetes.Interface) {
+	t.Helper()
+	srv := apiservertest.Start(t)
+	httpClient, err := rest.HTTPClientFor(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := kubernetes.NewForConfig(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Conn{Server: srv.Config.Host, HTTP: httpClient}, admin
+}
+
+// A Node being deleted is gone for the join service, even while a
+// finalizer keeps the object: a worker's writer that added one must not
+// keep a deleted node rejoining.
+func TestNodeExists(t *testing.T) {
+	c, admin := connect(t)
+	ctx := context.Background()
+	for _, n := range []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "worker-0"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Finalizers: []string{"example.com/keep"}}},
+	} {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := admin.CoreV1().Nodes().Delete(ctx, "worker-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"worker-0": true, "worker-1": false, "worker-2": false} {
+		got, err := c.NodeExists(ctx, name)
+		if err != nil || got != want {
+			t.Errorf("NodeExists(%s) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+}
+
+func TestRemovedNodes(t *testing.T) {
+	c, admin := connect(t)
+	ctx := context.Background()
+	if l, err := c.RemovedNodes(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("no list yet: %v, %v; want none removed", l, err)
+	}
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: removednodes.ConfigMapName, Namespace: removednodes.Namespace},
+		Data: map[string]string{"worker-1": removednodes.Entry{InstanceID: "42", RemovedAt: at}.Value()}}
+	if _, err := admin.CoreV1().ConfigMaps(removednodes.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.RemovedNodes(ctx)
+	if err != nil || l["worker-1"].InstanceID != "42" || !l["worker-1"].RemovedAt.Equal(at) {
+		t.Fatalf("RemovedNodes = %v, %v", l, err)
+	}
+	// A list that cannot be read refuses rather than admits.
+	cm.Data["worker-2"] = "not JSON"
+	if _, err := admin.CoreV1().ConfigMaps(removednodes.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RemovedNodes(ctx); err == nil || !strings.Contains(err.Error(), "worker-2") {
+		t.Fatalf("a garbled list: err = %v, want one naming the entry", err)
+	}
+}

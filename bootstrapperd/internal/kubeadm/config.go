@@ -57,7 +57,22 @@ type initConfiguration struct {
 	} `json:"localAPIEndpoint"`
 	Patches  *patches `json:"patches,omitempty"`
 	Timeouts timeouts `json:"timeouts"`
+	// BootstrapTokens replaces the token kubeadm init would make, which
+	// authenticates as system:bootstrappers for 24 hours, and whose
+	// holder could have CSRs for any node name auto-approved: nodes join
+	// with the join service's certificate, never with a token.
+	BootstrapTokens []bootstrapToken `json:"bootstrapTokens"`
 }
+
+type bootstrapToken struct {
+	TTL string `json:"ttl"`
+}
+
+// expiredToken is the one token kubeadm's bootstrap-token phase makes
+// (the phase also sets up what kubelets' certificate rotation needs): it
+// expires a second after init made it, and the API server refuses it from
+// then on. kubeadm refuses a token that only signs: it then has no groups.
+var expiredToken = []bootstrapToken{{TTL: "1s"}}
 
 type patches struct {
 	Directory string `json:"directory"`
@@ -214,6 +229,7 @@ func InitConfig(p InitParams) ([]byte, error) {
 	ic.LocalAPIEndpoint.BindPort = clusternet.APIServerPort
 	ic.Patches = patchesIn(p.PatchDir)
 	ic.Timeouts = slowTimeouts
+	ic.BootstrapTokens = expiredToken
 
 	cc := clusterConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "ClusterConfiguration",
 		KubernetesVersion: p.KubernetesVersion, ClusterName: p.ClusterName,

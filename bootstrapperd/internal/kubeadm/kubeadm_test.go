@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -99,6 +100,14 @@ func TestInitConfig(t *testing.T) {
 		if args["leader-elect-lease-duration"] != "120s" || args["leader-elect-renew-deadline"] != "100s" {
 			t.Errorf("%s extraArgs = %v, want the relaxed leader election", comp, args)
 		}
+	}
+	// A removed node's certificate dies within a week.
+	if args := extraArgs(docs[1], "controllerManager", "extraArgs"); args["cluster-signing-duration"] != "168h" {
+		t.Errorf("controllerManager extraArgs = %v, want kubelet certificates signed for a week", args)
+	}
+	// kubeadm's token is dead a second after init.
+	if toks, _ := get(docs[0], "bootstrapTokens").([]any); len(toks) != 1 || fmt.Sprint(get(toks[0].(map[string]any), "ttl")) != "1s" {
+		t.Errorf("bootstrapTokens = %v, want one that expires at once", get(docs[0], "bootstrapTokens"))
 	}
 	if args := extraArgs(docs[1], "etcd", "local", "extraArgs"); args["election-timeout"] != "5000" || args["heartbeat-interval"] != "500" {
 		t.Errorf("etcd extraArgs = %v, want the slower raft clock", args)
@@ -353,7 +362,8 @@ func TestControlPlanePatches(t *testing.T) {
 		Spec struct {
 			Template struct {
 				Spec struct {
-					Containers []struct {
+					NodeSelector map[string]string `json:"nodeSelector"`
+					Containers   []struct {
 						Name string `json:"name"`
 						Env  []struct {
 							Name  string `json:"name"`
@@ -366,6 +376,9 @@ func TestControlPlanePatches(t *testing.T) {
 	}
 	if err := yaml.UnmarshalStrict(raw, &dns); err != nil {
 		t.Fatalf("CoreDNS patch does not parse: %v\n%s", err, raw)
+	}
+	if sel := dns.Spec.Template.Spec.NodeSelector; len(sel) != 1 || sel["node-role.kubernetes.io/control-plane"] != "" {
+		t.Errorf("CoreDNS node selector %v; want control planes only", sel)
 	}
 	cs := dns.Spec.Template.Spec.Containers
 	if len(cs) != 1 || cs[0].Name != "coredns" || len(cs[0].Env) != 2 ||

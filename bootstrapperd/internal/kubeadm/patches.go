@@ -156,10 +156,17 @@ const coreDNSPatchFile = "corednsdeployment+strategic.yaml"
 // with unsynced Kubernetes API"), and so did every cluster that needed DNS.
 // kubelet, kube-proxy, flannel and the join service reach the API server
 // the same way, through the endpoint, not the Service.
+//
+// CoreDNS runs on control planes only (kubeadm gives it their taint's
+// toleration): its service account lists every pod in the cluster, and it
+// answers every pod's name lookups, neither of which root on a worker
+// should hold.
 func coreDNSPatch(apiServer netip.AddrPort) string {
 	return fmt.Sprintf(`spec:
   template:
     spec:
+      nodeSelector:
+        node-role.kubernetes.io/control-plane: ""
       containers:
       - name: coredns
         env:

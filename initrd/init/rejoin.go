@@ -43,16 +43,26 @@ const (
 // the key a join service gives it (rejoin), or, on a control plane, the
 // one the owner's master secret gives (recovery), whichever comes first.
 // Then it mounts the disk, locks the node to its cluster (PCR 15, as at
-// its first join) and takes the network down again for the OS.
+// its first join) and takes the network down again for the OS. A disk
+// the Unlocker refuses (its header, or the mapping it makes, is not what
+// Orrery formats) fails the boot, whenever that shows.
 func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *measurelog.Log, dev string) error {
 	start := time.Now()
+	u := &unlock.Unlocker{LUKS: tool, Device: dev, MapperName: statedisk.MapperName, KeyDir: "/run/orrery"}
+	// The copy of the header that every key will be tried with, checked
+	// before the network comes up: a host that rewrote the header since
+	// Prepare read it is refused here.
+	if err := u.Check(ctx); err != nil {
+		return refused(err)
+	}
+	// Read from the disk, not from the checked copy: a UUID the host
+	// changed since only asks for a key that does not open the copy.
 	uuid, err := tool.UUID(ctx, dev)
 	if err != nil {
 		return fmt.Errorf("read the state disk's LUKS UUID: %w", err)
 	}
 	c.log("state", "state disk %s is initialised (LUKS UUID %s); getting its key from the cluster", dev, uuid)
 	lease := networkUp(ctx, c)
-	u := &unlock.Unlocker{LUKS: tool, Device: dev, MapperName: statedisk.MapperName, KeyDir: "/run/orrery"}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	meta := &metadata.Client{BaseURL: metadataURL}
@@ -66,12 +76,16 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 	}
 	say := func(format string, args ...any) { c.log("rejoin", format, args...) }
 	rejoin := &unlock.Rejoiner{Metadata: meta, JoinService: joins, DiskUUID: uuid, Unlocker: u, Say: say}
-	go rejoin.Run(ctx)
+	rejoined := make(chan error, 1)
+	go func() { rejoined <- rejoin.Run(ctx) }()
 	stopRecovery := serveRecovery(ctx, c, meta, issuer, uuid, u)
 
-	<-u.Opened()
+	err = awaitKey(u.Opened(), rejoined)
 	stopRecovery()
 	cancel()
+	if err != nil {
+		return err
+	}
 	key := u.Key()
 	c.log("state", "state disk opened with the key from %s in %s", key.From, since(start))
 
@@ -95,6 +109,41 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 		c.log("network", "could not take the network down for the OS: %v", err)
 	}
 	return nil
+}
+
+// awaitKey waits until the disk is open (opened is closed), or the
+// rejoin ends without opening it (rejoined). The rejoin ends that way on
+// a disk the Unlocker refused (unlock.ErrRefused), whether a round or a
+// recovery found it: no key is tried on it again in this boot, so the
+// boot fails rather than wait for ever with its recovery server up.
+func awaitKey(opened <-chan struct{}, rejoined <-chan error) error {
+	select {
+	case <-opened:
+		return nil
+	case err := <-rejoined:
+		select {
+		case <-opened:
+			return nil
+		default:
+		}
+		if err == nil {
+			return errors.New("the rejoin ended without opening the state disk")
+		}
+		if errors.Is(err, unlock.ErrRefused) {
+			return refused(err)
+		}
+		return fmt.Errorf("rejoin: %w", err)
+	}
+}
+
+// refused adds to an error of the Unlocker what to do about a refused
+// disk (unlock.ErrRefused); other errors it returns as they are.
+func refused(err error) error {
+	if !errors.Is(err, unlock.ErrRefused) {
+		return err
+	}
+	return fmt.Errorf("%w. No key is tried on it in this boot: whoever controls the node's disks changed it. "+
+		"Replace it with a blank disk (serial %q) to join the node as a new node", err, diskhandoff.Serial)
 }
 
 // networkUp gets a DHCP lease, trying until it does: without a network

@@ -1,10 +1,12 @@
 // Package cryptsetup runs Debian's cryptsetup and veritysetup (package
-// cryptsetup-bin): the one place where Orrery executes them. Consumers
-// declare the small interface they need and take a *Tool.
+// cryptsetup-bin), and dmsetup to read what the kernel mapped: the one
+// place where Orrery executes them. Consumers declare the small interface
+// they need and take a *Tool.
 //
 // Keys are always passed in key files, never on a command line, and no
 // method logs anything: errors carry the tool's own error output, which
-// never contains key material.
+// never contains key material (device-mapper tables are read without
+// --showkeys, and their key field never reaches an error).
 package cryptsetup
 
 import (
@@ -18,11 +20,12 @@ import (
 	"strings"
 )
 
-// Tool runs cryptsetup and veritysetup. The zero value looks both up in PATH.
+// Tool runs cryptsetup, veritysetup and dmsetup. The zero value looks
+// them up in PATH.
 type Tool struct {
-	// Cryptsetup and Veritysetup are the executables; empty means
-	// "cryptsetup" and "veritysetup" in PATH.
-	Cryptsetup, Veritysetup string
+	// Cryptsetup, Veritysetup and Dmsetup are the executables; empty
+	// means "cryptsetup", "veritysetup" and "dmsetup" in PATH.
+	Cryptsetup, Veritysetup, Dmsetup string
 }
 
 // Format is how a LUKS2 volume protects its data.
@@ -51,12 +54,14 @@ var (
 )
 
 // integrityAlgs are the integrity algorithms FormatLUKS2 knows, by the
-// header's name: cryptsetup's --integrity name, and the size of the
-// integrity key that cryptsetup appends to the cipher's key.
+// header's name: cryptsetup's --integrity name, the size of the
+// integrity key that cryptsetup appends to the cipher's key, and the
+// size of a sector's tag (which the device-mapper table shows).
 var integrityAlgs = map[string]struct {
-	arg     string
-	keyBits int
-}{"hmac(sha256)": {"hmac-sha256", 256}}
+	arg      string
+	keyBits  int
+	tagBytes int
+}{"hmac(sha256)": {"hmac-sha256", 256, 32}}
 
 // Matches reports whether v was formatted as f.
 func (f Format) Matches(v Volume) bool {
@@ -95,6 +100,20 @@ type FormatOpts struct {
 	// UUID is the volume's UUID; empty means a random one. Choosing it
 	// lets the caller record which volume it formatted.
 	UUID string
+	// Hash, if set, is the PBKDF's and the anti-forensic splitter's hash.
+	Hash string
+	// SectorSize, if > 0, is the encryption sector size in bytes; zero
+	// means 4096 with integrity (one tag per page, not eight) and
+	// cryptsetup's choice without.
+	SectorSize int
+	// DataOffset, if > 0, is where the data starts, in bytes (a multiple
+	// of 512); zero means after the default header area, aligned as
+	// cryptsetup sees fit for the disk.
+	DataOffset int64
+	// KeyslotCipher and KeyslotKeyBits, if set, encrypt the keyslot
+	// area; empty means cryptsetup's choice.
+	KeyslotCipher  string
+	KeyslotKeyBits int
 }
 
 // IsLUKS reports whether dev starts with a LUKS header. An error means
@@ -132,11 +151,35 @@ func (t *Tool) FormatLUKS2(ctx context.Context, dev, keyFile string, o FormatOpt
 			return fmt.Errorf("format %s: integrity %q is not one Orrery formats", dev, f.Integrity)
 		}
 		cipherBits -= alg.keyBits
-		// 4 KiB sectors: one tag per page, not eight.
-		integrity = []string{"--integrity", alg.arg, "--integrity-no-wipe", "--sector-size", "4096"}
+		integrity = []string{"--integrity", alg.arg, "--integrity-no-wipe"}
 	}
 	args := append([]string{"luksFormat", "--batch-mode", "--type", "luks2",
 		"--cipher", f.Cipher, "--key-size", strconv.Itoa(cipherBits), "--key-file", keyFile}, integrity...)
+	switch {
+	case o.SectorSize > 0:
+		args = append(args, "--sector-size", strconv.Itoa(o.SectorSize))
+	case f.Integrity != "":
+		// 4 KiB sectors: one tag per page, not eight.
+		args = append(args, "--sector-size", "4096")
+	}
+	if o.DataOffset > 0 {
+		if o.DataOffset%512 != 0 {
+			return fmt.Errorf("format %s: a data offset of %d bytes is not a whole number of 512-byte sectors", dev, o.DataOffset)
+		}
+		args = append(args, "--offset", strconv.FormatInt(o.DataOffset/512, 10))
+	}
+	// cryptsetup (2.6.1 and later) refuses to set a keyslot's cipher on a
+	// volume with integrity; it then uses the data cipher's, which is
+	// what StateDisk wants and CheckMetadata checks.
+	if o.KeyslotCipher != "" && f.Integrity == "" {
+		args = append(args, "--keyslot-cipher", o.KeyslotCipher)
+	}
+	if o.KeyslotKeyBits > 0 && f.Integrity == "" {
+		args = append(args, "--keyslot-key-size", strconv.Itoa(o.KeyslotKeyBits))
+	}
+	if o.Hash != "" {
+		args = append(args, "--hash", o.Hash)
+	}
 	if o.PBKDF != "" {
 		args = append(args, "--pbkdf", o.PBKDF)
 	}
@@ -157,10 +200,32 @@ func (t *Tool) FormatLUKS2(ctx context.Context, dev, keyFile string, o FormatOpt
 }
 
 // OpenLUKS maps the LUKS volume on dev as /dev/mapper/<name>, unlocked
-// with the contents of keyFile.
+// with the contents of keyFile. It trusts dev's header: for a disk the
+// host controls, use OpenChecked.
 func (t *Tool) OpenLUKS(ctx context.Context, dev, name, keyFile string) error {
 	_, err := t.run(ctx, t.cryptsetup(), "open", "--type", "luks", "--key-file", keyFile, dev, name)
 	return err
+}
+
+// OpenChecked maps the LUKS2 volume on dev as /dev/mapper/<name>,
+// unlocked with the contents of keyFile, taking its header from the file
+// header (a copy SaveHeader checked against h), and checks that the
+// kernel's mapping is what h's data segment makes (CheckMapping). A
+// mapping that differs is closed again, and the error is a *FormatError.
+func (t *Tool) OpenChecked(ctx context.Context, dev, header, name, keyFile string, h Header) error {
+	if header == "" {
+		return errors.New("open a LUKS2 volume with a checked header: no header file")
+	}
+	if _, err := t.run(ctx, t.cryptsetup(), "open", "--type", "luks2", "--header", header, "--key-file", keyFile, dev, name); err != nil {
+		return err
+	}
+	if err := t.CheckMapping(ctx, name, h); err != nil {
+		if cerr := t.Close(ctx, name); cerr != nil {
+			return errors.Join(err, fmt.Errorf("close the refused mapping: %w", cerr))
+		}
+		return err
+	}
+	return nil
 }
 
 // Close removes the mapping /dev/mapper/<name> (LUKS or verity).
@@ -295,11 +360,16 @@ func parseLabel(dump []byte) (string, error) {
 }
 
 // AddKey adds a keyslot for the key in newKeyFile, authorised by the key
-// in keyFile. The new keyslot uses PBKDF2 with few iterations, like the
-// first one: keys are 32 random bytes, so a slow derivation buys nothing.
+// in keyFile. The new keyslot is one StateDisk allows, like the first
+// one: PBKDF2 with few iterations (keys are 32 random bytes, so a slow
+// derivation buys nothing), its area encrypted with AES-XTS.
 func (t *Tool) AddKey(ctx context.Context, dev, keyFile, newKeyFile string) error {
+	h := StateDisk
 	_, err := t.run(ctx, t.cryptsetup(), "luksAddKey", "--batch-mode", "--key-file", keyFile,
-		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", dev, newKeyFile)
+		// No --keyslot-cipher: cryptsetup refuses it on a volume with
+		// integrity, and the new keyslot gets the data cipher's, which
+		// CheckMetadata checks.
+		"--pbkdf", h.PBKDF, "--pbkdf-force-iterations", strconv.Itoa(h.Iterations), "--hash", h.Hash, dev, newKeyFile)
 	return err
 }
 
@@ -311,7 +381,18 @@ func (t *Tool) RemoveKey(ctx context.Context, dev, keyFile string) error {
 
 // TestKey reports whether the key in keyFile opens dev, without opening it.
 func (t *Tool) TestKey(ctx context.Context, dev, keyFile string) (bool, error) {
-	_, err := t.run(ctx, t.cryptsetup(), "open", "--test-passphrase", "--key-file", keyFile, dev)
+	return t.TestKeyWithHeader(ctx, dev, "", keyFile)
+}
+
+// TestKeyWithHeader reports whether the key in keyFile opens dev, whose
+// header is read from the file header ("" for dev's own), without
+// opening it.
+func (t *Tool) TestKeyWithHeader(ctx context.Context, dev, header, keyFile string) (bool, error) {
+	args := []string{"open", "--test-passphrase", "--key-file", keyFile}
+	if header != "" {
+		args = append(args, "--type", "luks2", "--header", header)
+	}
+	_, err := t.run(ctx, t.cryptsetup(), append(args, dev)...)
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 2 {
 		// Exit code 2: no keyslot opens with this key.
@@ -337,13 +418,44 @@ func (t *Tool) veritysetup() string {
 	return "veritysetup"
 }
 
+func (t *Tool) dmsetup() string {
+	if t.Dmsetup != "" {
+		return t.Dmsetup
+	}
+	return "dmsetup"
+}
+
+// maxOutput bounds what run keeps of a tool's output: what the tools
+// print about a header comes from the disk, which the host may have
+// written.
+const maxOutput = 1 << 20
+
+// capped keeps the first maxOutput bytes written to it.
+type capped struct {
+	bytes.Buffer
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := maxOutput - c.Len(); len(p) > room {
+		c.over = true
+		c.Buffer.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return c.Buffer.Write(p)
+}
+
 // run runs bin with args; the error wraps the exit status and carries the
 // tool's error output.
 func (t *Tool) run(ctx context.Context, bin string, args ...string) ([]byte, error) {
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr capped
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	if err == nil && stdout.over {
+		return nil, fmt.Errorf("%s %s: more than %d bytes of output", bin, args[0], maxOutput)
+	}
+	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
 			msg = strings.TrimSpace(stdout.String())

@@ -1,7 +1,7 @@
 // Package initrdbuild builds the node's initrd with u-root's mkuimage: the
 // Go /init (initrd/init), the kernel modules it loads for one Debian cloud
 // kernel release, and the few tools it runs (cryptsetup, veritysetup,
-// mke2fs) with their shared libraries and the dynamic loader. The archive
+// dmsetup, mke2fs) with their shared libraries and the dynamic loader. The archive
 // is reproducible (fixed mtimes and owners, sorted entries, a stripped
 // -trimpath binary) and compressed with zstd.
 package initrdbuild
@@ -28,11 +28,14 @@ import (
 const InitPackage = "github.com/orrery-dev/orrery/initrd/init"
 
 // Tools are the host programs the initrd carries, at the same paths.
-var Tools = []string{"/usr/sbin/cryptsetup", "/usr/sbin/veritysetup", "/usr/sbin/mke2fs"}
+// dmsetup reads back the state disk's device-mapper table once opened
+// (cryptsetup.Tool.CheckMapping); its libraries are cryptsetup's.
+var Tools = []string{"/usr/sbin/cryptsetup", "/usr/sbin/veritysetup", "/usr/sbin/dmsetup", "/usr/sbin/mke2fs"}
 
 // toolPackages names the Debian package of each tool, for error messages.
 var toolPackages = map[string]string{
-	"/usr/sbin/cryptsetup": "cryptsetup-bin", "/usr/sbin/veritysetup": "cryptsetup-bin", "/usr/sbin/mke2fs": "e2fsprogs",
+	"/usr/sbin/cryptsetup": "cryptsetup-bin", "/usr/sbin/veritysetup": "cryptsetup-bin", "/usr/sbin/dmsetup": "dmsetup",
+	"/usr/sbin/mke2fs": "e2fsprogs",
 }
 
 // configFiles are host configuration files the tools read.

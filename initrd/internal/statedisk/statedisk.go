@@ -10,6 +10,14 @@
 // A disk that is already LUKS belongs to a node that must rejoin its
 // cluster or be recovered: Prepare returns ErrInitialised and touches
 // nothing.
+//
+// The host controls the disk, and nothing authenticates a LUKS2 header:
+// a header rewritten to cipher_null still opens with the right key and
+// maps the host's plaintext. So Prepare refuses a LUKS disk whose header
+// is not exactly what the initrd formats (cryptsetup.StateDisk) before
+// any key is asked for, and never treats it as blank; and it opens the
+// disk it formatted with a checked copy of the header, then checks the
+// kernel's mapping.
 package statedisk
 
 import (
@@ -49,9 +57,11 @@ var ErrInitialised = errors.New("state disk is initialised")
 // luksTool is what Prepare needs of cryptsetup (internal/cryptsetup.Tool).
 type luksTool interface {
 	IsLUKS(ctx context.Context, dev string) (bool, error)
+	CheckHeader(ctx context.Context, dev string, h cryptsetup.Header) (cryptsetup.Volume, error)
 	Label(ctx context.Context, dev string) (string, error)
 	FormatLUKS2(ctx context.Context, dev, keyFile string, o cryptsetup.FormatOpts) error
-	OpenLUKS(ctx context.Context, dev, name, keyFile string) error
+	SaveHeader(ctx context.Context, dev, path string, h cryptsetup.Header) (cryptsetup.Volume, error)
+	OpenChecked(ctx context.Context, dev, header, name, keyFile string, h cryptsetup.Header) error
 }
 
 // mkfsTool makes the filesystem on the opened volume (E2fs).
@@ -82,7 +92,22 @@ type Preparer struct {
 	Sysroot string
 	// MapperDir is where device-mapper devices appear; "" means /dev/mapper.
 	MapperDir string
+	// Header is the LUKS2 header Prepare formats and accepts; the zero
+	// value means cryptsetup.StateDisk.
+	Header cryptsetup.Header
 }
+
+func (p *Preparer) spec() cryptsetup.Header {
+	if p.Header == (cryptsetup.Header{}) {
+		return cryptsetup.StateDisk
+	}
+	return p.Header
+}
+
+// ErrRefused means the state disk is a LUKS volume whose header is not
+// what the initrd formats: no key may be tried on it, and it is not
+// blank either.
+var ErrRefused = errors.New("refusing the state disk")
 
 // Result tells what Prepare did.
 type Result struct {
@@ -97,10 +122,13 @@ type Result struct {
 
 // Prepare sets up the blank state disk dev on first boot. It returns
 // ErrInitialised, having changed nothing, if dev is a LUKS volume that
-// may belong to a cluster, and an error without touching dev if dev is
-// neither LUKS nor blank. A LUKS volume an earlier first boot formatted
-// and nobody keyed to a cluster (see diskhandoff.FirstBootLabel) is
-// prepared afresh, and Result.Abandoned says so.
+// may belong to a cluster; ErrRefused, having changed nothing, if dev is
+// a LUKS volume whose header is not exactly what the initrd formats
+// (Header: the error names the field that differs); and an error without
+// touching dev if dev is neither LUKS nor blank. A LUKS volume an earlier
+// first boot formatted and nobody keyed to a cluster (see
+// diskhandoff.FirstBootLabel) is prepared afresh, and Result.Abandoned
+// says so.
 func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	var res Result
 	isLUKS, err := p.LUKS.IsLUKS(ctx, dev)
@@ -108,6 +136,12 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 		return res, fmt.Errorf("check for a LUKS header on %s: %w", dev, err)
 	}
 	if isLUKS {
+		if _, err := p.LUKS.CheckHeader(ctx, dev, p.spec()); err != nil {
+			return res, fmt.Errorf("%w: %w. No key was asked for or tried, and the disk is left as it is: "+
+				"whoever controls the node's disks changed it, or it is not a disk Orrery formatted. "+
+				"Replace it with a blank disk (serial %q) to join the node as a new node",
+				ErrRefused, err, diskhandoff.Serial)
+		}
 		label, err := p.LUKS.Label(ctx, dev)
 		if err != nil {
 			return res, fmt.Errorf("read the LUKS label of %s: %w", dev, err)
@@ -144,7 +178,9 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	opts := cryptsetup.FormatOpts{Format: cryptsetup.Authenticated, PBKDF: "pbkdf2", Iterations: 1000, Label: Label, UUID: uuid}
+	spec := p.spec()
+	opts := spec.FormatOpts()
+	opts.Label, opts.UUID = Label, uuid
 	start := time.Now()
 	if err := p.LUKS.FormatLUKS2(ctx, dev, keyFile, opts); err != nil {
 		return res, fmt.Errorf("format state disk: %w", err)
@@ -154,12 +190,24 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	if record == "" {
 		record = diskhandoff.VolumeRecordFile
 	}
-	if err := diskhandoff.WriteVolumeRecord(record, cryptsetup.Authenticated.Volume(uuid)); err != nil {
+	if err := diskhandoff.WriteVolumeRecord(record, spec.Format.Volume(uuid)); err != nil {
 		return res, err
 	}
 
+	// The header is read back from the disk, which the host could have
+	// rewritten since: the copy must be the volume just formatted, and
+	// the disk is opened with that copy.
 	start = time.Now()
-	if err := p.LUKS.OpenLUKS(ctx, dev, MapperName, keyFile); err != nil {
+	header := filepath.Join(filepath.Dir(keyFile), "state-header")
+	vol, err := p.LUKS.SaveHeader(ctx, dev, header, spec)
+	if err != nil {
+		return res, fmt.Errorf("read back the state disk's new header: %w", err)
+	}
+	defer os.Remove(header)
+	if vol.UUID != uuid {
+		return res, fmt.Errorf("read back the state disk's new header: its UUID is %s, the initrd formatted %s: something else rewrote the disk", vol.UUID, uuid)
+	}
+	if err := p.LUKS.OpenChecked(ctx, dev, header, MapperName, keyFile, spec); err != nil {
 		return res, fmt.Errorf("open state disk: %w", err)
 	}
 	res.OpenTime = time.Since(start)

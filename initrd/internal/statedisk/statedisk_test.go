@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,17 +17,42 @@ import (
 
 // fakeLUKS records what Prepare asks of cryptsetup.
 type fakeLUKS struct {
-	isLUKS    bool
-	label     string
-	failOpen  bool
-	formatted cryptsetup.FormatOpts
-	keySeen   []byte
-	calls     []string
+	isLUKS   bool
+	label    string
+	failOpen bool
+	// badHeader is what CheckHeader says of the disk; badCopy, what
+	// SaveHeader says of the header read back after formatting, whose
+	// UUID is copyUUID if set (else the one formatted).
+	badHeader, badCopy error
+	copyUUID           string
+	formatted          cryptsetup.FormatOpts
+	keySeen            []byte
+	calls              []string
 }
 
 func (f *fakeLUKS) IsLUKS(_ context.Context, dev string) (bool, error) {
 	f.calls = append(f.calls, "isLuks "+dev)
 	return f.isLUKS, nil
+}
+
+func (f *fakeLUKS) CheckHeader(_ context.Context, dev string, h cryptsetup.Header) (cryptsetup.Volume, error) {
+	f.calls = append(f.calls, "checkHeader "+dev)
+	if h != cryptsetup.StateDisk {
+		return cryptsetup.Volume{}, errors.New("checked against another header")
+	}
+	return cryptsetup.Volume{}, f.badHeader
+}
+
+func (f *fakeLUKS) SaveHeader(_ context.Context, dev, path string, h cryptsetup.Header) (cryptsetup.Volume, error) {
+	f.calls = append(f.calls, "saveHeader "+dev+" "+filepath.Base(path))
+	if f.badCopy != nil {
+		return cryptsetup.Volume{}, f.badCopy
+	}
+	uuid := f.copyUUID
+	if uuid == "" {
+		uuid = f.formatted.UUID
+	}
+	return h.Format.Volume(uuid), os.WriteFile(path, []byte("header"), 0o600)
 }
 
 func (f *fakeLUKS) Label(_ context.Context, dev string) (string, error) {
@@ -42,13 +68,20 @@ func (f *fakeLUKS) FormatLUKS2(_ context.Context, dev, keyFile string, o cryptse
 	return err
 }
 
-func (f *fakeLUKS) OpenLUKS(_ context.Context, dev, name, keyFile string) error {
-	f.calls = append(f.calls, "open "+dev+" "+name)
+func (f *fakeLUKS) OpenChecked(_ context.Context, dev, header, name, keyFile string, h cryptsetup.Header) error {
+	f.calls = append(f.calls, "open "+dev+" "+filepath.Base(header)+" "+name)
+	if b, err := os.ReadFile(header); err != nil || string(b) != "header" || h != cryptsetup.StateDisk {
+		return fmt.Errorf("opened without the checked header: %v", err)
+	}
 	if f.failOpen {
 		return errors.New("no key available with this passphrase")
 	}
 	return nil
 }
+
+// nullSegment is what CheckHeader says of a header rewritten as in the
+// review's nullsegment.py.
+var nullSegment = &cryptsetup.FormatError{Where: "LUKS2 header of /dev/vdb", Field: "segments.0.encryption", Got: `"cipher_null-ecb"`, Want: `"aes-xts-plain64"`}
 
 type fakeMkfs struct{ dev string }
 
@@ -117,6 +150,26 @@ func TestPrepare(t *testing.T) {
 		"abandoned first boot": {content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...), luks: fakeLUKS{isLUKS: true, label: diskhandoff.FirstBootLabel}, wantKey: true, wantMnts: 2},
 		"holds data":           {content: append([]byte("XFSB"), make([]byte, 2<<20)...), wantErr: "neither blank nor a LUKS volume"},
 		"open fails":           {content: make([]byte, 2<<20), luks: fakeLUKS{failOpen: true}, wantErr: "open state disk", wantKey: true},
+		// A header a host rewrote: refused before any key, never formatted.
+		"tampered header": {
+			content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...),
+			luks:    fakeLUKS{isLUKS: true, label: diskhandoff.KeyedLabel, badHeader: nullSegment},
+			wantIs:  ErrRefused,
+		},
+		"tampered header, first-boot label": {
+			content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...),
+			luks:    fakeLUKS{isLUKS: true, label: diskhandoff.FirstBootLabel, badHeader: nullSegment},
+			wantIs:  ErrRefused,
+		},
+		// The header read back after formatting is not the one written.
+		"rewritten after formatting": {
+			content: make([]byte, 2<<20), luks: fakeLUKS{badCopy: nullSegment},
+			wantErr: `read back the state disk's new header: LUKS2 header of /dev/vdb: segments.0.encryption is "cipher_null-ecb"`, wantKey: true,
+		},
+		"swapped after formatting": {
+			content: make([]byte, 2<<20), luks: fakeLUKS{copyUUID: "0b6e1a52-6f7c-4f0e-9d7e-3c1f2a4b5c6d"},
+			wantErr: "something else rewrote the disk", wantKey: true,
+		},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -145,6 +198,10 @@ func TestPrepare(t *testing.T) {
 				if !errors.Is(err, tt.wantIs) {
 					t.Fatalf("Prepare() = %v, want %v", err, tt.wantIs)
 				}
+				if tt.wantIs == ErrRefused && (!strings.Contains(err.Error(), `segments.0.encryption is "cipher_null-ecb", want "aes-xts-plain64"`) ||
+					!strings.Contains(err.Error(), "blank disk")) {
+					t.Errorf("Prepare() = %v: does not say what it saw and what to do", err)
+				}
 			case tt.wantErr != "":
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Prepare() = %v, want an error containing %q", err, tt.wantErr)
@@ -158,7 +215,7 @@ func TestPrepare(t *testing.T) {
 					t.Fatal("key file written")
 				}
 				for _, c := range luks.calls {
-					if !strings.HasPrefix(c, "isLuks ") && !strings.HasPrefix(c, "label ") {
+					if !strings.HasPrefix(c, "isLuks ") && !strings.HasPrefix(c, "label ") && !strings.HasPrefix(c, "checkHeader ") {
 						t.Fatalf("touched the disk: %v", luks.calls)
 					}
 				}
@@ -173,8 +230,17 @@ func TestPrepare(t *testing.T) {
 			if fi, err := os.Stat(keyFile); err != nil || fi.Mode().Perm() != 0o400 {
 				t.Fatalf("key file mode: %v, %v", fi.Mode(), err)
 			}
-			if luks.formatted.PBKDF != "pbkdf2" || luks.formatted.Iterations != 1000 {
+			if want := cryptsetup.StateDisk.FormatOpts(); luks.formatted.PBKDF != "pbkdf2" || luks.formatted.Iterations != 1000 ||
+				luks.formatted.DataOffset != want.DataOffset || luks.formatted.SectorSize != 4096 || luks.formatted.Format != cryptsetup.Authenticated {
 				t.Errorf("formatted with %+v", luks.formatted)
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(keyFile), "state-header")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the header copy is left: %v", err)
+			}
+			for _, c := range luks.calls {
+				if strings.HasPrefix(c, "open ") && (tt.luks.badCopy != nil || tt.luks.copyUUID != "") {
+					t.Fatalf("opened a disk whose header was refused: %v", luks.calls)
+				}
 			}
 			checkRecord(t, p.VolumeRecord, luks.formatted.UUID)
 			if len(mounts) != tt.wantMnts {

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -23,31 +25,66 @@ import (
 
 const diskUUID = "3f6a1c2e-5b7d-4e8f-9a0b-1c2d3e4f5a6b"
 
-// fileLUKS is cryptsetup on a LUKS2 volume in a file: keys are tried by
-// the real cryptsetup; opening is recorded instead, since test hosts may
-// lack device-mapper.
+// fileLUKS is cryptsetup on a LUKS2 volume in a file: headers are
+// copied and checked, and keys tried, by the real cryptsetup; opening is
+// recorded instead, since test hosts may lack device-mapper, and the
+// kernel's table is table (mappedTable if nil).
 type fileLUKS struct {
 	cryptsetup.Tool
+	table  []byte
 	mu     sync.Mutex
+	saves  int
 	tests  int
 	opened []string
 }
 
-func (f *fileLUKS) TestKey(ctx context.Context, dev, keyFile string) (bool, error) {
+// testHeader is how newDisk formats: the initrd's format without
+// integrity, which needs device-mapper.
+var testHeader = func() cryptsetup.Header {
+	h := cryptsetup.StateDisk
+	h.Format = cryptsetup.EncryptedOnly
+	return h
+}()
+
+// mappedTable is the device-mapper table dm-crypt shows for a volume of
+// testHeader, as 'dmsetup table' prints it (key masked).
+var mappedTable = []byte("0 32768 crypt aes-xts-plain64 " + strings.Repeat("0", 128) + " 0 254:16 32768 1 sector_size:4096\n")
+
+func (f *fileLUKS) SaveHeader(ctx context.Context, dev, path string, h cryptsetup.Header) (cryptsetup.Volume, error) {
+	f.mu.Lock()
+	f.saves++
+	f.mu.Unlock()
+	return f.Tool.SaveHeader(ctx, dev, path, h)
+}
+
+func (f *fileLUKS) TestKeyWithHeader(ctx context.Context, dev, header, keyFile string) (bool, error) {
 	f.mu.Lock()
 	f.tests++
 	f.mu.Unlock()
-	return f.Tool.TestKey(ctx, dev, keyFile)
+	return f.Tool.TestKeyWithHeader(ctx, dev, header, keyFile)
 }
 
-func (f *fileLUKS) OpenLUKS(ctx context.Context, dev, name, keyFile string) error {
-	if ok, err := f.Tool.TestKey(ctx, dev, keyFile); err != nil || !ok {
-		return err
+func (f *fileLUKS) OpenChecked(ctx context.Context, dev, header, name, keyFile string, h cryptsetup.Header) error {
+	if ok, err := f.Tool.TestKeyWithHeader(ctx, dev, header, keyFile); err != nil || !ok {
+		return fmt.Errorf("no key opens %s (%w)", dev, err)
+	}
+	table := f.table
+	if table == nil {
+		table = mappedTable
+	}
+	if err := h.CheckTable(name, table); err != nil {
+		return err // and the Tool closes the mapping
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.opened = append(f.opened, name)
 	return nil
+}
+
+func (f *fileLUKS) counts() (saves, tests, opened int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.saves, f.tests, len(f.opened)
 }
 
 func (f *fileLUKS) keyTests() int {
@@ -73,12 +110,13 @@ func newDisk(t *testing.T, key []byte) (*Unlocker, *fileLUKS) {
 		t.Fatal(err)
 	}
 	luks := &fileLUKS{}
-	err := luks.FormatLUKS2(context.Background(), dev, kf, cryptsetup.FormatOpts{Format: cryptsetup.EncryptedOnly, PBKDF: "pbkdf2", Iterations: 1000, UUID: diskUUID})
-	if err != nil {
+	opts := testHeader.FormatOpts()
+	opts.UUID = diskUUID
+	if err := luks.FormatLUKS2(context.Background(), dev, kf, opts); err != nil {
 		t.Fatal(err)
 	}
 	os.Remove(kf)
-	return &Unlocker{LUKS: luks, Device: dev, MapperName: "state", KeyDir: t.TempDir()}, luks
+	return &Unlocker{LUKS: luks, Device: dev, MapperName: "state", KeyDir: t.TempDir(), Header: testHeader}, luks
 }
 
 // header is the volume's LUKS2 header area, to show it unchanged.

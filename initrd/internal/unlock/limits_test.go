@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
 )
@@ -29,12 +30,18 @@ type stubLUKS struct {
 	tests   atomic.Int32
 }
 
-func (l *stubLUKS) TestKey(ctx context.Context, _, _ string) (bool, error) {
+func (l *stubLUKS) SaveHeader(context.Context, string, string, cryptsetup.Header) (cryptsetup.Volume, error) {
+	return cryptsetup.Volume{}, nil
+}
+
+func (l *stubLUKS) TestKeyWithHeader(ctx context.Context, _, _, _ string) (bool, error) {
 	l.tests.Add(1)
 	return l.testKey(ctx)
 }
 
-func (l *stubLUKS) OpenLUKS(context.Context, string, string, string) error { return nil }
+func (l *stubLUKS) OpenChecked(context.Context, string, string, string, string, cryptsetup.Header) error {
+	return nil
+}
 
 func stubServer(t testing.TB, testKey func(context.Context) (bool, error)) (*RecoverServer, *stubLUKS) {
 	luks := &stubLUKS{testKey: testKey}

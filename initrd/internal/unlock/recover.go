@@ -85,6 +85,10 @@ func (s *RecoverServer) tryRecover(ctx context.Context, req *recoverpb.RecoverRe
 			"this master secret does not open the node's state disk (UUID %s): it belongs to another cluster; send the master secret file 'orrery init' wrote for this node's cluster. The node is unchanged and keeps waiting", s.DiskUUID)
 	case errors.Is(err, ErrOpen):
 		return nil, status.Errorf(codes.AlreadyExists, "the node's state disk is open already: it got its key from %s and boots on", s.Unlocker.Key().From)
+	case errors.Is(err, ErrRefused):
+		s.Say("refused a recovery from %s: %v", from, err)
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"%v. Whoever controls the node's disks changed this one: do not recover this node; replace its state disk with a blank one and join it as a new node", err)
 	case err != nil:
 		s.Say("a recovery from %s failed: %v", from, err)
 		return nil, status.Errorf(codes.Internal, "open the state disk: %v", err)

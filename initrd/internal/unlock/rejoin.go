@@ -45,7 +45,8 @@ type Rejoiner struct {
 // Run asks every control plane but this node, round after round, until
 // the disk is open (by a ticket or by the owner) or ctx ends. It says on
 // the console why a round failed: the first time, whenever the reason
-// changes, and every tenth round.
+// changes, and every tenth round. A disk the Unlocker refuses
+// (ErrRefused) ends it at once: no join service is asked for its key.
 func (r *Rejoiner) Run(ctx context.Context) error {
 	pause, maxPause := r.Retry, r.MaxRetry
 	if pause == 0 {
@@ -59,6 +60,10 @@ func (r *Rejoiner) Run(ctx context.Context) error {
 		err := r.round(ctx)
 		if err == nil || errors.Is(err, ErrOpen) {
 			return nil
+		}
+		if errors.Is(err, ErrRefused) {
+			r.Say("not asking the join service for the state disk's key: %v. This boot goes no further: replace the state disk with a blank one to join the node as a new node", err)
+			return err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -78,8 +83,11 @@ func (r *Rejoiner) Run(ctx context.Context) error {
 	}
 }
 
-// round asks each control plane once.
+// round asks each control plane once, if the disk can take a key.
 func (r *Rejoiner) round(ctx context.Context) error {
+	if err := r.Unlocker.Check(ctx); err != nil {
+		return err
+	}
 	self, err := r.Metadata.Self(ctx)
 	if err != nil {
 		return fmt.Errorf("ask the metadata service who this node is: %w", err)
@@ -95,7 +103,7 @@ func (r *Rejoiner) round(ctx context.Context) error {
 		}
 		addr := netip.AddrPortFrom(p.IP, joinpb.Port).String()
 		err := r.ask(ctx, addr)
-		if err == nil || errors.Is(err, ErrOpen) {
+		if err == nil || errors.Is(err, ErrOpen) || errors.Is(err, ErrRefused) {
 			return err
 		}
 		errs = append(errs, fmt.Errorf("%s (%s): %w", p.Name, addr, err))

@@ -33,10 +33,12 @@ var (
 	cp0  = metadata.Instance{Name: "cp-0", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.1.100")}
 )
 
-type meta struct{ down atomic.Bool }
+// meta is the metadata service; it refuses the first downFor questions
+// (a network that is not up yet).
+type meta struct{ downFor atomic.Int32 }
 
 func (m *meta) Self(context.Context) (metadata.Instance, error) {
-	if m.down.Load() {
+	if m.downFor.Add(-1) >= 0 {
 		return metadata.Instance{}, errors.New("connection refused")
 	}
 	return self, nil
@@ -127,8 +129,9 @@ func TestRejoinOpensTheDisk(t *testing.T) {
 	// First a key of another cluster, then the disk's.
 	svc := &joinService{tickets: []*joinpb.IssueRejoinTicketResponse{ticket(9, 9), ticket(1, 2)}}
 	m := &meta{}
-	m.down.Store(true)
-	time.AfterFunc(100*time.Millisecond, func() { m.down.Store(false) })
+	// Down for the first question, however long the header check before
+	// it takes.
+	m.downFor.Store(1)
 	console := rejoin(t, node, cp, svc, u, m, time.Minute)
 	if !isOpen(u) {
 		t.Fatalf("the disk did not open; console:\n%s", console)

@@ -4,6 +4,13 @@
 // comes first. Both hand their key to one Unlocker, which tries it on the
 // disk and opens the disk with the first key that fits; a key that does
 // not fit changes nothing.
+//
+// The host controls the disk and its LUKS2 header, which nothing
+// authenticates: the right key still opens a header rewritten to map the
+// host's plaintext. So before any key is tried the Unlocker copies the
+// header and checks the copy is exactly what Orrery formats
+// (cryptsetup.StateDisk), then tries keys and opens the disk with that
+// copy only, and checks the kernel's mapping once open.
 package unlock
 
 import (
@@ -12,7 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
+
+	"github.com/orrery-dev/orrery/internal/cryptsetup"
 )
 
 // Key is what opens the state disk and locks the node to its cluster.
@@ -31,12 +41,17 @@ var (
 	ErrWrongKey = errors.New("the key does not open this node's state disk")
 	// ErrOpen means the disk was opened already, with an earlier key.
 	ErrOpen = errors.New("the state disk is open already")
+	// ErrRefused means the disk's LUKS2 header, or the mapping it made,
+	// is not what Orrery formats: no key is tried on it, ever again in
+	// this boot.
+	ErrRefused = errors.New("refusing the state disk: it is not formatted as Orrery formats it")
 )
 
-// LUKS is what the Unlocker needs of cryptsetup.
+// LUKS is what the Unlocker needs of cryptsetup (a *cryptsetup.Tool).
 type LUKS interface {
-	TestKey(ctx context.Context, dev, keyFile string) (bool, error)
-	OpenLUKS(ctx context.Context, dev, name, keyFile string) error
+	SaveHeader(ctx context.Context, dev, path string, h cryptsetup.Header) (cryptsetup.Volume, error)
+	TestKeyWithHeader(ctx context.Context, dev, header, keyFile string) (bool, error)
+	OpenChecked(ctx context.Context, dev, header, name, keyFile string, h cryptsetup.Header) error
 }
 
 // Unlocker opens the state disk with the first key that fits.
@@ -44,12 +59,20 @@ type Unlocker struct {
 	LUKS LUKS
 	// Device is the state disk, MapperName what it is opened as.
 	Device, MapperName string
-	// KeyDir holds a key file while cryptsetup reads it: a tmpfs.
+	// KeyDir holds a key file while cryptsetup reads it, and the copy of
+	// the disk's header keys are tried with: a tmpfs.
 	KeyDir string
+	// Header is the LUKS2 header the disk must have; the zero value
+	// means cryptsetup.StateDisk.
+	Header cryptsetup.Header
 
 	mu     sync.Mutex
 	opened chan struct{}
 	key    Key
+	// header is the checked copy of the disk's header; refused, why the
+	// disk was refused.
+	header  string
+	refused error
 }
 
 func (u *Unlocker) openedChan() chan struct{} {
@@ -74,9 +97,58 @@ func (u *Unlocker) Key() Key {
 	return u.key
 }
 
+func (u *Unlocker) spec() cryptsetup.Header {
+	if u.Header == (cryptsetup.Header{}) {
+		return cryptsetup.StateDisk
+	}
+	return u.Header
+}
+
+// Check makes sure the disk can take a key: it copies the disk's LUKS2
+// header to KeyDir and checks the copy (cryptsetup.Tool.SaveHeader),
+// once; every key is then tried with that copy. A header that is not
+// what Orrery formats fails with ErrRefused (wrapping the
+// *cryptsetup.FormatError that names the field), now and at every later
+// call. Try checks too; a sender checks first so as not to ask for a
+// key the disk would not take.
+func (u *Unlocker) Check(ctx context.Context) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, err := u.checkedHeader(ctx)
+	return err
+}
+
+func (u *Unlocker) checkedHeader(ctx context.Context) (string, error) {
+	if u.refused != nil {
+		return "", u.refused
+	}
+	if u.header != "" {
+		return u.header, nil
+	}
+	path := filepath.Join(u.KeyDir, "state-header")
+	if _, err := u.LUKS.SaveHeader(ctx, u.Device, path, u.spec()); err != nil {
+		return "", u.refuse(err)
+	}
+	u.header = path
+	return path, nil
+}
+
+// refuse makes err, if it says the disk is not what Orrery formats,
+// final: ErrRefused for every later key.
+func (u *Unlocker) refuse(err error) error {
+	var fe *cryptsetup.FormatError
+	if errors.As(err, &fe) {
+		u.refused = fmt.Errorf("%w: %w", ErrRefused, err)
+		return u.refused
+	}
+	return fmt.Errorf("check the state disk's header: %w", err)
+}
+
 // Try opens the disk with k. It returns ErrWrongKey, having changed
-// nothing, if k does not open it, and ErrOpen if an earlier key did.
-// Calls are serialised: two senders never open the disk twice.
+// nothing, if k does not open it, ErrOpen if an earlier key did, and
+// ErrRefused, without trying k, if the disk is not what Orrery formats
+// (see Check). Calls are serialised: two senders never open the disk
+// twice.
 func (u *Unlocker) Try(ctx context.Context, k Key) error {
 	if len(k.DiskKey) == 0 || len(k.MeasurementSecret) != 32 {
 		return fmt.Errorf("a key from %s with %d key bytes and a %d-byte measurement secret: want a key and 32 bytes", k.From, len(k.DiskKey), len(k.MeasurementSecret))
@@ -87,6 +159,10 @@ func (u *Unlocker) Try(ctx context.Context, k Key) error {
 	case <-u.openedChan():
 		return ErrOpen
 	default:
+	}
+	header, err := u.checkedHeader(ctx)
+	if err != nil {
+		return err
 	}
 	f, err := os.CreateTemp(u.KeyDir, "state-key-")
 	if err != nil {
@@ -99,17 +175,23 @@ func (u *Unlocker) Try(ctx context.Context, k Key) error {
 	}
 	// Tested before opening: cryptsetup open with a wrong key costs the
 	// same, but a test keeps "wrong key" apart from "cannot open".
-	ok, err := u.LUKS.TestKey(ctx, u.Device, f.Name())
+	ok, err := u.LUKS.TestKeyWithHeader(ctx, u.Device, header, f.Name())
 	if err != nil {
 		return fmt.Errorf("try the key on %s: %w", u.Device, err)
 	}
 	if !ok {
 		return ErrWrongKey
 	}
-	if err := u.LUKS.OpenLUKS(ctx, u.Device, u.MapperName, f.Name()); err != nil {
+	if err := u.LUKS.OpenChecked(ctx, u.Device, header, u.MapperName, f.Name(), u.spec()); err != nil {
+		var fe *cryptsetup.FormatError
+		if errors.As(err, &fe) {
+			return u.refuse(err)
+		}
 		return fmt.Errorf("open %s: %w", u.Device, err)
 	}
-	// The disk key is not kept: the kernel holds the volume key now.
+	// The kernel holds the volume key now; the copy of the header is
+	// no longer needed, and the disk key is not kept.
+	os.Remove(header)
 	u.key = Key{MeasurementSecret: bytes.Clone(k.MeasurementSecret), From: k.From}
 	close(u.opened)
 	return nil

@@ -3,11 +3,9 @@ package vmtest
 import (
 	"bytes"
 	"context"
-	"crypto/aes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,14 +20,12 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
-	"golang.org/x/crypto/xts"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
@@ -55,107 +51,6 @@ func pipe(addr string) int {
 	}()
 	io.Copy(os.Stdout, c)
 	return 0
-}
-
-// stateDiskUUID is the LUKS UUID of the disks stateDiskFor builds.
-const stateDiskUUID = "8d1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b"
-
-// stateDiskFor builds, on the host, the state disk of a node that joined
-// a cluster: LUKS2 opened by the master secret's key for the disk's UUID,
-// holding an ext4 filesystem with the measurement salt where bootstrapperd
-// keeps it. The host may lack device-mapper, so the filesystem is
-// encrypted here, sector by sector, with the volume key (aes-xts-plain64,
-// 512-byte sectors) rather than written through an opened volume.
-func stateDiskFor(t *testing.T, dir string, ms keys.MasterSecret, salt []byte) string {
-	t.Helper()
-	const uuid = stateDiskUUID
-	const size = 64 << 20
-	raw := filepath.Join(dir, "state.raw")
-	if err := os.WriteFile(raw, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(raw, size); err != nil {
-		t.Fatal(err)
-	}
-	key, err := ms.DiskKey(uuid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, "disk.key")
-	volumeKeyFile := filepath.Join(dir, "volume.key")
-	if err := os.WriteFile(keyFile, key, 0o400); err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range [][]string{
-		{"luksFormat", "--batch-mode", "--type", "luks2", "--cipher", "aes-xts-plain64", "--key-size", "512", "--sector-size", "512",
-			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--uuid", uuid, "--key-file", keyFile,
-			"--label", diskhandoff.KeyedLabel, raw},
-		{"luksDump", "--batch-mode", "--dump-volume-key", "--volume-key-file", volumeKeyFile, "--key-file", keyFile, raw},
-	} {
-		if err := run("cryptsetup", args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dump, err := output("cryptsetup", "luksDump", "--dump-json-metadata", raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hdr struct {
-		Segments map[string]struct {
-			Offset string `json:"offset"`
-		} `json:"segments"`
-	}
-	if err := json.Unmarshal([]byte(dump), &hdr); err != nil {
-		t.Fatal(err)
-	}
-	offset, err := strconv.ParseInt(hdr.Segments["0"].Offset, 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	tree := filepath.Join(dir, "state-tree")
-	saltFile := filepath.Join(tree, strings.TrimPrefix(diskhandoff.MeasurementSaltFile, "/var/"))
-	if err := diskhandoff.WriteMeasurementSalt(saltFile, salt); err != nil {
-		t.Fatal(err)
-	}
-	fsImg := filepath.Join(dir, "state.ext4")
-	if err := run("mke2fs", "-q", "-F", "-t", "ext4", "-b", "4096", "-L", "orrery-state", "-d", tree, fsImg, strconv.FormatInt((size-offset)/1024, 10)+"k"); err != nil {
-		t.Fatal(err)
-	}
-	plain, err := os.ReadFile(fsImg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	volumeKey, err := os.ReadFile(volumeKeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := xts.NewCipher(aes.NewCipher, volumeKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealed := make([]byte, len(plain))
-	for s := 0; s < len(plain)/512; s++ {
-		c.Encrypt(sealed[s*512:(s+1)*512], plain[s*512:(s+1)*512], uint64(s))
-	}
-	f, err := os.OpenFile(raw, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(sealed, offset); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	vmDir := filepath.Join(dir, "vm")
-	if err := os.MkdirAll(vmDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := run("qemu-img", "convert", "-O", "qcow2", raw, filepath.Join(vmDir, vm.StateFile)); err != nil {
-		t.Fatal(err)
-	}
-	return vmDir
 }
 
 // serveMetadata answers the node's metadata requests about instances,
@@ -198,7 +93,9 @@ func freePort(t *testing.T) int {
 // to a cluster while no join service is reachable: the initrd serves
 // recovery; the owner's 'orrery recover' path with another cluster's
 // master secret is refused, with the right one the node opens its disk,
-// extends PCR 15 with the cluster ID and boots on.
+// extends PCR 15 with the cluster ID and boots on. The disk is the one
+// the node's first boot formatted, re-keyed to the cluster as
+// bootstrapperd does.
 func TestRecoveryInTheInitrd(t *testing.T) {
 	f := setup(t)
 	exe, err := os.Executable()
@@ -209,11 +106,7 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salt, err := keys.GenerateSalt(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := stateDiskFor(t, t.TempDir(), ms, salt)
+	dir := filepath.Join(t.TempDir(), "vm")
 	ca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +118,13 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 	netdev := "user,id=n0,net=169.254.169.0/24,dhcpstart=169.254.169.15" +
 		",guestfwd=tcp:169.254.169.254:80-cmd:env " + pipeEnv + "=" + meta + " " + exe +
 		",hostfwd=tcp:127.0.0.1:" + strconv.Itoa(port) + "-:" + strconv.Itoa(recoverpb.Port)
-	v := startNetworked(t, f, "initrd-recover", dir, netdev, ca, platformca.NewInstance("cp-0"))
+	inst := platformca.NewInstance("cp-0")
+	// First boot, on the same VM and devices: the initrd formats the
+	// state disk; then the node joins its cluster.
+	console := waitExit(t, startNetworked(t, f, "initrd-recover-first", dir, netdev, ca, inst))
+	_, salt := joinCluster(t, dir, console, ms)
+
+	v := startNetworked(t, f, "initrd-recover", dir, netdev, ca, inst)
 	waitFor(t, v, fmt.Sprintf("serving recovery on port %d", recoverpb.Port))
 
 	// PCR 11 of this initrd's boot: its two phase markers (direct kernel
@@ -249,7 +148,7 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 	if err := owner.Recover(rctx, cfg); err != nil {
 		t.Fatalf("recovery with the cluster's master secret: %v", err)
 	}
-	console := waitExit(t, v)
+	console = waitExit(t, v)
 	t.Logf("console:\n%s", strings.Join(initLines(console), "\n"))
 	for _, want := range []string{"refused a recovery", "state disk opened with the key from the owner", "node locked to cluster", "switch-root"} {
 		if !strings.Contains(console, want) {

@@ -58,7 +58,8 @@ func TestRejoinInTheInitrd(t *testing.T) {
 		return startNetworked(t, f, name, dir, netdev, ca, self)
 	}
 
-	// First boot, on the same VM and devices: the firmware's event log,
+	// First boot, on the same VM and devices: the initrd formats the
+	// state disk, and the test root reports the firmware's event log,
 	// which the control planes' vTPMs replay.
 	console := waitExit(t, start("initrd-rejoin-first", ""))
 	logs := rootReports(console, "fwlog")
@@ -75,20 +76,13 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	salt, err := keys.GenerateSalt(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyed := stateDiskFor(t, t.TempDir(), ms, salt)
-	if err := os.Rename(filepath.Join(keyed, vm.StateFile), filepath.Join(dir, vm.StateFile)); err != nil {
-		t.Fatal(err)
-	}
+	uuid, salt := joinCluster(t, dir, console, ms)
 
 	pcr11 := make([]byte, 32)
 	for _, marker := range []string{"enter-initrd", "leave-initrd"} {
 		pcr11 = extend(pcr11, []byte(marker))
 	}
-	admitted := map[string]attestation.Instance{stateDiskUUID: self}
+	admitted := map[string]attestation.Instance{uuid: self}
 	controlPlane := func(name, cluster string) attestation.Issuer {
 		n := qemutest.NewInstance(t, ca, platformca.NewInstance(name)).Firmware(t, fwlog)
 		n.Measure(t, 11, "enter-initrd", "initrd: enter-initrd")

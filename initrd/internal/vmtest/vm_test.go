@@ -19,6 +19,7 @@ import (
 
 	"github.com/orrery-dev/orrery/initrd/internal/initrdbuild"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/cryptsetup/headertest"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/orrery-dev/orrery/internal/measurelog"
@@ -317,7 +318,8 @@ func rootReports(console, key string) []string {
 // LUKS2, key, switch to the root), checks the disk and PCR 11 from
 // outside; boots again with the same disk, which was never keyed to a
 // cluster and is prepared afresh; then marks it keyed, and the next boot
-// must wait for its key.
+// must wait for its key. Last (NullSegment), the host rewrites the keyed
+// disk's header, and the next boot refuses the disk and powers off.
 func TestFirstBootThenInitialised(t *testing.T) {
 	f := setup(t)
 	dir := filepath.Join(t.TempDir(), "vm")
@@ -433,7 +435,38 @@ func TestFirstBootThenInitialised(t *testing.T) {
 	if strings.Contains(console, "FAILED") || strings.Contains(console, "switch-root") || strings.Contains(console, "formatted LUKS2") {
 		t.Errorf("third boot went on:\n%s", strings.Join(initLines(console), "\n"))
 	}
-	v3.Kill()
+	if err := v3.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("NullSegment", func(t *testing.T) { testNullSegment(t, f, dir, raw) })
+}
+
+// testNullSegment rewrites the header of the keyed state disk raw (the
+// raw image of the one in the VM directory dir) as the review's
+// nullsegment.py does: the data segment in clear, without integrity,
+// which the cluster's key would still open. The initrd must refuse the
+// disk before it asks anyone for a key, name the field, and power off
+// without switching to the OS.
+func testNullSegment(t *testing.T, f fixture, dir, raw string) {
+	headertest.Rewrite(t, raw, headertest.NullSegment)
+	if err := run("qemu-img", "convert", "-O", "qcow2", raw, filepath.Join(dir, vm.StateFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, vm.SerialFile)); err != nil {
+		t.Fatal(err)
+	}
+	console := waitExit(t, boot(t, f, dir, f.rootDisk, 256))
+	t.Logf("console:\n%s", strings.Join(initLines(console), "\n"))
+	refused := regexp.MustCompile(`orrery-init: state: FAILED: refusing the state disk: LUKS2 header of /dev/\w+: ` +
+		`segments\.0\.encryption is "cipher_null-ecb", want "aes-xts-plain64"`)
+	if !refused.MatchString(console) || !strings.Contains(console, "orrery-init: failure: poweroff") {
+		t.Errorf("no refusal of the state disk that names segments.0.encryption, then power-off:\n%s", consoleReport(console))
+	}
+	for _, never := range []string{"getting its key", "orrery-init: network:", "orrery-init: switch-root:", "ORRERY-ROOT"} {
+		if strings.Contains(console, never) {
+			t.Errorf("the boot went on to %q with a refused state disk:\n%s", never, consoleReport(console))
+		}
+	}
 }
 
 // TestClockRunsTooFast boots with the TSC's frequency taken as 150 MHz,

@@ -2,10 +2,12 @@
 // VM test boots. It reports on the serial console, as lines
 // "ORRERY-ROOT <key> <value>", what the initrd left behind: the
 // measurement log, PCR 11, the first-boot key and whether /etc and /var
-// are writable. Then it powers the VM off.
+// are writable. On a first boot it also hands the state disk over as
+// bootstrapperd would take it (see handOff). Then it powers the VM off.
 package main
 
 import (
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -16,6 +18,9 @@ import (
 
 	"github.com/google/go-tpm/legacy/tpm2"
 	"golang.org/x/sys/unix"
+
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/keys"
 )
 
 func report(key, format string, args ...any) {
@@ -53,10 +58,11 @@ func main() {
 		rw.Close()
 	}
 	reportFirmwareLog()
-	if fi, err := os.Stat("/run/orrery/first-boot-key"); err != nil {
+	if fi, err := os.Stat(diskhandoff.KeyFile); err != nil {
 		report("nokey", "first-boot key: %v", err) // a later boot has none
 	} else {
 		report("key", "%d %o", fi.Size(), fi.Mode().Perm())
+		handOff()
 	}
 	for _, f := range []string{"/etc/orrery-test", "/var/orrery-test"} {
 		if err := os.WriteFile(f, []byte("ok"), 0o644); err != nil {
@@ -70,6 +76,33 @@ func main() {
 	report("time", "%d", time.Now().Unix())
 	report("done", "powering off")
 	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// handOff, on a first boot, reports what bootstrapperd would take over at
+// the node's first join: the state disk's passphrase (hex; a test's disk,
+// which the test re-keys and whose passphrase it then removes) and the
+// initrd's record of the volume. It writes a measurement salt where
+// bootstrapperd keeps it and reports it (hex): a later boot reads it.
+func handOff() {
+	if key, err := os.ReadFile(diskhandoff.KeyFile); err != nil {
+		report("error", "read the first-boot key: %v", err)
+	} else {
+		report("firstbootkey", "%s", hex.EncodeToString(key))
+	}
+	if record, err := os.ReadFile(diskhandoff.VolumeRecordFile); err != nil {
+		report("error", "read the volume record: %v", err)
+	} else {
+		report("volume", "%s", record)
+	}
+	salt, err := keys.GenerateSalt(rand.Reader)
+	if err == nil {
+		err = diskhandoff.WriteMeasurementSalt(diskhandoff.MeasurementSaltFile, salt)
+	}
+	if err != nil {
+		report("error", "write the measurement salt: %v", err)
+		return
+	}
+	report("salt", "%s", hex.EncodeToString(salt))
 }
 
 // reportFirmwareLog reports the firmware's TCG event log, base64: a test

@@ -41,6 +41,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/statuslimit"
 )
 
 // Locker is the node lock.
@@ -184,13 +185,9 @@ func (j *job) watch() chan *initpb.InitResponse {
 }
 
 // Init implements initpb.InitServiceServer. The message of every error
-// status it returns is at most maxErrorLen bytes.
+// status it returns is at most statuslimit.MaxMessage bytes.
 func (s *Server) Init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
-	err := s.init(req, stream)
-	if st, ok := status.FromError(err); ok && len(st.Message()) > maxErrorLen {
-		return status.Error(st.Code(), limit(st.Message()))
-	}
-	return err
+	return statuslimit.Cut(s.init(req, stream))
 }
 
 func (s *Server) init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {

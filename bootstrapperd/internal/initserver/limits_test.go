@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/statuslimit"
 )
 
 // transportLimit is the largest message bootstrapperd's gRPC server
@@ -188,8 +189,8 @@ func TestOversizedFieldsGetBoundedErrors(t *testing.T) {
 				}
 			}
 			t.Logf("%d-byte request: %d-byte error", proto.Size(req), len(st.Message()))
-			if len(st.Message()) > maxErrorLen {
-				t.Errorf("the error has %d bytes, want at most %d", len(st.Message()), maxErrorLen)
+			if len(st.Message()) > statuslimit.MaxMessage {
+				t.Errorf("the error has %d bytes, want at most %d", len(st.Message()), statuslimit.MaxMessage)
 			}
 		})
 	}
@@ -264,25 +265,6 @@ func TestInitSecretChecksRunOneAtATime(t *testing.T) {
 	}
 	if most.Load() != 1 || codesSeen[codes.PermissionDenied] != 1 || codesSeen[codes.Unavailable] != 9 {
 		t.Fatalf("%d checks ran at once, statuses %v; want 1, one PermissionDenied and nine Unavailable", most.Load(), codesSeen)
-	}
-}
-
-func TestLimit(t *testing.T) {
-	tests := map[string]struct {
-		msg  string
-		want string
-	}{
-		"short":             {"wrong init secret", "wrong init secret"},
-		"at the bound":      {strings.Repeat("a", maxErrorLen), strings.Repeat("a", maxErrorLen)},
-		"one byte over":     {strings.Repeat("a", maxErrorLen+1), strings.Repeat("a", maxErrorLen-10) + " ... (cut)"},
-		"cut inside a rune": {strings.Repeat("a", maxErrorLen-12) + strings.Repeat("€", 100), strings.Repeat("a", maxErrorLen-12) + " ... (cut)"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := limit(tc.msg); got != tc.want {
-				t.Fatalf("limit = %.80q... (%d bytes), want %d bytes", got, len(got), len(tc.want))
-			}
-		})
 	}
 }
 

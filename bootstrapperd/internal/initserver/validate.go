@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
@@ -42,9 +41,6 @@ const (
 	maxQuoted = 64
 	// maxListed is how many bad SANs an error names; the rest it counts.
 	maxListed = 3
-	// maxErrorLen bounds the message of any error status the server
-	// returns.
-	maxErrorLen = 2 << 10
 )
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -145,18 +141,4 @@ func quote(s string) string {
 		return fmt.Sprintf("%q", s)
 	}
 	return fmt.Sprintf("%q... (%d bytes)", s[:maxQuoted], len(s))
-}
-
-// limit cuts msg to at most maxErrorLen bytes, at a character boundary,
-// and says that it did.
-func limit(msg string) string {
-	if len(msg) <= maxErrorLen {
-		return msg
-	}
-	const more = " ... (cut)"
-	cut := maxErrorLen - len(more)
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + more
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/statuslimit"
 )
 
 // FuzzValidate checks that validate accepts only requests within the
@@ -38,8 +39,8 @@ func FuzzValidate(f *testing.F) {
 		err := validate(req, supported)
 		if err != nil {
 			// Invalid UTF-8 quoted by %q is four bytes per byte, so the
-			// worst case exceeds maxErrorLen a little; Init cuts it.
-			if msg := err.Error(); len(msg) > 2*maxErrorLen || !utf8.ValidString(msg) {
+			// worst case exceeds statuslimit.MaxMessage a little; Init cuts it.
+			if msg := err.Error(); len(msg) > 2*statuslimit.MaxMessage || !utf8.ValidString(msg) {
 				t.Fatalf("validate's error has %d bytes or is not UTF-8: %.200q", len(msg), msg)
 			}
 			return

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+	"github.com/orrery-dev/orrery/internal/statuslimit"
 )
 
 // transportLimit is the largest request the recovery server takes:
@@ -84,8 +85,8 @@ func TestRecoverRepliesAreBounded(t *testing.T) {
 			s, luks := stubServer(t, tc.testKey)
 			n, err := allocated(func() error { _, err := s.Recover(context.Background(), tc.req); return err })
 			st := status.Convert(err)
-			if st.Code() != tc.wantCode || !strings.Contains(st.Message(), tc.wantMsg) || len(st.Message()) > maxErrorLen {
-				t.Fatalf("status %v %.200q (%d bytes), want %v containing %q, at most %d bytes", st.Code(), st.Message(), len(st.Message()), tc.wantCode, tc.wantMsg, maxErrorLen)
+			if st.Code() != tc.wantCode || !strings.Contains(st.Message(), tc.wantMsg) || len(st.Message()) > statuslimit.MaxMessage {
+				t.Fatalf("status %v %.200q (%d bytes), want %v containing %q, at most %d bytes", st.Code(), st.Message(), len(st.Message()), tc.wantCode, tc.wantMsg, statuslimit.MaxMessage)
 			}
 			if tried := luks.tests.Load() != 0; tried != tc.tried {
 				t.Fatalf("the key was tried on the disk: %v, want %v", tried, tc.tried)

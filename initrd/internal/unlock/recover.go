@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+	"github.com/orrery-dev/orrery/internal/statuslimit"
 )
 
 // RecoverServer serves RecoverService: the owner sends the master secret,
@@ -33,10 +33,6 @@ type RecoverServer struct {
 	busyWait  time.Duration
 }
 
-// maxErrorLen bounds the message of an error status Recover returns: the
-// peer has proved nothing until its master secret opened the disk.
-const maxErrorLen = 2 << 10
-
 // Recover implements recoverpb.RecoverServiceServer. The master secret is
 // neither logged nor kept: only the keys derived from it reach the
 // Unlocker.
@@ -45,13 +41,13 @@ const maxErrorLen = 2 << 10
 // network, so a request costs a bounded amount: the gRPC server takes
 // requests of at most 1 KiB (initrd/init), the fields' lengths are
 // checked before anything else, one key at a time is tried on the disk,
-// and an error says at most maxErrorLen bytes.
+// and an error says at most statuslimit.MaxMessage bytes.
 func (s *RecoverServer) Recover(ctx context.Context, req *recoverpb.RecoverRequest) (*recoverpb.RecoverResponse, error) {
 	resp, err := s.tryRecover(ctx, req)
-	if st, ok := status.FromError(err); ok && len(st.Message()) > maxErrorLen {
-		return nil, status.Error(st.Code(), limit(st.Message()))
+	if err != nil {
+		return nil, statuslimit.Cut(err)
 	}
-	return resp, err
+	return resp, nil
 }
 
 func (s *RecoverServer) tryRecover(ctx context.Context, req *recoverpb.RecoverRequest) (*recoverpb.RecoverResponse, error) {
@@ -117,18 +113,4 @@ func (s *RecoverServer) acquire(ctx context.Context) (release func(), err error)
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-}
-
-// limit cuts msg to at most maxErrorLen bytes, at a character boundary,
-// and says that it did.
-func limit(msg string) string {
-	if len(msg) <= maxErrorLen {
-		return msg
-	}
-	const more = " ... (cut)"
-	cut := maxErrorLen - len(more)
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + more
 }

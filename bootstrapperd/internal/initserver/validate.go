@@ -66,7 +66,7 @@ func validate(req *initpb.InitRequest, supported func(string) error) error {
 		errs = append(errs, errors.New("measurement salt equals the master secret salt: it must be generated separately"))
 	}
 	if v := req.GetKubernetesVersion(); len(v) > maxVersion {
-		errs = append(errs, fmt.Errorf("Kubernetes version %s is longer than %d bytes: want a release such as v1.36.3", quote(v), maxVersion))
+		errs = append(errs, fmt.Errorf("the Kubernetes version %s is longer than %d bytes: want a release such as v1.36.3", quote(v), maxVersion))
 	} else if err := supported(v); err != nil {
 		errs = append(errs, err)
 	}

@@ -441,7 +441,9 @@ func TestRemovedNodeGetsNoTicket(t *testing.T) {
 	}
 	// Another node is not affected by the list.
 	e := newEnv(t, envOptions{})
+	e.removedMu.Lock()
 	e.removed = removednodes.List{"worker-9": {InstanceID: "99", RemovedAt: removedAt}}
+	e.removedMu.Unlock()
 	if err := join(e, uuid); err != nil {
 		t.Fatalf("a node that is not on the removed list: %v", err)
 	}

@@ -16,6 +16,7 @@ readonly PACKAGES=(
 	linux-image-cloud-amd64 # the kernel the local cloud's tests boot
 	iproute2         # namespaces, bridges and taps of the local cloud
 	cryptsetup-bin e2fsprogs # LUKS2 and ext4 for the state disk (initrd and its tests)
+	dmsetup          # the initrd checks the opened state disk's table with it
 	erofs-utils fdisk # the read-only root and its GPT in the initrd's VM test
 	mkosi systemd-boot-efi dosfstools mtools cpio busybox-static # 'make image': OS tree, UKI stub, ESP
 	gcc libc6-dev libseccomp-dev iptables nftables jq # 'make components': runc and flanneld (cgo), iptables/nft in images

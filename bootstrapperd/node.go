@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,10 +28,10 @@ import (
 )
 
 // initServer is the init service, wired to this node's lock, state disk,
-// metadata service and kubeadm, behind the check that the node is who the
-// metadata service says (see nameGuard). It needs b.tool.Instance set.
+// metadata service and kubeadm, with the check that the node is who the
+// metadata service says (checkName). It needs b.tool.Instance set.
 func (b *bootstrapper) initServer(bootstrapped func()) initpb.InitServiceServer {
-	srv := initserver.New(initserver.Config{
+	return initserver.New(initserver.Config{
 		Lock:           b.lock,
 		Disk:           b.disk,
 		Cluster:        &cluster{tool: b.tool, meta: b.meta},
@@ -41,82 +40,47 @@ func (b *bootstrapper) initServer(bootstrapped func()) initpb.InitServiceServer 
 			_, err := versions.Get(v)
 			return err
 		},
+		CheckNode: func(ctx context.Context) error {
+			return checkName(ctx, b.tool.Instance, b.meta.Self, b.log.With("component", "initserver"))
+		},
 		Journal:      failureReport,
 		ResultPath:   b.paths.initResultPath(),
 		Bootstrapped: bootstrapped,
 		Status:       func(s string) { b.notify("STATUS=" + s) },
 		Logger:       b.log,
 	})
-	return &nameGuard{
-		InitServiceServer: srv,
-		certified:         b.tool.Instance,
-		self:              b.meta.Self,
-		log:               b.log.With("component", "initserver"),
-		turn:              make(chan struct{}, 1),
-	}
 }
 
-// nameGuard refuses an init, before the init server sees it, on a node
-// that the metadata service names otherwise than its platform certified
-// it in its attestation key certificate. The metadata service is the
-// host's: it could give the first control plane the name of a worker
-// still to come, under which kubeadm init would register it and run the
-// join service (whose pod mounts the master secret) on it. The real
-// worker's certified name then gets it a kubelet certificate for that
-// Node, and through the Node authorizer the Secrets of the pods bound to
-// it. The join service refuses a joining node whose names differ the
-// same way.
+// checkName refuses an init on a node that the metadata service names
+// otherwise than its platform certified it in its attestation key
+// certificate. The metadata service is the host's: it could give the
+// first control plane the name of a worker still to come, under which
+// kubeadm init would register it and run the join service (whose pod
+// mounts the master secret) on it. The real worker's certified name then
+// gets it a kubelet certificate for that Node, and through the Node
+// authorizer the Secrets of the pods bound to it. The join service refuses
+// a joining node whose names differ the same way.
 //
-// Refused here, the node is left as it was: unlocked, the state disk and
-// kubeadm untouched. The check comes before the init secret's, so anyone
-// on the network can cause it: it asks the metadata service one question
-// at a time, and none once the names agreed. kubeadm gets the certified
-// name in any case (see cluster.Init), whatever the metadata service says
-// later. A node without a certified instance is not checked: there is no
-// name to hold the metadata service's to.
-type nameGuard struct {
-	initpb.InitServiceServer
-	certified attestation.Instance
-	self      func(context.Context) (metadata.Instance, error)
-	log       *slog.Logger
-	// turn holds the one metadata question that may run.
-	turn   chan struct{}
-	agreed atomic.Bool
-}
-
-// Init implements initpb.InitServiceServer.
-func (g *nameGuard) Init(req *initpb.InitRequest, stream initpb.InitService_InitServer) error {
-	if err := g.check(stream.Context()); err != nil {
-		return err
-	}
-	return g.InitServiceServer.Init(req, stream)
-}
-
-func (g *nameGuard) check(ctx context.Context) error {
-	if g.certified.IsZero() || g.agreed.Load() {
+// The init server asks only once the request proved the init secret, and
+// before the node lock: refused here, the node is left as it was. kubeadm
+// gets the certified name in any case (see cluster.Init), whatever the
+// metadata service says later. A node without a certified instance is not
+// checked: there is no name to hold the metadata service's to.
+func checkName(ctx context.Context, certified attestation.Instance, self func(context.Context) (metadata.Instance, error), log *slog.Logger) error {
+	if certified.IsZero() {
 		return nil
 	}
-	select {
-	case g.turn <- struct{}{}:
-		defer func() { <-g.turn }()
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	if g.agreed.Load() {
-		return nil
-	}
-	self, err := g.self(ctx)
+	me, err := self(ctx)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "ask the metadata service who this node is: %v", err)
 	}
-	if self.Name != g.certified.Name {
-		g.log.Warn("init refused: the metadata service names this node otherwise than its attestation key certificate",
-			"phase", "check-request", "metadataName", self.Name, "node", g.certified.Name, "instanceID", g.certified.ID)
+	if me.Name != certified.Name {
+		log.Warn("init refused: the metadata service names this node otherwise than its attestation key certificate",
+			"phase", "check-request", "metadataName", me.Name, "node", certified.Name, "instanceID", certified.ID)
 		return status.Errorf(codes.FailedPrecondition,
 			"the metadata service names this node %q, but its attestation key certificate names it %s: the first control plane registers only under the name its platform certified, and this node is left as it was; check the name the metadata service gives this VM, then run 'orrery init' again",
-			self.Name, g.certified)
+			me.Name, certified)
 	}
-	g.agreed.Store(true)
 	return nil
 }
 
@@ -242,7 +206,7 @@ func (c *cluster) Init(ctx context.Context, p initserver.ClusterParams, out io.W
 	if err := importImages(ctx, c.tool, out); err != nil {
 		return nil, err
 	}
-	// nameGuard checked the metadata service's name before the lock; its
+	// checkName checked the metadata service's name before the lock; its
 	// answer now does not matter where the platform certified one.
 	name := self.Name
 	if !c.tool.Instance.IsZero() {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -285,32 +286,25 @@ func initOnce(ctx context.Context, client initpb.InitServiceClient) (*initpb.Ini
 	}
 }
 
-// Anyone on the network can make the node check its name, before the init
-// secret: it asks the metadata service one question at a time, and no more
-// once the names agreed.
-func TestNameGuardAsksTheMetadataServiceSparingly(t *testing.T) {
-	var asked atomic.Int32
-	g := &nameGuard{
-		certified: platformca.NewInstance("cp-0"),
-		self: func(context.Context) (metadata.Instance, error) {
-			asked.Add(1)
-			time.Sleep(5 * time.Millisecond)
-			return metadata.Instance{Name: "cp-0"}, nil
-		},
-		turn: make(chan struct{}, 1),
+// checkName asks the metadata service and holds its answer to the
+// certified name; a node with no certified instance is not checked.
+func TestCheckName(t *testing.T) {
+	self := func(name string, err error) func(context.Context) (metadata.Instance, error) {
+		return func(context.Context) (metadata.Instance, error) { return metadata.Instance{Name: name}, err }
 	}
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := g.check(context.Background()); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := asked.Load(); n != 1 {
-		t.Errorf("20 checks asked the metadata service %d times, want once", n)
+	log := slog.New(slog.DiscardHandler)
+	for name, tc := range map[string]struct {
+		certified attestation.Instance
+		self      func(context.Context) (metadata.Instance, error)
+		want      codes.Code
+	}{
+		"names agree":             {platformca.NewInstance("cp-0"), self("cp-0", nil), codes.OK},
+		"metadata names a worker": {platformca.NewInstance("cp-0"), self("worker-1", nil), codes.FailedPrecondition},
+		"metadata service down":   {platformca.NewInstance("cp-0"), self("", errors.New("connection refused")), codes.Unavailable},
+		"no certified instance":   {attestation.Instance{}, self("worker-1", nil), codes.OK},
+	} {
+		if err := checkName(context.Background(), tc.certified, tc.self, log); status.Code(err) != tc.want {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
 	}
 }

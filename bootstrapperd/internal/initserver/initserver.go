@@ -112,6 +112,11 @@ type Config struct {
 	// come back for the result before Bootstrapped is called anyway; zero
 	// means 10 minutes.
 	HandOverGrace time.Duration
+	// CheckNode refuses an init that this node must not take, after the
+	// request proved the init secret and passed validation and before
+	// anything changes; its error (a gRPC status) goes to the owner. Nil
+	// checks nothing.
+	CheckNode func(ctx context.Context) error
 	// Status reports the phase to systemd (STATUS=), so that
 	// 'systemctl status bootstrapperd' shows where an init stands; nil
 	// ignores it.
@@ -197,6 +202,11 @@ func (s *Server) init(req *initpb.InitRequest, stream initpb.InitService_InitSer
 	}
 	if err := validate(req, s.cfg.Supported); err != nil {
 		return status.Errorf(codes.InvalidArgument, "invalid init request: %v", err)
+	}
+	if s.cfg.CheckNode != nil {
+		if err := s.cfg.CheckNode(ctx); err != nil {
+			return err
+		}
 	}
 	ms := keys.MasterSecret{Key: req.GetMasterSecret(), Salt: req.GetMasterSecretSalt()}
 	measurementSecret, err := ms.MeasurementSecret()

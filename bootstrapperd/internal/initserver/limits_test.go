@@ -401,3 +401,33 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (rawCodec) Name() string { return "proto" }
+
+// The node's own check (CheckNode: in bootstrapperd, a question to the
+// metadata service) runs only for a request that proved the init secret
+// and passed validation, and its refusal reaches the owner before
+// anything changes.
+func TestCheckNodeOnlyAfterTheInitSecret(t *testing.T) {
+	var checked atomic.Int32
+	s := directServer(t)
+	s.cfg.CheckNode = func(context.Context) error {
+		checked.Add(1)
+		return status.Error(codes.FailedPrecondition, "not this node")
+	}
+	for name, mutate := range map[string]func(*initpb.InitRequest){
+		"wrong secret":                   wrongSecret,
+		"no secret":                      func(r *initpb.InitRequest) { r.InitSecret = nil },
+		"invalid, with the right secret": clusterName(100),
+	} {
+		req := request(1)
+		mutate(req)
+		if err := s.Init(req, fakeStream{}); status.Code(err) == codes.FailedPrecondition {
+			t.Errorf("%s: the node's check ran: %v", name, err)
+		}
+	}
+	if n := checked.Load(); n != 0 {
+		t.Fatalf("the node's check ran %d times for requests that proved nothing or were invalid", n)
+	}
+	if err := s.Init(request(1), fakeStream{}); status.Code(err) != codes.FailedPrecondition || checked.Load() != 1 {
+		t.Fatalf("a good request: %v after %d checks, want the check's refusal", err, checked.Load())
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
 	"github.com/orrery-dev/orrery/internal/statuslimit"
 )
@@ -139,15 +138,7 @@ func TestRecoverTriesOneKeyAtATime(t *testing.T) {
 func TestRecoverRefusesTheLargestRequestCheaply(t *testing.T) {
 	ms := masterSecret(t)
 	node, u, luks, _, addr := recoveryNode(t, ms)
-	d, err := dialer.New(validatorOf(t, node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.Conn(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialRecovery(t, node, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tests := map[string]struct {

@@ -182,6 +182,22 @@ func TestRecoverSurvivesGarbage(t *testing.T) {
 func TestRecoverRefusesOversizedRequests(t *testing.T) {
 	ms := masterSecret(t)
 	node, u, luks, _, addr := recoveryNode(t, ms)
+	conn := dialRecovery(t, node, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := recoverpb.NewRecoverServiceClient(conn).Recover(ctx, &recoverpb.RecoverRequest{MasterSecret: make([]byte, 64<<10), MasterSecretSalt: ms.Salt})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a 64 KiB request: %v, want ResourceExhausted", err)
+	}
+	if isOpen(u) || luks.keyTests() != 0 {
+		t.Error("an oversized request reached the disk")
+	}
+}
+
+// dialRecovery connects to the recovery server at addr as the owner's CLI
+// does, checking node's attestation, until the test ends.
+func dialRecovery(t *testing.T, node *qemutest.Node, addr string) *grpc.ClientConn {
+	t.Helper()
 	d, err := dialer.New(validatorOf(t, node))
 	if err != nil {
 		t.Fatal(err)
@@ -190,14 +206,6 @@ func TestRecoverRefusesOversizedRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_, err = recoverpb.NewRecoverServiceClient(conn).Recover(ctx, &recoverpb.RecoverRequest{MasterSecret: make([]byte, 64<<10), MasterSecretSalt: ms.Salt})
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("a 64 KiB request: %v, want ResourceExhausted", err)
-	}
-	if isOpen(u) || luks.keyTests() != 0 {
-		t.Error("an oversized request reached the disk")
-	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

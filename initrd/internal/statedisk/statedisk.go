@@ -1,6 +1,7 @@
 // Package statedisk prepares the node's state disk in the initrd: the one
 // writable disk, encrypted with LUKS2, that holds everything the node
-// keeps across reboots (/var, and the writable layer of /etc).
+// keeps across reboots: its data, on /var, and nothing the OS runs (see
+// Layout).
 //
 // On first boot the disk is blank: Prepare formats it with a random
 // passphrase, which it leaves in KeyFile for the bootstrapper (which later
@@ -42,9 +43,6 @@ const (
 	// Label is the ext4 label of the state disk, and the LUKS2 label
 	// until the disk is keyed to a cluster (diskhandoff.FirstBootLabel).
 	Label = diskhandoff.FirstBootLabel
-	// EtcDir holds the upper and work directories of the /etc overlay,
-	// relative to the state filesystem (mounted on /var).
-	EtcDir = "lib/orrery/etc"
 )
 
 // blankCheckSize is how much of a disk must be zero for it to count as
@@ -87,9 +85,11 @@ type Preparer struct {
 	// diskhandoff.VolumeRecordFile. It must be on a tmpfs beside KeyFile.
 	VolumeRecord string
 	// Sysroot is where the root filesystem is mounted; "" means
-	// DefaultSysroot. The state filesystem is mounted on Sysroot/var and
-	// an overlay on Sysroot/etc.
+	// DefaultSysroot. See Layout for what is mounted there.
 	Sysroot string
+	// RunDir is the tmpfs that moves into the OS; "" means /run. The
+	// writable layer of /etc is a tmpfs below it.
+	RunDir string
 	// MapperDir is where device-mapper devices appear; "" means /dev/mapper.
 	MapperDir string
 	// Header is the LUKS2 header Prepare formats and accepts; the zero
@@ -223,32 +223,6 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	}
 	res.MkfsTime = time.Since(start)
 	return res, p.MountState(res.Device)
-}
-
-// MountState mounts the opened state volume dev on Sysroot/var and the /etc
-// overlay on Sysroot/etc.
-func (p *Preparer) MountState(dev string) error {
-	sysroot := p.Sysroot
-	if sysroot == "" {
-		sysroot = DefaultSysroot
-	}
-	varDir := filepath.Join(sysroot, "var")
-	if err := p.Mount(dev, varDir, "ext4", 0, ""); err != nil {
-		return fmt.Errorf("mount state disk on %s (the root filesystem must have an empty /var): %w", varDir, err)
-	}
-	upper := filepath.Join(varDir, EtcDir, "upper")
-	work := filepath.Join(varDir, EtcDir, "work")
-	for _, d := range []string{upper, work} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("create /etc overlay directories: %w", err)
-		}
-	}
-	etc := filepath.Join(sysroot, "etc")
-	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", etc, upper, work)
-	if err := p.Mount("overlay", etc, "overlay", 0, data); err != nil {
-		return fmt.Errorf("mount writable overlay on /etc: %w", err)
-	}
-	return nil
 }
 
 // headerSize covers the LUKS2 headers (both copies and the keyslot area:

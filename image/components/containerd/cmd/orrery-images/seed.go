@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -73,9 +74,14 @@ func seed(ctx context.Context, client *containerd.Client, cfg config, out io.Wri
 
 	start := time.Now()
 	keep := map[string]bool{}
+	replaced := 0
 	for _, b := range baked {
 		t0 := time.Now()
-		what, err := seedImage(ctx, client, cfg, b)
+		what, notes, err := seedImage(ctx, client, cfg, b)
+		for _, n := range notes {
+			fmt.Fprintf(out, "%s: %s\n", b.Name, n)
+		}
+		replaced += len(notes)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", b.Name, err)
 		}
@@ -85,7 +91,12 @@ func seed(ctx context.Context, client *containerd.Client, cfg config, out io.Wri
 	if err := deleteStale(ctx, client, keep, out); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%d baked images available in %s\n", len(baked), time.Since(start).Round(time.Millisecond))
+	took := time.Since(start).Round(time.Millisecond)
+	if replaced == 0 {
+		fmt.Fprintf(out, "%d baked images available in %s, nothing on the state disk replaced\n", len(baked), took)
+	} else {
+		fmt.Fprintf(out, "%d baked images available in %s, replaced %d things on the state disk that were not the baked images (see above)\n", len(baked), took, replaced)
+	}
 	return nil
 }
 
@@ -191,67 +202,104 @@ func readBlobJSON(b bakedImage, d ocispec.Descriptor, v any) error {
 }
 
 // seedImage links one image's blobs and layer and records the image. It
-// returns what it did, for the journal.
-func seedImage(ctx context.Context, client *containerd.Client, cfg config, b bakedImage) (string, error) {
-	var did []string
+// returns what it did and, one line each, what it found on the state disk
+// that was not the baked image and replaced, for the journal.
+func seedImage(ctx context.Context, client *containerd.Client, cfg config, b bakedImage) (string, []string, error) {
+	var did, notes []string
 	blobs := []struct {
+		what   string
 		desc   ocispec.Descriptor
 		labels map[string]string
 	}{
-		{b.Layer, nil},
-		{b.Config, map[string]string{"containerd.io/gc.ref.snapshot." + cfg.Snapshotter: b.ChainID}},
-		{b.Manifest, map[string]string{
+		{"layer", b.Layer, nil},
+		{"config", b.Config, map[string]string{"containerd.io/gc.ref.snapshot." + cfg.Snapshotter: b.ChainID}},
+		{"manifest", b.Manifest, map[string]string{
 			"containerd.io/gc.ref.content.config": b.Config.Digest.String(),
 			"containerd.io/gc.ref.content.l.0":    b.Layer.Digest.String(),
 		}},
 	}
-	linked := 0
+	recorded, relinked := 0, 0
 	for _, bl := range blobs {
-		n, err := linkBlob(ctx, client.ContentStore(), cfg, b, bl.desc, bl.labels)
-		if err != nil {
-			return "", err
+		rec, was, err := linkBlob(ctx, client.ContentStore(), cfg, b, bl.desc, bl.labels)
+		if was != "" {
+			notes = append(notes, fmt.Sprintf("%s blob %s was not the baked blob (%s); relinked", bl.what, bl.desc.Digest, was))
+			relinked++
 		}
-		linked += n
+		if err != nil {
+			return "", notes, err
+		}
+		if rec {
+			recorded++
+		}
 	}
-	if linked > 0 {
-		did = append(did, fmt.Sprintf("%d blobs linked", linked))
+	if recorded > 0 {
+		did = append(did, blobCount(recorded)+" linked")
 	}
-	made, err := linkSnapshot(ctx, client.SnapshotService(cfg.Snapshotter), b)
-	if err != nil {
-		return "", err
+	if relinked > 0 {
+		did = append(did, blobCount(relinked)+" relinked")
 	}
-	if made {
+	made, was, err := linkSnapshot(ctx, client.SnapshotService(cfg.Snapshotter), b)
+	if was != "" {
+		how := "relinked"
+		if made {
+			how = "re-made"
+		}
+		notes = append(notes, fmt.Sprintf("layer snapshot was not the baked layer (%s); %s", was, how))
+		did = append(did, "layer "+how)
+	} else if made {
 		did = append(did, "layer linked")
+	}
+	if err != nil {
+		return "", notes, err
 	}
 	what, err := recordImage(ctx, client.ImageService(), b)
 	if err != nil {
-		return "", err
+		return "", notes, err
 	}
 	if what != "" {
 		did = append(did, what)
 	}
 	if len(did) == 0 {
-		return "already available", nil
+		return "already available", notes, nil
 	}
-	return strings.Join(did, ", "), nil
+	return strings.Join(did, ", "), notes, nil
 }
 
-// linkBlob makes desc's blob, on the root, a blob of the namespace. It
-// returns 1 if it had to, 0 if the namespace already had it.
-func linkBlob(ctx context.Context, cs content.Store, cfg config, b bakedImage, desc ocispec.Descriptor, labels map[string]string) (int, error) {
-	if info, err := cs.Info(ctx, desc.Digest); err == nil {
-		return 0, ensureLabels(ctx, cs, info, labels)
-	} else if !errdefs.IsNotFound(err) {
-		return 0, fmt.Errorf("content store: %w", err)
+func blobCount(n int) string {
+	if n == 1 {
+		return "1 blob"
+	}
+	return fmt.Sprintf("%d blobs", n)
+}
+
+// linkBlob makes desc's blob, on the root, a blob of the namespace: the
+// content store's file for it is a symlink to the blob on the root, and
+// the namespace records it. It returns whether it had to record it and,
+// if the file was something else, what that was (it replaced it).
+//
+// The file is checked on every boot, not only when containerd lacks the
+// blob: the state disk is writable by whoever is root on the node, and
+// containerd checks only the size of a blob it has, so a config or
+// manifest of the same size with other bytes (another entrypoint, another
+// environment) would otherwise outlive a reboot.
+func linkBlob(ctx context.Context, cs content.Store, cfg config, b bakedImage, desc ocispec.Descriptor, labels map[string]string) (bool, string, error) {
+	info, err := cs.Info(ctx, desc.Digest)
+	known := err == nil
+	if err != nil && !errdefs.IsNotFound(err) {
+		return false, "", fmt.Errorf("content store: %w", err)
 	}
 	path := filepath.Join(cfg.ContainerdRoot, "io.containerd.content.v1.content", "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded())
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return 0, err
+	was, err := relink(path, b.blob(desc.Digest))
+	if err != nil {
+		return false, "", fmt.Errorf("link blob %s: %w", desc.Digest, err)
 	}
-	// A blob file that is there (from another namespace, or an earlier
-	// boot cut short) is left as it is: containerd checks its size below.
-	if err := os.Symlink(b.blob(desc.Digest), path); err != nil && !errors.Is(err, os.ErrExist) {
-		return 0, fmt.Errorf("link blob %s: %w", desc.Digest, err)
+	// A blob not yet recorded and not yet linked is the first boot's
+	// ordinary case, not a replacement.
+	if was == missing && !known {
+		was = ""
+	}
+	if known {
+		return false, was, ensureLabels(ctx, cs, info, labels)
 	}
 	// With the blob present in the backing store, the writer takes
 	// containerd's shared-content path: it reads and writes no data, and the
@@ -259,16 +307,16 @@ func linkBlob(ctx context.Context, cs content.Store, cfg config, b bakedImage, d
 	ref := "orrery-images-" + desc.Digest.Encoded()
 	w, err := cs.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
 	if errdefs.IsAlreadyExists(err) {
-		return 1, nil
+		return true, was, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("record blob %s: %w", desc.Digest, err)
+		return false, was, fmt.Errorf("record blob %s: %w", desc.Digest, err)
 	}
 	if err := w.Commit(ctx, desc.Size, desc.Digest, content.WithLabels(labels)); err != nil && !errdefs.IsAlreadyExists(err) {
 		_ = cs.Abort(ctx, ref)
-		return 0, fmt.Errorf("record blob %s: %w (is containerd's content_sharing_policy \"shared\"?)", desc.Digest, err)
+		return false, was, fmt.Errorf("record blob %s: %w (is containerd's content_sharing_policy \"shared\"?)", desc.Digest, err)
 	}
-	return 1, nil
+	return true, was, nil
 }
 
 func ensureLabels(ctx context.Context, cs content.Store, info content.Info, labels map[string]string) error {
@@ -291,45 +339,177 @@ func ensureLabels(ctx context.Context, cs content.Store, info content.Info, labe
 	return nil
 }
 
-// linkSnapshot commits, under the layer's chain ID, a snapshot whose
-// directory is the layer unpacked on the root. It returns false if the
-// snapshot was already there.
-func linkSnapshot(ctx context.Context, sn snapshots.Snapshotter, b bakedImage) (bool, error) {
-	if _, err := sn.Stat(ctx, b.ChainID); err == nil {
-		return false, nil
-	} else if !errdefs.IsNotFound(err) {
-		return false, fmt.Errorf("snapshotter: %w", err)
+// missing is what relink reports for a path where there was nothing.
+const missing = "missing"
+
+// relink makes path a symlink to target. It returns "" if path already
+// was exactly that, and otherwise what was there, which it removed: a
+// directory with all it held, a file, or a symlink elsewhere. On a boot
+// where nothing changed this is one readlink.
+func relink(path, target string) (string, error) {
+	if to, err := os.Readlink(path); err == nil && to == target {
+		return "", nil
 	}
+	was, err := describe(path)
+	if err != nil {
+		return "", err
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return "", fmt.Errorf("remove what was there (%s): %w", was, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	if err := os.Symlink(target, path); err != nil {
+		return "", err
+	}
+	return was, nil
+}
+
+// describe says what is at path, for a journal line. A symlink's target
+// is quoted: whoever wrote it chose its bytes.
+func describe(path string) (string, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return missing, nil
+	case err != nil:
+		return "", err
+	case fi.Mode()&fs.ModeSymlink != 0:
+		to, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("a symlink to %q", to), nil
+	case fi.IsDir():
+		return "a directory", nil
+	case fi.Mode().IsRegular():
+		return fmt.Sprintf("a regular file of %d bytes", fi.Size()), nil
+	default:
+		return fmt.Sprintf("a file of mode %s", fi.Mode()), nil
+	}
+}
+
+// linkSnapshot makes the snapshot named by the layer's chain ID the layer
+// unpacked on the root: a committed snapshot without parents whose
+// directory is a symlink to the rootfs. It returns whether it (re)made the
+// snapshot and, if what it found was something else, what that was.
+//
+// As with the blobs, an existing snapshot is checked on every boot: a
+// directory (or a symlink elsewhere) in place of the link would hand the
+// baked, privileged DaemonSets whatever binaries an attacker left on the
+// state disk. A wrong directory is repaired in place rather than by
+// removing the snapshot: the snapshots of containers from an earlier boot
+// name it as their parent, so containerd would refuse to remove it, and
+// their overlays reach the layer through this same path.
+func linkSnapshot(ctx context.Context, sn snapshots.Snapshotter, b bakedImage) (bool, string, error) {
+	info, err := sn.Stat(ctx, b.ChainID)
+	if errdefs.IsNotFound(err) {
+		return true, "", makeSnapshot(ctx, sn, b)
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("snapshotter: %w", err)
+	}
+	dir, notBaked, err := snapshotDir(ctx, sn, info)
+	if err != nil {
+		return false, "", err
+	}
+	if notBaked != "" {
+		// The snapshotter's own records are wrong, which no link repairs:
+		// the snapshot has to go. containerd refuses while containers'
+		// snapshots are based on it, and those would see the layers an
+		// attacker stacked under it.
+		if err := sn.Remove(ctx, b.ChainID); errdefs.IsFailedPrecondition(err) {
+			return false, "", fmt.Errorf("layer snapshot %s is not the baked layer (%s), and snapshots of containers are based on it: the state disk was tampered with; remove those containers (crictl rm) and restart orrery-images.service, or replace the node: %w", b.ChainID, notBaked, err)
+		} else if err != nil && !errdefs.IsNotFound(err) {
+			return false, "", fmt.Errorf("remove the layer snapshot, not the baked layer (%s): %w", notBaked, err)
+		}
+		if err := makeSnapshot(ctx, sn, b); err != nil {
+			return false, "", fmt.Errorf("make the layer snapshot again, in place of one not the baked layer (%s): %w", notBaked, err)
+		}
+		return true, notBaked, nil
+	}
+	was, err := relink(dir, b.rootfs())
+	if err != nil {
+		return false, "", fmt.Errorf("link the layer into its snapshot: %w", err)
+	}
+	return false, was, nil
+}
+
+// snapshotDir returns the directory of the committed snapshot info names,
+// or why that snapshot is not one the baked layer could be.
+//
+// The directory is the overlayfs snapshotter's snapshots/<id>/fs, and the
+// id is in the snapshotter's bolt database, which containerd holds locked
+// while it runs. So it is read from the snapshotter itself: a view of a
+// snapshot without parents is a bind mount of that snapshot's directory,
+// the same path the snapshotter puts in the lowerdir of every container
+// based on it. That makes it the path to check whatever the database
+// holds: a label recording it would be one more thing on the state disk to
+// trust. The view costs a few small database transactions; its empty
+// directory goes with containerd's next garbage collection.
+func snapshotDir(ctx context.Context, sn snapshots.Snapshotter, info snapshots.Info) (dir, notBaked string, err error) {
+	if info.Kind != snapshots.KindCommitted {
+		return "", fmt.Sprintf("a snapshot of kind %s, not a committed one", info.Kind), nil
+	}
+	if info.Parent != "" {
+		return "", fmt.Sprintf("it has a parent, %q", info.Parent), nil
+	}
+	key := "orrery-images view " + info.Name
+	mounts, err := sn.View(ctx, key, info.Name)
+	if errdefs.IsAlreadyExists(err) {
+		// Left by a boot cut short here.
+		if err := sn.Remove(ctx, key); err != nil {
+			return "", "", fmt.Errorf("remove the view %q: %w", key, err)
+		}
+		mounts, err = sn.View(ctx, key, info.Name)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("view the layer snapshot: %w", err)
+	}
+	if err := sn.Remove(ctx, key); err != nil {
+		return "", "", fmt.Errorf("remove the view %q: %w", key, err)
+	}
+	if len(mounts) != 1 || mounts[0].Type != "bind" || filepath.Base(mounts[0].Source) != "fs" {
+		// The snapshotter's records, below containerd's, give it parents.
+		return "", fmt.Sprintf("its view is %d mounts, not a bind mount of its directory: it has parent layers", len(mounts)), nil
+	}
+	return mounts[0].Source, "", nil
+}
+
+// makeSnapshot commits, under the layer's chain ID, a snapshot whose
+// directory is the layer unpacked on the root.
+func makeSnapshot(ctx context.Context, sn snapshots.Snapshotter, b bakedImage) error {
 	key := "orrery-images " + b.ChainID
 	// An active snapshot left by a boot cut short in this step.
 	if err := sn.Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
-		return false, fmt.Errorf("remove the unfinished snapshot %q: %w", key, err)
+		return fmt.Errorf("remove the unfinished snapshot %q: %w", key, err)
 	}
 	mounts, err := sn.Prepare(ctx, key, "")
 	if err != nil {
-		return false, fmt.Errorf("prepare a snapshot: %w", err)
+		return fmt.Errorf("prepare a snapshot: %w", err)
 	}
 	// A snapshot without parents is a bind mount of its directory.
 	if len(mounts) != 1 || mounts[0].Type != "bind" || filepath.Base(mounts[0].Source) != "fs" {
 		_ = sn.Remove(ctx, key)
-		return false, fmt.Errorf("the snapshotter's new snapshot is %+v, not a bind mount of a directory named fs: this containerd's overlayfs layout is not the one orrery-images knows", mounts)
+		return fmt.Errorf("the snapshotter's new snapshot is %+v, not a bind mount of a directory named fs: this containerd's overlayfs layout is not the one orrery-images knows", mounts)
 	}
 	dir := mounts[0].Source
 	// Remove fails on a directory that is not empty: nothing written to a
 	// snapshot is ever thrown away here.
 	if err := os.Remove(dir); err != nil {
 		_ = sn.Remove(ctx, key)
-		return false, fmt.Errorf("replace the new snapshot's directory: %w", err)
+		return fmt.Errorf("replace the new snapshot's directory: %w", err)
 	}
 	if err := os.Symlink(b.rootfs(), dir); err != nil {
 		_ = sn.Remove(ctx, key)
-		return false, fmt.Errorf("link the layer into the snapshot: %w", err)
+		return fmt.Errorf("link the layer into the snapshot: %w", err)
 	}
 	if err := sn.Commit(ctx, b.ChainID, key, snapshots.WithLabels(map[string]string{labelRootfs: b.rootfs()})); err != nil {
 		_ = sn.Remove(ctx, key)
-		return false, fmt.Errorf("commit the snapshot: %w", err)
+		return fmt.Errorf("commit the snapshot: %w", err)
 	}
-	return true, nil
+	return nil
 }
 
 // recordImage creates or corrects the image record. It returns what it
@@ -350,7 +530,7 @@ func recordImage(ctx context.Context, is images.Store, b bakedImage) (string, er
 	if err != nil {
 		return "", fmt.Errorf("image store: %w", err)
 	}
-	if have.Target.Digest == want.Target.Digest && have.Labels[labelBaked] == "true" && have.Labels[labelPinned] == "pinned" {
+	if sameTarget(have.Target, want.Target) && sameLabels(have.Labels, want.Labels) {
 		return "", nil
 	}
 	fields := []string{"target", "labels." + labelBaked, "labels." + labelPinned, "labels." + labelCRI}
@@ -358,6 +538,24 @@ func recordImage(ctx context.Context, is images.Store, b bakedImage) (string, er
 		return "", fmt.Errorf("update the image record: %w", err)
 	}
 	return "image record updated", nil
+}
+
+// sameTarget reports whether a record's target is the baked manifest (want
+// has no platform, URLs or annotations): the record is on the state disk
+// too, and the media type and platform say how the manifest is read.
+func sameTarget(have, want ocispec.Descriptor) bool {
+	return have.Digest == want.Digest && have.MediaType == want.MediaType && have.Size == want.Size &&
+		have.Platform == nil && len(have.URLs) == 0 && len(have.Annotations) == 0
+}
+
+// sameLabels reports whether have holds every label of want.
+func sameLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteStale deletes the images an earlier boot baked that are not in

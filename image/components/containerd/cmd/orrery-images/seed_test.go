@@ -15,8 +15,10 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
@@ -62,7 +64,7 @@ func TestSeedWithRealContainerd(t *testing.T) {
 	if err := seed(ctx, client, cfg, &out); err != nil {
 		t.Fatalf("second seed: %v", err)
 	}
-	if strings.Count(out.String(), "already available") != 2 {
+	if strings.Count(out.String(), "already available") != 2 || !strings.Contains(out.String(), "nothing on the state disk replaced") {
 		t.Errorf("second run changed something:\n%s", out.String())
 	}
 
@@ -85,6 +87,198 @@ func TestSeedWithRealContainerd(t *testing.T) {
 	}
 	// The collection that dropped etcd kept pause.
 	checkUsable(ctx, t, client, pause)
+}
+
+// TestSeedReplacesWhatIsNotBaked plays root on a node (a container escape)
+// changing the state disk so that its change outlives a reboot: the
+// kube-proxy layer's snapshot directory becomes a directory with another
+// binary, its config blob a file of the same size with other bytes, and
+// the flannel layer's snapshot is made again on top of another holding
+// another flanneld. The next boot's seed puts back exactly the baked
+// links, says what it replaced, and keeps working a container snapshot
+// made on the layer before; the boot after replaces nothing.
+func TestSeedReplacesWhatIsNotBaked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: containerd's overlayfs snapshotter mounts")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	bakedDir := filepath.Join(root, "baked")
+	proxy := writeBakedImage(t, bakedDir, "kube-proxy", "registry.k8s.io/kube-proxy:v1.35.0", map[string]string{"usr/local/bin/kube-proxy": "kube-proxy binary"})
+	flannel := writeBakedImage(t, bakedDir, "flannel", "ghcr.io/flannel-io/flannel:v0.27.4", map[string]string{"opt/bin/flanneld": "flanneld binary"})
+
+	client, ctrdRoot := startContainerd(ctx, t, root)
+	ctx = namespaces.WithNamespace(ctx, "k8s.io")
+	cfg := config{ImagesDir: bakedDir, ContainerdRoot: ctrdRoot, Snapshotter: "overlayfs"}
+	var out bytes.Buffer
+	if err := seed(ctx, client, cfg, &out); err != nil {
+		t.Fatalf("seed: %v\n%s", err, out.String())
+	}
+	sn := client.SnapshotService("overlayfs")
+	// A container's snapshot from before the change: containerd will not
+	// remove the layer under it.
+	// The lease stands for the container record that keeps it from
+	// containerd's garbage collector.
+	const before = "container-before"
+	leased, done, err := client.WithLease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = done(context.WithoutCancel(ctx)) }()
+	if _, err := sn.Prepare(leased, before, proxy.ChainID); err != nil {
+		t.Fatal(err)
+	}
+
+	// (a) A directory with another kube-proxy in place of the layer's link.
+	layerDir := layerLink(t, ctrdRoot, proxy)
+	if err := os.Remove(layerDir); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(layerDir, "usr/local/bin/kube-proxy"), "attacker's kube-proxy")
+	// (b) A config of the same size with other bytes: containerd checks
+	// only the size.
+	configPath := contentPath(ctrdRoot, proxy.Config.Digest)
+	bakedConfig, err := os.ReadFile(proxy.blob(proxy.Config.Digest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherConfig := bytes.Replace(bakedConfig, []byte("linux"), []byte("xinul"), 1)
+	if bytes.Equal(otherConfig, bakedConfig) {
+		t.Fatal("the test's config has no \"linux\" to change")
+	}
+	if err := os.Remove(configPath); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, configPath, string(otherConfig))
+	// (c) The flannel layer made again on top of a layer of the attacker's.
+	stackUnder(ctx, t, client, flannel, "opt/bin/flanneld", "attacker's flanneld")
+
+	out.Reset()
+	if err := seed(ctx, client, cfg, &out); err != nil {
+		t.Fatalf("seed after the change: %v\n%s", err, out.String())
+	}
+	t.Logf("seed after the change:\n%s", out.String())
+	for _, want := range []string{
+		"registry.k8s.io/kube-proxy:v1.35.0: layer snapshot was not the baked layer (a directory); relinked",
+		fmt.Sprintf("registry.k8s.io/kube-proxy:v1.35.0: config blob %s was not the baked blob (a regular file of %d bytes); relinked", proxy.Config.Digest, len(bakedConfig)),
+		`ghcr.io/flannel-io/flannel:v0.27.4: layer snapshot was not the baked layer (it has a parent, "attacker"); re-made`,
+		"replaced 3 things on the state disk that were not the baked images",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the seed's output does not say %q", want)
+		}
+	}
+	if to, err := os.Readlink(layerDir); err != nil || to != proxy.rootfs() {
+		t.Errorf("kube-proxy's layer directory links to %q (%v), want %q", to, err, proxy.rootfs())
+	}
+	if to, err := os.Readlink(configPath); err != nil || to != proxy.blob(proxy.Config.Digest) {
+		t.Errorf("kube-proxy's config blob links to %q (%v), want %q", to, err, proxy.blob(proxy.Config.Digest))
+	}
+	if got, err := content.ReadBlob(ctx, client.ContentStore(), proxy.Config); err != nil || !bytes.Equal(got, bakedConfig) {
+		t.Errorf("containerd reads kube-proxy's config as %q (%v), want the baked %q", got, err, bakedConfig)
+	}
+	if info, err := sn.Stat(ctx, flannel.ChainID); err != nil || info.Parent != "" {
+		t.Errorf("flannel's layer snapshot: %+v, %v; want one without a parent", info, err)
+	}
+	for _, b := range []bakedImage{proxy, flannel} {
+		checkUsable(ctx, t, client, b)
+	}
+	if got := readInSnapshot(ctx, t, sn, before, "usr/local/bin/kube-proxy"); got != "kube-proxy binary" {
+		t.Errorf("the container from before the change sees kube-proxy as %q, want the baked one", got)
+	}
+
+	out.Reset()
+	if err := seed(ctx, client, cfg, &out); err != nil {
+		t.Fatalf("seed with nothing changed: %v", err)
+	}
+	if strings.Count(out.String(), "already available") != 2 || !strings.Contains(out.String(), "nothing on the state disk replaced") {
+		t.Errorf("a seed with nothing changed replaced something, or did not say it replaced nothing:\n%s", out.String())
+	}
+}
+
+// layerLink returns the path of b's layer snapshot directory, found as the
+// one symlink to b's rootfs among the overlayfs snapshotter's directories
+// (not the way seed finds it).
+func layerLink(t *testing.T, ctrdRoot string, b bakedImage) string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(ctrdRoot, "io.containerd.snapshotter.v1.overlayfs", "snapshots", "*", "fs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, p := range paths {
+		if to, err := os.Readlink(p); err == nil && to == b.rootfs() {
+			found = append(found, p)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s: %d snapshot directories link to the rootfs, want 1: %v", b.Name, len(found), found)
+	}
+	return found[0]
+}
+
+func contentPath(ctrdRoot string, d digest.Digest) string {
+	return filepath.Join(ctrdRoot, "io.containerd.content.v1.content", "blobs", d.Algorithm().String(), d.Encoded())
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stackUnder makes b's layer snapshot again, empty, on top of a snapshot
+// named "attacker" that holds data at rel: a container from the image then
+// sees the attacker's file where the baked layer has the same one.
+func stackUnder(ctx context.Context, t *testing.T, client *containerd.Client, b bakedImage, rel, data string) {
+	t.Helper()
+	ctx, done, err := client.WithLease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = done(context.WithoutCancel(ctx)) }()
+	sn := client.SnapshotService("overlayfs")
+	if err := sn.Remove(ctx, b.ChainID); err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := sn.Prepare(ctx, "attacker-active", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(mounts[0].Source, rel), data)
+	if err := sn.Commit(ctx, "attacker", "attacker-active"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sn.Prepare(ctx, "attacker-top", "attacker"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Commit(ctx, b.ChainID, "attacker-top"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readInSnapshot mounts the active snapshot key and reads rel in it.
+func readInSnapshot(ctx context.Context, t *testing.T, sn snapshots.Snapshotter, key, rel string) string {
+	t.Helper()
+	mounts, err := sn.Mounts(ctx, key)
+	if err != nil {
+		t.Fatalf("mounts of %s: %v", key, err)
+	}
+	target := t.TempDir()
+	if err := mount.All(mounts, target); err != nil {
+		t.Fatalf("mount %s: %v", key, err)
+	}
+	defer func() { _ = mount.UnmountAll(target, 0) }()
+	data, err := os.ReadFile(filepath.Join(target, rel))
+	if err != nil {
+		t.Errorf("read %s in %s: %v", rel, key, err)
+	}
+	return string(data)
 }
 
 // checkUsable checks b the way kubelet's image status and a container

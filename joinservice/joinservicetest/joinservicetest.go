@@ -50,7 +50,10 @@ type Config struct {
 	// Admitted are the state disks the cluster admitted (LUKS UUIDs) and
 	// the VM each was admitted for.
 	Admitted map[string]attestation.Instance
-	Logger   *slog.Logger
+	// ControlPlanes are the instance IDs the owner approved as control
+	// planes: their rejoin tickets say they are one. Nil approves none.
+	ControlPlanes []string
+	Logger        *slog.Logger
 }
 
 // Serve serves the join service on a loopback port until the test ends
@@ -89,6 +92,7 @@ func Serve(tb testing.TB, cfg Config) string {
 		Keys: masterKeys{cfg.MasterSecret}, Admissions: adm, Nodes: allNodes{}, CA: ca, CAKey: caKey,
 		PKIDir: tb.TempDir(), Endpoint: "127.0.0.1:6443", KubernetesVersion: "v0.0.0",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return cfg.MeasurementSalt, nil },
+		ControlPlanes:   func(context.Context) ([]string, error) { return cfg.ControlPlanes, nil },
 		CurrentSet:      val.Current,
 		Logger:          log,
 	})

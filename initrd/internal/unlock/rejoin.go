@@ -2,9 +2,13 @@ package unlock
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -28,7 +32,9 @@ type JoinService interface {
 	Call(ctx context.Context, addr string, call func(ctx context.Context, c joinpb.JoinServiceClient, opt grpc.CallOption) error) error
 }
 
-// Rejoiner asks the cluster's join services for the state disk's key.
+// Rejoiner asks the cluster's join services for the state disk's key,
+// which comes with what the join service says of the cluster
+// (Key.Cluster).
 type Rejoiner struct {
 	Metadata    Metadata
 	JoinService JoinService
@@ -114,7 +120,8 @@ func (r *Rejoiner) round(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ask gets a rejoin ticket from the join service at addr and tries it.
+// ask gets a rejoin ticket from the join service at addr, checks what it
+// says of the cluster (clusterOf), and tries its key.
 func (r *Rejoiner) ask(ctx context.Context, addr string) error {
 	var t *joinpb.IssueRejoinTicketResponse
 	err := r.JoinService.Call(ctx, addr, func(ctx context.Context, c joinpb.JoinServiceClient, opt grpc.CallOption) error {
@@ -129,7 +136,11 @@ func (r *Rejoiner) ask(ctx context.Context, addr string) error {
 		}
 		return err
 	}
-	err = r.Unlocker.Try(ctx, Key{DiskKey: t.GetStateDiskKey(), MeasurementSecret: t.GetMeasurementSecret(), From: "the join service at " + addr})
+	cluster, err := clusterOf(t)
+	if err != nil {
+		return fmt.Errorf("refusing its rejoin ticket, whose key is not tried: %w", err)
+	}
+	err = r.Unlocker.Try(ctx, Key{DiskKey: t.GetStateDiskKey(), MeasurementSecret: t.GetMeasurementSecret(), Cluster: cluster, From: "the join service at " + addr})
 	if errors.Is(err, ErrWrongKey) {
 		// A service of another cluster of this image, or a cluster that
 		// lost its keys: never this disk's key. Said at once, even if
@@ -140,4 +151,50 @@ func (r *Rejoiner) ask(ctx context.Context, addr string) error {
 		return err
 	}
 	return err
+}
+
+// maxEndpoint is the longest API server endpoint a ticket may carry, in
+// bytes.
+const maxEndpoint = 255
+
+// clusterOf is what ticket t says of the cluster, checked: the CA must
+// be a DER X.509 CA certificate, and the endpoint a host and a numeric
+// port with no scheme, of at most maxEndpoint bytes. The initrd checks
+// the node's kept files against these, so a ticket that fails is
+// refused whole.
+func clusterOf(t *joinpb.IssueRejoinTicketResponse) (*Cluster, error) {
+	ca, err := x509.ParseCertificate(t.GetClusterCaCert())
+	if err != nil {
+		return nil, fmt.Errorf("its cluster CA certificate (%d bytes) is not a DER X.509 certificate: %w", len(t.GetClusterCaCert()), err)
+	}
+	if !ca.IsCA {
+		return nil, fmt.Errorf("its cluster CA certificate (subject %q) is not a CA certificate", ca.Subject.String())
+	}
+	if err := checkEndpoint(t.GetApiServerEndpoint()); err != nil {
+		return nil, fmt.Errorf("its API server endpoint: %w", err)
+	}
+	return &Cluster{CACert: t.GetClusterCaCert(), Endpoint: t.GetApiServerEndpoint(), ControlPlane: t.GetControlPlane()}, nil
+}
+
+// checkEndpoint checks that e is host:port, as net.SplitHostPort reads
+// it (an IPv6 host in brackets), with a host, a port from 1 to 65535 and
+// no scheme.
+func checkEndpoint(e string) error {
+	if len(e) > maxEndpoint {
+		return fmt.Errorf("%d bytes, more than %d", len(e), maxEndpoint)
+	}
+	if strings.Contains(e, "://") {
+		return fmt.Errorf("%q has a scheme; want host:port", e)
+	}
+	host, port, err := net.SplitHostPort(e)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", e, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%q names no host", e)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: port %q is not a number from 1 to 65535", e, port)
+	}
+	return nil
 }

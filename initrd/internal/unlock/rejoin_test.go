@@ -3,9 +3,15 @@ package unlock
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/netip"
 	"strings"
@@ -90,9 +96,40 @@ func serveJoin(t *testing.T, cp, joiner *qemutest.Node, svc *joinService) func(c
 	}
 }
 
+// ticket is a rejoin ticket of a worker of a cluster with clusterCA.
 func ticket(key, secret byte) *joinpb.IssueRejoinTicketResponse {
-	return &joinpb.IssueRejoinTicketResponse{StateDiskKey: bytes.Repeat([]byte{key}, 32), MeasurementSecret: bytes.Repeat([]byte{secret}, 32)}
+	return &joinpb.IssueRejoinTicketResponse{
+		StateDiskKey: bytes.Repeat([]byte{key}, 32), MeasurementSecret: bytes.Repeat([]byte{secret}, 32),
+		ClusterCaCert: clusterCA(), ApiServerEndpoint: "10.42.1.100:6443",
+	}
 }
+
+// clusterCA and leafCert are a cluster CA's certificate and one it
+// signed, DER.
+var clusterCA, leafCert = func() (func() []byte, func() []byte) {
+	certs := sync.OnceValues(func() ([]byte, []byte) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			panic(err)
+		}
+		now := time.Now()
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+			IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+		}
+		ca, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			panic(err)
+		}
+		leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"}, NotBefore: tmpl.NotBefore, NotAfter: tmpl.NotAfter}
+		der, err := x509.CreateCertificate(rand.Reader, leaf, tmpl, &key.PublicKey, key)
+		if err != nil {
+			panic(err)
+		}
+		return ca, der
+	})
+	return func() []byte { ca, _ := certs(); return ca }, func() []byte { _, leaf := certs(); return leaf }
+}()
 
 // rejoin runs a Rejoiner of node against cp's join service until the disk
 // opens or the timeout passes, and returns its console.
@@ -126,8 +163,11 @@ func TestRejoinOpensTheDisk(t *testing.T) {
 	cp := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1").Lock(t, "cluster")
 	u, _ := newDisk(t, bytes.Repeat([]byte{1}, 32))
 	before := header(t, u)
-	// First a key of another cluster, then the disk's.
-	svc := &joinService{tickets: []*joinpb.IssueRejoinTicketResponse{ticket(9, 9), ticket(1, 2)}}
+	// First a key of another cluster, then the disk's, of a control
+	// plane.
+	right := ticket(1, 2)
+	right.ControlPlane = true
+	svc := &joinService{tickets: []*joinpb.IssueRejoinTicketResponse{ticket(9, 9), right}}
 	m := &meta{}
 	// Down for the first question, however long the header check before
 	// it takes.
@@ -138,6 +178,14 @@ func TestRejoinOpensTheDisk(t *testing.T) {
 	}
 	if got := u.Key(); !bytes.Equal(got.MeasurementSecret, bytes.Repeat([]byte{2}, 32)) || !strings.Contains(got.From, "10.42.1.100:30090") {
 		t.Errorf("opened with %+v", got)
+	}
+	// What the initrd checks the kept files against comes with the key.
+	switch got := u.Key().Cluster; {
+	case got == nil:
+		t.Error("opened with no cluster")
+	case !bytes.Equal(got.CACert, clusterCA()) || got.Endpoint != "10.42.1.100:6443" || !got.ControlPlane:
+		t.Errorf("opened with cluster CA %d bytes (equal: %v), endpoint %q, control plane %v; want the ticket's CA, 10.42.1.100:6443, true",
+			len(got.CACert), bytes.Equal(got.CACert, clusterCA()), got.Endpoint, got.ControlPlane)
 	}
 	for _, want := range []string{"metadata service", "does not open this node's state disk"} {
 		if !strings.Contains(console, want) {
@@ -175,6 +223,90 @@ func TestRejoinRefusesAnUnprovenJoinService(t *testing.T) {
 			}
 			if !strings.Contains(console, "refused the join service") {
 				t.Errorf("console does not say why:\n%s", console)
+			}
+		})
+	}
+}
+
+// A ticket whose cluster CA or API server endpoint is wrong is refused
+// whole: its key is never tried, even the right one, and the console says
+// what is wrong.
+func TestRejoinRefusesABadTicket(t *testing.T) {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1")
+	cp := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1").Lock(t, "cluster")
+	for name, tc := range map[string]struct {
+		spoil   func(*joinpb.IssueRejoinTicketResponse)
+		wantMsg string
+	}{
+		"garbage CA":   {func(t *joinpb.IssueRejoinTicketResponse) { t.ClusterCaCert = []byte("garbage") }, "cluster CA certificate (7 bytes) is not a DER X.509 certificate"},
+		"bad endpoint": {func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "https://10.42.1.100:6443" }, "API server endpoint: \"https://10.42.1.100:6443\" has a scheme"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			u, luks := newDisk(t, bytes.Repeat([]byte{1}, 32))
+			bad := ticket(1, 2)
+			tc.spoil(bad)
+			svc := &joinService{tickets: []*joinpb.IssueRejoinTicketResponse{bad}}
+			console := rejoin(t, node, cp, svc, u, &meta{}, 3*time.Second)
+			if svc.calls() == 0 {
+				t.Fatalf("the join service was never asked; console:\n%s", console)
+			}
+			if isOpen(u) || luks.keyTests() != 0 {
+				t.Fatalf("the key of a bad ticket was tried (%d times)", luks.keyTests())
+			}
+			if !strings.Contains(console, "refusing its rejoin ticket") || !strings.Contains(console, tc.wantMsg) {
+				t.Errorf("console does not say %q:\n%s", tc.wantMsg, console)
+			}
+		})
+	}
+}
+
+func TestClusterOf(t *testing.T) {
+	// A 255-byte endpoint, the longest allowed.
+	longest := strings.Repeat("a", 250) + ":6443"
+	tests := map[string]struct {
+		spoil   func(*joinpb.IssueRejoinTicketResponse)
+		wantErr string
+	}{
+		"good":                   {spoil: func(*joinpb.IssueRejoinTicketResponse) {}},
+		"IPv6 endpoint":          {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "[fd00::2]:6443" }},
+		"DNS endpoint":           {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "api.cluster.example:443" }},
+		"255-byte endpoint":      {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = longest }},
+		"no CA (an old service)": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ClusterCaCert = nil }, wantErr: "not a DER X.509 certificate"},
+		"garbage CA":             {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ClusterCaCert = []byte("garbage") }, wantErr: "not a DER X.509 certificate"},
+		"PEM CA": {spoil: func(t *joinpb.IssueRejoinTicketResponse) {
+			t.ClusterCaCert = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: t.ClusterCaCert})
+		}, wantErr: "not a DER X.509 certificate"},
+		"not a CA":          {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ClusterCaCert = leafCert() }, wantErr: `(subject "CN=kube-apiserver") is not a CA certificate`},
+		"no endpoint":       {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "" }, wantErr: "is not host:port"},
+		"no port":           {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100" }, wantErr: "is not host:port"},
+		"no host":           {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = ":6443" }, wantErr: "names no host"},
+		"named port":        {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:https" }, wantErr: `port "https" is not a number`},
+		"port out of range": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:65536" }, wantErr: `port "65536" is not a number`},
+		"port zero":         {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:0" }, wantErr: `port "0" is not a number`},
+		"scheme":            {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "https://api.example:6443" }, wantErr: "has a scheme"},
+		"too long":          {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "a" + longest }, wantErr: "256 bytes, more than 255"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tk := ticket(1, 2)
+			tk.ControlPlane = true
+			tc.spoil(tk)
+			c, err := clusterOf(tk)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(c.CACert, tk.ClusterCaCert) || c.Endpoint != tk.ApiServerEndpoint || !c.ControlPlane {
+				t.Errorf("cluster %+v from ticket %v", c, tk)
 			}
 		})
 	}

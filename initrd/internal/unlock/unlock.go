@@ -31,8 +31,36 @@ type Key struct {
 	// MeasurementSecret, with the measurement salt kept on the disk,
 	// gives the cluster ID to extend PCR 15 with.
 	MeasurementSecret []byte
+	// Cluster is what the cluster's join service says of it, to check
+	// the Kubernetes files kept on the disk against. Set by a rejoin,
+	// from the join service's ticket (checked by the Rejoiner); nil when
+	// the key came from the owner's recovery (RecoverServer), which says
+	// nothing of the cluster. Callers must handle nil.
+	Cluster *Cluster
 	// From says who sent it, for the console.
 	From string
+}
+
+// Cluster is what a rejoin ticket says of the node's cluster. It comes
+// from the join service whose key opens the disk, over attested TLS, so
+// the initrd trusts it over anything the host serves.
+type Cluster struct {
+	// CACert is the cluster CA's certificate, DER; a CA certificate.
+	CACert []byte
+	// Endpoint is the Kubernetes API server, host:port (an IPv6 host in
+	// brackets).
+	Endpoint string
+	// ControlPlane is true if the owner approved this node's instance
+	// as a control plane; the node's metadata role, the host's word,
+	// does not count.
+	ControlPlane bool
+}
+
+func (c *Cluster) clone() *Cluster {
+	if c == nil {
+		return nil
+	}
+	return &Cluster{CACert: bytes.Clone(c.CACert), Endpoint: c.Endpoint, ControlPlane: c.ControlPlane}
 }
 
 var (
@@ -89,8 +117,8 @@ func (u *Unlocker) Opened() <-chan struct{} {
 	return u.openedChan()
 }
 
-// Key is the measurement secret and sender of the key that opened the
-// disk (not the disk key itself); valid once Opened is closed.
+// Key is the measurement secret, cluster and sender of the key that
+// opened the disk (not the disk key itself); valid once Opened is closed.
 func (u *Unlocker) Key() Key {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -192,7 +220,7 @@ func (u *Unlocker) Try(ctx context.Context, k Key) error {
 	// The kernel holds the volume key now; the copy of the header is
 	// no longer needed, and the disk key is not kept.
 	os.Remove(header)
-	u.key = Key{MeasurementSecret: bytes.Clone(k.MeasurementSecret), From: k.From}
+	u.key = Key{MeasurementSecret: bytes.Clone(k.MeasurementSecret), Cluster: k.Cluster.clone(), From: k.From}
 	close(u.opened)
 	return nil
 }

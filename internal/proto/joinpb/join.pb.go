@@ -438,7 +438,11 @@ func (x *IssueRejoinTicketRequest) GetDiskUuid() string {
 }
 
 // IssueRejoinTicketResponse gives a rebooting node the key to its state
-// disk and the secret to recompute the cluster ID.
+// disk, the secret to recompute the cluster ID, and what the initrd checks
+// the Kubernetes files kept on the state disk against before the OS uses
+// them. Those facts come from the join service whose key opens the disk,
+// over attested TLS, so the initrd need not take the host's word (the
+// metadata service, the disk's own files) for them.
 type IssueRejoinTicketResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// state_disk_key is the 32-byte key for the state disk, the same key
@@ -449,8 +453,29 @@ type IssueRejoinTicketResponse struct {
 	// measurement salt the node stored on its state disk at first join, the
 	// initrd recomputes the cluster ID and extends PCR 15 with it.
 	MeasurementSecret []byte `protobuf:"bytes,2,opt,name=measurement_secret,json=measurementSecret,proto3" json:"measurement_secret,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// cluster_ca_cert is the DER-encoded certificate of the cluster CA, the
+	// same as IssueJoinTicketResponse.cluster_ca_cert: the CA the kept
+	// Kubernetes files must name. The initrd refuses a ticket, and does not
+	// try its key, if this is not a DER X.509 CA certificate (an empty one
+	// included, as from a join service older than this field).
+	ClusterCaCert []byte `protobuf:"bytes,3,opt,name=cluster_ca_cert,json=clusterCaCert,proto3" json:"cluster_ca_cert,omitempty"`
+	// api_server_endpoint is the Kubernetes API server the kept Kubernetes
+	// files must point to, the same as
+	// IssueJoinTicketResponse.api_server_endpoint: "host:port" with an IPv6
+	// host in brackets, no scheme, at most 255 bytes. The initrd refuses a
+	// ticket, and does not try its key, if this is anything else.
+	ApiServerEndpoint string `protobuf:"bytes,4,opt,name=api_server_endpoint,json=apiServerEndpoint,proto3" json:"api_server_endpoint,omitempty"`
+	// control_plane is true if the owner approved the node's certified
+	// instance ID as a control plane (the list IssueJoinTicket checks
+	// is_control_plane against), false for any other node. The initrd keeps
+	// static pod manifests (the API server, etcd...) only on a control
+	// plane, and takes the role from here rather than from the metadata
+	// service: the node's metadata role is the host's word, not the owner's.
+	// A join service that cannot read the owner's list refuses the rejoin
+	// (UNAVAILABLE) rather than guess.
+	ControlPlane  bool `protobuf:"varint,5,opt,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IssueRejoinTicketResponse) Reset() {
@@ -497,6 +522,27 @@ func (x *IssueRejoinTicketResponse) GetMeasurementSecret() []byte {
 	return nil
 }
 
+func (x *IssueRejoinTicketResponse) GetClusterCaCert() []byte {
+	if x != nil {
+		return x.ClusterCaCert
+	}
+	return nil
+}
+
+func (x *IssueRejoinTicketResponse) GetApiServerEndpoint() string {
+	if x != nil {
+		return x.ApiServerEndpoint
+	}
+	return ""
+}
+
+func (x *IssueRejoinTicketResponse) GetControlPlane() bool {
+	if x != nil {
+		return x.ControlPlane
+	}
+	return false
+}
+
 var File_internal_proto_joinpb_join_proto protoreflect.FileDescriptor
 
 const file_internal_proto_joinpb_join_proto_rawDesc = "" +
@@ -526,10 +572,13 @@ const file_internal_proto_joinpb_join_proto_rawDesc = "" +
 	"\finstall_path\x18\x03 \x01(\tR\vinstallPath\x12\x18\n" +
 	"\aextract\x18\x04 \x01(\bR\aextract\"7\n" +
 	"\x18IssueRejoinTicketRequest\x12\x1b\n" +
-	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\"p\n" +
+	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\"\xed\x01\n" +
 	"\x19IssueRejoinTicketResponse\x12$\n" +
 	"\x0estate_disk_key\x18\x01 \x01(\fR\fstateDiskKey\x12-\n" +
-	"\x12measurement_secret\x18\x02 \x01(\fR\x11measurementSecret2\xdb\x01\n" +
+	"\x12measurement_secret\x18\x02 \x01(\fR\x11measurementSecret\x12&\n" +
+	"\x0fcluster_ca_cert\x18\x03 \x01(\fR\rclusterCaCert\x12.\n" +
+	"\x13api_server_endpoint\x18\x04 \x01(\tR\x11apiServerEndpoint\x12#\n" +
+	"\rcontrol_plane\x18\x05 \x01(\bR\fcontrolPlane2\xdb\x01\n" +
 	"\vJoinService\x12b\n" +
 	"\x0fIssueJoinTicket\x12&.orrery.join.v1.IssueJoinTicketRequest\x1a'.orrery.join.v1.IssueJoinTicketResponse\x12h\n" +
 	"\x11IssueRejoinTicket\x12(.orrery.join.v1.IssueRejoinTicketRequest\x1a).orrery.join.v1.IssueRejoinTicketResponseB4Z2github.com/orrery-dev/orrery/internal/proto/joinpbb\x06proto3"

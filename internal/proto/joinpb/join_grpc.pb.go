@@ -38,8 +38,8 @@ type JoinServiceClient interface {
 	// control-plane certificates and keys.
 	IssueJoinTicket(ctx context.Context, in *IssueJoinTicketRequest, opts ...grpc.CallOption) (*IssueJoinTicketResponse, error)
 	// IssueRejoinTicket gives a node that already joined, and is booting
-	// again, what its initrd needs to open the state disk and to extend PCR 15
-	// with the cluster ID.
+	// again, what its initrd needs to open the state disk, to extend PCR 15
+	// with the cluster ID, and to check the Kubernetes files kept on the disk.
 	IssueRejoinTicket(ctx context.Context, in *IssueRejoinTicketRequest, opts ...grpc.CallOption) (*IssueRejoinTicketResponse, error)
 }
 
@@ -86,8 +86,8 @@ type JoinServiceServer interface {
 	// control-plane certificates and keys.
 	IssueJoinTicket(context.Context, *IssueJoinTicketRequest) (*IssueJoinTicketResponse, error)
 	// IssueRejoinTicket gives a node that already joined, and is booting
-	// again, what its initrd needs to open the state disk and to extend PCR 15
-	// with the cluster ID.
+	// again, what its initrd needs to open the state disk, to extend PCR 15
+	// with the cluster ID, and to check the Kubernetes files kept on the disk.
 	IssueRejoinTicket(context.Context, *IssueRejoinTicketRequest) (*IssueRejoinTicketResponse, error)
 	mustEmbedUnimplementedJoinServiceServer()
 }

@@ -28,7 +28,8 @@
 //     instance ID the owner approved as a control plane
 //     (Config.ControlPlanes); a node that asks for them otherwise is
 //     refused, and the refusal logged. What the node says its role is
-//     decides nothing.
+//     decides nothing. A rejoin ticket tells the node, from the same
+//     list, whether it is a control plane.
 //   - A state disk is admitted for one VM (Config.Admissions records it
 //     at join): a join with a disk recorded for another VM, and a rejoin
 //     for a disk never admitted or admitted for another VM, are refused.
@@ -131,9 +132,11 @@ type Config struct {
 	// MeasurementSalt returns the cluster's measurement salt.
 	MeasurementSalt func(ctx context.Context) ([]byte, error)
 	// ControlPlanes returns the instance IDs the owner approved as
-	// control planes (see internal/controlplanes); it is asked on every request
-	// for control-plane files, so an approval needs no restart. Nil
-	// approves none: every request for control-plane files is refused.
+	// control planes (see internal/controlplanes); it is asked on every
+	// request for control-plane files and on every rejoin (whose ticket
+	// says whether the node is one), so an approval needs no restart. Nil
+	// approves none: every request for control-plane files is refused,
+	// and every rejoin ticket says the node is no control plane.
 	ControlPlanes func(ctx context.Context) ([]string, error)
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
@@ -331,6 +334,14 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 		return nil, status.Errorf(codes.PermissionDenied,
 			"node %s was removed from the cluster (kubectl delete node): its state disk %s gets no rejoin ticket; to bring this VM back, recreate it and let it join as a new node", owner.Name, disk)
 	}
+	// The initrd keeps the static pod manifests on its disk only if this
+	// says so: an unreadable list refuses the rejoin rather than tell a
+	// control plane it is a worker, or the reverse.
+	controlPlane, err := s.approvedControlPlane(ctx, inst)
+	if err != nil {
+		log.Error("cannot read the approved control planes", "error", err.Error())
+		return nil, err
+	}
 	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "get the state disk key from the key service: %v", err)
@@ -344,8 +355,11 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 		// to keep a node from its disk.
 		log.Warn("cannot record the node's measurement set", "error", err.Error())
 	}
-	log.Info("issued rejoin ticket")
-	return &joinpb.IssueRejoinTicketResponse{StateDiskKey: diskKey, MeasurementSecret: measurementSecret}, nil
+	log.Info("issued rejoin ticket", "controlPlane", controlPlane)
+	return &joinpb.IssueRejoinTicketResponse{
+		StateDiskKey: diskKey, MeasurementSecret: measurementSecret,
+		ClusterCaCert: s.cfg.CA.Raw, ApiServerEndpoint: s.cfg.Endpoint, ControlPlane: controlPlane,
+	}, nil
 }
 
 // currentSet is the measurement set the caller attested with, checked
@@ -425,20 +439,29 @@ func peerAddr(ctx context.Context) string {
 // rests on something the node cannot choose: its certified instance ID,
 // in a list only the owner writes.
 func (s *Server) requireApprovedControlPlane(ctx context.Context, inst attestation.Instance) error {
-	var approved []string
-	if s.cfg.ControlPlanes != nil {
-		var err error
-		if approved, err = s.cfg.ControlPlanes(ctx); err != nil {
-			return status.Errorf(codes.Unavailable, "read the approved control planes: %v", err)
-		}
-	}
-	if slices.Contains(approved, inst.ID) {
-		return nil
+	ok, err := s.approvedControlPlane(ctx, inst)
+	if err != nil || ok {
+		return err
 	}
 	return status.Errorf(codes.PermissionDenied,
 		"node %s asked to join as a control plane, and the owner has not approved this instance as one, so it gets no control-plane files: "+
 			"to make it a control plane, the owner runs 'orrery control-plane approve %s' (which adds it to %q in the %s ConfigMap); to make it a worker, give it the worker role",
 		inst, inst.ID, controlplanes.Key, controlplanes.ConfigMapName)
+}
+
+// approvedControlPlane tells whether the owner approved inst's certified
+// instance ID as a control plane (Config.ControlPlanes). A list it cannot
+// read is an Unavailable error, never an answer: both a join's
+// control-plane files and a rejoin's role rest on it.
+func (s *Server) approvedControlPlane(ctx context.Context, inst attestation.Instance) (bool, error) {
+	if s.cfg.ControlPlanes == nil {
+		return false, nil
+	}
+	approved, err := s.cfg.ControlPlanes(ctx)
+	if err != nil {
+		return false, status.Errorf(codes.Unavailable, "read the approved control planes: %v", err)
+	}
+	return slices.Contains(approved, inst.ID), nil
 }
 
 // checkCSR parses the node's kubelet CSR and checks it asks for exactly

@@ -11,6 +11,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"log/slog"
 	"maps"
 	"math/big"
@@ -168,6 +169,8 @@ type envOptions struct {
 	// approveNode puts the node's instance ID on the approved
 	// control-plane list (which also holds an unrelated ID).
 	approveNode bool
+	// controlPlanesErr, if set, is what reading that list fails with.
+	controlPlanesErr error
 }
 
 // newEnv serves the join service twice: over attested TLS (the node's
@@ -215,7 +218,12 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		Keys: localKeys{}, Admissions: e.admissions, Nodes: e.nodes, CurrentSet: val.Current, CA: ca, CAKey: caKey, PKIDir: pki,
 		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
-		ControlPlanes:   func(context.Context) ([]string, error) { return controlplanes.Parse(approved) },
+		ControlPlanes: func(context.Context) ([]string, error) {
+			if opts.controlPlanesErr != nil {
+				return nil, opts.controlPlanesErr
+			}
+			return controlplanes.Parse(approved)
+		},
 		Removed: func(context.Context) (removednodes.List, error) {
 			e.removedMu.Lock()
 			defer e.removedMu.Unlock()
@@ -367,6 +375,11 @@ func TestRejoinTicket(t *testing.T) {
 	if !bytes.Equal(resp.GetStateDiskKey(), want) {
 		t.Fatal("rejoin ticket has another disk key than the join ticket")
 	}
+	// What the initrd checks the kept Kubernetes files against: the
+	// same CA and endpoint a join ticket carries.
+	if !bytes.Equal(resp.GetClusterCaCert(), e.ca.Raw) || resp.GetApiServerEndpoint() != "10.42.1.100:6443" {
+		t.Fatalf("rejoin ticket: cluster CA %d bytes (want the CA's %d), endpoint %q", len(resp.GetClusterCaCert()), len(e.ca.Raw), resp.GetApiServerEndpoint())
+	}
 
 	// The owner removes the node ('kubectl delete node'): no more rejoins.
 	e.nodes.delete(qemutest.DefaultName)
@@ -376,6 +389,47 @@ func TestRejoinTicket(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), "refused a rejoin: the owner removed the node") || !strings.Contains(e.logs.String(), "node="+qemutest.DefaultName) {
 		t.Errorf("refusal not logged with the node's name:\n%s", e.logs)
+	}
+}
+
+// A rejoin ticket says whether the node is a control plane from the
+// owner's list, not from anything the node says; a list the join service
+// cannot read refuses the rejoin rather than guess.
+func TestRejoinTicketControlPlane(t *testing.T) {
+	tests := map[string]struct {
+		opts             envOptions
+		wantControlPlane bool
+		wantCode         codes.Code
+	}{
+		"approved instance":   {opts: envOptions{approveNode: true}, wantControlPlane: true},
+		"another instance":    {opts: envOptions{}},
+		"list cannot be read": {opts: envOptions{controlPlanesErr: errors.New("configmap: connection refused")}, wantCode: codes.Unavailable},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, tc.opts)
+			if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+				DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
+			}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := e.attested.IssueRejoinTicket(context.Background(), &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
+			if status.Code(err) != tc.wantCode {
+				t.Fatalf("err = %v, want %v", err, tc.wantCode)
+			}
+			if err != nil {
+				if !strings.Contains(err.Error(), "connection refused") || len(resp.GetStateDiskKey()) > 0 {
+					t.Fatalf("err = %v, want the list's error and no key", err)
+				}
+				if !strings.Contains(e.logs.String(), "cannot read the approved control planes") {
+					t.Errorf("failure not logged:\n%s", e.logs)
+				}
+				return
+			}
+			if resp.GetControlPlane() != tc.wantControlPlane {
+				t.Errorf("control_plane = %v, want %v", resp.GetControlPlane(), tc.wantControlPlane)
+			}
+		})
 	}
 }
 

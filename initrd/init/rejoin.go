@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
+	"github.com/orrery-dev/orrery/initrd/internal/keptfiles"
 	"github.com/orrery-dev/orrery/initrd/internal/netup"
 	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
 	"github.com/orrery-dev/orrery/initrd/internal/unlock"
@@ -105,9 +106,35 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 		return err
 	}
 	c.log("state", "node locked to cluster %x (PCR %d); mounted on %s/var", clusterID[:8], nodelock.PCR, sysroot)
+	if err := checkKept(c, key); err != nil {
+		return err
+	}
 	if err := lease.Down(); err != nil {
 		c.log("network", "could not take the network down for the OS: %v", err)
 	}
+	return nil
+}
+
+// checkKept checks what the node keeps on its state disk that decides
+// what its OS runs (keptfiles), with what the join service's ticket says
+// of the cluster; a key from a recovery says nothing, and only control
+// planes serve recovery.
+func checkKept(c *console, key unlock.Key) error {
+	t := time.Now()
+	facts := keptfiles.Facts{ControlPlane: true}
+	if cl := key.Cluster; cl != nil {
+		facts = keptfiles.Facts{ControlPlane: cl.ControlPlane, CACert: cl.CACert, Endpoint: cl.Endpoint}
+	}
+	kept := &keptfiles.Checker{Root: sysroot, Say: func(format string, args ...any) { c.log("kept", format, args...) }}
+	if err := kept.Check(facts); err != nil {
+		return fmt.Errorf("%w. Root on this node changed it since the node wrote it, so the OS does not start: "+
+			"remove the node from the cluster ('orrery node remove NAME --yes') and create a new one in its place", err)
+	}
+	role := "worker"
+	if facts.ControlPlane {
+		role = "control plane"
+	}
+	c.log("kept", "kubeadm's and kubelet's kept files are a %s's (%s)", role, since(t))
 	return nil
 }
 

@@ -181,13 +181,14 @@ func controlPlane(t testing.TB) node {
 	return n
 }
 
-func (n node) check(t *testing.T, f Facts) (error, []string) {
+func (n node) check(t *testing.T, f Facts) ([]string, error) {
 	t.Helper()
 	var said []string
 	c := &Checker{Root: n.root, Say: func(format string, args ...any) {
 		said = append(said, strings.TrimSpace(strings.ReplaceAll(fmt.Sprintf(format, args...), n.root, "")))
 	}}
-	return c.Check(f), said
+	err := c.Check(f)
+	return said, err
 }
 
 func exists(root, rel string) bool {
@@ -206,7 +207,7 @@ func TestUntouchedNodesPass(t *testing.T) {
 		"not joined yet":         {node{root: t.TempDir(), ca: newCA(t, "kubernetes")}, func(n node) Facts { return Facts{CACert: n.ca, Endpoint: endpoint} }},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err, said := tt.n.check(t, tt.f(tt.n))
+			said, err := tt.n.check(t, tt.f(tt.n))
 			if err != nil || len(said) > 0 {
 				t.Fatalf("Check() = %v, said %q; want nil, nothing", err, said)
 			}
@@ -235,7 +236,7 @@ func TestPlantedFilesAreRemoved(t *testing.T) {
 	if err := os.Symlink("/var/lib/evil", filepath.Join(n.root, "etc/kubernetes/pki/ca.crt")); err != nil {
 		t.Fatal(err)
 	}
-	err, said := n.check(t, Facts{CACert: n.ca, Endpoint: endpoint})
+	said, err := n.check(t, Facts{CACert: n.ca, Endpoint: endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestPlantedFilesAreRemoved(t *testing.T) {
 			t.Errorf("said\n%s\nwant a line with %q", joined, want)
 		}
 	}
-	if err, said := n.check(t, Facts{CACert: n.ca, Endpoint: endpoint}); err != nil || len(said) > 0 {
+	if said, err := n.check(t, Facts{CACert: n.ca, Endpoint: endpoint}); err != nil || len(said) > 0 {
 		t.Errorf("second check: %v, said %q; want nothing", err, said)
 	}
 }
@@ -261,7 +262,7 @@ func TestPlantedFilesAreRemoved(t *testing.T) {
 func TestControlPlanePrunesUnknownManifests(t *testing.T) {
 	n := controlPlane(t)
 	write(t, n.root, "etc/kubernetes/manifests/backdoor.yaml", podManifest("kube-apiserver", apiserverImage))
-	if err, _ := n.check(t, Facts{ControlPlane: true, CACert: n.ca}); err != nil {
+	if _, err := n.check(t, Facts{ControlPlane: true, CACert: n.ca}); err != nil {
 		t.Fatal(err)
 	}
 	if exists(n.root, "etc/kubernetes/manifests/backdoor.yaml") || !exists(n.root, "etc/kubernetes/manifests/kube-apiserver.yaml") {
@@ -338,7 +339,7 @@ func TestChangedFilesAreRefused(t *testing.T) {
 			} else {
 				write(t, n.root, tt.file, data)
 			}
-			err, _ := n.check(t, Facts{ControlPlane: tt.controlPlane, CACert: n.ca, Endpoint: endpoint})
+			_, err := n.check(t, Facts{ControlPlane: tt.controlPlane, CACert: n.ca, Endpoint: endpoint})
 			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "/"+tt.file) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Check() = %v; want ErrRefused naming /%s and %q", err, tt.file, tt.want)
 			}
@@ -354,11 +355,11 @@ func TestChangedFilesAreRefused(t *testing.T) {
 func TestRecoveryKeepsCheckingTheCA(t *testing.T) {
 	n := controlPlane(t)
 	write(t, n.root, "etc/kubernetes/admin.conf", kubeconfigWith(newCA(t, "attacker"), "https://10.0.2.5:6443", certUser))
-	if err, _ := n.check(t, Facts{ControlPlane: true}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "admin.conf trusts another CA") {
+	if _, err := n.check(t, Facts{ControlPlane: true}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "admin.conf trusts another CA") {
 		t.Errorf("Check() = %v; want admin.conf refused", err)
 	}
 	write(t, n.root, "etc/kubernetes/pki/ca.crt", "garbage")
-	if err, _ := n.check(t, Facts{ControlPlane: true}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "ca.crt") {
+	if _, err := n.check(t, Facts{ControlPlane: true}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "ca.crt") {
 		t.Errorf("Check() = %v; want ca.crt refused", err)
 	}
 }

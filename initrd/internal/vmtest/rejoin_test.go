@@ -33,6 +33,13 @@ import (
 // initrd phases and a node lock, as control planes of this image would.
 // The node must refuse the first key with the disk untouched, open the
 // disk with the second, and lock itself to its cluster.
+//
+// It is also the test of what a node keeps: the first boot plants, as
+// root on a node would, files in /etc and /etc/kubernetes that would run
+// or be trusted at the next boot; the rejoin must come up without any of
+// them (the cluster CA rewritten from the join service's ticket), with
+// the same machine ID. The rejoined boot then changes kubelet's flags on
+// the state disk, and a third boot must refuse to start the OS.
 func TestRejoinInTheInitrd(t *testing.T) {
 	f := setup(t)
 	exe, err := os.Executable()
@@ -61,7 +68,8 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	// First boot, on the same VM and devices: the initrd formats the
 	// state disk, and the test root reports the firmware's event log,
 	// which the control planes' vTPMs replay.
-	console := waitExit(t, start("initrd-rejoin-first", ""))
+	first := waitExit(t, start("initrd-rejoin-first", ""))
+	console := first
 	logs := rootReports(console, "fwlog")
 	if len(logs) != 1 {
 		t.Fatalf("the test root reported %d firmware event logs, want 1\n%s", len(logs), consoleReport(console))
@@ -115,6 +123,41 @@ func TestRejoinInTheInitrd(t *testing.T) {
 			t.Errorf("console lacks %q", want)
 		}
 	}
+	if planted := rootReports(first, "planted"); len(planted) != 1 {
+		t.Errorf("the first boot planted %q\n%s", planted, consoleReport(first))
+	}
+	if kept := rootReports(console, "kept"); len(kept) > 0 || len(rootReports(console, "gone")) != 6 {
+		t.Errorf("after a reboot, the planted files %q are still there (gone: %q)", kept, rootReports(console, "gone"))
+	}
+	if ca := rootReports(console, "cacert"); len(ca) != 1 || ca[0] != "kubernetes" {
+		t.Errorf("the cluster CA certificate after the rejoin: %q, want the join service's (CN kubernetes)", ca)
+	}
+	if id, first := rootReports(console, "machineid"), rootReports(first, "machineid"); len(id) != 1 || len(first) != 1 || id[0] != first[0] || len(id[0]) != 32 {
+		t.Errorf("machine ID: first boot %q, rejoin %q; want one ID, kept", first, id)
+	}
+	for _, want := range []string{"removed /etc/kubernetes/manifests: not a file kubeadm keeps on a worker",
+		"removed /etc/kubernetes/kubelet.conf.d", "rewrote /etc/kubernetes/pki/ca.crt from the join service's ticket"} {
+		if !strings.Contains(console, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+
+	// The rejoined OS changed kubelet's flags: refused at the next boot,
+	// before the OS starts, with what to do.
+	if planted := rootReports(console, "planted"); len(planted) != 1 {
+		t.Fatalf("the rejoined boot planted %q", planted)
+	}
+	refusedBoot := waitExit(t, start("initrd-rejoin-refused", forward("169.254.169.5"+join, other)+forward("169.254.169.6"+join, own)))
+	for _, want := range []string{"refusing what the state disk keeps: /var/lib/kubelet/kubeadm-flags.env gives kubelet \"--config-dir=/var/lib/kubelet/conf.d\"",
+		"orrery node remove"} {
+		if !strings.Contains(refusedBoot, want) {
+			t.Errorf("the third boot's console lacks %q\n%s", want, consoleReport(refusedBoot))
+		}
+	}
+	if strings.Contains(refusedBoot, "ORRERY-ROOT pid") {
+		t.Error("the OS started on a disk whose kubelet flags were changed")
+	}
+
 	msec, err := ms.MeasurementSecret()
 	if err != nil {
 		t.Fatal(err)

@@ -7,10 +7,16 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,11 +64,19 @@ func main() {
 		rw.Close()
 	}
 	reportFirmwareLog()
+	if id, err := os.ReadFile("/etc/machine-id"); err != nil {
+		report("error", "read the machine ID: %v", err)
+	} else {
+		report("machineid", "%s", strings.TrimSpace(string(id)))
+	}
 	if fi, err := os.Stat(diskhandoff.KeyFile); err != nil {
 		report("nokey", "first-boot key: %v", err) // a later boot has none
+		reportPlanted()
+		plantRefused()
 	} else {
 		report("key", "%d %o", fi.Size(), fi.Mode().Perm())
 		handOff()
+		plant()
 	}
 	for _, f := range []string{"/etc/orrery-test", "/var/orrery-test"} {
 		if err := os.WriteFile(f, []byte("ok"), 0o644); err != nil {
@@ -76,6 +90,103 @@ func main() {
 	report("time", "%d", time.Now().Unix())
 	report("done", "powering off")
 	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// planted are what root on a node would leave for its next boot to run,
+// in each place the OS can write: /etc, and /etc/kubernetes, which is kept.
+var planted = map[string]string{
+	"/etc/systemd/system/backdoor.service":                         "[Service]\nExecStart=/bin/sh -c 'echo owned'\n",
+	"/etc/systemd/system/multi-user.target.wants/backdoor.service": "[Service]\nExecStart=/bin/sh -c 'echo owned'\n",
+	"/etc/containerd/config.toml":                                  "[plugins]\n",
+	"/etc/kubernetes/manifests/backdoor.yaml":                      "apiVersion: v1\nkind: Pod\n",
+	"/etc/kubernetes/kubelet.conf.d/exec.conf":                     "users: [{user: {exec: {command: /bin/sh}}}]\n",
+	// A name the node keeps, with another CA (attackerCA): a rejoin
+	// rewrites it from the join service's ticket.
+	"/etc/kubernetes/pki/ca.crt": "",
+}
+
+// attackerCA is a CA certificate of root's own, PEM.
+func attackerCA() (string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "attacker"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", err
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), nil
+}
+
+// plant, on a first boot, plants the files of planted.
+func plant() {
+	ca, err := attackerCA()
+	if err != nil {
+		report("error", "make a CA: %v", err)
+		return
+	}
+	planted["/etc/kubernetes/pki/ca.crt"] = ca
+	for path, content := range planted {
+		err := os.MkdirAll(filepath.Dir(path), 0o755)
+		if err == nil {
+			err = os.WriteFile(path, []byte(content), 0o644)
+		}
+		if err != nil {
+			report("error", "plant %s: %v", path, err)
+		}
+	}
+	report("planted", "%d files", len(planted))
+}
+
+// reportPlanted, on a later boot, reports which planted files are still
+// what was planted ("kept") and which are not ("gone"), and what the
+// cluster CA certificate is.
+func reportPlanted() {
+	for path, content := range planted {
+		b, err := os.ReadFile(path)
+		still := err == nil && string(b) == content
+		if path == "/etc/kubernetes/pki/ca.crt" {
+			still = err == nil && caName(b) == "attacker"
+		}
+		if still {
+			report("kept", "%s", path)
+		} else {
+			report("gone", "%s", path)
+		}
+	}
+	if b, err := os.ReadFile("/etc/kubernetes/pki/ca.crt"); err == nil {
+		report("cacert", "%s", caName(b))
+	}
+}
+
+// caName is the common name of the CA certificate in PEM b, "" if it
+// holds none.
+func caName(b []byte) string {
+	if block, _ := pem.Decode(b); block != nil {
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil && c.IsCA {
+			return c.Subject.CommonName
+		}
+	}
+	return ""
+}
+
+// plantRefused, on a later boot, changes kubelet's flags as root on a
+// node would to run its own configuration: the next boot must refuse the
+// disk.
+func plantRefused() {
+	const flags = "/var/lib/kubelet/kubeadm-flags.env"
+	if err := os.MkdirAll(filepath.Dir(flags), 0o700); err != nil {
+		report("error", "plant %s: %v", flags, err)
+		return
+	}
+	if err := os.WriteFile(flags, []byte(`KUBELET_KUBEADM_ARGS="--v=1 --config-dir=/var/lib/kubelet/conf.d"`+"\n"), 0o644); err != nil {
+		report("error", "plant %s: %v", flags, err)
+		return
+	}
+	report("planted", "%s", flags)
 }
 
 // handOff, on a first boot, reports what bootstrapperd would take over at

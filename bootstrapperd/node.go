@@ -126,7 +126,7 @@ func (b *bootstrapper) joinConfig() joinclient.Config {
 }
 
 // finishJoin completes a join that a reboot interrupted after the node
-// lock (see joinclient.PendingFile): the initrd rejoined, and kubeadm join
+// lock (see pendingjoin.File): the initrd rejoined, and kubeadm join
 // must still run, with the ticket kept on the state disk.
 func (b *bootstrapper) finishJoin(ctx context.Context) error {
 	b.notify("READY=1\nSTATUS=finishing a join that a reboot interrupted")

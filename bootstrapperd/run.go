@@ -19,9 +19,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
-	"github.com/orrery-dev/orrery/bootstrapperd/internal/joinclient"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/logging"
+	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
 
@@ -44,7 +44,7 @@ func run(ctx context.Context, b *bootstrapper) error {
 		return err
 	}
 	if !needed {
-		if _, err := os.Stat(b.paths.bootstrappedMarker); err != nil && joinclient.HasPending(b.paths.stateDir) {
+		if _, err := os.Stat(b.paths.bootstrappedMarker); err != nil && pendingjoin.Exists(b.paths.stateDir) {
 			return b.finishJoin(ctx)
 		}
 		b.rejoined(ctx)

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/orrery-dev/orrery/bootstrapperd/internal/joinclient"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -24,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
 	"github.com/orrery-dev/orrery/internal/syncbuffer"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
@@ -193,7 +193,7 @@ func TestInterruptedJoinIsFinishedNotReportedRejoined(t *testing.T) {
 	if ok, err := nodelock.New(tpm.Open, mlog).TryLock([]byte("0123456789abcdef0123456789abcdef")); err != nil || !ok {
 		t.Fatalf("TryLock: %v %v", ok, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, joinclient.PendingFile), []byte("{"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, pendingjoin.File), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var logs syncbuffer.Buffer
@@ -202,7 +202,7 @@ func TestInterruptedJoinIsFinishedNotReportedRejoined(t *testing.T) {
 	b.notify = func(s string) { notified = append(notified, s) }
 	b.listen = "127.0.0.1:0"
 	err := run(context.Background(), b)
-	if err == nil || !strings.Contains(err.Error(), joinclient.PendingFile) {
+	if err == nil || !strings.Contains(err.Error(), pendingjoin.File) {
 		t.Fatalf("run = %v, want the damaged record named", err)
 	}
 	if len(notified) != 1 || !strings.Contains(notified[0], "finishing a join") {

@@ -42,6 +42,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
@@ -138,7 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 // errFailedAfterLock means that a join failed after its point of no
 // return: the node is locked to the cluster and keeps the ticket (see
-// PendingFile), which Finish uses.
+// pendingjoin), which Finish uses.
 var errFailedAfterLock = errors.New("the join failed after the node lock")
 
 func (cfg Config) withDefaults() (Config, *slog.Logger, func(string)) {
@@ -231,7 +232,7 @@ func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *sl
 		}
 		log.Info("got a join ticket", "phase", "join", "peer", addr)
 		err = apply(ctx, cfg, log, status, self, key, ticket)
-		if err != nil && HasPending(cfg.StateDir) {
+		if err != nil && pendingjoin.Exists(cfg.StateDir) {
 			return fmt.Errorf("%w: %w", errFailedAfterLock, err)
 		}
 		return err
@@ -266,12 +267,12 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 			return fmt.Errorf("join ticket names a file that is not one of the control-plane files %v: %q", controlplanes.PKIFiles, f.GetName())
 		}
 	}
-	if err := savePending(cfg.StateDir, t, key); err != nil {
+	if err := pendingjoin.Save(cfg.StateDir, t, key); err != nil {
 		return err
 	}
 	locked, err := cfg.Lock.TryLock(clusterID)
 	if err != nil {
-		return errors.Join(fmt.Errorf("take the node lock: %w", err), removePending(cfg.StateDir))
+		return errors.Join(fmt.Errorf("take the node lock: %w", err), pendingjoin.Remove(cfg.StateDir))
 	}
 	if locked {
 		log.Info("node locked to the cluster", "phase", "lock", "clusterID", fmt.Sprintf("%x", clusterID))
@@ -284,7 +285,7 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 			return fmt.Errorf("read the node lock: %w", err)
 		}
 		if !mine {
-			return errors.Join(ErrLockLost, removePending(cfg.StateDir))
+			return errors.Join(ErrLockLost, pendingjoin.Remove(cfg.StateDir))
 		}
 		log.Info("node already locked to this cluster by an earlier attempt; cleaning up and joining again", "phase", "lock", "clusterID", fmt.Sprintf("%x", clusterID))
 		status("retrying the join: kubeadm reset")
@@ -316,7 +317,7 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	}, os.Stderr); err != nil {
 		return err
 	}
-	return removePending(cfg.StateDir)
+	return pendingjoin.Remove(cfg.StateDir)
 }
 
 // Where the node keeps the client certificate of its join ticket, in

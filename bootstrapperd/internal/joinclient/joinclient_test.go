@@ -34,6 +34,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
@@ -297,7 +298,7 @@ func TestJoinWorker(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile)); err != nil {
 		t.Fatalf("the issued client certificate is not kept: %v", err)
 	}
-	if HasPending(cfg.StateDir) {
+	if pendingjoin.Exists(cfg.StateDir) {
 		t.Error("the ticket is still kept after the join finished")
 	}
 	// The key reaches kubeadm in memory only: a copy on the state disk
@@ -400,7 +401,7 @@ func TestJoinRetriedAfterLockTakenFinishes(t *testing.T) {
 	if _, calls := svc.requests(); calls != 1 {
 		t.Fatalf("the join service was asked %d times, want once: a locked node gets no other ticket", calls)
 	}
-	if HasPending(cfg.StateDir) {
+	if pendingjoin.Exists(cfg.StateDir) {
 		t.Fatal("the kept ticket is still on the state disk after the join finished")
 	}
 	wantID, _ := keys.ClusterID(bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{6}, 32))

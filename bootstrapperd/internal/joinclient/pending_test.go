@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/syncbuffer"
 )
@@ -32,10 +33,10 @@ func TestInterruptedJoinFinishesAfterReboot(t *testing.T) {
 	if err := Run(ctx, cfg); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want cancelled", err)
 	}
-	if l.free || !HasPending(cfg.StateDir) {
-		t.Fatalf("after the lock: locked %v, ticket kept %v; want both", !l.free, HasPending(cfg.StateDir))
+	if l.free || !pendingjoin.Exists(cfg.StateDir) {
+		t.Fatalf("after the lock: locked %v, ticket kept %v; want both", !l.free, pendingjoin.Exists(cfg.StateDir))
 	}
-	if fi, err := os.Stat(filepath.Join(cfg.StateDir, PendingFile)); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(filepath.Join(cfg.StateDir, pendingjoin.File)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("kept ticket: %v, mode %v; want 0600", err, fi.Mode().Perm())
 	}
 	first := j.attemptsSoFar()[0]
@@ -57,7 +58,7 @@ func TestInterruptedJoinFinishesAfterReboot(t *testing.T) {
 	if !bytes.Equal(d.key, ticket().GetStateDiskKey()) {
 		t.Fatal("disk key changed")
 	}
-	if HasPending(cfg.StateDir) {
+	if pendingjoin.Exists(cfg.StateDir) {
 		t.Fatal("the ticket is still kept after the join finished")
 	}
 	if err := Finish(context.Background(), cfg); !errors.Is(err, ErrNoPendingJoin) {
@@ -76,11 +77,11 @@ func TestFinishRefusesDamagedRecord(t *testing.T) {
 		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(cfg.StateDir, PendingFile), []byte(content), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(cfg.StateDir, pendingjoin.File), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		err := Finish(context.Background(), cfg)
-		if err == nil || errors.Is(err, ErrNoPendingJoin) || !strings.Contains(err.Error(), PendingFile) {
+		if err == nil || errors.Is(err, ErrNoPendingJoin) || !strings.Contains(err.Error(), pendingjoin.File) {
 			t.Errorf("%s: Finish = %v, want an error naming the record", name, err)
 		}
 		if j.resets != 0 || len(j.attempts) != 0 {
@@ -96,7 +97,7 @@ func TestLockLostRemovesTicket(t *testing.T) {
 	if err := Run(context.Background(), cfg); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("err = %v, want ErrLockLost", err)
 	}
-	if HasPending(cfg.StateDir) {
+	if pendingjoin.Exists(cfg.StateDir) {
 		t.Fatal("a ticket of a cluster the node never joined is kept")
 	}
 }

@@ -16,6 +16,8 @@
 //     regular file or directory, is removed (and said on the console);
 //   - the cluster CA certificate is rewritten from the join service's
 //     ticket, when the disk key came from one;
+//   - a join ticket kept for a join a reboot interrupted (pendingjoin),
+//     which bootstrapperd would finish with kubeadm, must be the cluster's;
 //   - every kept file that decides what runs is checked for the settings
 //     Orrery's kubeadm configuration gives it, and a file that fails is
 //     refused (ErrRefused): the node does not boot, and the owner removes
@@ -40,6 +42,9 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/pendingjoin"
 )
 
 // ErrRefused means a kept file is not what the node wrote: root on the
@@ -181,6 +186,9 @@ func (c *Checker) Check(f Facts) error {
 			return refused("/"+KubernetesDir+"/"+name, err)
 		}
 	}
+	if err := c.checkPendingJoin(f, ca); err != nil {
+		return err
+	}
 	if err := c.checkFile(KubeletConfig, checkKubeletConfig); err != nil {
 		return err
 	}
@@ -195,6 +203,44 @@ func (c *Checker) say(format string, args ...any) {
 	if c.Say != nil {
 		c.Say(format, args...)
 	}
+}
+
+// checkPendingJoin checks the ticket of an interrupted join, which
+// bootstrapperd finishes at this boot with kubeadm join, writing
+// /etc/kubernetes after this check: it must be of the cluster that gave
+// this boot its key (ca: the cluster CA; after a recovery, the node's
+// own), reach its API server, and carry a control plane's keys only to a
+// control plane.
+func (c *Checker) checkPendingJoin(f Facts, ca *x509.Certificate) error {
+	dir := filepath.Join(c.Root, diskhandoff.StateDir)
+	path := filepath.Join(diskhandoff.StateDir, pendingjoin.File)
+	if fi, err := os.Lstat(pendingjoin.Path(dir)); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	} else if !fi.Mode().IsRegular() {
+		return refused(path, fmt.Errorf("is a %s, not a regular file", fi.Mode().Type()))
+	}
+	t, _, err := pendingjoin.Load(dir)
+	if err != nil {
+		return refused(path, errors.New("does not hold a join ticket"))
+	}
+	tca, err := x509.ParseCertificate(t.GetClusterCaCert())
+	switch {
+	case err != nil:
+		return refused(path, errors.New("holds a ticket whose cluster CA certificate does not parse"))
+	case ca != nil && !tca.Equal(ca):
+		return refused(path, errors.New("holds a ticket of another cluster CA than the cluster's"))
+	case f.Endpoint != "" && t.GetApiServerEndpoint() != f.Endpoint:
+		return refused(path, fmt.Errorf("holds a ticket for API server %s; the cluster's is %s", q(t.GetApiServerEndpoint()), f.Endpoint))
+	case !f.ControlPlane && len(t.GetControlPlaneFiles()) > 0:
+		return refused(path, errors.New("holds a control plane's ticket on a worker"))
+	}
+	cert, err := x509.ParseCertificate(t.GetKubeletCert())
+	if err != nil || cert.CheckSignatureFrom(tca) != nil {
+		return refused(path, errors.New("holds a ticket whose kubelet certificate is not the cluster CA's"))
+	}
+	return nil
 }
 
 // checkFile checks the kept file at rel (relative to Root) with check;

@@ -16,9 +16,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/pendingjoin"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
 func newCA(t testing.TB, name string) []byte {
+	der, _ := newCAKey(t, name)
+	return der
+}
+
+func newCAKey(t testing.TB, name string) ([]byte, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -30,6 +39,27 @@ func newCA(t testing.TB, name string) []byte {
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
+}
+
+// kubeletCert is a node's client certificate, signed by the CA of caDER
+// with caKey.
+func kubeletCert(t testing.TB, caDER []byte, caKey *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "system:node:worker-0", Organization: []string{"system:nodes"}},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,4 +418,66 @@ func FuzzKeptFiles(f *testing.F) {
 		}
 		_, _ = parseCerts(b)
 	})
+}
+
+// TestPendingJoin: a join a reboot interrupted is finished at boot with
+// the ticket kept on the state disk, by kubeadm, after the initrd's
+// check: a ticket root on the node wrote must not pass for the cluster's.
+func TestPendingJoin(t *testing.T) {
+	ca, caKey := newCAKey(t, "kubernetes")
+	otherCA, otherKey := newCAKey(t, "attacker")
+	good := func() *joinpb.IssueJoinTicketResponse {
+		return &joinpb.IssueJoinTicketResponse{ClusterCaCert: ca, ApiServerEndpoint: endpoint, KubeletCert: kubeletCert(t, ca, caKey)}
+	}
+	for name, tt := range map[string]struct {
+		ticket       func() *joinpb.IssueJoinTicketResponse
+		raw          string
+		controlPlane bool
+		want         string
+	}{
+		"the cluster's": {ticket: good},
+		"a control plane": {controlPlane: true, ticket: func() *joinpb.IssueJoinTicketResponse {
+			g := good()
+			g.ControlPlaneFiles = []*joinpb.ControlPlaneFile{{Name: "ca.key"}}
+			return g
+		}},
+		"another CA": {want: "another cluster CA", ticket: func() *joinpb.IssueJoinTicketResponse {
+			return &joinpb.IssueJoinTicketResponse{ClusterCaCert: otherCA, ApiServerEndpoint: endpoint, KubeletCert: kubeletCert(t, otherCA, otherKey)}
+		}},
+		"another API server": {want: `API server "10.0.2.99:6443"`, ticket: func() *joinpb.IssueJoinTicketResponse { g := good(); g.ApiServerEndpoint = "10.0.2.99:6443"; return g }},
+		"CA keys on a worker": {want: "control plane's ticket on a worker", ticket: func() *joinpb.IssueJoinTicketResponse {
+			g := good()
+			g.ControlPlaneFiles = []*joinpb.ControlPlaneFile{{Name: "ca.key"}}
+			return g
+		}},
+		"a certificate of another CA": {want: "kubelet certificate is not the cluster CA's", ticket: func() *joinpb.IssueJoinTicketResponse {
+			g := good()
+			g.KubeletCert = kubeletCert(t, otherCA, otherKey)
+			return g
+		}},
+		"garbage": {raw: "{\"ticket\": 7}", want: "does not hold a join ticket"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := node{root: t.TempDir(), ca: ca}
+			dir := filepath.Join(n.root, diskhandoff.StateDir)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if tt.raw != "" {
+				write(t, dir, pendingjoin.File, tt.raw)
+			} else if err := pendingjoin.Save(dir, tt.ticket(), []byte("key")); err != nil {
+				t.Fatal(err)
+			}
+			_, err := n.check(t, Facts{ControlPlane: tt.controlPlane, CACert: ca, Endpoint: endpoint})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Check() = %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "/var/lib/orrery/pending-join.json") || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Check() = %v; want ErrRefused naming the ticket and %q", err, tt.want)
+			}
+		})
+	}
 }

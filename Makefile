@@ -22,8 +22,11 @@ E2E_TIMEOUT ?= 120m
 # worker Ready 14-19 min after its join ticket, against the suite's
 # 15). The phase table shows what each step took either way.
 E2E_SLOWDOWN ?= 1
+# The smoke run's deadline: about 15 min of suite time here, 30 on a slow
+# host, and room for its teardown.
+E2E_SMOKE_TIMEOUT ?= 45m
 
-.PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e cluster
+.PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -93,11 +96,16 @@ cluster: deps image build ## bring up a local cluster: orrery mini up, then orre
 	build/bin/orrery init
 	@echo "kubectl: build/components/bin/kubectl --kubeconfig orrery-admin.conf get nodes"
 
-e2e: deps image build ## end to end: the whole flow on the local cloud (root, 25-110 min under TCG; E2E_TIMEOUT=120m)
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e -args -image-dir $(CURDIR)/build/image \
+E2E_ARGS = -image-dir $(CURDIR)/build/image \
 		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/bin/kubectl \
 		-helm $(CURDIR)/build/components/hostbin/helm -logs-dir $(CURDIR)/build/e2e-logs \
 		-slowdown $(E2E_SLOWDOWN)
+
+e2e: deps image build ## end to end: the whole flow on the local cloud (root, 25-110 min under TCG; E2E_TIMEOUT=120m)
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e -args $(E2E_ARGS)
+
+e2e-smoke: deps image build ## the end-to-end suite's core: init, join, a Service across nodes, a modified image refused (root, ~15 min of suite; CI runs it)
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_SMOKE_TIMEOUT) -v ./e2e -args $(E2E_ARGS) -smoke
 
 clean: ## remove build outputs
 	rm -rf build

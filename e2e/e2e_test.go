@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -29,6 +30,7 @@ var (
 	kubectl  = flag.String("kubectl", "build/components/bin/kubectl", "kubectl")
 	logsDir  = flag.String("logs-dir", "build/e2e-logs", "where a failed run leaves its logs, in a folder named by its start time")
 	slowdown = flag.Float64("slowdown", 1, "how many times longer than usual the suite waits for the cluster: for a host that runs other work (hack/stress-e2e.sh)")
+	smoke    = flag.Bool("smoke", false, "run the suite's core only (make e2e-smoke, CI): init, join, a Service across nodes, the worker's credentials, a modified image refused")
 )
 
 // patience is how long to wait for what takes up to d on a host that
@@ -50,12 +52,30 @@ type phases struct {
 	last  time.Time
 	rows  []phase
 	boots []*boottimeline.Watch
+	// current names the phase under way, if it was named (doing): a
+	// failed run says which one failed.
+	current string
 }
 
 func (p *phases) done(name string) {
 	now := time.Now()
 	p.rows = append(p.rows, phase{name, now.Sub(p.last)})
 	p.last = now
+	p.current = ""
+}
+
+// doing names the phase that begins now.
+func (p *phases) doing(name string) { p.current = name }
+
+// failed names the phase a failed run failed in.
+func (p *phases) failed() string {
+	switch {
+	case p.current != "":
+		return p.current
+	case len(p.rows) > 0:
+		return "the one after " + strconv.Quote(p.rows[len(p.rows)-1].name)
+	}
+	return "mini up"
 }
 
 // watch adds n's boot to the timeline; n has just been powered on.
@@ -230,14 +250,18 @@ func TestCluster(t *testing.T) {
 	out := filepath.Join(dir, "owner")
 	ctx, cancel := context.WithTimeout(context.Background(), runTime(t))
 	defer cancel()
-	p := &phases{start: time.Now(), last: time.Now()}
+	p := &phases{start: time.Now(), last: time.Now(), current: "mini up"}
 	defer p.print()
+	spares := 2
+	if *smoke {
+		spares = 1
+	}
 
 	// Two spare slots boot later: a node from a modified image, and a
 	// node of a new image that joins across a join-service restart and
 	// the cluster's refusal, and whose image the owner then retires.
 	c, err := cloud.Up(ctx, cloud.Spec{
-		Dir: dir, ControlPlanes: 1, Workers: 1, Spares: 2, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
+		Dir: dir, ControlPlanes: 1, Workers: 1, Spares: spares, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
 		Image: filepath.Join(img, "disk.qcow2"), Namespace: namespace, KeepLogs: true,
 	})
 	if err != nil {
@@ -250,6 +274,9 @@ func TestCluster(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
+			failedIn := p.failed()
+			// Said last, after the tables: CI's output ends here.
+			defer printFailure(os.Stdout, failedIn, c.Nodes(), out)
 			// The failed phase has its own row: otherwise its time would
 			// show as the teardown's.
 			p.done("FAILED (the phase that failed)")
@@ -306,9 +333,11 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	p.doing("orrery init refuses bad input (incl. node boot)")
 	refuseBadInit(t, ctx, dir, img, orr)
 	p.done("orrery init refuses bad input (incl. node boot)")
 
+	p.doing("orrery init (attestation, kubeadm, Helm services)")
 	initStart := time.Now()
 	initOut, err := inNS(ctx, orr, "init", "--mini-dir", dir, "--out-dir", out,
 		"--measurements", filepath.Join(img, "measurements.json"), "--timeout", "30m")
@@ -321,6 +350,7 @@ func TestCluster(t *testing.T) {
 	logCPU(t, k, "cp-0", "just after orrery init")
 
 	// Someone else's init on the initialised node: refused, and at once.
+	p.doing("a second init is refused")
 	again, err := inNS(ctx, orr, "init", "--mini-dir", dir, "--out-dir", filepath.Join(dir, "intruder"),
 		"--measurements", filepath.Join(img, "measurements.json"), "--timeout", "5m")
 	if err == nil || !strings.Contains(string(again), "already belongs to a cluster") {
@@ -330,6 +360,7 @@ func TestCluster(t *testing.T) {
 
 	waitFor := func(what string, timeout time.Duration, ok func() bool) {
 		t.Helper()
+		p.doing(what)
 		deadline := waitDeadline(t, timeout)
 		for !ok() {
 			if time.Now().After(deadline) {
@@ -355,6 +386,7 @@ func TestCluster(t *testing.T) {
 	waitFor("worker joins and both nodes are Ready", patience(15*time.Minute), ready("cp-0", "worker-0"))
 	logCPU(t, k, "cp-0", "with both nodes Ready")
 	initToReady := time.Since(initStart)
+	p.doing("join service, key service, CNI and CoreDNS ready")
 	assertJoinedWithNodeCert(t, k, "worker-0")
 	for _, sel := range []string{"app=orrery-joinservice", "app=flannel", "k8s-app=kube-dns"} {
 		if s, err := k("-n", "kube-system", "wait", "--for=condition=Ready", "pod", "-l", sel, timeoutFlag(10*time.Minute)); err != nil {
@@ -382,6 +414,7 @@ spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080}]
 `
+	p.doing("a pod on the worker reaches a Service on the control plane")
 	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -457,8 +490,20 @@ spec:
 		k("delete", "pod", pod, "--wait=false")
 	}
 	serviceCheck("a pod on the worker reaches a Service on the control plane")
+	p.doing("the credentials on a worker may not reach the master secret")
 	auditWorkerCredentials(t, k)
 	p.done("the credentials on a worker may not reach the master secret")
+	if *smoke {
+		// Two host cores run two TCG VMs well, not three: the worker
+		// makes room for the modified image's node.
+		p.doing("worker-0 powered off")
+		powerOff(t, ctx, c.Nodes()[1])
+		p.done("worker-0 powered off")
+		p.doing("a node from a modified image is refused")
+		refusedModified(t, ctx, c, k, dir, img, c.Nodes()[2])
+		p.done("a node from a modified image is refused")
+		return
+	}
 
 	// Steadiness is judged before the reboots, and from the control
 	// plane's recovery to the end: a reboot restarts the control plane's
@@ -572,4 +617,41 @@ func logCPU(t *testing.T, k kubectlFunc, node, when string) {
 		return
 	}
 	t.Logf("%s's CPU %s (kubelet's stats summary):\n%s", node, when, table)
+}
+
+// failureTail is how many of their last lines printFailure shows of each
+// node's console and each of the owner's failure files.
+const failureTail = 25
+
+// printFailure says, for the end of a failed run's output (all CI shows
+// at once), which phase failed and how each node's console and the
+// owner's failure files end. Neither holds a secret: the host reads the
+// consoles, and 'orrery init' keeps secrets out of its failure files.
+func printFailure(w io.Writer, phase string, nodes []*cloud.Node, ownerDir string) {
+	fmt.Fprintf(w, "\ne2e: FAILED in phase: %s\n", phase)
+	for _, n := range nodes {
+		raw, err := os.ReadFile(n.SerialLog())
+		if err != nil {
+			continue // a spare that never booted
+		}
+		fmt.Fprintf(w, "\n--- %s's console, last %d lines ---\n%s\n", n.Name, failureTail, lastLines(printable(raw), failureTail))
+	}
+	logs, _ := filepath.Glob(filepath.Join(ownerDir, "orrery-init-*.log"))
+	for _, path := range logs {
+		if raw, err := os.ReadFile(path); err == nil {
+			fmt.Fprintf(w, "\n--- the owner's %s, last %d lines ---\n%s\n", filepath.Base(path), failureTail, lastLines(printable(raw), failureTail))
+		}
+	}
+	fmt.Fprintf(w, "\ne2e: FAILED in phase: %s (the errors are above, where the phase ran)\n", phase)
+}
+
+// printable drops a console's carriage returns and escape sequences.
+func printable(raw []byte) string {
+	s := strings.ReplaceAll(string(raw), "\r", "")
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' || r >= ' ' && r != 0x7f {
+			return r
+		}
+		return -1
+	}, s)
 }

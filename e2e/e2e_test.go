@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -55,6 +54,8 @@ type phases struct {
 	// current names the phase under way, if it was named (doing): a
 	// failed run says which one failed.
 	current string
+	// summary is printed after the tables (a failed run's).
+	summary string
 }
 
 func (p *phases) done(name string) {
@@ -99,6 +100,7 @@ func (p *phases) print() {
 		}
 	}
 	w.Flush()
+	fmt.Print(p.summary)
 }
 
 func inNS(ctx context.Context, args ...string) ([]byte, error) {
@@ -274,9 +276,8 @@ func TestCluster(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			failedIn := p.failed()
-			// Said last, after the tables: CI's output ends here.
-			defer printFailure(os.Stdout, failedIn, c.Nodes(), out)
+			// Printed last, after the tables: CI's output ends there.
+			p.summary = failureSummary(p.failed(), c.Nodes(), out)
 			// The failed phase has its own row: otherwise its time would
 			// show as the teardown's.
 			p.done("FAILED (the phase that failed)")
@@ -619,35 +620,53 @@ func logCPU(t *testing.T, k kubectlFunc, node, when string) {
 	t.Logf("%s's CPU %s (kubelet's stats summary):\n%s", node, when, table)
 }
 
-// failureTail is how many of their last lines printFailure shows of each
-// node's console and each of the owner's failure files.
+// failureTail is how many of their last lines failureSummary shows of
+// each node's console and each of the owner's failure files.
 const failureTail = 25
 
-// printFailure says, for the end of a failed run's output (all CI shows
-// at once), which phase failed and how each node's console and the
-// owner's failure files end. Neither holds a secret: the host reads the
-// consoles, and 'orrery init' keeps secrets out of its failure files.
-func printFailure(w io.Writer, phase string, nodes []*cloud.Node, ownerDir string) {
-	fmt.Fprintf(w, "\ne2e: FAILED in phase: %s\n", phase)
+// failureSummary is what a failed run prints last (all CI shows at
+// once): which phase failed, and how Orrery's lines on each node's
+// console (the initrd's, bootstrapperd's, orrery-images') and the owner's
+// failure files end. It is taken before the nodes are stopped, whose
+// shutdown would fill the consoles' ends. Neither holds a secret: the host
+// reads the consoles, and 'orrery init' keeps secrets out of its failure
+// files.
+func failureSummary(phase string, nodes []*cloud.Node, ownerDir string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\ne2e: FAILED in phase: %s\n", phase)
 	for _, n := range nodes {
 		raw, err := os.ReadFile(n.SerialLog())
 		if err != nil {
 			continue // a spare that never booted
 		}
-		fmt.Fprintf(w, "\n--- %s's console, last %d lines ---\n%s\n", n.Name, failureTail, lastLines(printable(raw), failureTail))
+		fmt.Fprintf(&b, "\n--- %s's console, Orrery's last %d lines ---\n%s\n", n.Name, failureTail, lastLines(orreryLines(raw), failureTail))
 	}
 	logs, _ := filepath.Glob(filepath.Join(ownerDir, "orrery-init-*.log"))
 	for _, path := range logs {
 		if raw, err := os.ReadFile(path); err == nil {
-			fmt.Fprintf(w, "\n--- the owner's %s, last %d lines ---\n%s\n", filepath.Base(path), failureTail, lastLines(printable(raw), failureTail))
+			fmt.Fprintf(&b, "\n--- the owner's %s, last %d lines ---\n%s\n", filepath.Base(path), failureTail, lastLines(printable(string(raw)), failureTail))
 		}
 	}
-	fmt.Fprintf(w, "\ne2e: FAILED in phase: %s (the errors are above, where the phase ran)\n", phase)
+	fmt.Fprintf(&b, "\ne2e: FAILED in phase: %s (its errors are above, where it ran)\n", phase)
+	return b.String()
+}
+
+// orreryLines are the console lines of Orrery's programs.
+func orreryLines(raw []byte) string {
+	var out []string
+	for _, l := range strings.Split(printable(string(raw)), "\n") {
+		for _, p := range []string{"orrery-init: ", "bootstrapperd[", "orrery-images[", "orrery-pcrs["} {
+			if strings.Contains(l, p) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // printable drops a console's carriage returns and escape sequences.
-func printable(raw []byte) string {
-	s := strings.ReplaceAll(string(raw), "\r", "")
+func printable(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r == '\n' || r == '\t' || r >= ' ' && r != 0x7f {
 			return r

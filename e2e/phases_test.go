@@ -3,8 +3,13 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-dev/orrery/internal/cloud"
 )
 
 func TestInitSteps(t *testing.T) {
@@ -61,5 +66,42 @@ func TestPatience(t *testing.T) {
 		if got := patience(10 * time.Minute); got != c.want {
 			t.Errorf("-slowdown %v: patience(10m) = %s, want %s", c.slowdown, got, c.want)
 		}
+	}
+}
+
+// TestFailureSummary: a failed run's last lines name the phase and show
+// Orrery's own console lines, not the kernel's, and no spare that never
+// booted.
+func TestFailureSummary(t *testing.T) {
+	dir := t.TempDir()
+	worker := &cloud.Node{Name: "worker-0", Dir: filepath.Join(dir, "worker-0")}
+	spare := &cloud.Node{Name: "spare-0", Dir: filepath.Join(dir, "spare-0")}
+	if err := os.MkdirAll(worker.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	console := "[    1.0] Linux version 6.1\r\norrery-init: state: state disk is /dev/vdb [+2.296s]\r\n" +
+		"[  166.1] bootstrapperd[265]: no join ticket yet; retrying reason=\"PermissionDenied\"\x1b[0m\r\n[ 1113.4] reboot: Power down\r\n"
+	if err := os.WriteFile(worker.SerialLog(), []byte(console), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &phases{rows: []phase{{name: "a second init is refused"}}}
+	got := failureSummary(p.failed(), []*cloud.Node{worker, spare}, dir)
+	for _, want := range []string{
+		`e2e: FAILED in phase: the one after "a second init is refused"`,
+		"orrery-init: state: state disk is /dev/vdb",
+		`bootstrapperd[265]: no join ticket yet; retrying reason="PermissionDenied"[0m`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"Linux version", "Power down", "spare-0", "\r", "\x1b"} {
+		if strings.Contains(got, not) {
+			t.Errorf("summary shows %q:\n%s", not, got)
+		}
+	}
+	p.doing("worker joins and both nodes are Ready")
+	if got := p.failed(); got != "worker joins and both nodes are Ready" {
+		t.Errorf("failed() = %q, want the phase under way", got)
 	}
 }

@@ -254,8 +254,9 @@ ln -sf ../usr/lib/os-release "$root/etc/os-release"
 # /sbin/init as a relative link, so that it resolves inside the mounted root
 # too (the initrd checks it before switch_root).
 [[ $(readlink "$root/usr/sbin/init") == /lib/systemd/systemd ]] && ln -sfn ../lib/systemd/systemd "$root/usr/sbin/init"
-# An empty machine ID: systemd makes one at boot and commits it to the
-# writable /etc overlay, without "first boot" semantics. With
+# An empty machine ID: the initrd writes the node's own, kept on its state
+# disk, into /etc's tmpfs layer at every boot, so systemd finds one and
+# there are no "first boot" semantics. With
 # "uninitialized", the first boot also ran a preset of every unit: 7.4 s
 # under TCG for nothing, since units/enable.list already decided what runs
 # (and it failed on a masked unit anyway).

@@ -234,7 +234,7 @@ func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *
 	if res.Abandoned {
 		c.log("state", "%s was formatted at an earlier boot that never joined a cluster; its only key was lost with that boot's /run, so it holds nothing readable: preparing it afresh", dev)
 	}
-	c.log("state", "first boot: formatted LUKS2 in %s, opened in %s, created ext4 in %s; mounted on %s/var, writable /etc overlay; passphrase in %s",
+	c.log("state", "first boot: formatted LUKS2 in %s, opened in %s, created ext4 in %s; mounted on %s/var, /etc from the image with a tmpfs layer; passphrase in %s",
 		res.FormatTime.Round(time.Millisecond), res.OpenTime.Round(time.Millisecond), res.MkfsTime.Round(time.Millisecond), sysroot, diskhandoff.KeyFile)
 	return nil
 }

@@ -43,6 +43,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 )
@@ -339,7 +340,7 @@ func (c *Checker) clusterCA(f Facts) (*x509.Certificate, error) {
 			return nil, fmt.Errorf("read %s: %w", caCertPath, err)
 		}
 		if !bytes.Equal(have, want) {
-			if err := writeFile(path, want); err != nil {
+			if err := atomicfile.WriteFile(path, want, 0o644); err != nil {
 				return nil, fmt.Errorf("write %s: %w", caCertPath, err)
 			}
 			c.say("rewrote %s from the join service's ticket: the kept copy was not the cluster's CA certificate", caCertPath)
@@ -361,17 +362,6 @@ func (c *Checker) clusterCA(f Facts) (*x509.Certificate, error) {
 		return nil, refused(caCertPath, errors.New("is not one CA certificate"))
 	}
 	return certs[0], nil
-}
-
-func writeFile(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".orrery-new"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // parseCerts parses PEM certificates; anything else in b is an error.

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orrery-dev/orrery/internal/atomicfile"
 )
 
 // What the node's OS may write, and what of it lasts.
@@ -152,11 +154,7 @@ func machineID(path string, r io.Reader) (string, error) {
 	raw[6] = raw[6]&0x0f | 0x40
 	raw[8] = raw[8]&0x3f | 0x80
 	id := hex.EncodeToString(raw[:])
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o444); err != nil {
-		return "", fmt.Errorf("keep the machine ID: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(id+"\n"), 0o444); err != nil {
 		return "", fmt.Errorf("keep the machine ID: %w", err)
 	}
 	return id, nil

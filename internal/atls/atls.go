@@ -199,10 +199,13 @@ type AuthInfo struct {
 	PeerVariant variant.Variant
 	// PeerInstance is the machine the peer's platform certified, as the
 	// validator that accepted the peer read it from the certificate of
-	// the peer's attestation key (see attestation.InstanceValidator).
+	// the peer's attestation key (see attestation.ProofValidator).
 	// The zero value if the peer did not attest, its validator does not
 	// tell instances, or the certificate names none.
 	PeerInstance attestation.Instance
+	// PeerHardware is the peer's verified hardware report, for variants
+	// rooted in a CPU vendor's keys; nil otherwise.
+	PeerHardware []attestation.Field
 }
 
 // AuthType implements credentials.AuthInfo.
@@ -385,12 +388,12 @@ func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 
 	info := AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, TLS: state}
 	if hello.Nonce != nil {
-		v, inst, err := c.validate(ctx, reply, hello.Nonce, exporter, state)
+		v, proof, err := c.validate(ctx, reply, hello.Nonce, exporter, state)
 		if err != nil {
 			_ = writeMessage(conn, message{Error: truncate("client rejected the server's attestation: " + err.Error())})
 			return nil, &RejectedError{Err: err}
 		}
-		info.PeerVariant, info.PeerInstance = v, inst
+		info.PeerVariant, info.PeerInstance, info.PeerHardware = v, proof.Instance, proof.Hardware
 	}
 
 	var finish message
@@ -460,7 +463,7 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 	}
 	info := AuthInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}, TLS: state}
 	if reply.Nonce != nil {
-		v, inst, err := c.validate(ctx, finish, reply.Nonce, exporter, state)
+		v, proof, err := c.validate(ctx, finish, reply.Nonce, exporter, state)
 		if err != nil {
 			if c.cfg.OnPeerRejected != nil {
 				c.cfg.OnPeerRejected(conn.RemoteAddr(), err)
@@ -468,7 +471,7 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 			_ = writeMessage(conn, message{Error: truncate("attestation rejected: " + err.Error())})
 			return nil, fmt.Errorf("atls: client's attestation rejected: %w", err)
 		}
-		info.PeerVariant, info.PeerInstance = v, inst
+		info.PeerVariant, info.PeerInstance, info.PeerHardware = v, proof.Instance, proof.Hardware
 	}
 	if err := writeMessage(conn, message{}); err != nil {
 		return nil, err
@@ -514,9 +517,9 @@ func (c *creds) attest(ctx context.Context, peerNonce, exporter []byte, cert tls
 
 // validate checks the peer's attestation against our nonce and this
 // connection, and that it names the key the peer holds in this TLS session.
-// It returns the peer's variant and, if its validator tells it, instance.
-func (c *creds) validate(ctx context.Context, m message, nonce, exporter []byte, state tls.ConnectionState) (variant.Variant, attestation.Instance, error) {
-	var none attestation.Instance
+// It returns the peer's variant and what its validator proved.
+func (c *creds) validate(ctx context.Context, m message, nonce, exporter []byte, state tls.ConnectionState) (variant.Variant, attestation.Proof, error) {
+	var none attestation.Proof
 	if len(m.Attestation) == 0 {
 		return variant.Variant{}, none, errors.New("peer sent no attestation")
 	}
@@ -536,23 +539,17 @@ func (c *creds) validate(ctx context.Context, m message, nonce, exporter []byte,
 	if val == nil {
 		return variant.Variant{}, none, fmt.Errorf("peer attested as %s, which this side does not accept", v)
 	}
-	var userData []byte
-	var inst attestation.Instance
-	if iv, ok := val.(attestation.InstanceValidator); ok {
-		userData, inst, err = iv.ValidateInstance(ctx, m.Attestation, sessionNonce(nonce, exporter))
-	} else {
-		userData, err = val.Validate(ctx, m.Attestation, sessionNonce(nonce, exporter))
-	}
+	proof, err := attestation.ValidateProof(ctx, val, m.Attestation, sessionNonce(nonce, exporter))
 	if err != nil {
 		return variant.Variant{}, none, err
 	}
 	if len(state.PeerCertificates) == 0 {
 		return variant.Variant{}, none, errors.New("peer presented no TLS certificate")
 	}
-	if string(userData) != string(state.PeerCertificates[0].RawSubjectPublicKeyInfo) {
+	if string(proof.UserData) != string(state.PeerCertificates[0].RawSubjectPublicKeyInfo) {
 		return variant.Variant{}, none, errors.New("attestation is bound to a different TLS key than the peer's (relayed from another connection?)")
 	}
-	return v, inst, nil
+	return v, proof, nil
 }
 
 // sessionNonce mixes the verifier's nonce with the connection's exporter.

@@ -57,20 +57,39 @@ func (i Instance) String() string {
 	return i.Name + " (instance ID " + i.ID + ")"
 }
 
-// InstanceValidator is a Validator that also tells which machine attested.
-// A caller that needs the identity (the join service naming a node) asks
-// for it through this interface, and must treat a validator that does not
-// implement it as one that identifies nobody.
-type InstanceValidator interface {
-	Validator
-	// ValidateInstance does what Validate does, and also returns the
-	// instance named by the platform's certificate of the key that signed
-	// the document: only from a certificate that chains to the
-	// validator's trusted roots, never from what the machine says of
+// Field is one field of a hardware report (an SEV-SNP report, a TD
+// quote), named and formatted for the owner to read.
+type Field struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Proof is what a validator established about an attesting machine.
+type Proof struct {
+	// UserData is the data the document binds; the caller must compare
+	// it with what it expects.
+	UserData []byte
+	// Instance is the machine the platform's certificate of the key that
+	// signed the document names: only from a certificate that chains to
+	// the validator's trusted roots, never from what the machine says of
 	// itself. The zero Instance means the certificate names none (or no
 	// certificate was checked, as with a development validator that
 	// trusts any key).
-	ValidateInstance(ctx context.Context, doc, nonce []byte) (userData []byte, inst Instance, err error)
+	Instance Instance
+	// Hardware lists the verified hardware report's fields, for
+	// variants rooted in a CPU vendor's keys; nil for others.
+	Hardware []Field
+}
+
+// ProofValidator is a Validator that also tells which machine attested
+// and what its hardware reported. A caller that needs the identity (the
+// join service naming a node) asks through this interface, and must
+// treat a validator that does not implement it as one that identifies
+// nobody.
+type ProofValidator interface {
+	Validator
+	// ValidateProof does what Validate does, and returns the Proof.
+	ValidateProof(ctx context.Context, doc, nonce []byte) (Proof, error)
 }
 
 // bindingDomain separates our binding digests from any other use of a quote's
@@ -91,4 +110,17 @@ func BindingDigest(nonce, userData []byte) []byte {
 	h.Write(n[:])
 	h.Write(userData)
 	return h.Sum(nil)
+}
+
+// ValidateProof validates doc with v, through ValidateProof if v is a
+// ProofValidator; otherwise the Proof holds only the user data.
+func ValidateProof(ctx context.Context, v Validator, doc, nonce []byte) (Proof, error) {
+	if pv, ok := v.(ProofValidator); ok {
+		return pv.ValidateProof(ctx, doc, nonce)
+	}
+	userData, err := v.Validate(ctx, doc, nonce)
+	if err != nil {
+		return Proof{}, err
+	}
+	return Proof{UserData: userData}, nil
 }

@@ -26,7 +26,7 @@ import (
 // both could have caused. Every other PCR is checked as before, and no
 // other value of PCR 15 passes: a node locked to someone else's cluster
 // is refused.
-func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.InstanceValidator, error) {
+func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.ProofValidator, error) {
 	fresh, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
 	if err != nil {
 		return nil, err
@@ -57,27 +57,27 @@ func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms 
 // the accepting validator read from the node's AK certificate: init
 // records the first node as admitted for that VM, and a retried init that
 // lost it left a control plane that could not rejoin after a reboot.
-type freshOrLocked struct{ fresh, locked attestation.InstanceValidator }
+type freshOrLocked struct{ fresh, locked attestation.ProofValidator }
 
 func (v freshOrLocked) Variant() variant.Variant { return v.fresh.Variant() }
 
 func (v freshOrLocked) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
-	userData, _, err := v.ValidateInstance(ctx, doc, nonce)
-	return userData, err
+	p, err := v.ValidateProof(ctx, doc, nonce)
+	return p.UserData, err
 }
 
-func (v freshOrLocked) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
-	userData, inst, err := v.fresh.ValidateInstance(ctx, doc, nonce)
+func (v freshOrLocked) ValidateProof(ctx context.Context, doc, nonce []byte) (attestation.Proof, error) {
+	p, err := v.fresh.ValidateProof(ctx, doc, nonce)
 	if err == nil {
-		return userData, inst, nil
+		return p, nil
 	}
 	var mismatch *measurements.MismatchError
 	if !errors.As(err, &mismatch) {
-		return nil, attestation.Instance{}, err
+		return attestation.Proof{}, err
 	}
-	userData, inst, lockedErr := v.locked.ValidateInstance(ctx, doc, nonce)
+	p, lockedErr := v.locked.ValidateProof(ctx, doc, nonce)
 	if lockedErr == nil {
-		return userData, inst, nil
+		return p, nil
 	}
-	return nil, attestation.Instance{}, fmt.Errorf("%w; nor does it show the node lock of this cluster's own earlier init: %v", err, lockedErr)
+	return attestation.Proof{}, fmt.Errorf("%w; nor does it show the node lock of this cluster's own earlier init: %v", err, lockedErr)
 }

@@ -58,10 +58,11 @@ func TestInitValidatorNamesTheNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, inst, err := v.ValidateInstance(context.Background(), doc, nonce)
+			p, err := v.ValidateProof(context.Background(), doc, nonce)
 			if err != nil {
 				t.Fatal(err)
 			}
+			got, inst := p.UserData, p.Instance
 			if string(got) != string(userData) {
 				t.Errorf("user data %q, want %q", got, userData)
 			}

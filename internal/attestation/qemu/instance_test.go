@@ -31,7 +31,7 @@ func issueOn(t *testing.T, n *qemutest.Node) []byte {
 }
 
 // The validator names the VM its platform certified, and no other.
-func TestValidateInstance(t *testing.T) {
+func TestValidateProofNamesTheInstance(t *testing.T) {
 	ca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)
@@ -48,10 +48,11 @@ func TestValidateInstance(t *testing.T) {
 	for name, inst := range tests {
 		t.Run(name, func(t *testing.T) {
 			n := instanceNode(t, ca, inst)
-			got, gotInst, err := v.ValidateInstance(context.Background(), issueOn(t, n), nonce)
+			p, err := v.ValidateProof(context.Background(), issueOn(t, n), nonce)
 			if err != nil {
-				t.Fatalf("ValidateInstance: %v", err)
+				t.Fatalf("ValidateProof: %v", err)
 			}
+			got, gotInst := p.UserData, p.Instance
 			if string(got) != string(userData) || gotInst != inst {
 				t.Fatalf("got %q, %v; want %q, %v", got, gotInst, userData, inst)
 			}
@@ -71,7 +72,8 @@ func TestTrustAnyAKNamesNoInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, inst, err := v.ValidateInstance(context.Background(), issueOn(t, n), nonce)
+	p, err := v.ValidateProof(context.Background(), issueOn(t, n), nonce)
+	inst := p.Instance
 	if err != nil || !inst.IsZero() {
 		t.Fatalf("TrustAnyAK: got %v, %v; want no instance", inst, err)
 	}
@@ -96,8 +98,8 @@ func TestInstanceFromForeignCARefused(t *testing.T) {
 		"forged certificate":       issueOn(t, n),
 		"another VM's certificate": mutateAttestation(t, issueOn(t, n), func(a *attestpb.Attestation) { a.AkCert = trustedCert }),
 	} {
-		if _, inst, err := v.ValidateInstance(context.Background(), doc, nonce); err == nil || !inst.IsZero() {
-			t.Errorf("%s: got %v, %v; want a refusal", name, inst, err)
+		if p, err := v.ValidateProof(context.Background(), doc, nonce); err == nil || !p.Instance.IsZero() {
+			t.Errorf("%s: got %v, %v; want a refusal", name, p.Instance, err)
 		}
 	}
 }

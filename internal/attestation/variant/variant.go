@@ -2,8 +2,7 @@
 // variant has a short name (used in configuration and logs) and an OID (sent
 // on the wire, so a peer cannot confuse one variant's document for another's).
 //
-// Only the QEMU vTPM variant is implemented today; SEV-SNP, TDX and cloud
-// vTPM variants plug in by adding a Variant here and an issuer/validator pair
+// A variant plugs in by adding a Variant here and an issuer/validator pair
 // under internal/attestation.
 package variant
 
@@ -32,6 +31,15 @@ const orreryArc = "2.25.214409873021508386470366218546406418201"
 // QEMUVTPM is a QEMU VM with an swtpm vTPM whose attestation key is certified
 // by the local cloud's platform CA.
 var QEMUVTPM = register("qemu-vtpm", orreryArc+".1.1")
+
+// GCPSEVSNP is a Google Cloud Confidential VM on AMD SEV-SNP: a vTPM
+// quote with an SEV-SNP report beside it (package gcp). The local cloud
+// plays it under a test root.
+var GCPSEVSNP = register("gcp-sev-snp", orreryArc+".1.2")
+
+// GCPTDX is a Google Cloud Confidential VM on Intel TDX: a vTPM quote with
+// a TD quote beside it (package gcp).
+var GCPTDX = register("gcp-tdx", orreryArc+".1.3")
 
 var byName = map[string]Variant{}
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
@@ -36,6 +37,11 @@ type IssuerConfig struct {
 	FirmwareEventLogPath string
 	// MeasurementLog is the userspace measurement log. Nil means none.
 	MeasurementLog *measurelog.Log
+	// OpenTEE opens the machine's TEE attestation device (an SEV-SNP
+	// quote provider, a TDX one), whose report is attached beside the
+	// quote with tee.ReportData of the same nonce and user data. Nil
+	// means the variant attaches none.
+	OpenTEE func() (client.TEEDevice, error)
 }
 
 // Issuer issues vTPM attestation documents.
@@ -79,14 +85,24 @@ func (i *Issuer) Issue(ctx context.Context, userData, nonce []byte) ([]byte, err
 	}
 	defer ak.Close()
 
+	opts := client.AttestOpts{
+		Nonce:              attestation.BindingDigest(nonce, userData),
+		TCGEventLog:        firmwareLog,
+		SkipTeeAttestation: true,
+	}
+	if i.cfg.OpenTEE != nil {
+		dev, err := i.cfg.OpenTEE()
+		if err != nil {
+			return nil, fmt.Errorf("open the TEE attestation device: %w", err)
+		}
+		defer dev.Close()
+		opts.TEEDevice, opts.TEENonce, opts.SkipTeeAttestation = dev, tee.ReportData(nonce, userData), false
+	}
+
 	var att *attestpb.Attestation
 	quote := func() error {
 		var err error
-		att, err = ak.Attest(client.AttestOpts{
-			Nonce:              attestation.BindingDigest(nonce, userData),
-			TCGEventLog:        firmwareLog,
-			SkipTeeAttestation: true,
-		})
+		att, err = ak.Attest(opts)
 		if err != nil {
 			return fmt.Errorf("quote PCRs: %w", err)
 		}

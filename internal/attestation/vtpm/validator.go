@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
+	"encoding/asn1"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 )
@@ -37,6 +39,11 @@ type ValidatorConfig struct {
 	// AKRoots are the CAs that certify attestation keys (for QEMU: the
 	// local cloud's platform CA). Required unless TrustAnyAK is set.
 	AKRoots []*x509.Certificate
+	// AKIntermediates are CAs between AKRoots and an AK certificate (for
+	// GCE: Google's EK/AK intermediate CAs). Intermediates the
+	// attestation itself carries are used too; either way the chain must
+	// end in AKRoots.
+	AKIntermediates []*x509.Certificate
 	// TrustAnyAK accepts a quote by any attestation key, certified or not.
 	// Anyone can then forge an attestation with a software TPM: for
 	// development only, and the validator logs a warning each time.
@@ -60,13 +67,25 @@ type ValidatorConfig struct {
 	// means the platform names no instances: ValidateInstance returns
 	// the zero Instance.
 	AKInstance func(*x509.Certificate) (attestation.Instance, error)
+	// TEE verifies the hardware evidence the attestation carries beside
+	// the quote (an SEV-SNP report, a TD quote), whose report data must
+	// be tee.ReportData of the session. Nil means the variant has none,
+	// and any such evidence is ignored.
+	TEE TEEVerifier
+}
+
+// TEEVerifier checks the hardware evidence in a vTPM attestation (see
+// packages snp and tdx).
+type TEEVerifier interface {
+	// VerifyTEE checks att's hardware evidence, and that its report
+	// data is reportData; it returns the report's fields for display.
+	VerifyTEE(ctx context.Context, att *attestpb.Attestation, reportData []byte) ([]attestation.Field, error)
 }
 
 // Validator checks vTPM attestation documents. It needs no TPM.
 type Validator struct {
-	cfg   ValidatorConfig
-	roots *x509.CertPool
-	log   *slog.Logger
+	cfg ValidatorConfig
+	log *slog.Logger
 }
 
 // NewValidator returns a validator, or an error if cfg is incomplete.
@@ -88,10 +107,7 @@ func NewValidator(cfg ValidatorConfig) (*Validator, error) {
 	if len(cfg.AKRoots) == 0 && !cfg.TrustAnyAK {
 		return nil, errors.New("vtpm validator: no platform CA given to check attestation keys against (set AKRoots, or TrustAnyAK for development)")
 	}
-	v := &Validator{cfg: cfg, roots: x509.NewCertPool(), log: cfg.Logger}
-	for _, c := range cfg.AKRoots {
-		v.roots.AddCert(c)
-	}
+	v := &Validator{cfg: cfg, log: cfg.Logger}
 	if v.log == nil {
 		v.log = slog.New(slog.DiscardHandler)
 	}
@@ -130,84 +146,100 @@ func (v *Validator) Variant() variant.Variant { return v.cfg.Variant }
 //   - every PCR in NonZero is quoted and not all zeros (a *ZeroPCRError
 //     otherwise);
 //   - with AKInstance set, the instance the verified AK certificate names
-//     is well-formed (see ValidateInstance).
+//     is well-formed (see ValidateProof);
+//   - with TEE set, the hardware evidence verifies and binds the same
+//     nonce and user data as the quote (tee.ReportData).
 //
 // It returns the user data the document binds; the caller must check it.
 func (v *Validator) Validate(ctx context.Context, raw, nonce []byte) ([]byte, error) {
-	userData, _, err := v.ValidateInstance(ctx, raw, nonce)
-	return userData, err
+	p, err := v.ValidateProof(ctx, raw, nonce)
+	return p.UserData, err
 }
 
-// ValidateInstance implements attestation.InstanceValidator: it checks
-// what Validate checks and returns, besides the user data, the instance
-// that ValidatorConfig.AKInstance reads from the AK certificate, which
-// has then been verified against AKRoots. With TrustAnyAK no certificate
-// is checked, and the instance is always the zero Instance: an
-// unverified certificate names nobody.
-func (v *Validator) ValidateInstance(ctx context.Context, raw, nonce []byte) ([]byte, attestation.Instance, error) {
+// ValidateProof implements attestation.ProofValidator: it checks what
+// Validate checks and returns, besides the user data, the instance that
+// ValidatorConfig.AKInstance reads from the AK certificate, which has
+// then been verified against AKRoots, and the hardware report's fields.
+// With TrustAnyAK no certificate is checked, and the instance is always
+// the zero Instance: an unverified certificate names nobody.
+func (v *Validator) ValidateProof(ctx context.Context, raw, nonce []byte) (attestation.Proof, error) {
+	userData, inst, hw, err := v.validate(ctx, raw, nonce)
+	if err != nil {
+		return attestation.Proof{}, err
+	}
+	return attestation.Proof{UserData: userData, Instance: inst, Hardware: hw}, nil
+}
+
+func (v *Validator) validate(ctx context.Context, raw, nonce []byte) ([]byte, attestation.Instance, []attestation.Field, error) {
 	var none attestation.Instance
 	if len(nonce) == 0 {
-		return nil, none, errors.New("validate attestation: empty nonce")
+		return nil, none, nil, errors.New("validate attestation: empty nonce")
 	}
 	doc, err := ParseDocument(raw)
 	if err != nil {
-		return nil, none, err
+		return nil, none, nil, err
 	}
 	var att attestpb.Attestation
 	if err := proto.Unmarshal(doc.Attestation, &att); err != nil {
-		return nil, none, fmt.Errorf("decode TPM attestation: %w", err)
+		return nil, none, nil, fmt.Errorf("decode TPM attestation: %w", err)
 	}
 	ak, cert, err := v.checkAK(&att)
 	if err != nil {
-		return nil, none, err
+		return nil, none, nil, err
 	}
 	var inst attestation.Instance
 	if cert != nil && v.cfg.AKInstance != nil {
 		if inst, err = v.cfg.AKInstance(cert); err != nil {
-			return nil, none, fmt.Errorf("attestation key certificate: %w", err)
+			return nil, none, nil, fmt.Errorf("attestation key certificate: %w", err)
 		}
 	}
 	q, err := sha256Quote(&att)
 	if err != nil {
-		return nil, none, err
+		return nil, none, nil, err
 	}
 	if err := checkPCRValues(q); err != nil {
-		return nil, none, fmt.Errorf("TPM quote: %w", err)
+		return nil, none, nil, fmt.Errorf("TPM quote: %w", err)
 	}
 	if err := quote.Verify(q, ak, attestation.BindingDigest(nonce, doc.UserData)); err != nil {
-		return nil, none, fmt.Errorf("TPM quote does not verify for this nonce and user data (replayed, relayed or tampered): %w", err)
+		return nil, none, nil, fmt.Errorf("TPM quote does not verify for this nonce and user data (replayed, relayed or tampered): %w", err)
 	}
 	quoted := q.GetPcrs().GetPcrs()
 
 	userLog, err := measurelog.Parse(doc.MeasurementLog)
 	if err != nil {
-		return nil, none, fmt.Errorf("userspace measurement log: %w", err)
+		return nil, none, nil, fmt.Errorf("userspace measurement log: %w", err)
 	}
 	fwEvents, err := firmwareEvents(att.GetEventLog())
 	if err != nil {
-		return nil, none, err
+		return nil, none, nil, err
 	}
 	if err := replay(fwEvents, userLog, quoted); err != nil {
-		return nil, none, err
+		return nil, none, nil, err
 	}
 
 	warnings, err := v.cfg.Measurements.Compare(quoted)
 	if err != nil {
-		return nil, none, fmt.Errorf("measurements do not match: %w%s", err, v.explain(err, fwEvents, userLog))
+		return nil, none, nil, fmt.Errorf("measurements do not match: %w%s", err, v.explain(err, fwEvents, userLog))
 	}
 	if err := checkNonZero(v.cfg.NonZero, quoted); err != nil {
-		return nil, none, err
+		return nil, none, nil, err
 	}
 	for _, w := range warnings {
 		v.log.Warn("warn-only PCR does not match its expected value",
 			"pcr", w.PCR, "expected", fmt.Sprintf("%x", w.Expected), "actual", fmt.Sprintf("%x", w.Actual),
 			"measured", joinDescriptions(describe(w.PCR, fwEvents, userLog), maxPCRText))
 	}
+	var hw []attestation.Field
+	if v.cfg.TEE != nil {
+		if hw, err = v.cfg.TEE.VerifyTEE(ctx, &att, tee.ReportData(nonce, doc.UserData)); err != nil {
+			return nil, none, nil, err
+		}
+	}
 	if v.cfg.TrustAnyAK {
 		v.log.Warn("INSECURE: accepted an attestation without checking its attestation key's certificate",
 			"variant", v.cfg.Variant.String())
 	}
-	return doc.UserData, inst, nil
+	return doc.UserData, inst, hw, nil
 }
 
 // ZeroPCRError is a PCR listed in ValidatorConfig.NonZero that the quote
@@ -258,11 +290,15 @@ func (v *Validator) checkAK(att *attestpb.Attestation) (crypto.PublicKey, *x509.
 	if err != nil {
 		return nil, nil, fmt.Errorf("parse attestation key certificate: %w", err)
 	}
-	if _, err := cert.Verify(x509.VerifyOptions{
-		Roots:       v.roots,
-		CurrentTime: v.cfg.Now(),
-		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
+	var carried []*x509.Certificate
+	for i, der := range att.GetIntermediateCerts() {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse intermediate certificate %d of the attestation key: %w", i, err)
+		}
+		carried = append(carried, c)
+	}
+	if err := VerifyAKCert(cert, v.cfg.AKRoots, append(carried, v.cfg.AKIntermediates...), v.cfg.Now()); err != nil {
 		return nil, nil, fmt.Errorf("attestation key certificate is not signed by the platform CA: %w", err)
 	}
 	eq, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
@@ -270,6 +306,36 @@ func (v *Validator) checkAK(att *attestpb.Attestation) (crypto.PublicKey, *x509.
 		return nil, nil, errors.New("attestation key certificate certifies a different key than the one that signed the quote")
 	}
 	return key, cert, nil
+}
+
+// oidSubjectAltName is X.509's subject alternative name extension.
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// VerifyAKCert checks that cert chains through intermediates to roots and
+// is valid at now. A TPM's EK or AK certificate marks its subject
+// alternative name critical and puts the TPM's make and model there as a
+// directory name, which crypto/x509 does not read and so counts as an
+// unhandled critical extension; that name carries no authority here, so
+// it is not held against the certificate (on a copy: cert is left alone).
+func VerifyAKCert(cert *x509.Certificate, roots, intermediates []*x509.Certificate, now time.Time) error {
+	c := *cert
+	c.UnhandledCriticalExtensions = slices.DeleteFunc(slices.Clone(cert.UnhandledCriticalExtensions), func(o asn1.ObjectIdentifier) bool {
+		return o.Equal(oidSubjectAltName)
+	})
+	opts := x509.VerifyOptions{
+		Roots:         x509.NewCertPool(),
+		Intermediates: x509.NewCertPool(),
+		CurrentTime:   now,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}
+	for _, r := range roots {
+		opts.Roots.AddCert(r)
+	}
+	for _, i := range intermediates {
+		opts.Intermediates.AddCert(i)
+	}
+	_, err := c.Verify(opts)
+	return err
 }
 
 func sha256Quote(att *attestpb.Attestation) (*tpmpb.Quote, error) {

@@ -76,7 +76,7 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Validator is an attestation.InstanceValidator over the cluster's sets.
+// Validator is an attestation.ProofValidator over the cluster's sets.
 type Validator struct {
 	cfg Config
 	log *slog.Logger
@@ -130,40 +130,33 @@ func (v *Validator) Variant() variant.Variant { return v.cfg.Variant }
 
 // Validate implements attestation.Validator.
 func (v *Validator) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
-	userData, _, err := v.ValidateInstance(ctx, doc, nonce)
-	return userData, err
+	p, err := v.ValidateProof(ctx, doc, nonce)
+	return p.UserData, err
 }
 
-// ValidateInstance implements attestation.InstanceValidator. A refusal
+// ValidateProof implements attestation.ProofValidator. A refusal
 // names, for each set, why the document does not match it.
 //
 // Each set's validator was built from JoinPolicy(set), not from the set
 // alone: PCR 15 must be zero.
-func (v *Validator) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
+func (v *Validator) ValidateProof(ctx context.Context, doc, nonce []byte) (attestation.Proof, error) {
 	v.refresh(ctx)
 	v.mu.Lock()
 	sets, loaded := v.sets, v.loaded
 	v.mu.Unlock()
 	if !loaded {
-		return nil, attestation.Instance{}, errors.New("the join service cannot read the cluster's accepted measurement sets yet (see its log); retry shortly")
+		return attestation.Proof{}, errors.New("the join service cannot read the cluster's accepted measurement sets yet (see its log); retry shortly")
 	}
 	if len(sets) == 0 {
-		return nil, attestation.Instance{}, errors.New("the cluster accepts no image: it has no MeasurementSet (kubectl get measurementsets); add one with 'orrery upgrade apply --measurements'")
+		return attestation.Proof{}, errors.New("the cluster accepts no image: it has no MeasurementSet (kubectl get measurementsets); add one with 'orrery upgrade apply --measurements'")
 	}
 	var reasons []string
 	hint := ""
 	for _, s := range sets {
-		var userData []byte
-		var inst attestation.Instance
-		var err error
-		if iv, ok := s.validator.(attestation.InstanceValidator); ok {
-			userData, inst, err = iv.ValidateInstance(ctx, doc, nonce)
-		} else {
-			userData, err = s.validator.Validate(ctx, doc, nonce)
-		}
+		p, err := attestation.ValidateProof(ctx, s.validator, doc, nonce)
 		if err == nil {
-			v.remember(userData, s.name)
-			return userData, inst, nil
+			v.remember(p.UserData, s.name)
+			return p, nil
 		}
 		reasons = append(reasons, s.name+": "+err.Error())
 		hint = cmp.Or(hint, lockedHint(err))
@@ -173,7 +166,7 @@ func (v *Validator) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]
 		err = fmt.Errorf("the attestation does not match measurement set %s%s", reasons[0], hint)
 	}
 	v.log.Warn("attestation refused", "variant", v.cfg.Variant.String(), "reason", err.Error())
-	return nil, attestation.Instance{}, err
+	return attestation.Proof{}, err
 }
 
 // Current returns the name of the set that the attestation binding

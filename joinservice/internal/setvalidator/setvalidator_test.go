@@ -27,9 +27,9 @@ func (f fake) Validate(_ context.Context, doc, _ []byte) ([]byte, error) {
 	}
 	return doc, nil
 }
-func (f fake) ValidateInstance(ctx context.Context, doc, nonce []byte) ([]byte, attestation.Instance, error) {
+func (f fake) ValidateProof(ctx context.Context, doc, nonce []byte) (attestation.Proof, error) {
 	u, err := f.Validate(ctx, doc, nonce)
-	return u, attestation.Instance{Name: "worker-0", ID: "7"}, err
+	return attestation.Proof{UserData: u, Instance: attestation.Instance{Name: "worker-0", ID: "7"}}, err
 }
 
 func set(t *testing.T, b byte) measurementset.Set {
@@ -93,8 +93,8 @@ func TestRolloverWithoutRestart(t *testing.T) {
 	builds := 0
 	v := newValidator(t, c, clk, &builds)
 
-	if _, inst, err := v.ValidateInstance(ctx, doc(1), nil); err != nil || inst.Name != "worker-0" {
-		t.Fatalf("node of the accepted image refused: %v (instance %v)", err, inst)
+	if p, err := v.ValidateProof(ctx, doc(1), nil); err != nil || p.Instance.Name != "worker-0" {
+		t.Fatalf("node of the accepted image refused: %v (instance %v)", err, p.Instance)
 	}
 	if got, err := v.Current(ctx, doc(1)); got != oldSet.Name || err != nil {
 		t.Errorf("Current = %q, %v; want %q", got, err, oldSet.Name)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-eventlog/register"
 	"github.com/google/go-eventlog/tcg"
+	"github.com/google/go-tpm-tools/client"
+	tpmpb "github.com/google/go-tpm-tools/proto/tpm"
 	"github.com/google/go-tpm/legacy/tpm2"
 	"github.com/google/go-tpm/tpmutil"
 
@@ -147,4 +149,23 @@ func (n *Node) Firmware(tb testing.TB, log []byte) *Node {
 		tb.Fatal(err)
 	}
 	return n
+}
+
+// PCRs reads the node's SHA-256 PCRs: what a verifier that expects this
+// node's state would write in its measurements.
+func (n *Node) PCRs(tb testing.TB) map[uint32][]byte {
+	tb.Helper()
+	rw := swtpmtest.Open(tb, n.TPM)
+	defer rw.Close()
+	pcrs, err := client.ReadAllPCRs(rw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, bank := range pcrs {
+		if bank.GetHash() == tpmpb.HashAlgo_SHA256 {
+			return bank.GetPcrs()
+		}
+	}
+	tb.Fatal("the vTPM has no SHA-256 PCR bank")
+	return nil
 }

@@ -22,9 +22,11 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/logging"
@@ -39,6 +41,7 @@ import (
 // joinFlags are the join service's settings.
 type joinFlags struct {
 	listen, keys, platformCA, pki, salt, controlPlanes string
+	snpCollateral                                      string
 	measurementLog, firmwareLog, endpoint, version     string
 	level                                              logging.Level
 }
@@ -49,6 +52,7 @@ func parseJoinFlags(args []string) joinFlags {
 	fs.StringVar(&f.listen, "listen", fmt.Sprintf(":%d", joinpb.Port), "address to serve attested TLS on")
 	fs.StringVar(&f.keys, "key-service", DefaultKeyServiceSocket, "unix socket of the key service beside this one")
 	fs.StringVar(&f.platformCA, "platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
+	fs.StringVar(&f.snpCollateral, "snp-collateral", "", "directory of AMD KDS collateral (CRLs) for SEV-SNP sets under AMD's roots, laid out as snp.CollateralDir says; a set's test root brings its own CRL")
 	fs.StringVar(&f.pki, "pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
 	fs.StringVar(&f.salt, "measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
 	fs.StringVar(&f.controlPlanes, "control-planes", "/etc/orrery/join-config/"+controlplanes.Key, "instance IDs the owner approved as control planes (a key of the orrery-join-config ConfigMap; re-read on every request; missing means none)")
@@ -76,20 +80,11 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("connect to the API server: %w", err)
 	}
-	validator, err := setvalidator.New(setvalidator.Config{
-		Variant: variant.QEMUVTPM,
-		// m is setvalidator.JoinPolicy of a set: PCR 15 zero, whatever
-		// the set says.
-		Build: func(m measurements.M) (attestation.Validator, error) {
-			return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
-		},
-		Source: api.MeasurementSets,
-		Logger: log,
-	})
+	validators, err := setValidators(ca, f.snpCollateral, api.MeasurementSets, log)
 	if err != nil {
 		return err
 	}
-	js, err := newJoinServer(f, api, validator.Current, log)
+	js, err := newJoinServer(f, api, setvalidator.CurrentOfAny(validators...), log)
 	if err != nil {
 		return err
 	}
@@ -99,7 +94,11 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("set up this node's attestation: %w", err)
 	}
-	creds, err := serverCredentials(issuer, validator, log)
+	var vs []attestation.Validator
+	for _, v := range validators {
+		vs = append(vs, v)
+	}
+	creds, err := serverCredentials(issuer, vs, log)
 	if err != nil {
 		return fmt.Errorf("set up attested TLS: %w", err)
 	}
@@ -194,10 +193,10 @@ func nodeIssuer(cfg qemu.IssuerConfig) (attestation.Issuer, error) {
 // the image the joining node runs (locked to a cluster), and joining nodes
 // use nothing it sends otherwise (bootstrapperd/internal/joinclient); then
 // the node proves it runs an image of the accepted measurements.
-func serverCredentials(issuer attestation.Issuer, validator attestation.Validator, log *slog.Logger) (credentials.TransportCredentials, error) {
+func serverCredentials(issuer attestation.Issuer, validators []attestation.Validator, log *slog.Logger) (credentials.TransportCredentials, error) {
 	return atls.NewCredentials(atls.Config{
 		Issuer:     issuer,
-		Validators: []attestation.Validator{validator},
+		Validators: validators,
 		// One quote at a time, the default, said here because it matters:
 		// under TCG a quote takes seconds, and a burst of joining nodes
 		// waits its turn (within the handshake timeout, then retries with
@@ -210,6 +209,33 @@ func serverCredentials(issuer attestation.Issuer, validator attestation.Validato
 			log.Warn("refused a node: its attestation does not match the cluster's measurements", "peer", peer.String(), "error", err.Error())
 		},
 	})
+}
+
+// setValidators admits nodes of every variant against the cluster's sets
+// of that variant: a set's hardware section (none, SEV-SNP or TDX)
+// decides which nodes it admits. Each set's validator is built from the
+// set's policy with PCR 15 required zero (setvalidator.JoinPolicy).
+func setValidators(ca *x509.Certificate, snpCollateral string, source setvalidator.Source, log *slog.Logger) ([]*setvalidator.Validator, error) {
+	var out []*setvalidator.Validator
+	for _, v := range []variant.Variant{variant.QEMUVTPM, variant.GCPSEVSNP, variant.GCPTDX} {
+		sv, err := setvalidator.New(setvalidator.Config{
+			Variant: v,
+			Build: func(p policy.Policy) (attestation.Validator, error) {
+				cfg := validator.Config{Policy: p, PlatformCAs: []*x509.Certificate{ca}, Logger: log}
+				if snpCollateral != "" {
+					cfg.SNPCollateral = snp.CollateralDir(snpCollateral)
+				}
+				return validator.New(cfg)
+			},
+			Source: source,
+			Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sv)
+	}
+	return out, nil
 }
 
 func readSalt(path string) ([]byte, error) {

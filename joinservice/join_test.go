@@ -67,7 +67,7 @@ func TestJoinServiceAttests(t *testing.T) {
 	}
 	joining := qemutest.NewNodeOf(t, cp.CA)
 	joining.Measure(t, 11, "enter-initrd", "initrd: enter-initrd")
-	creds, err := serverCredentials(issuer, unlocked(t, joining), slog.New(slog.DiscardHandler))
+	creds, err := serverCredentials(issuer, []attestation.Validator{unlocked(t, joining)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

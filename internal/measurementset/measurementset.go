@@ -10,6 +10,7 @@
 package measurementset
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -19,6 +20,9 @@ import (
 	"strings"
 
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/tdx"
 	"github.com/orrery-dev/orrery/internal/orreryapi"
 )
 
@@ -35,12 +39,29 @@ type Set struct {
 	Description string
 	// Measurements enforce at least one PCR.
 	Measurements measurements.M
+	// SEVSNP and TDX are the hardware section of the image's
+	// measurements file, if it has one (see package policy); it decides
+	// the variant of the nodes the set admits.
+	SEVSNP *snp.Policy
+	TDX    *tdx.Policy
+}
+
+// Policy is the set as the policy its nodes must meet.
+func (s Set) Policy() policy.Policy {
+	return policy.Policy{PCRs: s.Measurements.Copy(), SEVSNP: s.SEVSNP, TDX: s.TDX}
 }
 
 // New checks m and names the set. A set must enforce at least one PCR: a
 // set of warnOnly values would admit any node.
 func New(m measurements.M, description string) (Set, error) {
-	if err := m.Validate(); err != nil {
+	return FromPolicy(policy.Policy{PCRs: m}, description)
+}
+
+// FromPolicy is New for a policy with a hardware section. The name covers
+// the section too; a policy without one gets the name New gives its PCRs.
+func FromPolicy(p policy.Policy, description string) (Set, error) {
+	m := p.PCRs
+	if err := p.Validate(); err != nil {
 		return Set{}, err
 	}
 	enforced := false
@@ -53,12 +74,12 @@ func New(m measurements.M, description string) (Set, error) {
 	if len(description) > maxDescription {
 		return Set{}, fmt.Errorf("description is %d bytes, more than %d", len(description), maxDescription)
 	}
-	raw, err := m.MarshalJSON()
+	raw, err := p.MarshalJSON()
 	if err != nil {
 		return Set{}, err
 	}
 	sum := sha256.Sum256(raw)
-	return Set{Name: namePrefix + hex.EncodeToString(sum[:8]), Description: description, Measurements: m.Copy()}, nil
+	return Set{Name: namePrefix + hex.EncodeToString(sum[:8]), Description: description, Measurements: m.Copy(), SEVSNP: p.SEVSNP, TDX: p.TDX}, nil
 }
 
 // Values is the set as the orrery-services chart's measurementSets entry.
@@ -74,6 +95,11 @@ func (s Set) Values() (map[string]any, error) {
 	v := map[string]any{"name": s.Name, "measurements": m}
 	if s.Description != "" {
 		v["description"] = s.Description
+	}
+	for key, section := range map[string]any{policy.SEVSNPKey: s.SEVSNP, policy.TDXKey: s.TDX} {
+		if err := addSection(v, key, section); err != nil {
+			return nil, err
+		}
 	}
 	return v, nil
 }
@@ -102,19 +128,62 @@ func FromValues(v any) ([]Set, error) {
 	return out, nil
 }
 
+// addSection puts a hardware section into v as JSON-shaped values; a nil
+// section adds nothing.
+func addSection(v map[string]any, key string, section any) error {
+	switch p := section.(type) {
+	case *snp.Policy:
+		if p == nil {
+			return nil
+		}
+	case *tdx.Policy:
+		if p == nil {
+			return nil
+		}
+	}
+	raw, err := json.Marshal(section)
+	if err != nil {
+		return fmt.Errorf("marshal the %s section: %w", key, err)
+	}
+	var out any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return err
+	}
+	v[key] = out
+	return nil
+}
+
 // setJSON is both a chart value and an object's spec plus name.
 type setJSON struct {
 	Name         string          `json:"name"`
 	Description  string          `json:"description"`
 	Measurements json.RawMessage `json:"measurements"`
+	SEVSNP       json.RawMessage `json:"sevSnp,omitempty"`
+	TDX          json.RawMessage `json:"tdx,omitempty"`
+}
+
+// policyJSON is the set's policy in the measurements file's form: the
+// PCR object with the sections beside the PCRs.
+func (it setJSON) policyJSON() []byte {
+	out := bytes.TrimSpace(it.Measurements)
+	for _, sec := range []struct {
+		key string
+		raw json.RawMessage
+	}{{policy.SEVSNPKey, it.SEVSNP}, {policy.TDXKey, it.TDX}} {
+		if len(sec.raw) == 0 || string(sec.raw) == "null" || !bytes.HasSuffix(out, []byte("}")) {
+			continue
+		}
+		out = fmt.Appendf(bytes.TrimSuffix(out, []byte("}")), ",%q:%s}", sec.key, sec.raw)
+	}
+	return out
 }
 
 func (it setJSON) set() (Set, error) {
-	m, err := measurements.ParseJSON(it.Measurements)
+	p, err := policy.ParseJSON(it.policyJSON())
 	if err != nil {
 		return Set{}, fmt.Errorf("set %q: %w", it.Name, err)
 	}
-	s, err := New(m, it.Description)
+	s, err := FromPolicy(p, it.Description)
 	if err != nil {
 		return Set{}, fmt.Errorf("set %q: %w", it.Name, err)
 	}
@@ -140,10 +209,7 @@ func ParseList(body []byte) ([]Set, error) {
 			Metadata struct {
 				Name string `json:"name"`
 			} `json:"metadata"`
-			Spec struct {
-				Description  string          `json:"description"`
-				Measurements json.RawMessage `json:"measurements"`
-			} `json:"spec"`
+			Spec setJSON `json:"spec"`
 		} `json:"items"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
@@ -158,7 +224,9 @@ func ParseList(body []byte) ([]Set, error) {
 	var sets []Set
 	var errs []error
 	for _, it := range list.Items {
-		s, err := setJSON{Name: it.Metadata.Name, Description: it.Spec.Description, Measurements: it.Spec.Measurements}.set()
+		spec := it.Spec
+		spec.Name = it.Metadata.Name
+		s, err := spec.set()
 		if err != nil {
 			errs = append(errs, err)
 			continue

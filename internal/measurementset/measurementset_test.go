@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 )
 
 func m(b byte, warnOnly bool) measurements.M {
@@ -105,4 +107,51 @@ func FuzzParseList(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSetWithAnSEVSNPSection(t *testing.T) {
+	p, err := policy.ParseJSON([]byte(`{"4":{"expected":"` + strings.Repeat("04", 32) + `"},"sevSnp":{"measurement":{"expected":"` + strings.Repeat("6f", 48) + `"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := FromPolicy(p, "snp image")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := New(p.PCRs, "snp image")
+	if s.Name == plain.Name {
+		t.Fatal("the SEV-SNP section does not change the set's name: two policies would share one")
+	}
+	v, err := s.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := FromValues([]any{v})
+	if err != nil {
+		t.Fatalf("the set's own values do not read back: %v", err)
+	}
+	if back[0].Name != s.Name || back[0].SEVSNP == nil || back[0].Policy().Variant() != variant.GCPSEVSNP {
+		t.Fatalf("read back %+v", back[0])
+	}
+	// The API server's form: the section in the spec beside the PCRs.
+	spec, _ := json.Marshal(map[string]any{"measurements": v["measurements"], "sevSnp": v["sevSnp"]})
+	list := `{"apiVersion":"orrery.dev/v1alpha1","kind":"MeasurementSetList","items":[{"metadata":{"name":"` + s.Name + `"},"spec":` + string(spec) + `}]}`
+	sets, err := ParseList([]byte(list))
+	if err != nil || len(sets) != 1 || sets[0].SEVSNP == nil {
+		t.Fatalf("ParseList: %v %+v", err, sets)
+	}
+	// Without its section the object holds the measurements of another set.
+	list = `{"apiVersion":"orrery.dev/v1alpha1","kind":"MeasurementSetList","items":[{"metadata":{"name":"` + s.Name + `"},"spec":{"measurements":` + mustJSON(t, v["measurements"]) + `}}]}`
+	if sets, err := ParseList([]byte(list)); err == nil || len(sets) != 0 {
+		t.Fatal("a set stripped of its SEV-SNP section kept its name and was accepted")
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

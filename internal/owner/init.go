@@ -25,6 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/nodelock"
@@ -40,8 +41,10 @@ import (
 type InitConfig struct {
 	// Node is bootstrapperd's attested-TLS address on the first control
 	// plane, HOST:PORT.
-	Node         string
-	Measurements measurements.M
+	Node string
+	// Measurements are what the node must show: the image's PCRs and,
+	// for a hardware variant, its section (package policy).
+	Measurements policy.Policy
 	// PlatformCA certifies the nodes' attestation keys.
 	PlatformCA *x509.Certificate
 	// InitSecret is the secret the VM was created with; only its holder
@@ -338,7 +341,7 @@ func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, node
 	if err != nil {
 		return fmt.Errorf("node address %q: %w", cfg.Node, err)
 	}
-	set, err := measurementset.New(cfg.Measurements, "")
+	set, err := measurementset.FromPolicy(cfg.Measurements, "")
 	if err != nil {
 		return fmt.Errorf("the measurements for the join service: %w", err)
 	}

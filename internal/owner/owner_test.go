@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
@@ -33,9 +34,9 @@ func serve(t *testing.T, node initpb.InitServiceServer) (addr string, n *qemutes
 	return ownertest.Serve(t, n, node, 0), n
 }
 
-func zeroMeasurements() measurements.M {
+func zeroMeasurements() policy.Policy {
 	zero := make([]byte, 32)
-	return measurements.M{4: {Expected: zero}, 11: {Expected: zero}, 15: {Expected: zero}}
+	return policy.Policy{PCRs: measurements.M{4: {Expected: zero}, 11: {Expected: zero}, 15: {Expected: zero}}}
 }
 
 type events struct {
@@ -131,7 +132,7 @@ func TestInitRefusesANodeThatRunsAnotherImage(t *testing.T) {
 	node := &ownertest.Node{}
 	addr, n := serve(t, node)
 	cfg := initConfig(t, addr, n, workspace.Dir(t.TempDir()), &events{})
-	cfg.Measurements[11] = measurements.Measurement{Expected: bytes.Repeat([]byte{1}, 32)}
+	cfg.Measurements.PCRs[11] = measurements.Measurement{Expected: bytes.Repeat([]byte{1}, 32)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := Init(ctx, cfg)
@@ -162,7 +163,7 @@ func TestInitOnANodeLockedToAnotherCluster(t *testing.T) {
 			n.Lock(t, "someone else's cluster")
 			cfg := initConfig(t, addr, n, workspace.Dir(t.TempDir()), &events{})
 			if tc.otherImage {
-				cfg.Measurements[11] = measurements.Measurement{Expected: bytes.Repeat([]byte{1}, 32)}
+				cfg.Measurements.PCRs[11] = measurements.Measurement{Expected: bytes.Repeat([]byte{1}, 32)}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
@@ -24,7 +24,7 @@ type RecoverConfig struct {
 	Node string
 	// Measurements are the image's: a node waiting in its initrd shows
 	// them, PCR 15 still zero.
-	Measurements measurements.M
+	Measurements policy.Policy
 	PlatformCA   *x509.Certificate
 	// MasterSecret is the cluster's, as 'orrery init' saved it.
 	MasterSecret keys.MasterSecret
@@ -45,8 +45,8 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 	if err := cfg.MasterSecret.Validate(); err != nil {
 		return fmt.Errorf("master secret: %w", err)
 	}
-	v, err := qemu.NewValidator(qemu.ValidatorConfig{
-		Measurements: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: orDiscard(cfg.Logger),
+	v, err := validator.New(validator.Config{
+		Policy: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: orDiscard(cfg.Logger),
 	})
 	if err != nil {
 		return err

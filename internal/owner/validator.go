@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/nodelock"
@@ -26,12 +26,12 @@ import (
 // both could have caused. Every other PCR is checked as before, and no
 // other value of PCR 15 passes: a node locked to someone else's cluster
 // is refused.
-func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.ProofValidator, error) {
-	fresh, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+func initValidator(p policy.Policy, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.ProofValidator, error) {
+	fresh, err := validator.New(validator.Config{Policy: p, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	want, ok := m[nodelock.PCR]
+	want, ok := p.PCRs[nodelock.PCR]
 	if !retry || !ok {
 		return fresh, nil
 	}
@@ -43,9 +43,9 @@ func initValidator(m measurements.M, ca *x509.Certificate, log *slog.Logger, ms 
 	if err != nil {
 		return nil, err
 	}
-	lockedM := maps.Clone(m)
-	lockedM[nodelock.PCR] = measurements.Measurement{Expected: nodelock.Expected(clusterID), WarnOnly: want.WarnOnly}
-	locked, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: lockedM, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	lockedP := p.Copy()
+	lockedP.PCRs[nodelock.PCR] = measurements.Measurement{Expected: nodelock.Expected(clusterID), WarnOnly: want.WarnOnly}
+	locked, err := validator.New(validator.Config{Policy: lockedP, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 )
@@ -24,7 +24,7 @@ import (
 type VerifyConfig struct {
 	// Node is the node's attested-TLS address, HOST:PORT.
 	Node         string
-	Measurements measurements.M
+	Measurements policy.Policy
 	// PlatformCAs certify the nodes' attestation keys.
 	PlatformCAs []*x509.Certificate
 	// TrustAnyAK accepts any attestation key (development only: a
@@ -38,6 +38,9 @@ type VerifyConfig struct {
 // VerifyResult is what a node proved.
 type VerifyResult struct {
 	Variant variant.Variant
+	// Hardware is the node's verified hardware report, for a hardware
+	// variant; nil otherwise.
+	Hardware []attestation.Field
 	// Instance is the VM the platform certified in the attestation
 	// key's certificate; zero when the key chained to no platform CA
 	// (TrustAnyAK).
@@ -47,8 +50,8 @@ type VerifyResult struct {
 // Verify has the node attest over a fresh connection and checks the
 // attestation. It changes nothing on the node.
 func Verify(ctx context.Context, cfg VerifyConfig) (VerifyResult, error) {
-	v, err := qemu.NewValidator(qemu.ValidatorConfig{
-		Measurements: cfg.Measurements, PlatformCAs: cfg.PlatformCAs,
+	v, err := validator.New(validator.Config{
+		Policy: cfg.Measurements, PlatformCAs: cfg.PlatformCAs,
 		TrustAnyAK: cfg.TrustAnyAK, Logger: orDiscard(cfg.Logger),
 	})
 	if err != nil {
@@ -72,7 +75,7 @@ func Verify(ctx context.Context, cfg VerifyConfig) (VerifyResult, error) {
 		return VerifyResult{}, fmt.Errorf("verify %s: %w", cfg.Node, err)
 	}
 	info, _ := p.AuthInfo.(atls.AuthInfo)
-	return VerifyResult{Variant: info.PeerVariant, Instance: info.PeerInstance}, nil
+	return VerifyResult{Variant: info.PeerVariant, Instance: info.PeerInstance, Hardware: info.PeerHardware}, nil
 }
 
 func orDiscard(log *slog.Logger) *slog.Logger {

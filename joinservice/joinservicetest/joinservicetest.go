@@ -23,8 +23,9 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
@@ -43,6 +44,9 @@ type Config struct {
 	PlatformCA *x509.Certificate
 	// Measurements are what nodes must show.
 	Measurements measurements.M
+	// SEVSNP, if set, is the hardware section of the set: the service
+	// then admits gcp-sev-snp nodes.
+	SEVSNP *snp.Policy
 	// MasterSecret is the cluster's: disk keys and the measurement
 	// secret derive from it.
 	MasterSecret    keys.MasterSecret
@@ -73,14 +77,14 @@ func Serve(tb testing.TB, cfg Config) string {
 	}
 	// The join service's own validator, over one accepted set: the
 	// rules it adds to every set (PCR 15) hold here too.
-	set, err := measurementset.New(cfg.Measurements, "joinservicetest")
+	set, err := measurementset.FromPolicy(policy.Policy{PCRs: cfg.Measurements, SEVSNP: cfg.SEVSNP}, "joinservicetest")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	val, err := setvalidator.New(setvalidator.Config{
-		Variant: variant.QEMUVTPM,
-		Build: func(m measurements.M) (attestation.Validator, error) {
-			return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: log})
+		Variant: set.Policy().Variant(),
+		Build: func(p policy.Policy) (attestation.Validator, error) {
+			return validator.New(validator.Config{Policy: p, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: log})
 		},
 		Source: func(context.Context) ([]measurementset.Set, error) { return []measurementset.Set{set}, nil },
 		Logger: log,

@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
@@ -43,6 +42,7 @@ The releases stay ordinary Helm releases: 'helm list', 'helm history' and
 
 type upgradeCheckOptions struct {
 	kubeconfig, measurementsPath, output string
+	snpTestRoot                          string
 }
 
 func newUpgradeCheckCmd() *cobra.Command {
@@ -63,7 +63,7 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 			}
 			var given *measurementset.Set
 			if o.measurementsPath != "" {
-				s, err := loadSet(o.measurementsPath)
+				s, err := loadSet(o.measurementsPath, o.snpTestRoot)
 				if err != nil {
 					return err
 				}
@@ -85,17 +85,18 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 	}
 	c.Flags().StringVar(&o.kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
 	c.Flags().StringVar(&o.measurementsPath, "measurements", "", "an image's measurements.json: tell whether the cluster accepts it")
+	addSNPTestRootFlag(c.Flags(), &o.snpTestRoot)
 	addOutputFlag(c, &o.output)
 	return c
 }
 
 // loadSet reads an image's measurements file as a measurement set.
-func loadSet(path string) (measurementset.Set, error) {
-	m, err := measurements.Load(path)
+func loadSet(path, snpTestRoot string) (measurementset.Set, error) {
+	p, err := loadPolicy(path, snpTestRoot)
 	if err != nil {
 		return measurementset.Set{}, fmt.Errorf("load measurements: %w", err)
 	}
-	s, err := measurementset.New(m, "")
+	s, err := measurementset.FromPolicy(p, "")
 	if err != nil {
 		return measurementset.Set{}, fmt.Errorf("measurements in %s: %w", path, err)
 	}
@@ -152,6 +153,7 @@ func writeCheck(w io.Writer, r upgrade.Report) error {
 type upgradeApplyOptions struct {
 	kubeconfig, backupDir string
 	measurementsPaths     []string
+	snpTestRoot           string
 	retire                []string
 	timeout               time.Duration
 	dryRun, yes, force    bool
@@ -196,6 +198,7 @@ first; apply then says where each release stands.`,
 	f.StringVar(&o.kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
 	f.StringVar(&o.backupDir, "backup-dir", "orrery-backups", "folder that receives a backup folder per run, named after the time")
 	f.StringArrayVar(&o.measurementsPaths, "measurements", nil, "accept the image of this measurements.json too (repeatable)")
+	addSNPTestRootFlag(f, &o.snpTestRoot)
 	f.StringArrayVar(&o.retire, "retire", nil, "stop accepting this measurement set (repeatable; see 'orrery upgrade check')")
 	f.DurationVar(&o.timeout, "timeout", upgrade.DefaultTimeout, "how long each release may take to become ready before it is rolled back (the rollback then waits as long again for the old revision)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "show what would change, and change nothing")
@@ -210,7 +213,7 @@ func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgrade
 	}
 	opts := upgrade.Options{Retire: o.retire, Force: o.force}
 	for _, p := range o.measurementsPaths {
-		s, err := loadSet(p)
+		s, err := loadSet(p, o.snpTestRoot)
 		if err != nil {
 			return err
 		}

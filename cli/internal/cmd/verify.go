@@ -5,11 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/owner"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
@@ -19,6 +20,7 @@ import (
 type verifyOptions struct {
 	node             string
 	measurementsPath string
+	snpTestRoot      string
 	platformCAPath   string
 	trustAnyAK       bool
 	timeout          time.Duration
@@ -46,6 +48,7 @@ certificate: the ID is what 'orrery control-plane approve' takes.`,
 	f := c.Flags()
 	f.StringVar(&o.node, "node", "", fmt.Sprintf("node address, HOST or HOST:PORT (port defaults to %d)", initpb.Port))
 	f.StringVar(&o.measurementsPath, "measurements", "", "expected measurements, JSON or YAML")
+	addSNPTestRootFlag(f, &o.snpTestRoot)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "PEM certificate of the CA that certifies the nodes' attestation keys")
 	f.BoolVar(&o.trustAnyAK, "insecure-trust-any-ak", false, "accept any attestation key (development only: a software TPM can then impersonate a node)")
 	f.DurationVar(&o.timeout, "timeout", time.Minute, "how long to wait for the node")
@@ -55,7 +58,7 @@ certificate: the ID is what 'orrery control-plane approve' takes.`,
 }
 
 func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
-	m, err := measurements.Load(o.measurementsPath)
+	m, err := loadPolicy(o.measurementsPath, o.snpTestRoot)
 	if err != nil {
 		return fmt.Errorf("load measurements: %w", err)
 	}
@@ -87,5 +90,21 @@ func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
 	if !res.Instance.IsZero() {
 		fmt.Fprintf(cmd.OutOrStdout(), "Its platform certifies it as instance %q with instance ID %s\n", res.Instance.Name, res.Instance.ID)
 	}
+	writeHardware(cmd.OutOrStdout(), res.Hardware)
 	return nil
+}
+
+// writeHardware prints a verified hardware report's fields, aligned.
+func writeHardware(w io.Writer, fields []attestation.Field) {
+	if len(fields) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Its hardware report (verified):")
+	width := 0
+	for _, f := range fields {
+		width = max(width, len(f.Name)+1)
+	}
+	for _, f := range fields {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, f.Name+":", f.Value)
+	}
 }

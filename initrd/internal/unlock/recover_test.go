@@ -18,6 +18,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/atls/atlstest"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner"
@@ -64,7 +65,7 @@ func TestRecoverWrongThenRightMasterSecret(t *testing.T) {
 	before := header(t, u)
 	var events strings.Builder
 	cfg := owner.RecoverConfig{
-		Node: addr, Measurements: imageOf(t, node), PlatformCA: node.CA.Cert,
+		Node: addr, Measurements: policy.Policy{PCRs: imageOf(t, node)}, PlatformCA: node.CA.Cert,
 		Progress: func(e owner.Event) { events.WriteString(e.Text + "\n") },
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -115,7 +116,7 @@ func TestRecoverRefusesAnotherImage(t *testing.T) {
 	impostor.Measure(t, 11, "a debug shell", "initrd: something else")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err := owner.Recover(ctx, owner.RecoverConfig{Node: addr, Measurements: imageOf(t, genuine), PlatformCA: impostor.CA.Cert, MasterSecret: ms})
+	err := owner.Recover(ctx, owner.RecoverConfig{Node: addr, Measurements: policy.Policy{PCRs: imageOf(t, genuine)}, PlatformCA: impostor.CA.Cert, MasterSecret: ms})
 	var notAttested *dialer.NotAttestedError
 	if !errors.As(err, &notAttested) || !strings.Contains(err.Error(), "PCR 11") {
 		t.Fatalf("Recover from a node of another image = %v, want a refusal naming PCR 11", err)
@@ -169,7 +170,7 @@ func TestRecoverSurvivesGarbage(t *testing.T) {
 	defer stalled.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := owner.Recover(ctx, owner.RecoverConfig{Node: addr, Measurements: imageOf(t, node), PlatformCA: node.CA.Cert, MasterSecret: ms}); err != nil {
+	if err := owner.Recover(ctx, owner.RecoverConfig{Node: addr, Measurements: policy.Policy{PCRs: imageOf(t, node)}, PlatformCA: node.CA.Cert, MasterSecret: ms}); err != nil {
 		t.Fatal(err)
 	}
 	if !isOpen(u) {

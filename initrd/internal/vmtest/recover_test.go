@@ -23,6 +23,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
@@ -135,7 +136,7 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 	}
 	cfg := owner.RecoverConfig{
 		Node:         "127.0.0.1:" + strconv.Itoa(port),
-		Measurements: measurements.M{11: {Expected: pcr11}, 15: {Expected: make([]byte, 32)}},
+		Measurements: policy.Policy{PCRs: measurements.M{11: {Expected: pcr11}, 15: {Expected: make([]byte, 32)}}},
 		PlatformCA:   ca.Cert,
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -259,6 +259,17 @@ func parseJSON(data []byte) (M, error) {
 }
 
 func parseYAML(data []byte) (M, error) {
+	j, err := YAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	return parseJSON(j)
+}
+
+// YAMLToJSON converts a measurements file's YAML form to its JSON form,
+// refusing what the YAML library would silently drop: a second document
+// and duplicate keys.
+func YAMLToJSON(data []byte) ([]byte, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("input is empty")
 	}
@@ -271,7 +282,7 @@ func parseYAML(data []byte) (M, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
 	}
-	return parseJSON(j)
+	return j, nil
 }
 
 // checkSingleDocument rejects a YAML stream of several documents. The YAML

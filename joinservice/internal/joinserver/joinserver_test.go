@@ -32,6 +32,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
@@ -205,8 +206,8 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	}
 	val, err := setvalidator.New(setvalidator.Config{
 		Variant: variant.QEMUVTPM,
-		Build: func(m measurements.M) (attestation.Validator, error) {
-			return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{pca.Cert}})
+		Build: func(p policy.Policy) (attestation.Validator, error) {
+			return qemu.NewValidator(qemu.ValidatorConfig{Measurements: p.PCRs, PlatformCAs: []*x509.Certificate{pca.Cert}})
 		},
 		Source: e.sets.source,
 		Now:    e.sets.clock,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
@@ -132,8 +133,8 @@ func TestPCR15MustBeZero(t *testing.T) {
 			}
 			v, err := New(Config{
 				Variant: variant.QEMUVTPM,
-				Build: func(m measurements.M) (attestation.Validator, error) {
-					return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: []*x509.Certificate{ca.Cert}})
+				Build: func(p policy.Policy) (attestation.Validator, error) {
+					return qemu.NewValidator(qemu.ValidatorConfig{Measurements: p.PCRs, PlatformCAs: []*x509.Certificate{ca.Cert}})
 				},
 				Source: (&cluster{sets: []measurementset.Set{s}}).source,
 				Now:    (&clock{t: time.Unix(1000, 0)}).now,

@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 )
@@ -40,9 +40,9 @@ import (
 // Source lists the accepted sets.
 type Source func(ctx context.Context) ([]measurementset.Set, error)
 
-// Factory builds a validator for one set: it is given JoinPolicy of the
-// set's measurements, not the set's own.
-type Factory func(m measurements.M) (attestation.Validator, error)
+// Factory builds a validator for one set: it is given the set's policy
+// with JoinPolicy of its PCRs, not the set's own.
+type Factory func(p policy.Policy) (attestation.Validator, error)
 
 // DefaultRefresh is how stale the sets may be: a rollover takes effect
 // within it.
@@ -63,6 +63,9 @@ const matchedCap = 1024
 
 // Config configures a Validator.
 type Config struct {
+	// Variant is the variant this validator admits: it uses the sets
+	// whose policy is of that variant (policy.Policy.Variant) and leaves
+	// the others to the validator of theirs.
 	Variant variant.Variant
 	Build   Factory
 	Source  Source
@@ -148,7 +151,7 @@ func (v *Validator) ValidateProof(ctx context.Context, doc, nonce []byte) (attes
 		return attestation.Proof{}, errors.New("the join service cannot read the cluster's accepted measurement sets yet (see its log); retry shortly")
 	}
 	if len(sets) == 0 {
-		return attestation.Proof{}, errors.New("the cluster accepts no image: it has no MeasurementSet (kubectl get measurementsets); add one with 'orrery upgrade apply --measurements'")
+		return attestation.Proof{}, fmt.Errorf("the cluster accepts no %s image: it has no MeasurementSet of that variant (kubectl get measurementsets); add one with 'orrery upgrade apply --measurements'", v.cfg.Variant)
 	}
 	var reasons []string
 	hint := ""
@@ -258,13 +261,18 @@ func (v *Validator) refresh(ctx context.Context) {
 	var loaded []loadedSet
 	var names []string
 	for _, s := range sets {
+		if s.Policy().Variant() != v.cfg.Variant {
+			continue
+		}
 		val, ok := old[s.Name]
 		if !ok {
 			// Names are derived from the measurements: a known name
 			// has the same measurements, and keeps its validator.
-			policy, err := JoinPolicy(s.Measurements)
+			p := s.Policy()
+			pcrs, err := JoinPolicy(p.PCRs)
 			if err == nil {
-				val, err = v.cfg.Build(policy)
+				p.PCRs = pcrs
+				val, err = v.cfg.Build(p)
 			}
 			if err != nil {
 				v.log.Error("cannot use measurement set", "set", s.Name, "error", err.Error())
@@ -283,5 +291,23 @@ func (v *Validator) refresh(ctx context.Context) {
 	v.mu.Unlock()
 	if changed {
 		v.log.Info("accepted measurement sets", "sets", strings.Join(names, ","))
+	}
+}
+
+// CurrentOfAny is Current over the validators of several variants: a
+// connection attested with one of them, and that one answers. With none
+// that remembers the connection, the first answers (and says so).
+func CurrentOfAny(vs ...*Validator) func(ctx context.Context, peerKey []byte) (string, error) {
+	return func(ctx context.Context, peerKey []byte) (string, error) {
+		key := sha256.Sum256(peerKey)
+		for _, v := range vs {
+			v.mu.Lock()
+			_, ok := v.matched[key]
+			v.mu.Unlock()
+			if ok {
+				return v.Current(ctx, peerKey)
+			}
+		}
+		return vs[0].Current(ctx, peerKey)
 	}
 }

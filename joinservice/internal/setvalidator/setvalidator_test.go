@@ -12,6 +12,8 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 )
@@ -70,9 +72,9 @@ func newValidator(t *testing.T, c *cluster, clk *clock, builds *int) *Validator 
 	t.Helper()
 	v, err := New(Config{
 		Variant: variant.QEMUVTPM,
-		Build: func(m measurements.M) (attestation.Validator, error) {
+		Build: func(p policy.Policy) (attestation.Validator, error) {
 			*builds++
-			return fake{want: m[4].Expected}, nil
+			return fake{want: p.PCRs[4].Expected}, nil
 		},
 		Source: c.source,
 		Now:    clk.now,
@@ -166,7 +168,7 @@ func TestReadFailures(t *testing.T) {
 	// No set at all (every one retired) refuses everyone, saying so.
 	c.set(nil, nil)
 	clk.t = clk.t.Add(DefaultRefresh)
-	if _, err := v.Validate(ctx, doc(1), nil); err == nil || !strings.Contains(err.Error(), "accepts no image") {
+	if _, err := v.Validate(ctx, doc(1), nil); err == nil || !strings.Contains(err.Error(), "accepts no qemu-vtpm image") {
 		t.Fatalf("err = %v with no sets", err)
 	}
 }
@@ -262,5 +264,38 @@ func TestCurrent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A validator uses only the sets of its variant: a set with an SEV-SNP
+// section admits no node through the qemu-vtpm validator, which could
+// not check the report the set requires.
+func TestSetsOfAnotherVariantAreLeftOut(t *testing.T) {
+	ctx := context.Background()
+	plain := set(t, 1)
+	p := plain.Policy()
+	p.SEVSNP = &snp.Policy{Measurement: &snp.Expected{Expected: make([]byte, 48)}}
+	hw, err := measurementset.FromPolicy(p, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var built []policy.Policy
+	c := &cluster{sets: []measurementset.Set{hw}}
+	v, err := New(Config{
+		Variant: variant.QEMUVTPM,
+		Build: func(p policy.Policy) (attestation.Validator, error) {
+			built = append(built, p)
+			return fake{want: p.PCRs[4].Expected}, nil
+		},
+		Source: c.source,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Validate(ctx, doc(1), nil); err == nil || !strings.Contains(err.Error(), "accepts no qemu-vtpm image") {
+		t.Fatalf("a qemu-vtpm node passed a set that requires an SEV-SNP report: %v", err)
+	}
+	if len(built) != 0 {
+		t.Fatalf("built a qemu-vtpm validator for an SEV-SNP set: %+v", built)
 	}
 }

@@ -1,0 +1,98 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+)
+
+const (
+	pcr4  = `"4":{"expected":"` + "0404040404040404040404040404040404040404040404040404040404040404" + `","warnOnly":false}`
+	snpM  = `"sevSnp":{"measurement":{"expected":"` + "6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f6f" + `"}}`
+	plain = `{` + pcr4 + `}`
+	withS = `{` + pcr4 + `,` + snpM + `}`
+)
+
+func TestVariantFollowsTheSection(t *testing.T) {
+	for in, want := range map[string]variant.Variant{plain: variant.QEMUVTPM, withS: variant.GCPSEVSNP} {
+		p, err := ParseJSON([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if p.Variant() != want {
+			t.Errorf("%s: variant %v, want %v", in, p.Variant(), want)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	p, err := ParseJSON([]byte(withS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseJSON(out)
+	if err != nil {
+		t.Fatalf("own output %s does not parse: %v", out, err)
+	}
+	if !back.PCRs.Equal(p.PCRs) || string(back.SEVSNP.Measurement.Expected) != string(p.SEVSNP.Measurement.Expected) {
+		t.Fatalf("round trip changed the policy: %s", out)
+	}
+	if !strings.HasPrefix(string(out), `{"4":`) {
+		t.Errorf("PCRs do not come first: %s", out)
+	}
+}
+
+func TestYAML(t *testing.T) {
+	y := "\"4\":\n  expected: \"0404040404040404040404040404040404040404040404040404040404040404\"\nsevSnp:\n  measurement:\n    expected: \"" + strings.Repeat("6f", 48) + "\"\n  guestPolicy: {allowSmt: true, allowMigrationAgent: false}\n"
+	p, err := ParseYAML([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Variant() != variant.GCPSEVSNP || p.SEVSNP.GuestPolicy == nil || !p.SEVSNP.GuestPolicy.AllowSMT {
+		t.Fatalf("YAML policy read as %+v", p)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	tests := map[string]string{
+		"a misspelt section": `{` + pcr4 + `,"sevsnp":{}}`,
+		"a section twice":    `{` + pcr4 + `,` + snpM + `,` + snpM + `}`,
+		"a PCR twice":        `{` + pcr4 + `,` + pcr4 + `}`,
+		"both sections":      `{` + pcr4 + `,` + snpM + `,"tdx":{}}`,
+		"no PCRs":            `{` + snpM + `}`,
+		"an SEV-SNP section without a measurement": `{` + pcr4 + `,"sevSnp":{}}`,
+		"an unknown SEV-SNP field":                 `{` + pcr4 + `,"sevSnp":{"measurement":{"expected":"` + strings.Repeat("00", 48) + `"},"allowDebug":true}}`,
+		"trailing data":                            withS + `{}`,
+		"not an object":                            `[]`,
+		"empty":                                    ``,
+	}
+	for name, in := range tests {
+		if _, err := ParseJSON([]byte(in)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func FuzzParseJSON(f *testing.F) {
+	f.Add([]byte(plain))
+	f.Add([]byte(withS))
+	f.Add([]byte(`{` + pcr4 + `,"tdx":{"mrtd":{"expected":"00"}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParseJSON(data)
+		if err != nil {
+			return
+		}
+		out, err := p.MarshalJSON()
+		if err != nil {
+			t.Fatalf("an accepted policy does not marshal: %v", err)
+		}
+		if _, err := ParseJSON(out); err != nil {
+			t.Fatalf("an accepted policy's own form %s does not parse: %v", out, err)
+		}
+	})
+}

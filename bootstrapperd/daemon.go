@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -8,7 +9,9 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
@@ -75,9 +78,15 @@ type bootstrapper struct {
 	openTPM   tpmdev.Opener
 	lock      *nodelock.Lock
 	issuer    *vtpm.Issuer
-	meta      *metadata.Client
-	tool      *kubeadm.Tool
-	disk      *statedisk.Disk
+	// issuerConfig is what the issuer attests with; platform tells which
+	// variant the node's platform offers (nodeattest.Detect), and
+	// attestWith makes the issuer of that variant once it is known.
+	issuerConfig qemu.IssuerConfig
+	platform     func(context.Context) (nodeattest.Platform, error)
+	detected     nodeattest.Platform
+	meta         *metadata.Client
+	tool         *kubeadm.Tool
+	disk         *statedisk.Disk
 	// notify tells systemd the daemon's state (sd_notify).
 	notify func(state string)
 }
@@ -86,10 +95,14 @@ type bootstrapper struct {
 // openTPM opens.
 func newBootstrapper(p paths, openTPM tpmdev.Opener, log *slog.Logger) (*bootstrapper, error) {
 	mlog := &measurelog.Log{Path: p.measurementLog}
-	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: openTPM, FirmwareEventLogPath: p.firmwareLog, MeasurementLog: mlog})
+	icfg := qemu.IssuerConfig{OpenTPM: openTPM, FirmwareEventLogPath: p.firmwareLog, MeasurementLog: mlog}
+	// Until the platform is known (run asks), the node attests as a
+	// plain vTPM node.
+	issuer, err := qemu.NewIssuer(icfg)
 	if err != nil {
 		return nil, fmt.Errorf("set up attestation: %w", err)
 	}
+	meta := &metadata.Client{BaseURL: p.metadataURL}
 	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: p.sysfs, FirstBootKey: p.firstBootKey, TmpDir: p.runDir}
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: p.runDir, AdminKubeconfig: p.adminKubeconfig}
 	return &bootstrapper{
@@ -98,9 +111,40 @@ func newBootstrapper(p paths, openTPM tpmdev.Opener, log *slog.Logger) (*bootstr
 		openTPM: openTPM,
 		lock:    nodelock.New(openTPM, mlog),
 		issuer:  issuer,
-		meta:    &metadata.Client{BaseURL: p.metadataURL},
-		tool:    tool,
-		disk:    disk,
-		notify:  notify,
+		meta:    meta,
+
+		issuerConfig: icfg,
+		platform:     func(ctx context.Context) (nodeattest.Platform, error) { return nodeattest.Detect(ctx, meta) },
+		detected:     nodeattest.Platform{Variant: variant.QEMUVTPM},
+		tool:         tool,
+		disk:         disk,
+		notify:       notify,
 	}, nil
+}
+
+// attestAsPlatform finds what the node's platform offers for attestation
+// and makes the issuer of that variant. The metadata service may not
+// answer yet right after boot: it is asked again until it does or ctx
+// ends, since attesting as another variant would only be refused.
+func (b *bootstrapper) attestAsPlatform(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		p, err := b.platform(ctx)
+		if err == nil {
+			issuer, err := p.Issuer(b.issuerConfig)
+			if err != nil {
+				return fmt.Errorf("set up %s attestation: %w", p.Variant, err)
+			}
+			b.issuer, b.detected = issuer, p
+			b.log.Info("attesting as "+p.Variant.String(), "phase", "attest", "simulated", p.Simulated)
+			return nil
+		}
+		if attempt == 1 || attempt%15 == 0 {
+			b.log.Warn("cannot tell which attestation this node's platform offers yet; retrying", "phase", "attest", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
@@ -95,6 +96,12 @@ func (b *bootstrapper) join(ctx context.Context, bootstrapped func()) {
 	}
 	cfg := b.joinConfig()
 	cfg.PlatformCAs = cas
+	if b.detected.Variant == variant.GCPSEVSNP {
+		if cfg.PeerSEVSNP, err = b.detected.PeerSEVSNP(); err != nil {
+			b.log.Error("the join client cannot run: it cannot tell what a join service's SEV-SNP report must show", "phase", "join", "error", err)
+			return
+		}
+	}
 	err = joinclient.Run(ctx, cfg)
 	switch {
 	case err == nil:

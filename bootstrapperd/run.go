@@ -50,6 +50,9 @@ func run(ctx context.Context, b *bootstrapper) error {
 		b.rejoined(ctx)
 		return nil
 	}
+	if err := b.attestAsPlatform(ctx); err != nil {
+		return err
+	}
 	lis, err := listener(b.listen)
 	if err != nil {
 		return err

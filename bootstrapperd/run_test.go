@@ -18,8 +18,10 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
@@ -44,6 +46,9 @@ func testBootstrapper(t *testing.T, openTPM tpmdev.Opener, dir string, logs *syn
 		t.Fatal(err)
 	}
 	b.notify = func(string) {}
+	b.platform = func(context.Context) (nodeattest.Platform, error) {
+		return nodeattest.Platform{Variant: variant.QEMUVTPM}, nil
+	}
 	return b
 }
 

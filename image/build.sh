@@ -311,11 +311,14 @@ qemu-img convert -f raw -O qcow2 "$cache/disk.raw" "$cache/disk.qcow2"
 
 # --- measurements and outputs -------------------------------------------------
 phase measure "predict PCRs 4, 5, 9, 11; manifest"
+# The SEV-SNP variant's launch measurement is that of the firmware the
+# local cloud boots (internal/cloud/vm.DefaultFirmware).
 "$cache/nodeimage" measure -uki "$cache/uki.efi" -disk "$cache/disk.raw" -firmware image/firmware-pcrs.json \
-	-out "$cache/measurements.json" -events "$cache/measurements.log"
+	-out "$cache/measurements.json" -events "$cache/measurements.log" \
+	-sev-snp-firmware /usr/share/OVMF/OVMF_CODE_4M.fd -sev-snp-out "$cache/measurements-sev-snp.json"
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp"
-for f in uki.efi disk.raw disk.qcow2 cmdline os-release measurements.json measurements.log; do
+for f in uki.efi disk.raw disk.qcow2 cmdline os-release measurements.json measurements-sev-snp.json measurements.log; do
 	mv "$cache/$f" "$out.tmp/$f"
 done
 cp "$kernel" "$out.tmp/vmlinuz"

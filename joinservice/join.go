@@ -22,6 +22,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
@@ -30,6 +31,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/logging"
+	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/versions"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
@@ -41,7 +43,7 @@ import (
 // joinFlags are the join service's settings.
 type joinFlags struct {
 	listen, keys, platformCA, pki, salt, controlPlanes string
-	snpCollateral                                      string
+	snpCollateral, metadataURL                         string
 	measurementLog, firmwareLog, endpoint, version     string
 	level                                              logging.Level
 }
@@ -53,6 +55,7 @@ func parseJoinFlags(args []string) joinFlags {
 	fs.StringVar(&f.keys, "key-service", DefaultKeyServiceSocket, "unix socket of the key service beside this one")
 	fs.StringVar(&f.platformCA, "platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
 	fs.StringVar(&f.snpCollateral, "snp-collateral", "", "directory of AMD KDS collateral (CRLs) for SEV-SNP sets under AMD's roots, laid out as snp.CollateralDir says; a set's test root brings its own CRL")
+	fs.StringVar(&f.metadataURL, "metadata-url", "http://169.254.169.254", "the cloud's metadata service, which says whether this control plane is a simulated SEV-SNP VM (the pod runs in the host's network)")
 	fs.StringVar(&f.pki, "pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
 	fs.StringVar(&f.salt, "measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
 	fs.StringVar(&f.controlPlanes, "control-planes", "/etc/orrery/join-config/"+controlplanes.Key, "instance IDs the owner approved as control planes (a key of the orrery-join-config ConfigMap; re-read on every request; missing means none)")
@@ -90,7 +93,12 @@ func runJoin(ctx context.Context, args []string) error {
 	}
 	node := qemu.NodeIssuerConfig()
 	node.MeasurementLog.Path, node.FirmwareEventLogPath = f.measurementLog, f.firmwareLog
-	issuer, err := nodeIssuer(node)
+	platform, err := nodeattest.Detect(ctx, &metadata.Client{BaseURL: f.metadataURL})
+	if err != nil {
+		return fmt.Errorf("tell which attestation this control plane's platform offers: %w", err)
+	}
+	log.Info("attesting as "+platform.Variant.String(), "simulated", platform.Simulated)
+	issuer, err := nodeIssuer(node, platform)
 	if err != nil {
 		return fmt.Errorf("set up this node's attestation: %w", err)
 	}
@@ -164,7 +172,7 @@ func newJoinServer(f joinFlags, api *apiserver.Conn, currentSet func(context.Con
 // log, and joining nodes would refuse the service because its logs do not
 // replay to its PCRs (the UKI's measurements into PCR 11 are in the
 // firmware's log).
-func nodeIssuer(cfg qemu.IssuerConfig) (attestation.Issuer, error) {
+func nodeIssuer(cfg qemu.IssuerConfig, platform nodeattest.Platform) (attestation.Issuer, error) {
 	// In a fixed order, so that the same missing files always give the
 	// same error (a map's order made a test fail now and then).
 	logs := [][2]string{{"firmware event log", cfg.FirmwareEventLogPath}}
@@ -185,7 +193,7 @@ func nodeIssuer(cfg qemu.IssuerConfig) (attestation.Issuer, error) {
 		return nil, fmt.Errorf("the join service attests with its control-plane node's vTPM, and cannot open it (its container needs /dev/tpmrm0: see the orrery-services chart): %w", err)
 	}
 	rw.Close()
-	return qemu.NewIssuer(cfg)
+	return platform.Issuer(cfg)
 }
 
 // serverCredentials are the join service's attested TLS: both sides

@@ -20,8 +20,10 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
 )
 
@@ -61,7 +63,7 @@ func TestJoinServiceAttests(t *testing.T) {
 	cp := qemutest.NewNode(t)
 	cp.Measure(t, 11, "enter-initrd", "initrd: enter-initrd")
 	cp.Measure(t, 15, "cluster ID", "node lock: cluster ID")
-	issuer, err := nodeIssuer(qemu.IssuerConfig{OpenTPM: cp.TPM.Open, MeasurementLog: cp.Log})
+	issuer, err := nodeIssuer(qemu.IssuerConfig{OpenTPM: cp.TPM.Open, MeasurementLog: cp.Log}, nodeattest.Platform{Variant: variant.QEMUVTPM})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +107,14 @@ func TestJoinServiceAttests(t *testing.T) {
 
 func TestJoinServiceWithoutFirmwareLogSaysWhy(t *testing.T) {
 	cp := qemutest.NewNode(t)
-	_, err := nodeIssuer(qemu.IssuerConfig{OpenTPM: cp.TPM.Open, MeasurementLog: cp.Log, FirmwareEventLogPath: "/nonexistent/binary_bios_measurements"})
+	_, err := nodeIssuer(qemu.IssuerConfig{OpenTPM: cp.TPM.Open, MeasurementLog: cp.Log, FirmwareEventLogPath: "/nonexistent/binary_bios_measurements"}, nodeattest.Platform{Variant: variant.QEMUVTPM})
 	if err == nil || !strings.Contains(err.Error(), "firmware event log") {
 		t.Fatalf("err = %v, want it to name the missing firmware event log", err)
 	}
 }
 
 func TestJoinServiceWithoutTPMSaysWhy(t *testing.T) {
-	_, err := nodeIssuer(qemu.IssuerConfig{OpenTPM: func() (io.ReadWriteCloser, error) { return nil, errors.New("no such device") }})
+	_, err := nodeIssuer(qemu.IssuerConfig{OpenTPM: func() (io.ReadWriteCloser, error) { return nil, errors.New("no such device") }}, nodeattest.Platform{Variant: variant.QEMUVTPM})
 	if err == nil || !strings.Contains(err.Error(), "/dev/tpmrm0") {
 		t.Fatalf("err = %v, want it to name the device the pod needs", err)
 	}

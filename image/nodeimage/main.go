@@ -20,6 +20,9 @@ import (
 	"strings"
 
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/snp/launch"
 	"github.com/orrery-dev/orrery/internal/diskimage"
 	"github.com/orrery-dev/orrery/internal/pe"
 	"github.com/orrery-dev/orrery/internal/predict"
@@ -121,6 +124,8 @@ func runMeasure(args []string, _ io.Writer) error {
 	firmware := fs.String("firmware", "", "JSON of firmware PCR values observed under OVMF (warn-only); optional")
 	out := fs.String("out", "", "output measurements.json")
 	events := fs.String("events", "", "output: the predicted events, one a line; optional")
+	snpFirmware := fs.String("sev-snp-firmware", "", "firmware the SEV-SNP VMs boot, whose launch measurement -sev-snp-out expects; optional")
+	snpOut := fs.String("sev-snp-out", "", "output: the measurements with an SEV-SNP section (measurements-sev-snp.json); needs -sev-snp-firmware")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -173,6 +178,11 @@ func runMeasure(args []string, _ io.Writer) error {
 	}
 	if err := writeFile(*out, []byte(pretty.String())); err != nil {
 		return err
+	}
+	if *snpOut != "" {
+		if err := writeSEVSNP(*snpOut, *snpFirmware, m); err != nil {
+			return fmt.Errorf("measure: %w", err)
+		}
 	}
 	if *events != "" {
 		var b strings.Builder
@@ -347,4 +357,32 @@ func writeFile(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// writeSEVSNP writes the image's measurements for SEV-SNP VMs: the PCRs,
+// and an SEV-SNP section expecting the launch measurement of the
+// firmware they boot (snp/launch), no debug (always), SMT allowed and no
+// migration agent. A minimum TCB is the owner's to add: it depends on
+// the hosts, not on the image.
+func writeSEVSNP(path, firmware string, m measurements.M) error {
+	if firmware == "" {
+		return errors.New("-sev-snp-out needs -sev-snp-firmware")
+	}
+	digest, err := launch.FirmwareFile(firmware)
+	if err != nil {
+		return err
+	}
+	p := policy.Policy{PCRs: m, SEVSNP: &snp.Policy{
+		Measurement: &snp.Expected{Expected: digest[:]},
+		GuestPolicy: &snp.GuestPolicy{AllowSMT: true},
+	}}
+	j, err := p.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	var pretty strings.Builder
+	if err := indent(&pretty, j); err != nil {
+		return err
+	}
+	return writeFile(path, []byte(pretty.String()))
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
 	"github.com/orrery-dev/orrery/initrd/internal/unlock"
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
@@ -67,11 +69,15 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	meta := &metadata.Client{BaseURL: metadataURL}
-	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{OpenTPM: tpmdev.Open, FirmwareEventLogPath: vtpm.DefaultFirmwareEventLogPath, MeasurementLog: mlog})
+	platform, err := detectPlatform(ctx, c, meta)
 	if err != nil {
 		return err
 	}
-	joins, err := joinServiceDialer(issuer)
+	issuer, err := platform.Issuer(qemu.IssuerConfig{OpenTPM: tpmdev.Open, FirmwareEventLogPath: vtpm.DefaultFirmwareEventLogPath, MeasurementLog: mlog})
+	if err != nil {
+		return err
+	}
+	joins, err := joinServiceDialer(issuer, platform)
 	if err != nil {
 		return err
 	}
@@ -188,12 +194,38 @@ func networkUp(ctx context.Context, c *console) netup.Lease {
 	}
 }
 
-func joinServiceDialer(issuer *vtpm.Issuer) (*joinconn.Dialer, error) {
+func joinServiceDialer(issuer *vtpm.Issuer, platform nodeattest.Platform) (*joinconn.Dialer, error) {
 	cas, err := qemu.OwnPlatformCAs(tpmdev.Open)
 	if err != nil {
 		return nil, fmt.Errorf("read the platform CA that certified this node's attestation key: %w", err)
 	}
-	return joinconn.New(joinconn.Config{Issuer: issuer, OpenTPM: tpmdev.Open, PlatformCAs: cas})
+	cfg := joinconn.Config{Issuer: issuer, OpenTPM: tpmdev.Open, PlatformCAs: cas}
+	if platform.Variant == variant.GCPSEVSNP {
+		if cfg.PeerSEVSNP, err = platform.PeerSEVSNP(); err != nil {
+			return nil, err
+		}
+	}
+	return joinconn.New(cfg)
+}
+
+// detectPlatform asks until it knows which attestation the platform
+// offers (the metadata service may not answer at once after DHCP).
+func detectPlatform(ctx context.Context, c *console, meta *metadata.Client) (nodeattest.Platform, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := nodeattest.Detect(ctx, meta)
+		if err == nil {
+			c.log("attest", "attesting as %s%s", p.Variant, map[bool]string{true: " (simulated by the local cloud: a test root, not a real CPU)"}[p.Simulated])
+			return p, nil
+		}
+		if attempt == 1 || attempt%15 == 0 {
+			c.log("attest", "cannot tell which attestation this platform offers yet: %v; retrying", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nodeattest.Platform{}, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // serveRecovery serves RecoverService on a control plane, once the

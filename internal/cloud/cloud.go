@@ -30,6 +30,8 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/attestation/snp/launch"
+	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
 	"github.com/orrery-dev/orrery/internal/cloud/dhcpd"
 	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
 	"github.com/orrery-dev/orrery/internal/cloud/netenv"
@@ -55,6 +57,10 @@ const (
 	LockFile       = "lock"
 	InitSecretFile = "init-secret"
 	PlatformCACert = platformca.CertFile
+	// SEVSNPTestRoot is the file, written with Spec.SEVSNP, that names
+	// the simulated chip's test root for the owner (orrery init
+	// --snp-test-root).
+	SEVSNPTestRoot = "snp-test-root.json"
 )
 
 // Spec describes a cloud to bring up.
@@ -90,6 +96,12 @@ type Spec struct {
 	ShutdownTimeout time.Duration
 	// KeepLogs keeps the VMs' serial logs in Dir after Down.
 	KeepLogs bool
+	// SEVSNP makes every VM a simulated SEV-SNP confidential VM: the
+	// metadata service plays its AMD Secure Processor (package snpsim),
+	// signing reports whose launch measurement is that of the firmware
+	// the VMs boot, under a test root the cloud keeps in Dir (and
+	// writes for the owner as SEVSNPTestRoot).
+	SEVSNP bool
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
 }
@@ -105,6 +117,9 @@ type Node struct {
 	PID  int        `json:"pid"`
 	// Spare marks a slot Up did not start (see Spec.Spares).
 	Spare bool `json:"spare,omitempty"`
+	// SEVSNPDebug makes the node's SEV-SNP reports carry the debug
+	// policy bit (see SetSEVSNPDebug).
+	SEVSNPDebug bool `json:"sevSnpDebug,omitempty"`
 	// Started is when the VM was last powered on.
 	Started time.Time `json:"started,omitzero"`
 
@@ -129,6 +144,10 @@ type Cloud struct {
 	meta    *http.Server
 	ca      *platformca.CA
 	nodes   []*Node
+	// chip and launch are the simulated SEV-SNP chip and the VMs'
+	// launch measurement, with Spec.SEVSNP.
+	chip   *snpsim.Chip
+	launch [launch.Size]byte
 
 	phase  string
 	mu     sync.Mutex
@@ -162,6 +181,11 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 	hash, err := c.initSecret()
 	if err != nil {
 		return nil, fmt.Errorf("init secret: %w", err)
+	}
+	if spec.SEVSNP {
+		if err := c.startChip(); err != nil {
+			return nil, fmt.Errorf("simulated SEV-SNP chip: %w", err)
+		}
 	}
 	c.planNodes()
 	c.accel, c.why = spec.Accel, "forced"
@@ -312,6 +336,7 @@ func (c *Cloud) StartSpare(ctx context.Context, opts SpareOptions) (*Node, error
 	if nice < -20 || nice > 19 {
 		return nil, fmt.Errorf("cloud: niceness %d out of range -20..19", nice)
 	}
+
 	if err := c.startVM(ctx, n, image, niceWrap(nice)); err != nil {
 		return nil, err
 	}
@@ -430,9 +455,17 @@ func (c *Cloud) startServices(initSecretHash []byte) error {
 	for _, n := range c.nodes {
 		mac, _ := net.ParseMAC(n.MAC)
 		leases = append(leases, dhcpd.Lease{MAC: mac, IP: n.IP, Hostname: n.Name})
-		instances = append(instances, metadata.Instance{Name: n.Name, Role: n.Role, IP: n.IP})
+		in := metadata.Instance{Name: n.Name, Role: n.Role, IP: n.IP}
+		if c.spec.SEVSNP {
+			in.TEE = metadata.TEESimulatedSEVSNP
+		}
+		instances = append(instances, in)
 	}
-	handler, err := metadataserver.NewHandler(metadataserver.Config{Instances: instances, InitSecretHash: initSecretHash})
+	cfg := metadataserver.Config{Instances: instances, InitSecretHash: initSecretHash}
+	if c.spec.SEVSNP {
+		cfg.SEVSNPReport = c.sevSNPReport
+	}
+	handler, err := metadataserver.NewHandler(cfg)
 	if err != nil {
 		return err
 	}

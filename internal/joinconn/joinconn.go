@@ -54,8 +54,10 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/gcp"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
@@ -121,6 +123,11 @@ type Config struct {
 	// Cmdline returns the kernel command line, which may name further
 	// images to trust (TrustParam); nil reads /proc/cmdline.
 	Cmdline func() ([]byte, error)
+	// PeerSEVSNP, on an SEV-SNP node, is what the join service's SEV-SNP
+	// report must show besides its PCRs (nodeattest.Platform.PeerSEVSNP:
+	// this node's own launch measurement and signing root). The join
+	// service then attests as gcp-sev-snp; nil expects qemu-vtpm.
+	PeerSEVSNP *snp.Policy
 }
 
 // TrustParam is the kernel command-line parameter that names another
@@ -170,10 +177,7 @@ func New(cfg Config) (*Dialer, error) {
 	}
 	var vs anyOf
 	for _, images := range append([]measurements.M{m}, trusted...) {
-		v, err := qemu.NewValidator(qemu.ValidatorConfig{
-			Measurements: withZeroPCRs(images), PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR},
-			Logger: log.With("check", "join service attestation"),
-		})
+		v, err := serviceValidator(cfg, withZeroPCRs(images), log.With("check", "join service attestation"))
 		if err != nil {
 			return nil, fmt.Errorf("join service dialer: %w", err)
 		}
@@ -184,6 +188,27 @@ func New(cfg Config) (*Dialer, error) {
 	}
 	return &Dialer{cfg: cfg, service: vs}, nil
 }
+
+// serviceValidator checks a join service of the image m: through its
+// vTPM alone, or on an SEV-SNP node also through its SEV-SNP report. The
+// report's revocation is not checked here (a node has no collateral
+// cache; the owner's and the join service's own checks have one).
+func serviceValidator(cfg Config, m measurements.M, log *slog.Logger) (attestation.Validator, error) {
+	if cfg.PeerSEVSNP == nil {
+		return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR}, Logger: log})
+	}
+	tv, err := snp.NewVerifier(snp.Config{Policy: *cfg.PeerSEVSNP, SkipRevocationCheck: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	return gcp.NewSEVSNPValidator(gcp.ValidatorConfig{
+		Measurements: m, AKRoots: cfg.PlatformCAs, AKInstance: noInstance,
+		NonZero: []uint32{LockPCR}, TEE: tv, Logger: log,
+	})
+}
+
+// noInstance: the node does not ask which VM its join service runs on.
+func noInstance(*x509.Certificate) (attestation.Instance, error) { return attestation.Instance{}, nil }
 
 // withZeroPCRs is m, which names an image by its ImagePCRs, with ZeroPCRs
 // required to be zero: an image this node trusts boots as this one does,

@@ -3,6 +3,7 @@ package metadata
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -221,4 +222,24 @@ func decodeInitSecretHash(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("not a bcrypt hash: %w", err)
 	}
 	return []byte(h.Hash), nil
+}
+
+// SEVSNPReport asks the local cloud's simulated AMD Secure Processor for
+// an SEV-SNP report with reportData, in the kernel's extended report form
+// (report, then certificate table). Only a VM whose Self says
+// TEESimulatedSEVSNP gets one.
+func (c *Client) SEVSNPReport(ctx context.Context, reportData [64]byte) ([]byte, error) {
+	path := PathSEVSNPReport + hex.EncodeToString(reportData[:])
+	b, err := c.get(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	var a SEVSNPReportAnswer
+	if err := decodeJSON(b, &a); err != nil {
+		return nil, fmt.Errorf("decode metadata %s: %w", PathSEVSNPReport, err)
+	}
+	if len(a.Report) == 0 {
+		return nil, fmt.Errorf("metadata %s: empty report", PathSEVSNPReport)
+	}
+	return a.Report, nil
 }

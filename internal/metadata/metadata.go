@@ -15,6 +15,12 @@
 //	/peers           [{"name", "role", "ip"}, ...] sorted by role, then name
 //	/endpoint        {"endpoint": "<first control-plane IP>:<API server port>"}
 //	/initsecrethash  {"hash": "<bcrypt hash of the init secret>"}
+//	/sev-snp/report/<128 hex digits>
+//	                 {"report": "<base64>"}: only for a VM whose /self says
+//	                 "tee": "sev-snp-simulated"; the local cloud's simulated
+//	                 AMD Secure Processor signs an SEV-SNP report for the
+//	                 caller with that REPORT_DATA, and answers it with its
+//	                 certificates (the kernel's extended report form)
 //
 // Errors answer {"error": "..."} with a 4xx status.
 package metadata
@@ -33,7 +39,21 @@ const (
 	PathPeers          = "/peers"
 	PathEndpoint       = "/endpoint"
 	PathInitSecretHash = "/initsecrethash"
+	// PathSEVSNPReport is followed by the report data in hex.
+	PathSEVSNPReport = "/sev-snp/report/"
 )
+
+// TEESimulatedSEVSNP is Instance.TEE of a VM the local cloud runs as a
+// simulated SEV-SNP confidential VM: its reports come from the
+// metadata service (PathSEVSNPReport), signed under the cloud's test
+// root, and prove nothing about any CPU.
+const TEESimulatedSEVSNP = "sev-snp-simulated"
+
+// SEVSNPReportAnswer is the JSON answer of PathSEVSNPReport.
+type SEVSNPReportAnswer struct {
+	// Report is the report followed by its certificate table.
+	Report []byte `json:"report"`
+}
 
 // Instance is one VM of the local cloud.
 type Instance struct {
@@ -43,6 +63,9 @@ type Instance struct {
 	Role role.Role `json:"role"`
 	// IP is the VM's address, from which it calls the API.
 	IP netip.Addr `json:"ip"`
+	// TEE names the confidential-computing hardware the VM has, as the
+	// platform offers it: "" for none, or TEESimulatedSEVSNP.
+	TEE string `json:"tee,omitempty"`
 }
 
 // EndpointAnswer is the JSON answer of /endpoint.
@@ -70,6 +93,9 @@ func (in Instance) Validate() error {
 	}
 	if !in.IP.IsValid() || in.IP.Zone() != "" || in.IP.Is4In6() {
 		return fmt.Errorf("instance %s: invalid address %q: want a plain IPv4 or IPv6 address", in.Name, in.IP)
+	}
+	if in.TEE != "" && in.TEE != TEESimulatedSEVSNP {
+		return fmt.Errorf("instance %s: unknown TEE %q (known: %q)", in.Name, in.TEE, TEESimulatedSEVSNP)
 	}
 	return nil
 }

@@ -29,6 +29,8 @@ type miniOptions struct {
 	memoryMiB     int
 	stateDiskMiB  int
 	image         string
+	// sevSNP makes the VMs simulated SEV-SNP confidential VMs.
+	sevSNP bool
 	// Development and test flags: boot a kernel instead of the image, in
 	// a network namespace.
 	kernel, initrd, cmdline, netns string
@@ -62,6 +64,7 @@ func addUpFlags(c *cobra.Command, o *miniOptions) {
 	f.IntVar(&o.memoryMiB, "memory", 3072, "memory per VM in MiB (a control plane needs about 2.5 GiB)")
 	f.IntVar(&o.stateDiskMiB, "state-disk-size", 10240, "size of each VM's blank state disk in MiB")
 	f.StringVar(&o.image, "image", "build/image/disk.qcow2", "OS image the VMs boot (built by 'make image')")
+	f.BoolVar(&o.sevSNP, "sev-snp", false, "make the VMs simulated SEV-SNP confidential VMs: their attestation carries SEV-SNP reports signed by a test root this cloud keeps ("+cloud.SEVSNPTestRoot+" in --dir), not by any real CPU")
 	f.StringVar(&o.kernel, "kernel", "", "boot this kernel directly instead of the image (development)")
 	f.StringVar(&o.initrd, "initrd", "", "initrd for --kernel")
 	f.StringVar(&o.cmdline, "cmdline", "console=ttyS0", "kernel command line for --kernel")
@@ -82,6 +85,7 @@ func (o miniOptions) spec(progress io.Writer) cloud.Spec {
 		StateDiskMiB:    o.stateDiskMiB,
 		Namespace:       o.netns,
 		ShutdownTimeout: o.shutdownTimeout,
+		SEVSNP:          o.sevSNP,
 		Progress:        progress,
 		// After a failed bring-up the consoles are what tells why.
 		KeepLogs: true,
@@ -102,6 +106,7 @@ func (o miniOptions) args() []string {
 		"--state-disk-size", strconv.Itoa(o.stateDiskMiB), "--image", o.image,
 		"--kernel", o.kernel, "--initrd", o.initrd, "--cmdline", o.cmdline, "--netns", o.netns,
 		"--shutdown-timeout", o.shutdownTimeout.String(),
+		"--sev-snp=" + strconv.FormatBool(o.sevSNP),
 	}
 }
 
@@ -137,8 +142,14 @@ func runMiniUp(ctx context.Context, out io.Writer, o miniOptions) error {
 		return err
 	}
 	printNodes(out, st)
-	fmt.Fprintf(out, "\nThe local cloud runs. Platform CA: %s; init secret: %s\nStop it with: %sorrery mini down --dir %s\n",
-		filepath.Join(o.dir, cloud.PlatformCACert), filepath.Join(o.dir, cloud.InitSecretFile), sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER")), o.dir)
+	fmt.Fprintf(out, "\nThe local cloud runs. Platform CA: %s; init secret: %s\n",
+		filepath.Join(o.dir, cloud.PlatformCACert), filepath.Join(o.dir, cloud.InitSecretFile))
+	if o.sevSNP {
+		fmt.Fprintf(out, "The VMs are simulated SEV-SNP VMs: their reports are signed by this cloud's test root, not by a real CPU.\n"+
+			"To accept them, check nodes against the image's SEV-SNP measurements and name the test root:\n"+
+			"  --measurements build/image/measurements-sev-snp.json --snp-test-root %s\n", filepath.Join(o.dir, cloud.SEVSNPTestRoot))
+	}
+	fmt.Fprintf(out, "Stop it with: %sorrery mini down --dir %s\n", sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER")), o.dir)
 	return nil
 }
 

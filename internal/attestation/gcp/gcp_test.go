@@ -52,7 +52,7 @@ func (n *simulatedNode) issuer(t *testing.T) *vtpm.Issuer {
 		OpenTPM:        n.TPM.Open,
 		MeasurementLog: n.Log,
 		OpenTEE: func() (client.TEEDevice, error) {
-			return &client.SevSnpQuoteProvider{QuoteProvider: snpsim.QuoteProvider{GetReport: func(d [64]byte) ([]byte, error) {
+			return &client.SevSnpQuoteProvider{QuoteProvider: snp.QuoteProvider{GetReport: func(d [64]byte) ([]byte, error) {
 				return n.chip.ExtendedReport(n.guest, d)
 			}}}, nil
 		},
@@ -174,7 +174,7 @@ func TestReportOfAnotherSessionIsRefused(t *testing.T) {
 		OpenTPM:        n.TPM.Open,
 		MeasurementLog: n.Log,
 		OpenTEE: func() (client.TEEDevice, error) {
-			return &client.SevSnpQuoteProvider{QuoteProvider: snpsim.QuoteProvider{GetReport: func(d [64]byte) ([]byte, error) {
+			return &client.SevSnpQuoteProvider{QuoteProvider: snp.QuoteProvider{GetReport: func(d [64]byte) ([]byte, error) {
 				d[0] ^= 1
 				return n.chip.ExtendedReport(n.guest, d)
 			}}}, nil

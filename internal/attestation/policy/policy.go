@@ -236,3 +236,49 @@ func hasTrailing(dec *json.Decoder) bool {
 	_, err := dec.Token()
 	return err == nil
 }
+
+// LoadWithTestRoot is Load, and then, if testRootPath is not empty, puts
+// the test root in that file (snp.TestRoot as JSON, as the local cloud
+// writes it) into the policy's SEV-SNP section in place of AMD's roots.
+// It is how an owner names a test root: the file must say
+// "notARealCpu": true, and the policy must have an SEV-SNP section.
+func LoadWithTestRoot(path, testRootPath string) (Policy, error) {
+	p, err := Load(path)
+	if err != nil || testRootPath == "" {
+		return p, err
+	}
+	if p.SEVSNP == nil {
+		return Policy{}, fmt.Errorf("a test root is named for SEV-SNP reports, but %s has no %q section, so nodes are not checked as SEV-SNP VMs: use the image's SEV-SNP measurements (measurements-sev-snp.json)", path, SEVSNPKey)
+	}
+	root, err := readTestRoot(testRootPath)
+	if err != nil {
+		return Policy{}, err
+	}
+	section := *p.SEVSNP
+	section.TestRoot = &root
+	p.SEVSNP = &section
+	if err := p.Validate(); err != nil {
+		return Policy{}, fmt.Errorf("%s: %w", testRootPath, err)
+	}
+	return p, nil
+}
+
+func readTestRoot(path string) (snp.TestRoot, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return snp.TestRoot{}, fmt.Errorf("read the SEV-SNP test root: %w", err)
+	}
+	var root snp.TestRoot
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&root); err != nil {
+		return snp.TestRoot{}, fmt.Errorf("SEV-SNP test root %s: %w", path, err)
+	}
+	if dec.More() {
+		return snp.TestRoot{}, fmt.Errorf("SEV-SNP test root %s: trailing data", path)
+	}
+	if !root.NotARealCPU {
+		return snp.TestRoot{}, errors.New(`the SEV-SNP test root in ` + path + ` does not say "notARealCpu": true`)
+	}
+	return root, nil
+}

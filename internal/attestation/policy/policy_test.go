@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -95,4 +97,30 @@ func FuzzParseJSON(f *testing.F) {
 			t.Fatalf("an accepted policy's own form %s does not parse: %v", out, err)
 		}
 	})
+}
+
+func TestLoadWithTestRoot(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	snpFile := write("m-snp.json", withS)
+	plainFile := write("m.json", plain)
+	root := write("root.json", `{"notARealCpu": false, "ark": "", "ask": ""}`)
+	if _, err := LoadWithTestRoot(snpFile, root); err == nil || !strings.Contains(err.Error(), `"notARealCpu": true`) {
+		t.Fatalf("a test root that does not say it is not a real CPU: %v", err)
+	}
+	if _, err := LoadWithTestRoot(plainFile, root); err == nil || !strings.Contains(err.Error(), "no \"sevSnp\" section") {
+		t.Fatalf("a test root for measurements without an SEV-SNP section: %v", err)
+	}
+	if _, err := LoadWithTestRoot(snpFile, write("junk.json", `{"notARealCpu": true, "extra": 1}`)); err == nil {
+		t.Fatal("a test root file with an unknown field was accepted")
+	}
+	if p, err := LoadWithTestRoot(snpFile, ""); err != nil || p.SEVSNP.TestRoot != nil {
+		t.Fatalf("no test root named: %v %+v", err, p.SEVSNP)
+	}
 }

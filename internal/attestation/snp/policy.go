@@ -88,6 +88,9 @@ type TestRoot struct {
 	NotARealCPU bool   `json:"notARealCpu"`
 	ARK         string `json:"ark"`
 	ASK         string `json:"ask"`
+	// CRL is the root's own product CRL (PEM), which the simulated chip
+	// signs with its ARK: a test root has no KDS to fetch one from.
+	CRL string `json:"crl,omitempty"`
 }
 
 // HexBytes is a byte string written as lowercase hex.
@@ -169,8 +172,11 @@ func tcbOf(p kds.TCBParts) TCB {
 	return TCB{Bootloader: p.BlSpl, TEE: p.TeeSpl, SNP: p.SnpSpl, Microcode: p.UcodeSpl}
 }
 
-// testRootCerts are a TestRoot's parsed certificates.
-type testRootCerts struct{ ark, ask *x509.Certificate }
+// testRootCerts are a TestRoot's parsed certificates, and its CRL (DER).
+type testRootCerts struct {
+	ark, ask *x509.Certificate
+	crl      []byte
+}
 
 func (r TestRoot) certificates() (testRootCerts, error) {
 	if !r.NotARealCPU {
@@ -187,7 +193,22 @@ func (r TestRoot) certificates() (testRootCerts, error) {
 	if err := ask.CheckSignatureFrom(ark); err != nil {
 		return testRootCerts{}, fmt.Errorf("testRoot.ask is not signed by testRoot.ark: %w", err)
 	}
-	return testRootCerts{ark: ark, ask: ask}, nil
+	out := testRootCerts{ark: ark, ask: ask}
+	if r.CRL != "" {
+		block, rest := pem.Decode([]byte(r.CRL))
+		if block == nil || block.Type != "X509 CRL" || strings.TrimSpace(string(rest)) != "" {
+			return testRootCerts{}, errors.New("testRoot.crl must hold exactly one PEM CRL")
+		}
+		crl, err := x509.ParseRevocationList(block.Bytes)
+		if err != nil {
+			return testRootCerts{}, fmt.Errorf("testRoot.crl: %w", err)
+		}
+		if err := crl.CheckSignatureFrom(ark); err != nil {
+			return testRootCerts{}, fmt.Errorf("testRoot.crl is not signed by testRoot.ark: %w", err)
+		}
+		out.crl = block.Bytes
+	}
+	return out, nil
 }
 
 func parsePEMCert(field, text string) (*x509.Certificate, error) {

@@ -228,3 +228,33 @@ func TestAttestationWithoutSNPEvidenceIsRefused(t *testing.T) {
 		t.Fatal("a missing report is not a field mismatch")
 	}
 }
+
+// A test root brings its own CRL: no collateral cache is needed, and a
+// CRL that the root's ARK did not sign is refused when the policy is.
+func TestTestRootBringsItsCRL(t *testing.T) {
+	s := newSim(t, snpsim.Config{})
+	root, err := s.chip.TestRootWithCRL(simNow.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.policy.TestRoot = &root
+	att, err := s.chip.Report(s.guest, s.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := snp.NewVerifier(snp.Config{Policy: s.policy, Now: func() time.Time { return simNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.VerifyReport(context.Background(), att, s.data[:]); err != nil {
+		t.Fatalf("a report under a test root with its CRL refused: %v", err)
+	}
+	other, err := newSim(t, snpsim.Config{Keys: otherKeys(t)}).chip.TestRootWithCRL(simNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root.CRL = other.CRL
+	if err := s.policy.Validate(); err == nil || !strings.Contains(err.Error(), "testRoot.crl is not signed by testRoot.ark") {
+		t.Fatalf("a test root with another root's CRL: %v", err)
+	}
+}

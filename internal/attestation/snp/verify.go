@@ -59,7 +59,10 @@ type Verifier struct {
 	cfg      Config
 	roots    map[string][]*trust.AMDRootCerts
 	testRoot bool
-	log      *slog.Logger
+	// own is what the policy itself brings: a test root's CRL, by the
+	// URL its ASK names. It is consulted before Config.Collateral.
+	own CollateralMap
+	log *slog.Logger
 }
 
 // NewVerifier returns a verifier, or an error if the policy is invalid.
@@ -75,9 +78,15 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		v.cfg.Now = time.Now
 	}
 	var err error
-	if cfg.Policy.TestRoot != nil {
-		v.roots, err = testRoots(*cfg.Policy.TestRoot)
+	if tr := cfg.Policy.TestRoot; tr != nil {
+		v.roots, err = testRoots(*tr)
 		v.testRoot = true
+		if c, cerr := tr.certificates(); cerr == nil && len(c.crl) > 0 {
+			v.own = CollateralMap{}
+			for _, url := range c.ask.CRLDistributionPoints {
+				v.own[url] = c.crl
+			}
+		}
 	} else {
 		v.roots, err = amdRoots()
 	}
@@ -121,6 +130,7 @@ func testRoots(tr TestRoot) (map[string][]*trust.AMDRootCerts, error) {
 	if err != nil {
 		return nil, err
 	}
+
 	out := map[string][]*trust.AMDRootCerts{}
 	for _, line := range []string{"Milan", "Genoa", "Turin"} {
 		r := trust.AMDRootCertsProduct(line)
@@ -177,7 +187,7 @@ func (v *Verifier) VerifyReport(ctx context.Context, evidence *spb.Attestation, 
 // a description of the root the chain ends in.
 func (v *Verifier) verifySignature(ctx context.Context, att *spb.Attestation) (string, error) {
 	now := v.cfg.Now()
-	getter := offlineGetter{cache: v.cfg.Collateral, roots: v.roots}
+	getter := offlineGetter{own: v.own, cache: v.cfg.Collateral, roots: v.roots}
 	opts := &verify.Options{
 		// The evidence's own VCEK or VLEK certificate is used when it
 		// has one; the ARK and ASK are the trusted roots either way.

@@ -8,6 +8,7 @@ package metadataserver
 
 import (
 	"cmp"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -42,6 +44,11 @@ type Config struct {
 	APIServerPort int
 	// Logger receives a line per request; nil discards them.
 	Logger *slog.Logger
+	// SEVSNPReport plays the simulated AMD Secure Processor of the
+	// instances whose TEE is metadata.TEESimulatedSEVSNP: it returns an
+	// extended report for the named instance. Required if any instance
+	// has that TEE.
+	SEVSNPReport func(instance string, reportData [64]byte) ([]byte, error)
 }
 
 // handler serves the API. Every answer is encoded up front, so serving
@@ -52,6 +59,8 @@ type handler struct {
 	peers    []byte
 	endpoint []byte
 	hash     []byte
+	tee      map[netip.Addr]string
+	report   func(instance string, reportData [64]byte) ([]byte, error)
 	log      *slog.Logger
 }
 
@@ -75,9 +84,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return nil, errNoControlPlane
 	}
 	h := &handler{
-		self:  make(map[netip.Addr][]byte, len(cfg.Instances)),
-		names: make(map[netip.Addr]string, len(cfg.Instances)),
-		log:   cfg.Logger,
+		self:   make(map[netip.Addr][]byte, len(cfg.Instances)),
+		names:  make(map[netip.Addr]string, len(cfg.Instances)),
+		tee:    make(map[netip.Addr]string, len(cfg.Instances)),
+		report: cfg.SEVSNPReport,
+		log:    cfg.Logger,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -85,6 +96,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	for _, in := range cfg.Instances {
 		h.self[in.IP] = mustJSON(in)
 		h.names[in.IP] = in.Name
+		h.tee[in.IP] = in.TEE
+		if in.TEE == metadata.TEESimulatedSEVSNP && cfg.SEVSNPReport == nil {
+			return nil, fmt.Errorf("instance %s is a simulated SEV-SNP VM, but no SEVSNPReport signs its reports", in.Name)
+		}
 	}
 	peers := slices.Clone(cfg.Instances)
 	slices.SortFunc(peers, func(a, b metadata.Instance) int {
@@ -111,6 +126,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case metadata.PathSelf, metadata.PathPeers, metadata.PathEndpoint, metadata.PathInitSecretHash:
 	default:
+		if strings.HasPrefix(r.URL.Path, metadata.PathSEVSNPReport) {
+			break
+		}
 		h.fail(w, log, http.StatusNotFound, "no such endpoint")
 		return
 	}
@@ -145,6 +163,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var body []byte
 	switch r.URL.Path {
+	default:
+		var status int
+		if body, status = h.sevSNPReport(log, caller, strings.TrimPrefix(r.URL.Path, metadata.PathSEVSNPReport)); status != http.StatusOK {
+			h.fail(w, log, status, string(body))
+			return
+		}
 	case metadata.PathSelf:
 		body = self
 	case metadata.PathPeers:
@@ -156,6 +180,26 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Debug("metadata request served", "instance", h.names[caller])
 	writeJSON(w, http.StatusOK, body)
+}
+
+// sevSNPReport answers a simulated SEV-SNP VM's report request; on
+// failure it returns the message and a status other than 200.
+func (h *handler) sevSNPReport(log *slog.Logger, caller netip.Addr, dataHex string) ([]byte, int) {
+	if h.tee[caller] != metadata.TEESimulatedSEVSNP {
+		return []byte("this VM is not a simulated SEV-SNP VM: it has no AMD Secure Processor to ask"), http.StatusNotFound
+	}
+	var data [64]byte
+	if raw, err := hex.DecodeString(dataHex); err != nil || len(raw) != len(data) {
+		return []byte("the report data must be 128 hex digits"), http.StatusBadRequest
+	} else {
+		copy(data[:], raw)
+	}
+	report, err := h.report(h.names[caller], data)
+	if err != nil {
+		log.Error("simulated SEV-SNP report failed", "instance", h.names[caller], "error", err.Error())
+		return []byte("the simulated AMD Secure Processor failed: see the local cloud's log"), http.StatusInternalServerError
+	}
+	return mustJSON(metadata.SEVSNPReportAnswer{Report: report}), http.StatusOK
 }
 
 // checkNoBody returns a status and message if r has a body.

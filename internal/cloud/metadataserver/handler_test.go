@@ -248,3 +248,46 @@ func TestHandlerEndpointFormat(t *testing.T) {
 		})
 	}
 }
+
+// A simulated SEV-SNP VM gets reports for itself only, and no other VM
+// gets any: the simulated chip signs for the caller the source address
+// names, with the data the caller chose.
+func TestSEVSNPReport(t *testing.T) {
+	instances := slices.Clone(testInstances)
+	instances[2].TEE = metadata.TEESimulatedSEVSNP // cp-0
+	var asked []string
+	h, err := NewHandler(Config{Instances: instances, InitSecretHash: testHash(), SEVSNPReport: func(name string, data [64]byte) ([]byte, error) {
+		asked = append(asked, name)
+		return append([]byte("report for "+name+" "), data[:2]...), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := "0102" + strings.Repeat("00", 62)
+	do := func(remote, target string) (int, string) {
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	code, body := do("10.42.0.10:4000", metadata.PathSEVSNPReport+data)
+	var a metadata.SEVSNPReportAnswer
+	if code != 200 || json.Unmarshal([]byte(body), &a) != nil || string(a.Report) != "report for cp-0 \x01\x02" {
+		t.Fatalf("simulated VM: %d %s", code, body)
+	}
+	if code, body := do("10.42.0.11:4000", metadata.PathSEVSNPReport+data); code != 404 || !strings.Contains(body, "not a simulated SEV-SNP VM") {
+		t.Fatalf("a VM without the TEE: %d %s", code, body)
+	}
+	for _, bad := range []string{"zz", data + "00", data[:126], data + "/x"} {
+		if code, _ := do("10.42.0.10:4000", metadata.PathSEVSNPReport+bad); code != 400 {
+			t.Errorf("report data %q: status %d, want 400", bad, code)
+		}
+	}
+	if len(asked) != 1 {
+		t.Fatalf("the chip was asked %d times, want once: %v", len(asked), asked)
+	}
+	if _, err := NewHandler(Config{Instances: instances, InitSecretHash: testHash()}); err == nil {
+		t.Fatal("a simulated SEV-SNP VM without a chip to sign its reports was accepted")
+	}
+}

@@ -201,6 +201,10 @@ func (c *Chip) CRLURL() string { return c.signer.Ask.CRLDistributionPoints[0] }
 // CRL is a product CRL signed by the chip's ARK, valid from now for a
 // week, that revokes the given serial numbers.
 func (c *Chip) CRL(now time.Time, revoked ...*big.Int) ([]byte, error) {
+	return c.crl(now, now.Add(7*24*time.Hour), revoked...)
+}
+
+func (c *Chip) crl(now, next time.Time, revoked ...*big.Int) ([]byte, error) {
 	var entries []x509.RevocationListEntry
 	for _, sn := range revoked {
 		entries = append(entries, x509.RevocationListEntry{SerialNumber: sn, RevocationTime: now})
@@ -209,7 +213,7 @@ func (c *Chip) CRL(now time.Time, revoked ...*big.Int) ([]byte, error) {
 		SignatureAlgorithm:        x509.SHA384WithRSAPSS,
 		Number:                    big.NewInt(now.Unix()),
 		ThisUpdate:                now,
-		NextUpdate:                now.Add(7 * 24 * time.Hour),
+		NextUpdate:                next,
 		RevokedCertificateEntries: entries,
 		Issuer:                    pkix.Name{},
 	}
@@ -234,25 +238,15 @@ func (c *Chip) ExtendedReport(guest Guest, reportData [abi.ReportDataSize]byte) 
 	return append(raw, abi.CertsFromProto(att.GetCertificateChain()).Marshal()...), nil
 }
 
-// QuoteProvider is a go-sev-guest quote provider: what a guest's kernel
-// gives a program that asks for a report, here answered by a simulated
-// chip for one guest.
-type QuoteProvider struct {
-	// GetReport returns an extended report for reportData (for example
-	// Chip.ExtendedReport, or a request to the host that holds the chip).
-	GetReport func(reportData [abi.ReportDataSize]byte) ([]byte, error)
-}
-
-// IsSupported implements client.QuoteProvider.
-func (QuoteProvider) IsSupported() bool { return true }
-
-// GetRawQuote implements client.QuoteProvider.
-func (p QuoteProvider) GetRawQuote(reportData [abi.ReportDataSize]byte) ([]byte, error) {
-	return p.GetReport(reportData)
-}
-
-// Product implements client.QuoteProvider (deprecated there; version 3
-// reports say their product themselves).
-func (QuoteProvider) Product() *spb.SevProduct {
-	return &spb.SevProduct{Name: spb.SevProduct_SEV_PRODUCT_MILAN}
+// TestRootWithCRL is TestRoot with a CRL of the chip's ARK that revokes
+// nothing, valid for a year from now: what the local cloud hands the
+// owner.
+func (c *Chip) TestRootWithCRL(now time.Time) (snp.TestRoot, error) {
+	der, err := c.crl(now, now.AddDate(1, 0, 0))
+	if err != nil {
+		return snp.TestRoot{}, err
+	}
+	r := c.TestRoot()
+	r.CRL = string(pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}))
+	return r, nil
 }

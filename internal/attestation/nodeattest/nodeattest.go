@@ -1,0 +1,142 @@
+// Package nodeattest tells a node which attestation variant its platform
+// offers and makes that variant's issuer: bootstrapperd, the initrd and
+// the join service all attest through it, so a node attests one way
+// wherever it does.
+//
+// The platform is:
+//   - an SEV-SNP guest (the kernel's /dev/sev-guest): gcp-sev-snp, reports
+//     from the hardware;
+//   - a TDX guest (/dev/tdx_guest): gcp-tdx;
+//   - a VM the local cloud's metadata names a simulated SEV-SNP VM:
+//     gcp-sev-snp, reports from the cloud's simulated chip (package
+//     snpsim), under a test root;
+//   - anything else: qemu-vtpm.
+//
+// What the node picks decides nothing: a verifier accepts only the
+// variant its owner's measurements name, so a node that claims the wrong
+// platform is refused, not trusted.
+package nodeattest
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/google/go-sev-guest/abi"
+	spb "github.com/google/go-sev-guest/proto/sevsnp"
+	"github.com/google/go-tpm-tools/client"
+
+	"github.com/orrery-dev/orrery/internal/attestation/gcp"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/metadata"
+)
+
+// Device paths of the kernel's confidential-guest drivers.
+var (
+	sevGuestDevice = "/dev/sev-guest"
+	tdxGuestDevice = "/dev/tdx_guest"
+)
+
+// Platform is what this node's platform offers for attestation.
+type Platform struct {
+	Variant variant.Variant
+	// Simulated is true on the local cloud's simulated SEV-SNP VMs.
+	Simulated bool
+	// report gets an extended SEV-SNP report (simulated platform only;
+	// on hardware go-sev-guest asks the kernel).
+	report func(data [abi.ReportDataSize]byte) ([]byte, error)
+}
+
+// Selfer is the part of the metadata client Detect needs.
+type Selfer interface {
+	Self(ctx context.Context) (metadata.Instance, error)
+	SEVSNPReport(ctx context.Context, reportData [64]byte) ([]byte, error)
+}
+
+// Detect finds the platform: hardware first, then the local cloud's
+// metadata, which is asked only when there is no hardware (and may be
+// nil where there is no metadata service).
+func Detect(ctx context.Context, meta Selfer) (Platform, error) {
+	if exists(sevGuestDevice) {
+		return Platform{Variant: variant.GCPSEVSNP}, nil
+	}
+	if exists(tdxGuestDevice) {
+		return Platform{Variant: variant.GCPTDX}, nil
+	}
+	if meta == nil {
+		return Platform{Variant: variant.QEMUVTPM}, nil
+	}
+	self, err := meta.Self(ctx)
+	if err != nil {
+		return Platform{}, fmt.Errorf("ask the metadata service what this VM is: %w", err)
+	}
+	if self.TEE == metadata.TEESimulatedSEVSNP {
+		return Platform{Variant: variant.GCPSEVSNP, Simulated: true, report: func(d [abi.ReportDataSize]byte) ([]byte, error) {
+			return meta.SEVSNPReport(context.WithoutCancel(ctx), d)
+		}}, nil
+	}
+	return Platform{Variant: variant.QEMUVTPM}, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// Issuer returns the platform's issuer over the node's vTPM and logs.
+func (p Platform) Issuer(cfg qemu.IssuerConfig) (*vtpm.Issuer, error) {
+	gc := gcp.IssuerConfig{OpenTPM: cfg.OpenTPM, FirmwareEventLogPath: cfg.FirmwareEventLogPath, MeasurementLog: cfg.MeasurementLog}
+	switch p.Variant {
+	case variant.GCPSEVSNP:
+		if p.report != nil {
+			gc.OpenTEE = func() (client.TEEDevice, error) {
+				return &client.SevSnpQuoteProvider{QuoteProvider: snp.QuoteProvider{GetReport: p.report}}, nil
+			}
+		}
+		return gcp.NewSEVSNPIssuer(gc)
+	case variant.GCPTDX:
+		return gcp.NewTDXIssuer(gc)
+	}
+	return qemu.NewIssuer(cfg)
+}
+
+// OwnReport is an SEV-SNP report of this node, for what it says of the
+// node itself (its launch measurement, its signing chain); nil data.
+func (p Platform) OwnReport() (*spb.Attestation, error) {
+	if p.Variant != variant.GCPSEVSNP {
+		return nil, fmt.Errorf("this node is a %s node, not an SEV-SNP one", p.Variant)
+	}
+	var raw []byte
+	var err error
+	var data [abi.ReportDataSize]byte
+	if p.report != nil {
+		raw, err = p.report(data)
+	} else {
+		raw, err = hardwareReport(data)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get this node's own SEV-SNP report: %w", err)
+	}
+	return abi.ReportCertsToProto(raw)
+}
+
+// PeerSEVSNP is the SEV-SNP policy this node holds a peer of its own
+// image and platform to (the join service it rejoins through): the
+// launch measurement of its own report and, on the simulated platform,
+// the test root its own report was signed under. A real platform's
+// peers are held to AMD's roots.
+func (p Platform) PeerSEVSNP() (*snp.Policy, error) {
+	own, err := p.OwnReport()
+	if err != nil {
+		return nil, err
+	}
+	pol := &snp.Policy{Measurement: &snp.Expected{Expected: own.GetReport().GetMeasurement()}}
+	if p.Simulated {
+		chain := own.GetCertificateChain()
+		pol.TestRoot = &snp.TestRoot{NotARealCPU: true, ARK: pemCert(chain.GetArkCert()), ASK: pemCert(chain.GetAskCert())}
+	}
+	return pol, pol.Validate()
+}

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/cloud"
@@ -28,16 +28,20 @@ import (
 // control plane. Each must fail with an error that says what is wrong and
 // leave the node as it was (the real init that follows proves the node
 // lock was not taken and the disk not re-keyed).
-func refuseBadInit(t *testing.T, ctx context.Context, dir, img, orr string) {
+func refuseBadInit(t *testing.T, ctx context.Context, c *cloud.Cloud, dir, img, orr string) {
 	t.Helper()
-	good := filepath.Join(img, "measurements.json")
-	m, err := measurements.Load(good)
+	good := filepath.Join(img, snpMeasurements)
+	root := filepath.Join(dir, cloud.SEVSNPTestRoot)
+	p, err := policy.Load(good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m = m.Copy()
-	m[11] = measurements.Measurement{Expected: make([]byte, measurements.DigestSize)}
-	raw, _ := json.Marshal(m)
+	p = p.Copy()
+	p.PCRs[11] = measurements.Measurement{Expected: make([]byte, measurements.DigestSize)}
+	raw, err := p.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
 	wrongMeas := filepath.Join(dir, "wrong-measurements.json")
 	wrongSecret := filepath.Join(dir, "wrong-init-secret")
 	if err := os.WriteFile(wrongMeas, raw, 0o644); err != nil {
@@ -46,23 +50,41 @@ func refuseBadInit(t *testing.T, ctx context.Context, dir, img, orr string) {
 	if err := os.WriteFile(wrongSecret, []byte("not-the-init-secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	debug := func(on bool) func() {
+		return func() {
+			if err := c.SetSEVSNPDebug("cp-0", on); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	cases := []struct {
-		name string
-		args []string
-		want []string
+		name          string
+		args          []string
+		want          []string
+		before, after func()
 	}{
 		// First, so that it also waits for the node to boot.
-		{"measurements that do not match the node", []string{"--measurements", wrongMeas},
-			[]string{"not running the expected image", "PCR 11 mismatch"}},
-		{"a wrong init secret", []string{"--measurements", good, "--init-secret-file", wrongSecret},
-			[]string{"wrong init secret"}},
-		{"an unsupported Kubernetes version", []string{"--measurements", good, "--kubernetes-version", "v1.20.0"},
-			[]string{"Kubernetes v1.20.0 is not supported by this image"}},
+		{name: "measurements that do not match the node", args: []string{"--measurements", wrongMeas, "--snp-test-root", root},
+			want: []string{"not running the expected image", "PCR 11 mismatch"}},
+		{name: "SEV-SNP reports under a test root the owner did not name", args: []string{"--measurements", good},
+			want: []string{"SEV-SNP report does not verify", "could not be verified by any trusted roots"}},
+		{name: "an SEV-SNP report of a debug VM", args: ownerChecks(img, dir),
+			want: []string{"guest policy debug is allowed"}, before: debug(true), after: debug(false)},
+		{name: "a wrong init secret", args: append(ownerChecks(img, dir), "--init-secret-file", wrongSecret),
+			want: []string{"wrong init secret"}},
+		{name: "an unsupported Kubernetes version", args: append(ownerChecks(img, dir), "--kubernetes-version", "v1.20.0"),
+			want: []string{"Kubernetes v1.20.0 is not supported by this image"}},
 	}
 	for i, tc := range cases {
 		outDir := filepath.Join(dir, "bad-init", string(rune('a'+i)))
 		args := append([]string{orr, "init", "--mini-dir", dir, "--out-dir", outDir, "--timeout", "15m", "--skip-services"}, tc.args...)
+		if tc.before != nil {
+			tc.before()
+		}
 		out, err := inNS(ctx, args...)
+		if tc.after != nil {
+			tc.after()
+		}
 		if err == nil {
 			t.Fatalf("orrery init with %s succeeded:\n%s", tc.name, out)
 		}
@@ -76,6 +98,19 @@ func refuseBadInit(t *testing.T, ctx context.Context, dir, img, orr string) {
 		}
 		t.Logf("orrery init with %s: refused as expected:\n%s", tc.name, lastLines(string(out), 3))
 	}
+	// What the owner sees of the node's hardware before handing it the
+	// cluster's secrets.
+	cp := c.Nodes()[0]
+	out, err := inNS(ctx, append([]string{orr, "verify", "--node", cp.IP.String(), "--platform-ca", filepath.Join(dir, cloud.PlatformCACert)}, ownerChecks(img, dir)...)...)
+	if err != nil {
+		t.Fatalf("orrery verify %s: %v\n%s", cp.Name, err, out)
+	}
+	for _, w := range []string{"attested as gcp-sev-snp", "Its hardware report (verified):", "measurement:", "guest policy:", "debug not allowed", "NOT A REAL CPU"} {
+		if !strings.Contains(string(out), w) {
+			t.Fatalf("orrery verify %s: output lacks %q:\n%s", cp.Name, w, out)
+		}
+	}
+	t.Logf("orrery verify %s:\n%s", cp.Name, out)
 }
 
 // stopJoinService takes the join service's pods away (a node selector

@@ -262,9 +262,12 @@ func TestCluster(t *testing.T) {
 	// Two spare slots boot later: a node from a modified image, and a
 	// node of a new image that joins across a join-service restart and
 	// the cluster's refusal, and whose image the owner then retires.
+	// Every VM is a simulated SEV-SNP confidential VM: the suite runs
+	// the gcp-sev-snp variant end to end, under the cloud's test root,
+	// which the owner names (ownerChecks).
 	c, err := cloud.Up(ctx, cloud.Spec{
 		Dir: dir, ControlPlanes: 1, Workers: 1, Spares: spares, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
-		Image: filepath.Join(img, "disk.qcow2"), Namespace: namespace, KeepLogs: true,
+		Image: filepath.Join(img, "disk.qcow2"), Namespace: namespace, KeepLogs: true, SEVSNP: true,
 	})
 	if err != nil {
 		t.Fatalf("orrery mini up: %v", err)
@@ -335,13 +338,12 @@ func TestCluster(t *testing.T) {
 	}
 
 	p.doing("orrery init refuses bad input (incl. node boot)")
-	refuseBadInit(t, ctx, dir, img, orr)
+	refuseBadInit(t, ctx, c, dir, img, orr)
 	p.done("orrery init refuses bad input (incl. node boot)")
 
 	p.doing("orrery init (attestation, kubeadm, Helm services)")
 	initStart := time.Now()
-	initOut, err := inNS(ctx, orr, "init", "--mini-dir", dir, "--out-dir", out,
-		"--measurements", filepath.Join(img, "measurements.json"), "--timeout", "30m")
+	initOut, err := inNS(ctx, append([]string{orr, "init", "--mini-dir", dir, "--out-dir", out, "--timeout", "30m"}, ownerChecks(img, dir)...)...)
 	t.Logf("orrery init:\n%s", initOut)
 	if err != nil {
 		t.Fatalf("orrery init: %v", err)
@@ -352,8 +354,7 @@ func TestCluster(t *testing.T) {
 
 	// Someone else's init on the initialised node: refused, and at once.
 	p.doing("a second init is refused")
-	again, err := inNS(ctx, orr, "init", "--mini-dir", dir, "--out-dir", filepath.Join(dir, "intruder"),
-		"--measurements", filepath.Join(img, "measurements.json"), "--timeout", "5m")
+	again, err := inNS(ctx, append([]string{orr, "init", "--mini-dir", dir, "--out-dir", filepath.Join(dir, "intruder"), "--timeout", "5m"}, ownerChecks(img, dir)...)...)
 	if err == nil || !strings.Contains(string(again), "already belongs to a cluster") {
 		t.Fatalf("a second init on the initialised node: err %v, output:\n%s\nwant 'already belongs to a cluster'", err, again)
 	}
@@ -673,4 +674,11 @@ func printable(s string) string {
 		}
 		return -1
 	}, s)
+}
+
+// ownerChecks are the flags with which the owner's commands check the
+// suite's nodes: the image's SEV-SNP measurements, and the local cloud's
+// test root, named as the owner must name it.
+func ownerChecks(img, dir string) []string {
+	return []string{"--measurements", filepath.Join(img, snpMeasurements), "--snp-test-root", filepath.Join(dir, cloud.SEVSNPTestRoot)}
 }

@@ -10,11 +10,15 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
 	"github.com/orrery-dev/orrery/internal/uki"
 )
 
 // stub is the systemd-stub the image build uses (systemd-boot-efi).
 const stub = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+
+// snpMeasurements is an image's measurements file for SEV-SNP VMs.
+const snpMeasurements = "measurements-sev-snp.json"
 
 // modifiedImage writes into dir a copy of the image in imgDir whose UKI
 // carries one more kernel command-line word, and returns its qcow2. It is
@@ -62,7 +66,8 @@ func modifiedImage(ctx context.Context, imgDir, dir, word string) (string, error
 	}
 	// The image build's own prediction, run from the repository root.
 	measure := exec.CommandContext(ctx, "go", "run", "./image/nodeimage", "measure", "-uki", ukiPath, "-disk", raw,
-		"-firmware", "image/firmware-pcrs.json", "-out", filepath.Join(dir, "measurements.json"), "-events", filepath.Join(dir, "measurements.log"))
+		"-firmware", "image/firmware-pcrs.json", "-out", filepath.Join(dir, "measurements.json"), "-events", filepath.Join(dir, "measurements.log"),
+		"-sev-snp-firmware", vm.DefaultFirmware().Code, "-sev-snp-out", filepath.Join(dir, snpMeasurements))
 	measure.Dir = ".."
 	if out, err := measure.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("predict the modified image's measurements: %w\n%s", err, out)

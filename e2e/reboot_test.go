@@ -155,8 +155,7 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 		t.Fatal(err)
 	}
 	recoverArgs := func(secret string) []string {
-		return []string{orr, "recover", "--node", cp.IP.String(), "--mini-dir", dir, "--master-secret", secret,
-			"--measurements", filepath.Join(img, "measurements.json"), "--timeout", "5m"}
+		return append([]string{orr, "recover", "--node", cp.IP.String(), "--mini-dir", dir, "--master-secret", secret, "--timeout", "5m"}, ownerChecks(img, dir)...)
 	}
 	refused, err := inNS(ctx, recoverArgs(wrong)...)
 	if err == nil || !strings.Contains(string(refused), "refused the master secret") {

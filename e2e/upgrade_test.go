@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/measurementset"
@@ -188,11 +188,11 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlFunc, dir, out, img, next string, node *cloud.Node, p *phases) {
 	t.Helper()
 	kubeconfig := filepath.Join(out, "orrery-admin.conf")
-	old, err := measurements.Load(filepath.Join(img, "measurements.json"))
+	old, err := policy.Load(filepath.Join(img, snpMeasurements))
 	if err != nil {
 		t.Fatal(err)
 	}
-	trust, err := joinconn.TrustValue(old)
+	trust, err := joinconn.TrustValue(old.PCRs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +204,9 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	if err != nil {
 		t.Fatalf("build the new image: %v", err)
 	}
-	newMeas := filepath.Join(newDir, "measurements.json")
-	newSet := setOf(t, newMeas)
+	newMeas := filepath.Join(newDir, snpMeasurements)
+	root := filepath.Join(dir, cloud.SEVSNPTestRoot)
+	newSet := setOf(t, newMeas, root)
 
 	// The node boots while the join service is away, so that it also
 	// shows a joining node outlasting a join-service restart: it keeps
@@ -223,7 +224,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	waitRefused(t, k, node, 0, patience(10*time.Minute))
 	p.done("the join service is back and refuses the node of a new image")
 
-	r := upgradeCheck(t, ctx, next, kubeconfig, "--measurements", newMeas)
+	r := upgradeCheck(t, ctx, next, kubeconfig, "--measurements", newMeas, "--snp-test-root", root)
 	if r.Measurements == nil || r.Measurements.Accepted || r.Measurements.Set != newSet {
 		t.Fatalf("upgrade check of the new image's measurements: %+v", r.Measurements)
 	}
@@ -232,7 +233,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 		t.Logf("upgrade apply %s:\n%s", strings.Join(args, " "), b)
 		return string(b), err
 	}
-	if s, err := run("--yes", "--measurements", newMeas); err != nil || !strings.Contains(s, "accept image "+newSet) {
+	if s, err := run("--yes", "--measurements", newMeas, "--snp-test-root", root); err != nil || !strings.Contains(s, "accept image "+newSet) {
 		t.Fatalf("accept the new image: %v", err)
 	}
 	waitReadyNode(t, k, node.Name, patience(15*time.Minute))
@@ -284,14 +285,15 @@ func waitRefused(t *testing.T, k kubectlFunc, node *cloud.Node, before int, time
 	}
 }
 
-// setOf is the measurement set of a measurements file.
-func setOf(t *testing.T, path string) string {
+// setOf is the measurement set of a measurements file, with the test
+// root the owner names.
+func setOf(t *testing.T, path, testRoot string) string {
 	t.Helper()
-	m, err := measurements.Load(path)
+	p, err := policy.LoadWithTestRoot(path, testRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := measurementset.New(m, "")
+	s, err := measurementset.FromPolicy(p, "")
 	if err != nil {
 		t.Fatal(err)
 	}

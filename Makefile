@@ -97,9 +97,9 @@ image: deps components ## build the node's OS image and its predicted measuremen
 boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and bootstrapperd
 	image/boot-test.sh build/image
 
-cluster: deps image build ## bring up a local cluster: orrery mini up, then orrery init (root; ~25 min the first time)
-	build/bin/orrery mini up
-	build/bin/orrery init
+cluster: deps image build ## bring up a local cluster of simulated SEV-SNP VMs: orrery mini up, then orrery init (root; ~25 min the first time)
+	build/bin/orrery mini up --sev-snp
+	build/bin/orrery init --measurements build/image/measurements-sev-snp.json --snp-test-root orrery-mini/snp-test-root.json
 	@echo "kubectl: build/components/bin/kubectl --kubeconfig orrery-admin.conf get nodes"
 
 E2E_ARGS = -image-dir $(CURDIR)/build/image \

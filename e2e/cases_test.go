@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/google/go-sev-guest/abi"
+	"github.com/google/go-tpm-tools/client"
 	"net"
 	"os"
 	"os/exec"
@@ -16,11 +18,16 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/gcp"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/snp/launch"
+	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
 	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
@@ -201,10 +208,49 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 		t.Fatalf("the local cloud's platform CA: %v", err)
 	}
 	attacker := qemutest.NewInstance(t, ca, platformca.NewInstance(modified.Name))
+	// First as a plain vTPM node, leaving the SEV-SNP report out: the
+	// cluster's sets are all SEV-SNP sets, so no set even looks at it.
+	refusal := joinServiceRefusal(t, ctx, c, k, attacker.Issuer)
+	if !strings.Contains(refusal, "accepts no qemu-vtpm image") {
+		t.Errorf("the join service's refusal of a node without an SEV-SNP report does not say it accepts no qemu-vtpm node:\n%s", refusal)
+	}
+	// Then with a genuine report of the cloud's chip, as the host (which
+	// plays the hardware here) can make: the PCRs still decide.
+	chip, err := snpsim.Load(dir)
+	if err != nil {
+		t.Fatalf("the local cloud's simulated chip: %v", err)
+	}
+	fw, err := launch.FirmwareFile(vm.DefaultFirmware().Code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withReport, err := gcp.NewSEVSNPIssuer(gcp.IssuerConfig{OpenTPM: attacker.TPM.Open, MeasurementLog: attacker.Log,
+		OpenTEE: func() (client.TEEDevice, error) {
+			return &client.SevSnpQuoteProvider{QuoteProvider: snp.QuoteProvider{GetReport: func(d [64]byte) ([]byte, error) {
+				return chip.ExtendedReport(snpsim.Guest{Measurement: fw, Policy: abi.SnpPolicy{SMT: true}}, d)
+			}}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal = joinServiceRefusal(t, ctx, c, k, withReport)
+	for _, pcr := range []string{"PCR 4 mismatch", "PCR 9 mismatch", "PCR 11 mismatch"} {
+		if !strings.Contains(refusal, pcr) {
+			t.Errorf("the join service's refusal does not name %s:\n%s", pcr, refusal)
+		}
+	}
+	t.Logf("the join service refused a node with foreign measurements:\n%s", truncate(refusal, 1500))
+}
+
+// joinServiceRefusal attests to the join service from the host with
+// issuer, expects to be refused, and returns the join service's log line
+// of the refusal.
+func joinServiceRefusal(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), issuer attestation.Issuer) string {
+	t.Helper()
 	before := strings.Count(joinServiceLog(k, -1), "refused a node")
 	// The VMs' network lives in the cloud's network namespace.
-	err = c.Network().Do(func() error {
-		return attestToJoinService(ctx, attacker.Issuer, joinServiceAddr(c))
+	err := c.Network().Do(func() error {
+		return attestToJoinService(ctx, issuer, joinServiceAddr(c))
 	})
 	if err == nil || !strings.Contains(err.Error(), "server refused this client") {
 		t.Fatalf("a node with measurements that are not the image's attested to the join service: want it refused, got %v", err)
@@ -213,13 +259,7 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 	if strings.Count(logs, "refused a node") <= before {
 		t.Fatalf("the join service did not log refusing the host's swtpm node:\n%s", lastLines(logs, 30))
 	}
-	refusal := lastLine(logs, "refused a node")
-	for _, pcr := range []string{"PCR 4 mismatch", "PCR 9 mismatch", "PCR 11 mismatch"} {
-		if !strings.Contains(refusal, pcr) {
-			t.Errorf("the join service's refusal does not name %s:\n%s", pcr, refusal)
-		}
-	}
-	t.Logf("the join service refused a node with foreign measurements:\n%s", truncate(refusal, 1500))
+	return lastLine(logs, "refused a node")
 }
 
 // attestToJoinService runs the attested-TLS handshake with the join

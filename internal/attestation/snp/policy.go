@@ -1,7 +1,6 @@
 package snp
 
 import (
-	"bytes"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -99,31 +98,12 @@ type HexBytes []byte
 // MarshalJSON writes b as a hex string.
 func (b HexBytes) MarshalJSON() ([]byte, error) { return json.Marshal(hex.EncodeToString(b)) }
 
-// UnmarshalJSON reads a hex string.
-func (b *HexBytes) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return errors.New("must be a hex string")
-	}
-	v, err := hex.DecodeString(s)
-	if err != nil {
-		return fmt.Errorf("not hex: %w", err)
-	}
-	*b = v
-	return nil
-}
-
 // ParsePolicy reads a policy strictly: unknown fields, trailing data and
 // values of the wrong size are errors.
 func ParsePolicy(data []byte) (Policy, error) {
 	var p Policy
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	if err := p.UnmarshalJSON(data); err != nil {
 		return Policy{}, fmt.Errorf("SEV-SNP policy: %w", err)
-	}
-	if dec.More() {
-		return Policy{}, errors.New("SEV-SNP policy: trailing data after the policy")
 	}
 	if err := p.Validate(); err != nil {
 		return Policy{}, err

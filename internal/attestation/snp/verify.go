@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/go-sev-guest/abi"
@@ -201,7 +202,11 @@ func (v *Verifier) verifySignature(ctx context.Context, att *spb.Attestation) (s
 		v.log.Warn("SEV-SNP revocation check skipped: a revoked AMD signing key would pass")
 	}
 	if err := verify.SnpAttestationContext(ctx, att, opts); err != nil {
-		return "", explainVerify(err, now)
+		err = explainVerify(err, now)
+		if !v.testRoot && strings.Contains(err.Error(), "could not be verified by any trusted roots") {
+			err = fmt.Errorf("%w; the local cloud's simulated SEV-SNP VMs sign under a test root, which is accepted only where the owner names it (--snp-test-root orrery-mini/snp-test-root.json)", err)
+		}
+		return "", err
 	}
 	if !v.cfg.SkipRevocationCheck {
 		if err := v.checkEndorsementKeyNotRevoked(att); err != nil {

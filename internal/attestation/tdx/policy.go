@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/google/go-tdx-guest/abi"
+	"github.com/orrery-dev/orrery/internal/strictjson"
 )
 
 // Policy is the owner's TDX section of the measurements file: what a
@@ -78,7 +79,7 @@ var rtmrNames = [4]string{"rtmr0", "rtmr1", "rtmr2", "rtmr3"}
 // ParsePolicy reads a policy strictly and validates it.
 func ParsePolicy(data []byte) (Policy, error) {
 	var p Policy
-	if _, err := decodeObject(data, p.members()); err != nil {
+	if _, err := strictjson.Object(data, p.members()); err != nil {
 		return Policy{}, fmt.Errorf("TDX policy: %w", err)
 	}
 	if err := p.Validate(); err != nil {
@@ -206,15 +207,15 @@ func (e Expected) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads {"expected": "<hex>", "warnOnly": bool} strictly.
 func (e *Expected) UnmarshalJSON(data []byte) error {
 	var got Expected
-	seen, err := decodeObject(data, map[string]func(json.RawMessage) error{
-		"expected": hexMember(&got.Expected),
-		"warnOnly": boolMember(&got.WarnOnly),
+	seen, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
+		"expected": strictjson.Hex(&got.Expected),
+		"warnOnly": strictjson.Bool(&got.WarnOnly),
 	})
 	if err != nil {
 		return err
 	}
 	if !seen["expected"] {
-		return &fieldError{path: "expected", err: errors.New("is missing")}
+		return &strictjson.FieldError{Path: "expected", Err: errors.New("is missing")}
 	}
 	*e = got
 	return nil
@@ -231,15 +232,15 @@ func (m MinimumSVN) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads {"minimum": "<hex>", "warnOnly": bool} strictly.
 func (m *MinimumSVN) UnmarshalJSON(data []byte) error {
 	var got MinimumSVN
-	seen, err := decodeObject(data, map[string]func(json.RawMessage) error{
-		"minimum":  hexMember(&got.Minimum),
-		"warnOnly": boolMember(&got.WarnOnly),
+	seen, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
+		"minimum":  strictjson.Hex(&got.Minimum),
+		"warnOnly": strictjson.Bool(&got.WarnOnly),
 	})
 	if err != nil {
 		return err
 	}
 	if !seen["minimum"] {
-		return &fieldError{path: "minimum", err: errors.New("is missing")}
+		return &strictjson.FieldError{Path: "minimum", Err: errors.New("is missing")}
 	}
 	*m = got
 	return nil
@@ -248,20 +249,20 @@ func (m *MinimumSVN) UnmarshalJSON(data []byte) error {
 // UnmarshalJSON reads {"minimum": <0-65535>, "warnOnly": bool} strictly.
 func (m *MinimumVersion) UnmarshalJSON(data []byte) error {
 	var got MinimumVersion
-	seen, err := decodeObject(data, map[string]func(json.RawMessage) error{
+	seen, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
 		"minimum": func(raw json.RawMessage) error {
 			if json.Unmarshal(raw, &got.Minimum) != nil {
 				return errors.New("must be a whole number from 0 to 65535")
 			}
 			return nil
 		},
-		"warnOnly": boolMember(&got.WarnOnly),
+		"warnOnly": strictjson.Bool(&got.WarnOnly),
 	})
 	if err != nil {
 		return err
 	}
 	if !seen["minimum"] {
-		return &fieldError{path: "minimum", err: errors.New("is missing")}
+		return &strictjson.FieldError{Path: "minimum", Err: errors.New("is missing")}
 	}
 	*m = got
 	return nil

@@ -26,7 +26,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
-	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
@@ -229,11 +228,7 @@ func setValidators(ca *x509.Certificate, snpCollateral string, source setvalidat
 		sv, err := setvalidator.New(setvalidator.Config{
 			Variant: v,
 			Build: func(p policy.Policy) (attestation.Validator, error) {
-				cfg := validator.Config{Policy: p, PlatformCAs: []*x509.Certificate{ca}, Logger: log}
-				if snpCollateral != "" {
-					cfg.SNPCollateral = snp.CollateralDir(snpCollateral)
-				}
-				return validator.New(cfg)
+				return validator.New(validator.Config{Policy: p, PlatformCAs: []*x509.Certificate{ca}, Collateral: validator.Dirs(snpCollateral, ""), Logger: log})
 			},
 			Source: source,
 			Logger: log,

@@ -26,6 +26,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/nodelock"
@@ -47,6 +48,9 @@ type InitConfig struct {
 	Measurements policy.Policy
 	// PlatformCA certifies the nodes' attestation keys.
 	PlatformCA *x509.Certificate
+	// Collateral is the owner's cache of AMD's and Intel's collateral,
+	// for the hardware variants.
+	Collateral validator.Collateral
 	// InitSecret is the secret the VM was created with; only its holder
 	// may initialise the node.
 	InitSecret []byte
@@ -108,7 +112,7 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 	if err != nil {
 		return InitResult{}, err
 	}
-	v, err := initValidator(cfg.Measurements, cfg.PlatformCA, orDiscard(cfg.Logger), ms, state.MeasurementSalt, !created && !newState)
+	v, err := initValidator(validator.Config{Policy: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Collateral: cfg.Collateral, Logger: orDiscard(cfg.Logger)}, ms, state.MeasurementSalt, !created && !newState)
 	if err != nil {
 		return InitResult{}, err
 	}

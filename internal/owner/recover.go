@@ -26,6 +26,8 @@ type RecoverConfig struct {
 	// them, PCR 15 still zero.
 	Measurements policy.Policy
 	PlatformCA   *x509.Certificate
+	// Collateral is the owner's cache of AMD's and Intel's collateral.
+	Collateral validator.Collateral
 	// MasterSecret is the cluster's, as 'orrery init' saved it.
 	MasterSecret keys.MasterSecret
 	Logger       *slog.Logger
@@ -46,7 +48,7 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 		return fmt.Errorf("master secret: %w", err)
 	}
 	v, err := validator.New(validator.Config{
-		Policy: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Logger: orDiscard(cfg.Logger),
+		Policy: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Collateral: cfg.Collateral, Logger: orDiscard(cfg.Logger),
 	})
 	if err != nil {
 		return err

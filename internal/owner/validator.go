@@ -2,14 +2,11 @@ package owner
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -26,12 +23,12 @@ import (
 // both could have caused. Every other PCR is checked as before, and no
 // other value of PCR 15 passes: a node locked to someone else's cluster
 // is refused.
-func initValidator(p policy.Policy, ca *x509.Certificate, log *slog.Logger, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.ProofValidator, error) {
-	fresh, err := validator.New(validator.Config{Policy: p, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+func initValidator(cfg validator.Config, ms keys.MasterSecret, measurementSalt []byte, retry bool) (attestation.ProofValidator, error) {
+	fresh, err := validator.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	want, ok := p.PCRs[nodelock.PCR]
+	want, ok := cfg.Policy.PCRs[nodelock.PCR]
 	if !retry || !ok {
 		return fresh, nil
 	}
@@ -43,13 +40,14 @@ func initValidator(p policy.Policy, ca *x509.Certificate, log *slog.Logger, ms k
 	if err != nil {
 		return nil, err
 	}
-	lockedP := p.Copy()
-	lockedP.PCRs[nodelock.PCR] = measurements.Measurement{Expected: nodelock.Expected(clusterID), WarnOnly: want.WarnOnly}
-	locked, err := validator.New(validator.Config{Policy: lockedP, PlatformCAs: []*x509.Certificate{ca}, Logger: log})
+	locked := cfg
+	locked.Policy = cfg.Policy.Copy()
+	locked.Policy.PCRs[nodelock.PCR] = measurements.Measurement{Expected: nodelock.Expected(clusterID), WarnOnly: want.WarnOnly}
+	lockedV, err := validator.New(locked)
 	if err != nil {
 		return nil, err
 	}
-	return freshOrLocked{fresh: fresh, locked: locked}, nil
+	return freshOrLocked{fresh: fresh, locked: lockedV}, nil
 }
 
 // freshOrLocked accepts a node that fresh accepts, or else one that

@@ -3,10 +3,12 @@ package owner
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"log/slog"
 	"testing"
 
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 )
@@ -49,7 +51,7 @@ func TestInitValidatorNamesTheNode(t *testing.T) {
 					t.Fatalf("lock the node: %v, %v", took, err)
 				}
 			}
-			v, err := initValidator(zeroMeasurements(), n.CA.Cert, log, ms, salt, tc.retry)
+			v, err := initValidator(validator.Config{Policy: zeroMeasurements(), PlatformCAs: []*x509.Certificate{n.CA.Cert}, Logger: log}, ms, salt, tc.retry)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -27,6 +27,8 @@ type VerifyConfig struct {
 	Measurements policy.Policy
 	// PlatformCAs certify the nodes' attestation keys.
 	PlatformCAs []*x509.Certificate
+	// Collateral is the owner's cache of AMD's and Intel's collateral.
+	Collateral validator.Collateral
 	// TrustAnyAK accepts any attestation key (development only: a
 	// software TPM can then impersonate a node).
 	TrustAnyAK bool
@@ -51,7 +53,7 @@ type VerifyResult struct {
 // attestation. It changes nothing on the node.
 func Verify(ctx context.Context, cfg VerifyConfig) (VerifyResult, error) {
 	v, err := validator.New(validator.Config{
-		Policy: cfg.Measurements, PlatformCAs: cfg.PlatformCAs,
+		Policy: cfg.Measurements, PlatformCAs: cfg.PlatformCAs, Collateral: cfg.Collateral,
 		TrustAnyAK: cfg.TrustAnyAK, Logger: orDiscard(cfg.Logger),
 	})
 	if err != nil {

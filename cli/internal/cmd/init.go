@@ -29,7 +29,7 @@ type initOptions struct {
 	miniDir           string
 	node              string
 	measurementsPath  string
-	snpTestRoot       string
+	hardware          hardwareOptions
 	platformCAPath    string
 	initSecretPath    string
 	outDir            string
@@ -71,7 +71,7 @@ cluster's disks.`,
 	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini'; supplies defaults for --node, --platform-ca and --init-secret-file")
 	f.StringVar(&o.node, "node", "", "first control-plane node, HOST or HOST:PORT (default: the first control plane of 'orrery mini')")
 	f.StringVar(&o.measurementsPath, "measurements", "build/image/measurements.json", "the image's expected measurements")
-	addSNPTestRootFlag(f, &o.snpTestRoot)
+	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys")
 	f.StringVar(&o.initSecretPath, "init-secret-file", "", "file holding the init secret created with the VM")
 	f.StringVar(&o.outDir, "out-dir", ".", "where to write the master secret, kubeconfig and state files")
@@ -146,7 +146,7 @@ func (o initOptions) config() (owner.InitConfig, error) {
 	if o.initSecretPath == "" {
 		return owner.InitConfig{}, errors.New("no --init-secret-file given: pass the file with the init secret created with the VM")
 	}
-	m, err := loadPolicy(o.measurementsPath, o.snpTestRoot)
+	m, err := loadPolicy(o.measurementsPath, o.hardware)
 	if err != nil {
 		return owner.InitConfig{}, fmt.Errorf("load measurements: %w (build the image with 'make image')", err)
 	}
@@ -162,6 +162,7 @@ func (o initOptions) config() (owner.InitConfig, error) {
 		Node:              dialer.Address(o.node, initpb.Port),
 		Measurements:      m,
 		PlatformCA:        ca,
+		Collateral:        o.hardware.collateral(),
 		InitSecret:        []byte(strings.TrimSpace(string(initSecret))),
 		Workspace:         workspace.Dir(o.outDir),
 		KubernetesVersion: o.kubernetesVersion,

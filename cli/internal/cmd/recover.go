@@ -25,7 +25,7 @@ type recoverOptions struct {
 	node             string
 	masterSecretPath string
 	measurementsPath string
-	snpTestRoot      string
+	hardware         hardwareOptions
 	platformCAPath   string
 	miniDir          string
 	timeout          time.Duration
@@ -58,7 +58,7 @@ a control plane is back.`, recoverpb.Port),
 	f.StringVar(&o.node, "node", "", fmt.Sprintf("the waiting node, HOST or HOST:PORT (port defaults to %d)", recoverpb.Port))
 	f.StringVar(&o.masterSecretPath, "master-secret", workspace.MasterSecretFile, "the cluster's master secret, as 'orrery init' wrote it")
 	f.StringVar(&o.measurementsPath, "measurements", "build/image/measurements.json", "the image's expected measurements")
-	addSNPTestRootFlag(f, &o.snpTestRoot)
+	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
 	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini'; supplies the default --platform-ca")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long to wait for the node")
@@ -73,7 +73,7 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 		}
 		o.platformCAPath = filepath.Join(o.miniDir, cloud.PlatformCACert)
 	}
-	m, err := loadPolicy(o.measurementsPath, o.snpTestRoot)
+	m, err := loadPolicy(o.measurementsPath, o.hardware)
 	if err != nil {
 		return fmt.Errorf("load measurements: %w", err)
 	}
@@ -90,7 +90,7 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	return owner.Recover(ctx, owner.RecoverConfig{
-		Node: dialer.Address(o.node, recoverpb.Port), Measurements: m, PlatformCA: ca, MasterSecret: ms,
+		Node: dialer.Address(o.node, recoverpb.Port), Measurements: m, PlatformCA: ca, Collateral: o.hardware.collateral(), MasterSecret: ms,
 		Logger: log, Progress: p.event,
 	})
 }

@@ -42,7 +42,7 @@ The releases stay ordinary Helm releases: 'helm list', 'helm history' and
 
 type upgradeCheckOptions struct {
 	kubeconfig, measurementsPath, output string
-	snpTestRoot                          string
+	hardware                             hardwareOptions
 }
 
 func newUpgradeCheckCmd() *cobra.Command {
@@ -63,7 +63,7 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 			}
 			var given *measurementset.Set
 			if o.measurementsPath != "" {
-				s, err := loadSet(o.measurementsPath, o.snpTestRoot)
+				s, err := loadSet(o.measurementsPath, o.hardware)
 				if err != nil {
 					return err
 				}
@@ -85,14 +85,14 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 	}
 	c.Flags().StringVar(&o.kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
 	c.Flags().StringVar(&o.measurementsPath, "measurements", "", "an image's measurements.json: tell whether the cluster accepts it")
-	addSNPTestRootFlag(c.Flags(), &o.snpTestRoot)
+	addSNPTestRootFlag(c.Flags(), &o.hardware)
 	addOutputFlag(c, &o.output)
 	return c
 }
 
 // loadSet reads an image's measurements file as a measurement set.
-func loadSet(path, snpTestRoot string) (measurementset.Set, error) {
-	p, err := loadPolicy(path, snpTestRoot)
+func loadSet(path string, hw hardwareOptions) (measurementset.Set, error) {
+	p, err := loadPolicy(path, hw)
 	if err != nil {
 		return measurementset.Set{}, fmt.Errorf("load measurements: %w", err)
 	}
@@ -153,7 +153,7 @@ func writeCheck(w io.Writer, r upgrade.Report) error {
 type upgradeApplyOptions struct {
 	kubeconfig, backupDir string
 	measurementsPaths     []string
-	snpTestRoot           string
+	hardware              hardwareOptions
 	retire                []string
 	timeout               time.Duration
 	dryRun, yes, force    bool
@@ -198,7 +198,7 @@ first; apply then says where each release stands.`,
 	f.StringVar(&o.kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
 	f.StringVar(&o.backupDir, "backup-dir", "orrery-backups", "folder that receives a backup folder per run, named after the time")
 	f.StringArrayVar(&o.measurementsPaths, "measurements", nil, "accept the image of this measurements.json too (repeatable)")
-	addSNPTestRootFlag(f, &o.snpTestRoot)
+	addSNPTestRootFlag(f, &o.hardware)
 	f.StringArrayVar(&o.retire, "retire", nil, "stop accepting this measurement set (repeatable; see 'orrery upgrade check')")
 	f.DurationVar(&o.timeout, "timeout", upgrade.DefaultTimeout, "how long each release may take to become ready before it is rolled back (the rollback then waits as long again for the old revision)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "show what would change, and change nothing")
@@ -213,7 +213,7 @@ func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgrade
 	}
 	opts := upgrade.Options{Retire: o.retire, Force: o.force}
 	for _, p := range o.measurementsPaths {
-		s, err := loadSet(p, o.snpTestRoot)
+		s, err := loadSet(p, o.hardware)
 		if err != nil {
 			return err
 		}

@@ -20,7 +20,7 @@ import (
 type verifyOptions struct {
 	node             string
 	measurementsPath string
-	snpTestRoot      string
+	hardware         hardwareOptions
 	platformCAPath   string
 	trustAnyAK       bool
 	timeout          time.Duration
@@ -48,7 +48,7 @@ certificate: the ID is what 'orrery control-plane approve' takes.`,
 	f := c.Flags()
 	f.StringVar(&o.node, "node", "", fmt.Sprintf("node address, HOST or HOST:PORT (port defaults to %d)", initpb.Port))
 	f.StringVar(&o.measurementsPath, "measurements", "", "expected measurements, JSON or YAML")
-	addSNPTestRootFlag(f, &o.snpTestRoot)
+	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "PEM certificate of the CA that certifies the nodes' attestation keys")
 	f.BoolVar(&o.trustAnyAK, "insecure-trust-any-ak", false, "accept any attestation key (development only: a software TPM can then impersonate a node)")
 	f.DurationVar(&o.timeout, "timeout", time.Minute, "how long to wait for the node")
@@ -58,7 +58,7 @@ certificate: the ID is what 'orrery control-plane approve' takes.`,
 }
 
 func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
-	m, err := loadPolicy(o.measurementsPath, o.snpTestRoot)
+	m, err := loadPolicy(o.measurementsPath, o.hardware)
 	if err != nil {
 		return fmt.Errorf("load measurements: %w", err)
 	}
@@ -77,7 +77,7 @@ func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	res, err := owner.Verify(ctx, owner.VerifyConfig{
-		Node: addr, Measurements: m, PlatformCAs: cas, TrustAnyAK: o.trustAnyAK,
+		Node: addr, Measurements: m, PlatformCAs: cas, Collateral: o.hardware.collateral(), TrustAnyAK: o.trustAnyAK,
 		Logger: logger(cmd),
 	})
 	if err != nil {

@@ -35,15 +35,36 @@ type Config struct {
 	TrustAnyAK bool
 	// NonZero lists PCRs that must not be zero (see vtpm).
 	NonZero []uint32
-	// SNPCollateral serves AMD's CRLs and certificates the evidence
-	// lacks (see snp.Collateral); a test root brings its own CRL.
-	SNPCollateral snp.Collateral
-	// TDXCollateral serves Intel's TCB info, QE identity and CRLs.
-	TDXCollateral tdx.Collateral
+	// Collateral is the owner's cache of the CPU vendors' collateral.
+	Collateral Collateral
 	// Now is the clock for certificates; nil means time.Now.
 	Now func() time.Time
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
+}
+
+// Collateral is what verification needs from the CPU vendors besides the
+// evidence, from caches the owner fills (verification uses no network).
+type Collateral struct {
+	// SNP serves AMD's CRLs and certificates the evidence lacks (see
+	// snp.Collateral); a test root brings its own CRL. Nil is empty.
+	SNP snp.Collateral
+	// TDX serves Intel's TCB info, QE identity and CRLs; a gcp-tdx
+	// policy needs it.
+	TDX tdx.Collateral
+}
+
+// Dirs is the collateral of two cache directories; an empty path leaves
+// that vendor's cache out.
+func Dirs(snpDir, tdxDir string) Collateral {
+	var c Collateral
+	if snpDir != "" {
+		c.SNP = snp.CollateralDir(snpDir)
+	}
+	if tdxDir != "" {
+		c.TDX = tdx.CollateralDir(tdxDir)
+	}
+	return c
 }
 
 // New returns the validator of the policy's variant.
@@ -57,13 +78,13 @@ func New(cfg Config) (*vtpm.Validator, error) {
 	}
 	switch {
 	case p.SEVSNP != nil:
-		tv, err := snp.NewVerifier(snp.Config{Policy: *p.SEVSNP, Collateral: cfg.SNPCollateral, Now: cfg.Now, Logger: cfg.Logger})
+		tv, err := snp.NewVerifier(snp.Config{Policy: *p.SEVSNP, Collateral: cfg.Collateral.SNP, Now: cfg.Now, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
 		return gcp.NewSEVSNPValidator(cfg.gcp(tv))
 	case p.TDX != nil:
-		tv, err := tdx.NewVerifier(tdx.Config{Policy: *p.TDX, Collateral: cfg.TDXCollateral, Now: cfg.Now, Logger: cfg.Logger})
+		tv, err := tdx.NewVerifier(tdx.Config{Policy: *p.TDX, Collateral: cfg.Collateral.TDX, Now: cfg.Now, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -32,7 +32,8 @@ import (
 // signatures, the PCK chain to Intel's root, both real CRLs, and the
 // signatures and validity of the real TCB info and QE identity. The
 // tests in resigned_test.go carry the same TD report body through to
-// acceptance under a test PKI.
+// acceptance under a test PKI; uptodate_test.go verifies another real
+// quote, whose platform is up to date, end to end.
 
 func TestRealQuoteFields(t *testing.T) {
 	q := parseQuote(t, realQuoteRaw(t))

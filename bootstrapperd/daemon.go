@@ -55,7 +55,7 @@ func nodePaths() paths {
 		kubeletPKIDir:      "/var/lib/kubelet/pki",
 		pkiDir:             "/etc/kubernetes/pki",
 		adminKubeconfig:    "/etc/kubernetes/admin.conf",
-		metadataURL:        "http://169.254.169.254",
+		metadataURL:        metadata.DefaultBaseURL,
 	}
 }
 

@@ -54,7 +54,7 @@ func parseJoinFlags(args []string) joinFlags {
 	fs.StringVar(&f.keys, "key-service", DefaultKeyServiceSocket, "unix socket of the key service beside this one")
 	fs.StringVar(&f.platformCA, "platform-ca", "/etc/orrery/platform-ca/platform-ca.crt", "CA that certifies the nodes' attestation keys")
 	fs.StringVar(&f.snpCollateral, "snp-collateral", "", "directory of AMD KDS collateral (CRLs) for SEV-SNP sets under AMD's roots, laid out as snp.CollateralDir says; a set's test root brings its own CRL")
-	fs.StringVar(&f.metadataURL, "metadata-url", "http://169.254.169.254", "the cloud's metadata service, which says whether this control plane is a simulated SEV-SNP VM (the pod runs in the host's network)")
+	fs.StringVar(&f.metadataURL, "metadata-url", metadata.DefaultBaseURL, "the cloud's metadata service, which says whether this control plane is a simulated SEV-SNP VM (the pod runs in the host's network)")
 	fs.StringVar(&f.pki, "pki-dir", "/etc/kubernetes/pki", "the cluster's PKI (host path)")
 	fs.StringVar(&f.salt, "measurement-salt", "/etc/orrery/join-config/measurementSalt", "base64 measurement salt (the orrery-join-config ConfigMap)")
 	fs.StringVar(&f.controlPlanes, "control-planes", "/etc/orrery/join-config/"+controlplanes.Key, "instance IDs the owner approved as control planes (a key of the orrery-join-config ConfigMap; re-read on every request; missing means none)")

@@ -36,7 +36,7 @@ import (
 const (
 	// metadataURL is the platform's metadata service, as bootstrapperd
 	// reaches it.
-	metadataURL = "http://169.254.169.254"
+	metadataURL = metadata.DefaultBaseURL
 	// dhcpTimeout bounds one DHCP attempt; the initrd tries until it
 	// gets a lease.
 	dhcpTimeout = 30 * time.Second

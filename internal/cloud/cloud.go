@@ -45,7 +45,7 @@ import (
 // distinct ranges, so an address tells the role.
 var (
 	Gateway       = netip.MustParsePrefix("10.42.0.1/16")
-	MetadataIP    = netip.MustParseAddr("169.254.169.254")
+	MetadataIP    = netip.MustParseAddr(metadata.Address)
 	firstCP       = netip.MustParseAddr("10.42.1.100")
 	firstWorker   = netip.MustParseAddr("10.42.2.100")
 	DefaultBridge = "orrery0"

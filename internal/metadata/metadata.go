@@ -33,6 +33,13 @@ import (
 	"github.com/orrery-dev/orrery/internal/role"
 )
 
+// Address is where a VM finds the metadata service: the link-local
+// address clouds use for theirs, and the local cloud too.
+const Address = "169.254.169.254"
+
+// DefaultBaseURL is Client.BaseURL for the service at Address.
+const DefaultBaseURL = "http://" + Address
+
 // Paths of the endpoints.
 const (
 	PathSelf           = "/self"

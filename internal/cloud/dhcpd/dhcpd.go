@@ -22,11 +22,12 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/orrery-dev/orrery/internal/metadata"
 )
 
 // DefaultMetadataIP is the metadata API's address that VMs are routed to
 // when Config.MetadataIP is zero; clouds use the same one.
-var DefaultMetadataIP = netip.MustParseAddr("169.254.169.254")
+var DefaultMetadataIP = netip.MustParseAddr(metadata.Address)
 
 // DefaultLeaseTime is the lease time when Config.LeaseTime is zero.
 const DefaultLeaseTime = time.Hour

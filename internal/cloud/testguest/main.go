@@ -20,13 +20,14 @@ import (
 	"time"
 
 	"github.com/google/go-tpm-tools/client"
+	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/u-root/u-root/pkg/kmodule"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-const metadataURL = "http://169.254.169.254"
+const metadataURL = metadata.DefaultBaseURL
 
 func report(key, value string) { fmt.Printf("ORRERY-GUEST %s %s\n", key, value) }
 

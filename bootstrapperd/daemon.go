@@ -114,37 +114,30 @@ func newBootstrapper(p paths, openTPM tpmdev.Opener, log *slog.Logger) (*bootstr
 		meta:    meta,
 
 		issuerConfig: icfg,
-		platform:     func(ctx context.Context) (nodeattest.Platform, error) { return nodeattest.Detect(ctx, meta) },
-		detected:     nodeattest.Platform{Variant: variant.QEMUVTPM},
-		tool:         tool,
-		disk:         disk,
-		notify:       notify,
+		platform: func(ctx context.Context) (nodeattest.Platform, error) {
+			return nodeattest.DetectUntil(ctx, meta, func(_ int, err error) {
+				log.Warn("cannot tell which attestation this node's platform offers yet; retrying", "phase", "attest", "error", err.Error())
+			})
+		},
+		detected: nodeattest.Platform{Variant: variant.QEMUVTPM},
+		tool:     tool,
+		disk:     disk,
+		notify:   notify,
 	}, nil
 }
 
 // attestAsPlatform finds what the node's platform offers for attestation
-// and makes the issuer of that variant. The metadata service may not
-// answer yet right after boot: it is asked again until it does or ctx
-// ends, since attesting as another variant would only be refused.
+// and makes the issuer of that variant.
 func (b *bootstrapper) attestAsPlatform(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		p, err := b.platform(ctx)
-		if err == nil {
-			issuer, err := p.Issuer(b.issuerConfig)
-			if err != nil {
-				return fmt.Errorf("set up %s attestation: %w", p.Variant, err)
-			}
-			b.issuer, b.detected = issuer, p
-			b.log.Info("attesting as "+p.Variant.String(), "phase", "attest", "simulated", p.Simulated)
-			return nil
-		}
-		if attempt == 1 || attempt%15 == 0 {
-			b.log.Warn("cannot tell which attestation this node's platform offers yet; retrying", "phase", "attest", "error", err.Error())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
+	p, err := b.platform(ctx)
+	if err != nil {
+		return err
 	}
+	issuer, err := p.Issuer(b.issuerConfig)
+	if err != nil {
+		return fmt.Errorf("set up %s attestation: %w", p.Variant, err)
+	}
+	b.issuer, b.detected = issuer, p
+	b.log.Info("attesting as "+p.Variant.String(), "phase", "attest", "simulated", p.Simulated)
+	return nil
 }

@@ -211,21 +211,13 @@ func joinServiceDialer(issuer *vtpm.Issuer, platform nodeattest.Platform) (*join
 // detectPlatform asks until it knows which attestation the platform
 // offers (the metadata service may not answer at once after DHCP).
 func detectPlatform(ctx context.Context, c *console, meta *metadata.Client) (nodeattest.Platform, error) {
-	for attempt := 1; ; attempt++ {
-		p, err := nodeattest.Detect(ctx, meta)
-		if err == nil {
-			c.log("attest", "attesting as %s%s", p.Variant, map[bool]string{true: " (simulated by the local cloud: a test root, not a real CPU)"}[p.Simulated])
-			return p, nil
-		}
-		if attempt == 1 || attempt%15 == 0 {
-			c.log("attest", "cannot tell which attestation this platform offers yet: %v; retrying", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nodeattest.Platform{}, ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
+	p, err := nodeattest.DetectUntil(ctx, meta, func(_ int, err error) {
+		c.log("attest", "cannot tell which attestation this platform offers yet: %v; retrying", err)
+	})
+	if err == nil {
+		c.log("attest", "attesting as %s%s", p.Variant, map[bool]string{true: " (simulated by the local cloud: a test root, not a real CPU)"}[p.Simulated])
 	}
+	return p, err
 }
 
 // serveRecovery serves RecoverService on a control plane, once the

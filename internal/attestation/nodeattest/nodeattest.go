@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/google/go-sev-guest/abi"
 	spb "github.com/google/go-sev-guest/proto/sevsnp"
@@ -139,4 +140,25 @@ func (p Platform) PeerSEVSNP() (*snp.Policy, error) {
 		pol.TestRoot = &snp.TestRoot{NotARealCPU: true, ARK: pemCert(chain.GetArkCert()), ASK: pemCert(chain.GetAskCert())}
 	}
 	return pol, pol.Validate()
+}
+
+// DetectUntil is Detect, asked again every 2 s until it answers or ctx
+// ends: right after boot the metadata service may not answer yet, and
+// attesting as another variant would only be refused. say hears of the
+// first failure and of every fifteenth.
+func DetectUntil(ctx context.Context, meta Selfer, say func(attempt int, err error)) (Platform, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := Detect(ctx, meta)
+		if err == nil {
+			return p, nil
+		}
+		if attempt == 1 || attempt%15 == 0 {
+			say(attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return Platform{}, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }

@@ -80,14 +80,8 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	}
 	var err error
 	if tr := cfg.Policy.TestRoot; tr != nil {
-		v.roots, err = testRoots(*tr)
+		v.roots, v.own, err = testRoots(*tr)
 		v.testRoot = true
-		if c, cerr := tr.certificates(); cerr == nil && len(c.crl) > 0 {
-			v.own = CollateralMap{}
-			for _, url := range c.ask.CRLDistributionPoints {
-				v.own[url] = c.crl
-			}
-		}
 	} else {
 		v.roots, err = amdRoots()
 	}
@@ -125,11 +119,18 @@ func amdRoots() (map[string][]*trust.AMDRootCerts, error) {
 	return out, nil
 }
 
-// testRoots trusts a test ARK and ASK for every product line.
-func testRoots(tr TestRoot) (map[string][]*trust.AMDRootCerts, error) {
+// testRoots trusts a test ARK and ASK for every product line, and
+// serves the root's own CRL for the URL its ASK names.
+func testRoots(tr TestRoot) (map[string][]*trust.AMDRootCerts, CollateralMap, error) {
 	c, err := tr.certificates()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	own := CollateralMap{}
+	if len(c.crl) > 0 {
+		for _, url := range c.ask.CRLDistributionPoints {
+			own[url] = c.crl
+		}
 	}
 
 	out := map[string][]*trust.AMDRootCerts{}
@@ -138,7 +139,7 @@ func testRoots(tr TestRoot) (map[string][]*trust.AMDRootCerts, error) {
 		r.ProductCerts = &trust.ProductCerts{Ark: c.ark, Ask: c.ask}
 		out[line] = []*trust.AMDRootCerts{r}
 	}
-	return out, nil
+	return out, own, nil
 }
 
 // VerifyTEE checks the SEV-SNP evidence in a vTPM attestation (see

@@ -34,6 +34,7 @@ package atls
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -124,10 +125,20 @@ type Config struct {
 	// side accepts from a peer. Zero means DefaultMaxAttestationSize.
 	MaxAttestationSize int
 	// OnPeerRejected, if set, hears of every client whose attestation
-	// this server refused. gRPC drops failed handshakes silently, and an
-	// operator needs to see which node was turned away and why (the
-	// error names the PCRs that differ).
+	// or key this server refused. gRPC drops failed handshakes silently,
+	// and an operator needs to see which node was turned away and why
+	// (the error names the PCRs that differ).
 	OnPeerRejected func(peer net.Addr, err error)
+	// ClientKey, on a client, is the key it proves in the TLS handshake
+	// instead of a fresh one per connection: a credential the server
+	// checks with AuthorizeClient (the owner's access key). An
+	// attesting client needs none: its attestation names its key.
+	ClientKey crypto.Signer
+	// AuthorizeClient, on a server, decides whether the client's key (the
+	// TLS handshake proved the client holds it) may go on. It runs
+	// before anything else the server does for the client, quotes
+	// included; an error ends the exchange and is sent to the client.
+	AuthorizeClient func(key crypto.PublicKey) error
 }
 
 // NewCredentials returns transport credentials for grpc.NewServer (with
@@ -233,7 +244,7 @@ func (c *creds) Clone() credentials.TransportCredentials { cp := *c; return &cp 
 func (c *creds) OverrideServerName(string) error { return nil }
 
 func (c *creds) ClientHandshake(ctx context.Context, _ string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	cert, err := ephemeralCert()
+	cert, err := selfSignedCert(c.cfg.ClientKey)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -273,7 +284,7 @@ func (c *creds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, e
 	d, _ := ctx.Deadline()
 	raw.SetDeadline(earliest(d, time.Now().Add(c.cfg.HelloTimeout)))
 	defer raw.SetDeadline(time.Time{})
-	cert, err := ephemeralCert()
+	cert, err := selfSignedCert(nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -425,13 +436,23 @@ func (c *creds) serverExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 	if err != nil {
 		return nil, err
 	}
-	// The client has spoken in time; the rest may take quotes.
-	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
-	}
 	fail := func(err error) (credentials.AuthInfo, error) {
 		_ = writeMessage(conn, message{Error: truncate(err.Error())})
 		return nil, fmt.Errorf("atls: %w", err)
+	}
+	if c.cfg.AuthorizeClient != nil {
+		// TLS 1.3 makes the client prove its key (CertificateVerify),
+		// and RequireAnyClientCert makes it present one.
+		if err := c.cfg.AuthorizeClient(state.PeerCertificates[0].PublicKey); err != nil {
+			if c.cfg.OnPeerRejected != nil {
+				c.cfg.OnPeerRejected(conn.RemoteAddr(), err)
+			}
+			return fail(fmt.Errorf("client not authorized: %w", err))
+		}
+	}
+	// The client has spoken in time; the rest may take quotes.
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
 	}
 	if len(c.cfg.Validators) > 0 && !hello.Attests {
 		return fail(errors.New("this server requires clients to attest, and the client cannot"))
@@ -578,12 +599,16 @@ func truncate(s string) string {
 	return s
 }
 
-// ephemeralCert creates a fresh key and self-signed certificate for one
-// connection, so that no two connections share a key to bind to.
-func ephemeralCert() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("atls: generate TLS key: %w", err)
+// selfSignedCert creates a self-signed certificate for one connection,
+// for key or, if key is nil, for a fresh key, so that no two connections
+// share a key to bind an attestation to.
+func selfSignedCert(key crypto.Signer) (tls.Certificate, error) {
+	if key == nil {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return tls.Certificate{}, fmt.Errorf("atls: generate TLS key: %w", err)
+		}
+		key = k
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -594,7 +619,7 @@ func ephemeralCert() (tls.Certificate, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("atls: create TLS certificate: %w", err)
 	}

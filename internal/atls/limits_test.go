@@ -244,16 +244,23 @@ func TestQuotesLimited(t *testing.T) {
 	}
 }
 
-// countingIssuer records how many Issue calls run at once.
+// countingIssuer records how many Issue calls run at once, and in all.
 type countingIssuer struct {
 	attestation.Issuer
-	mu       sync.Mutex
-	now, max int
+	mu              sync.Mutex
+	now, max, total int
+}
+
+func (ci *countingIssuer) issued() int {
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	return ci.total
 }
 
 func (ci *countingIssuer) Issue(ctx context.Context, userData, nonce []byte) ([]byte, error) {
 	ci.mu.Lock()
 	ci.now++
+	ci.total++
 	ci.max = max(ci.max, ci.now)
 	ci.mu.Unlock()
 	// Long enough that overlapping handshakes would overlap here.

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"testing"
 )
 
@@ -20,6 +21,7 @@ const (
 	katDiskKey           = "c1971c461d49a0891732a2c2a117a0ce6d2070aff8ec825a5ee684b3fb0aeb53"
 	katMeasurementSecret = "dda45f6fdf2b38253a1fd78f8d37a1959fe47ca9b2329376b08ffce53bf373fb"
 	katClusterID         = "639fd088a0375d88b836eec6459cf0426883c9013e5e13217b19df1876a854cc"
+	katOwnerAccessKey    = "75361ae9e2a434ee3e633ee7a24e31c19a9bbfda91526163950c8b7c313806e5"
 )
 
 // Inputs of testdata/kat.py; the master secret is testSecret().
@@ -62,6 +64,16 @@ func TestKnownAnswers(t *testing.T) {
 				return ClusterID(secret, katMeasurementSalt())
 			},
 			want: katClusterID,
+		},
+		"owner access key (public half)": {
+			derive: func() ([]byte, error) {
+				k, err := ms.OwnerAccessKey()
+				if err != nil {
+					return nil, err
+				}
+				return k.Public().(ed25519.PublicKey), nil
+			},
+			want: katOwnerAccessKey,
 		},
 	}
 	for name, tc := range testCases {

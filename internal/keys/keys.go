@@ -15,6 +15,7 @@
 package keys
 
 import (
+	"crypto/ed25519"
 	"crypto/hkdf"
 	"crypto/sha256"
 	"errors"
@@ -51,6 +52,8 @@ const (
 	InfoMeasurementSecret = "orrery/v1/measurement-secret"
 	// InfoClusterID derives the cluster ID from the measurement secret.
 	InfoClusterID = "orrery/v1/cluster-id"
+	// InfoOwnerAccessKey derives the seed of the owner's access key.
+	InfoOwnerAccessKey = "orrery/v1/owner-access-key"
 )
 
 // diskKeyIDPrefix binds a disk key to a disk UUID within the data-key space,
@@ -176,6 +179,21 @@ func ClusterID(measurementSecret, measurementSalt []byte) ([]byte, error) {
 		return nil, fmt.Errorf("derive cluster ID: measurement salt has %d bytes, want %d", len(measurementSalt), SaltSize)
 	}
 	return derive(measurementSecret, measurementSalt, InfoClusterID, 32)
+}
+
+// OwnerAccessKey derives the Ed25519 key with which the owner reads a
+// running node (its journal, its units, a fresh attestation). Nodes hold
+// only its public half, so a node, or root on one, cannot act as the
+// owner towards another node; only a holder of the master secret can.
+func (ms MasterSecret) OwnerAccessKey() (ed25519.PrivateKey, error) {
+	if err := ms.Validate(); err != nil {
+		return nil, fmt.Errorf("derive owner access key: %w", err)
+	}
+	seed, err := derive(ms.Key, ms.Salt, InfoOwnerAccessKey, ed25519.SeedSize)
+	if err != nil {
+		return nil, err
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
 }
 
 // derive is the only place that calls HKDF, so the RFC 5869 vectors in the

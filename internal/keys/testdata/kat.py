@@ -53,6 +53,16 @@ def data_key(key_id: str, length: int) -> bytes:
     return hkdf_sha256(MASTER_KEY, MASTER_SALT, info, length)
 
 
+def ed25519_public(seed: bytes) -> bytes:
+    # RFC 8032 key generation is long to write by hand; the pyca
+    # implementation is independent of Go's, which is what counts here.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    key = ed25519.Ed25519PrivateKey.from_private_bytes(seed).public_key()
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
 def main() -> None:
     self_check()
     measurement_secret = hkdf_sha256(
@@ -61,12 +71,16 @@ def main() -> None:
     cluster_id = hkdf_sha256(
         measurement_secret, MEASUREMENT_SALT, b"orrery/v1/cluster-id", 32
     )
+    owner_seed = hkdf_sha256(
+        MASTER_KEY, MASTER_SALT, b"orrery/v1/owner-access-key", 32
+    )
     values = [
         ("katDataKey16", data_key(DATA_KEY_ID, 16)),
         ("katDataKey64", data_key(DATA_KEY_ID, 64)),
         ("katDiskKey", data_key("disk:" + DISK_UUID, 32)),
         ("katMeasurementSecret", measurement_secret),
         ("katClusterID", cluster_id),
+        ("katOwnerAccessKey", ed25519_public(owner_seed)),
     ]
     for name, value in values:
         print(f'{name} = "{value.hex()}"')

@@ -31,6 +31,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
+	"github.com/orrery-dev/orrery/joinservice/internal/keyservice"
 	"github.com/orrery-dev/orrery/joinservice/internal/setvalidator"
 )
 
@@ -122,10 +123,7 @@ func Serve(tb testing.TB, cfg Config) string {
 type masterKeys struct{ ms keys.MasterSecret }
 
 func (k masterKeys) GetDataKey(_ context.Context, id string, n int) ([]byte, error) {
-	if id == joinserver.MeasurementSecretID {
-		return k.ms.MeasurementSecret()
-	}
-	return k.ms.DeriveKey(id, n)
+	return keyservice.Derive(k.ms, id, n)
 }
 
 // allNodes is a cluster from which the owner removed no node.

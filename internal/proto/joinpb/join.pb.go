@@ -153,8 +153,12 @@ type IssueJoinTicketResponse struct {
 	// kubeconfig with this CA and kubelet_cert (file discovery), and the
 	// kubelet renews its certificate with it.
 	ClusterCaCert []byte `protobuf:"bytes,11,opt,name=cluster_ca_cert,json=clusterCaCert,proto3" json:"cluster_ca_cert,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// owner_access_key is the 32-byte public half of the owner's Ed25519
+	// access key (internal/keys.OwnerAccessKey). The node's inspection
+	// service (nodepb) answers only a client that proves this key.
+	OwnerAccessKey []byte `protobuf:"bytes,12,opt,name=owner_access_key,json=ownerAccessKey,proto3" json:"owner_access_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *IssueJoinTicketResponse) Reset() {
@@ -246,6 +250,13 @@ func (x *IssueJoinTicketResponse) GetKubernetesComponents() []*KubernetesCompone
 func (x *IssueJoinTicketResponse) GetClusterCaCert() []byte {
 	if x != nil {
 		return x.ClusterCaCert
+	}
+	return nil
+}
+
+func (x *IssueJoinTicketResponse) GetOwnerAccessKey() []byte {
+	if x != nil {
+		return x.OwnerAccessKey
 	}
 	return nil
 }
@@ -551,7 +562,7 @@ const file_internal_proto_joinpb_join_proto_rawDesc = "" +
 	"\x16IssueJoinTicketRequest\x12\x1b\n" +
 	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\x12/\n" +
 	"\x13certificate_request\x18\x02 \x01(\fR\x12certificateRequest\x12(\n" +
-	"\x10is_control_plane\x18\x03 \x01(\bR\x0eisControlPlane\"\xa0\x04\n" +
+	"\x10is_control_plane\x18\x03 \x01(\bR\x0eisControlPlane\"\xca\x04\n" +
 	"\x17IssueJoinTicketResponse\x12$\n" +
 	"\x0estate_disk_key\x18\x01 \x01(\fR\fstateDiskKey\x12)\n" +
 	"\x10measurement_salt\x18\x02 \x01(\fR\x0fmeasurementSalt\x12-\n" +
@@ -562,7 +573,8 @@ const file_internal_proto_joinpb_join_proto_rawDesc = "" +
 	"\x12kubernetes_version\x18\t \x01(\tR\x11kubernetesVersion\x12X\n" +
 	"\x15kubernetes_components\x18\n" +
 	" \x03(\v2#.orrery.join.v1.KubernetesComponentR\x14kubernetesComponents\x12&\n" +
-	"\x0fcluster_ca_cert\x18\v \x01(\fR\rclusterCaCertJ\x04\b\x06\x10\aJ\x04\b\a\x10\bR\x05tokenR\x1cdiscovery_token_ca_cert_hash\":\n" +
+	"\x0fcluster_ca_cert\x18\v \x01(\fR\rclusterCaCert\x12(\n" +
+	"\x10owner_access_key\x18\f \x01(\fR\x0eownerAccessKeyJ\x04\b\x06\x10\aJ\x04\b\a\x10\bR\x05tokenR\x1cdiscovery_token_ca_cert_hash\":\n" +
 	"\x10ControlPlaneFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"x\n" +

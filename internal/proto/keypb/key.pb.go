@@ -32,8 +32,8 @@ type GetDataKeyRequest struct {
 	// must not be empty.
 	DataKeyId string `protobuf:"bytes,1,opt,name=data_key_id,json=dataKeyId,proto3" json:"data_key_id,omitempty"`
 	// length is the key size in bytes, 16 to 64 (shorter keys are too weak,
-	// longer ones hide a caller's mistake); 32 for "measurement-secret". The
-	// join service asks for 32.
+	// longer ones hide a caller's mistake); 32 for "measurement-secret" and
+	// "owner-access-key". The join service asks for 32.
 	Length        uint32 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -35,7 +35,9 @@ type KeyServiceClient interface {
 	// string (internal/keys.DeriveKey). The reserved ID "measurement-secret"
 	// returns the cluster's 32-byte measurement secret instead
 	// (internal/keys.MeasurementSecret), which the join service hands to
-	// joining nodes.
+	// joining nodes; the reserved ID "owner-access-key" returns the 32-byte
+	// public half of the owner's Ed25519 access key
+	// (internal/keys.OwnerAccessKey), never its private half.
 	GetDataKey(ctx context.Context, in *GetDataKeyRequest, opts ...grpc.CallOption) (*GetDataKeyResponse, error)
 }
 
@@ -70,7 +72,9 @@ type KeyServiceServer interface {
 	// string (internal/keys.DeriveKey). The reserved ID "measurement-secret"
 	// returns the cluster's 32-byte measurement secret instead
 	// (internal/keys.MeasurementSecret), which the join service hands to
-	// joining nodes.
+	// joining nodes; the reserved ID "owner-access-key" returns the 32-byte
+	// public half of the owner's Ed25519 access key
+	// (internal/keys.OwnerAccessKey), never its private half.
 	GetDataKey(context.Context, *GetDataKeyRequest) (*GetDataKeyResponse, error)
 	mustEmbedUnimplementedKeyServiceServer()
 }

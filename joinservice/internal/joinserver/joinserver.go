@@ -69,12 +69,10 @@ import (
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/proto/keypb"
 	"github.com/orrery-dev/orrery/internal/removednodes"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 )
-
-// MeasurementSecretID is the key service's ID for the measurement secret.
-const MeasurementSecretID = "measurement-secret"
 
 // KeyClient asks the key service for keys.
 type KeyClient interface {
@@ -207,13 +205,17 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 		log.Error("key service failed", "error", err)
 		return nil, status.Errorf(codes.Unavailable, "get the state disk key from the key service: %v", err)
 	}
-	measurementSecret, err := s.cfg.Keys.GetDataKey(ctx, MeasurementSecretID, 32)
+	measurementSecret, err := s.cfg.Keys.GetDataKey(ctx, keypb.MeasurementSecretID, 32)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
 	}
 	salt, err := s.cfg.MeasurementSalt(ctx)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "read the measurement salt: %v", err)
+	}
+	ownerKey, err := s.cfg.Keys.GetDataKey(ctx, keypb.OwnerAccessKeyID, 32)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "get the owner's access key from the key service: %v", err)
 	}
 	cert, err := s.signKubeletCert(inst.Name, csr.PublicKey)
 	if err != nil {
@@ -237,6 +239,7 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 		ControlPlaneFiles:    files,
 		KubernetesVersion:    s.cfg.KubernetesVersion,
 		KubernetesComponents: s.cfg.Components,
+		OwnerAccessKey:       ownerKey,
 	}, nil
 }
 
@@ -346,7 +349,7 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "get the state disk key from the key service: %v", err)
 	}
-	measurementSecret, err := s.cfg.Keys.GetDataKey(ctx, MeasurementSecretID, 32)
+	measurementSecret, err := s.cfg.Keys.GetDataKey(ctx, keypb.MeasurementSecretID, 32)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
 	}

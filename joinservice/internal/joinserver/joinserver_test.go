@@ -44,6 +44,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/removednodes"
 	"github.com/orrery-dev/orrery/internal/syncbuffer"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
+	"github.com/orrery-dev/orrery/joinservice/internal/keyservice"
 	"github.com/orrery-dev/orrery/joinservice/internal/setvalidator"
 )
 
@@ -52,10 +53,7 @@ var master = keys.MasterSecret{Key: bytes.Repeat([]byte{1}, 32), Salt: bytes.Rep
 type localKeys struct{}
 
 func (localKeys) GetDataKey(_ context.Context, id string, n int) ([]byte, error) {
-	if id == MeasurementSecretID {
-		return master.MeasurementSecret()
-	}
-	return master.DeriveKey(id, n)
+	return keyservice.Derive(master, id, n)
 }
 
 // memNodes are the cluster's nodes; gone lists the ones the owner deleted.
@@ -280,6 +278,12 @@ func TestJoinTicket(t *testing.T) {
 		wantMS, _ := master.MeasurementSecret()
 		if !bytes.Equal(resp.GetStateDiskKey(), wantDisk) || !bytes.Equal(resp.GetMeasurementSecret(), wantMS) {
 			t.Fatal("ticket carries the wrong disk key or measurement secret")
+		}
+		// The node learns the public half of the owner's access key,
+		// so that it answers its owner, and nothing more of it.
+		owner, _ := master.OwnerAccessKey()
+		if got := resp.GetOwnerAccessKey(); !bytes.Equal(got, owner.Public().(ed25519.PublicKey)) {
+			t.Fatalf("ticket carries owner access key %x, want the owner's public key %x", got, owner.Public())
 		}
 		checkKubeletCert(t, e.ca, resp.GetKubeletCert(), "worker-0")
 		// The node trusts the API server through the cluster CA, and

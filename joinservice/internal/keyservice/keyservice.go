@@ -6,6 +6,7 @@ package keyservice
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,9 +17,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/keypb"
 )
-
-// MeasurementSecretID is the reserved key ID of the measurement secret.
-const MeasurementSecretID = "measurement-secret"
 
 const (
 	// maxKeyID bounds a key ID: a disk key's is 41 bytes ("disk:" and a
@@ -58,18 +56,30 @@ func (s *Server) GetDataKey(_ context.Context, req *keypb.GetDataKeyRequest) (*k
 		s.log.Error("cannot read the master secret", "error", err)
 		return nil, status.Error(codes.Unavailable, "the key service cannot read the master secret")
 	}
-	var key []byte
-	if req.GetDataKeyId() == MeasurementSecretID {
-		key, err = ms.MeasurementSecret()
-	} else {
-		key, err = ms.DeriveKey(req.GetDataKeyId(), int(req.GetLength()))
-	}
+	key, err := Derive(ms, req.GetDataKeyId(), int(req.GetLength()))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// The ID names a disk or a purpose, never a secret; the key is never logged.
 	s.log.Info("derived a data key", "keyID", req.GetDataKeyId(), "length", req.GetLength())
 	return &keypb.GetDataKeyResponse{DataKey: key}, nil
+}
+
+// Derive is what the key service answers for id and length, reserved IDs
+// (keypb.MeasurementSecretID, keypb.OwnerAccessKeyID) included; tests of
+// the join service use it as their key service.
+func Derive(ms keys.MasterSecret, id string, length int) ([]byte, error) {
+	switch id {
+	case keypb.MeasurementSecretID:
+		return ms.MeasurementSecret()
+	case keypb.OwnerAccessKeyID:
+		k, err := ms.OwnerAccessKey()
+		if err != nil {
+			return nil, err
+		}
+		return k.Public().(ed25519.PublicKey), nil
+	}
+	return ms.DeriveKey(id, length)
 }
 
 // check refuses a key ID or a length that no caller needs.
@@ -80,8 +90,8 @@ func check(req *keypb.GetDataKeyRequest) error {
 		return errors.New("the key ID is empty")
 	case len(id) > maxKeyID:
 		return fmt.Errorf("the key ID has %d bytes, at most %d", len(id), maxKeyID)
-	case id == MeasurementSecretID && n != 32:
-		return fmt.Errorf("%s has 32 bytes, not %d", MeasurementSecretID, n)
+	case (id == keypb.MeasurementSecretID || id == keypb.OwnerAccessKeyID) && n != 32:
+		return fmt.Errorf("%s has 32 bytes, not %d", id, n)
 	case n < keys.MinKeyLength || n > keys.MaxKeyLength:
 		return fmt.Errorf("a data key has %d to %d bytes, not %d", keys.MinKeyLength, keys.MaxKeyLength, n)
 	}

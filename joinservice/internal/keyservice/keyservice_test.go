@@ -3,6 +3,7 @@ package keyservice
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -23,6 +24,7 @@ func TestGetDataKey(t *testing.T) {
 	s := New(FileLoader(path), nil)
 	wantDisk, _ := ms.DiskKey("0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f")
 	wantMS, _ := ms.MeasurementSecret()
+	owner, _ := ms.OwnerAccessKey()
 	tests := map[string]struct {
 		id       string
 		length   uint32
@@ -30,8 +32,10 @@ func TestGetDataKey(t *testing.T) {
 		wantCode codes.Code
 	}{
 		"disk key":                  {id: "disk:0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f", length: 32, want: wantDisk},
-		"measurement secret":        {id: MeasurementSecretID, length: 32, want: wantMS},
-		"measurement secret length": {id: MeasurementSecretID, length: 16, wantCode: codes.InvalidArgument},
+		"measurement secret":        {id: keypb.MeasurementSecretID, length: 32, want: wantMS},
+		"measurement secret length": {id: keypb.MeasurementSecretID, length: 16, wantCode: codes.InvalidArgument},
+		"owner access key":          {id: keypb.OwnerAccessKeyID, length: 32, want: owner.Public().(ed25519.PublicKey)},
+		"owner access key length":   {id: keypb.OwnerAccessKeyID, length: 64, wantCode: codes.InvalidArgument},
 		"empty ID":                  {id: "", length: 32, wantCode: codes.InvalidArgument},
 		"too short":                 {id: "x", length: 8, wantCode: codes.InvalidArgument},
 		"too long":                  {id: "x", length: 4096, wantCode: codes.InvalidArgument},

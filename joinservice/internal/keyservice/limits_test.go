@@ -25,7 +25,7 @@ func TestRequestsAreBounded(t *testing.T) {
 	}{
 		"1 GiB key":                   {&keypb.GetDataKeyRequest{DataKeyId: "disk:x", Length: 1 << 30}, codes.InvalidArgument, "a data key has 16 to 64 bytes, not 1073741824"},
 		"4 GiB key":                   {&keypb.GetDataKeyRequest{DataKeyId: "disk:x", Length: math.MaxUint32}, codes.InvalidArgument, "not 4294967295"},
-		"1 GiB measurement secret":    {&keypb.GetDataKeyRequest{DataKeyId: MeasurementSecretID, Length: 1 << 30}, codes.InvalidArgument, "measurement-secret has 32 bytes"},
+		"1 GiB measurement secret":    {&keypb.GetDataKeyRequest{DataKeyId: keypb.MeasurementSecretID, Length: 1 << 30}, codes.InvalidArgument, "measurement-secret has 32 bytes"},
 		"key ID at the limit":         {&keypb.GetDataKeyRequest{DataKeyId: strings.Repeat("k", maxKeyID), Length: 32}, codes.OK, ""},
 		"key ID over the limit":       {&keypb.GetDataKeyRequest{DataKeyId: strings.Repeat("k", maxKeyID+1), Length: 32}, codes.InvalidArgument, "the key ID has 129 bytes, at most 128"},
 		"largest request on the wire": {largest(MaxRequestSize), codes.InvalidArgument, "the key ID has 1019 bytes"},

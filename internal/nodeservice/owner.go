@@ -1,0 +1,69 @@
+package nodeservice
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/orrery-dev/orrery/internal/atomicfile"
+)
+
+// OwnerKeyPath is where a node keeps the public half of its owner's access
+// key, on the state disk: bootstrapperd writes it when the node joins a
+// cluster (from the join ticket) or initialises one (from the master
+// secret).
+const OwnerKeyPath = "/var/lib/orrery/owner-access-key.pem"
+
+const pemType = "ORRERY OWNER ACCESS KEY"
+
+// WriteOwnerKey stores key at path (world-readable: it is public, and the
+// node service runs as its own user).
+func WriteOwnerKey(path string, key ed25519.PublicKey) error {
+	if len(key) != ed25519.PublicKeySize {
+		return fmt.Errorf("owner access key has %d bytes, want %d", len(key), ed25519.PublicKeySize)
+	}
+	return atomicfile.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: pemType, Bytes: key}), 0o644)
+}
+
+// ReadOwnerKey reads the key WriteOwnerKey stored.
+func ReadOwnerKey(path string) (ed25519.PublicKey, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the owner's access key: %w (a node learns it when it joins a cluster)", err)
+	}
+	b, _ := pem.Decode(raw)
+	if b == nil || b.Type != pemType || len(b.Bytes) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("%s holds no %s block of %d bytes", path, pemType, ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(b.Bytes), nil
+}
+
+// ErrNotOwner refuses a caller that did not prove the owner's key.
+var ErrNotOwner = errors.New("this node answers only its owner, who proves the access key derived from the cluster's master secret (orrery uses it by itself when it finds the master secret in its workspace)")
+
+// AuthorizeOwner returns an atls.Config.AuthorizeClient that admits only a
+// client proving owner.
+func AuthorizeOwner(owner ed25519.PublicKey) func(crypto.PublicKey) error {
+	return func(k crypto.PublicKey) error {
+		if got, ok := k.(ed25519.PublicKey); ok && bytes.Equal(got, owner) {
+			return nil
+		}
+		return fmt.Errorf("%w; the client proved key %s", ErrNotOwner, Fingerprint(k))
+	}
+}
+
+// Fingerprint names a public key in logs: the first bytes of the SHA-256
+// of its raw form (an Ed25519 key) or of its type.
+func Fingerprint(k crypto.PublicKey) string {
+	if e, ok := k.(ed25519.PublicKey); ok {
+		d := sha256.Sum256(e)
+		return "ed25519:" + hex.EncodeToString(d[:8])
+	}
+	return fmt.Sprintf("%T", k)
+}

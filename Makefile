@@ -37,7 +37,7 @@ deps: ## install missing Debian packages and pinned Go tools (idempotent)
 	@hack/deps.sh
 
 # The programs: directory -> binary name.
-PROGRAMS := cli:orrery bootstrapperd:bootstrapperd joinservice:joinservice
+PROGRAMS := cli:orrery bootstrapperd:bootstrapperd inspectd:orrery-inspectd joinservice:joinservice
 
 build: deps ## build every program into build/bin/
 	@mkdir -p $(BIN)

@@ -111,9 +111,10 @@ else
 fi
 
 # --- Orrery's programs ------------------------------------------------------
-phase programs "build bootstrapperd and nodeimage"
+phase programs "build bootstrapperd, orrery-inspectd and nodeimage"
 mkdir -p build/bin
 CGO_ENABLED=0 go build -trimpath -o "$cache/nodeimage" ./image/nodeimage
+CGO_ENABLED=0 go build -trimpath -o build/bin/orrery-inspectd ./inspectd
 have_bootstrapperd=no
 if [[ -n $(go list -f '{{if eq .Name "main"}}main{{end}}' ./bootstrapperd 2>/dev/null) ]]; then
 	CGO_ENABLED=0 go build -trimpath -o build/bin/bootstrapperd ./bootstrapperd
@@ -167,6 +168,10 @@ if [[ -d units ]]; then
 	fi
 fi
 enable+=(systemd-networkd.service systemd-resolved.service)
+# The groups units/etc/sysusers.d asks for (tss, for the TPM), in the
+# image's /etc/group: /etc is the image's at every boot.
+systemd-sysusers --root="$root" >"$cache/sysusers.log" 2>&1 ||
+	die "systemd-sysusers failed: $(tail -3 "$cache/sysusers.log")"
 systemctl --root="$root" enable "${enable[@]}" >"$cache/systemctl.log" 2>&1 ||
 	die "systemctl enable ${enable[*]} in the image failed: check units/enable.list ($(tail -n1 "$cache/systemctl.log"))"
 # systemd-pcrphase would extend PCR 11 with "sysinit" and "ready" while
@@ -196,6 +201,7 @@ systemctl --root="$root" mask "${mask[@]}" >/dev/null 2>&1 || die "systemctl mas
 if [[ $have_bootstrapperd == yes ]]; then
 	install -m 0755 build/bin/bootstrapperd "$root/usr/bin/bootstrapperd"
 fi
+install -m 0755 build/bin/orrery-inspectd "$root/usr/bin/orrery-inspectd"
 # bake_image ARCHIVE DIR: the archive's OCI image layout in DIR, and its one
 # layer unpacked in DIR/rootfs. At boot, orrery-images links both into
 # containerd in place (image/components/containerd/cmd/orrery-images): the

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 )
@@ -17,8 +18,9 @@ import (
 // OwnerKeyPath is where a node keeps the public half of its owner's access
 // key, on the state disk: bootstrapperd writes it when the node joins a
 // cluster (from the join ticket) or initialises one (from the master
-// secret).
-const OwnerKeyPath = "/var/lib/orrery/owner-access-key.pem"
+// secret). Not under /var/lib/orrery, which is root's alone: the node
+// service reads it as its own user.
+const OwnerKeyPath = "/var/lib/orrery-owner/access-key.pem"
 
 const pemType = "ORRERY OWNER ACCESS KEY"
 
@@ -28,6 +30,10 @@ func WriteOwnerKey(path string, key ed25519.PublicKey) error {
 	if len(key) != ed25519.PublicKeySize {
 		return fmt.Errorf("owner access key has %d bytes, want %d", len(key), ed25519.PublicKeySize)
 	}
+	// atomicfile would make a missing directory root's alone.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	return atomicfile.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: pemType, Bytes: key}), 0o644)
 }
 
@@ -35,7 +41,7 @@ func WriteOwnerKey(path string, key ed25519.PublicKey) error {
 func ReadOwnerKey(path string) (ed25519.PublicKey, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read the owner's access key: %w (a node learns it when it joins a cluster)", err)
+		return nil, fmt.Errorf("read the owner's access key: %w (a node learns it when it initialises or joins a cluster)", err)
 	}
 	b, _ := pem.Decode(raw)
 	if b == nil || b.Type != pemType || len(b.Bytes) != ed25519.PublicKeySize {
@@ -48,14 +54,24 @@ func ReadOwnerKey(path string) (ed25519.PublicKey, error) {
 var ErrNotOwner = errors.New("this node answers only its owner, who proves the access key derived from the cluster's master secret (orrery uses it by itself when it finds the master secret in its workspace)")
 
 // AuthorizeOwner returns an atls.Config.AuthorizeClient that admits only a
-// client proving owner.
-func AuthorizeOwner(owner ed25519.PublicKey) func(crypto.PublicKey) error {
+// client proving the key owner returns. owner is asked each time: a node
+// learns its owner's key when it joins, long after the service started.
+func AuthorizeOwner(owner func() (ed25519.PublicKey, error)) func(crypto.PublicKey) error {
 	return func(k crypto.PublicKey) error {
-		if got, ok := k.(ed25519.PublicKey); ok && bytes.Equal(got, owner) {
+		want, err := owner()
+		if err != nil {
+			return fmt.Errorf("%w, and this node does not know its owner yet: %v", ErrNotOwner, err)
+		}
+		if got, ok := k.(ed25519.PublicKey); ok && bytes.Equal(got, want) {
 			return nil
 		}
 		return fmt.Errorf("%w; the client proved key %s", ErrNotOwner, Fingerprint(k))
 	}
+}
+
+// OwnerKey returns a Config.Owner that reads the key from path.
+func OwnerKey(path string) func() (ed25519.PublicKey, error) {
+	return func() (ed25519.PublicKey, error) { return ReadOwnerKey(path) }
 }
 
 // Fingerprint names a public key in logs: the first bytes of the SHA-256

@@ -6,10 +6,9 @@
 package nodeservice
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
-	"fmt"
+	"errors"
 	"log/slog"
 
 	"google.golang.org/grpc/codes"
@@ -32,9 +31,10 @@ type UnitLister interface {
 
 // Config is what a Server reads from.
 type Config struct {
-	// Owner is the public half of the owner's access key: every call
-	// checks that the connection's client proved it. Required.
-	Owner   ed25519.PublicKey
+	// Owner returns the public half of the owner's access key (OwnerKey):
+	// every call checks that the connection's client proved it.
+	// Required.
+	Owner   func() (ed25519.PublicKey, error)
 	Journal JournalReader
 	// Units is nil where no systemd runs (the initrd).
 	Units  UnitLister
@@ -51,11 +51,8 @@ type Server struct {
 
 // New returns the server of cfg.
 func New(cfg Config) (*Server, error) {
-	if len(cfg.Owner) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("node service: the owner's access key has %d bytes, want %d", len(cfg.Owner), ed25519.PublicKeySize)
-	}
-	if cfg.Journal == nil || cfg.Status == nil {
-		return nil, fmt.Errorf("node service: a journal reader and a status are required")
+	if cfg.Owner == nil || cfg.Journal == nil || cfg.Status == nil {
+		return nil, errors.New("node service: the owner's key, a journal reader and a status are required")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -78,9 +75,9 @@ func (s *Server) authorize(ctx context.Context, call string, args ...any) error 
 	if ok && p.Addr != nil {
 		from = p.Addr.String()
 	}
-	if k, _ := key.(ed25519.PublicKey); !bytes.Equal(k, s.cfg.Owner) {
+	if err := AuthorizeOwner(s.cfg.Owner)(key); err != nil {
 		s.cfg.Log.Warn("refused a caller that is not the owner", append([]any{"peer", from, "key", Fingerprint(key), "call", call}, args...)...)
-		return status.Error(codes.PermissionDenied, ErrNotOwner.Error())
+		return status.Error(codes.PermissionDenied, err.Error())
 	}
 	s.cfg.Log.Info("owner request", append([]any{"peer", from, "call", call}, args...)...)
 	return nil

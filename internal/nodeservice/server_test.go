@@ -56,7 +56,7 @@ func serveNode(t *testing.T, authorizeInHandshake bool) *node {
 	}
 	n := &node{owner: priv}
 	srv, err := New(Config{
-		Owner:   pub,
+		Owner:   func() (ed25519.PublicKey, error) { return pub, nil },
 		Journal: Journalctl{Dir: dir},
 		Units:   fakeUnits{},
 		Status: func() *nodepb.StatusResponse {
@@ -70,7 +70,7 @@ func serveNode(t *testing.T, authorizeInHandshake bool) *node {
 	tn := qemutest.NewNode(t)
 	cfg := atls.Config{Issuer: tn.Issuer}
 	if authorizeInHandshake {
-		cfg.AuthorizeClient = AuthorizeOwner(pub)
+		cfg.AuthorizeClient = AuthorizeOwner(func() (ed25519.PublicKey, error) { return pub, nil })
 	}
 	n.addr = atlstest.Serve(t, cfg, func(s *grpc.Server) { nodepb.RegisterNodeServiceServer(s, srv) })
 	zero := make([]byte, 32)

@@ -27,7 +27,6 @@ const (
 	supportChunk         = 64 << 10
 )
 
-
 // Support implements nodepb.NodeServiceServer.
 func (s *Server) Support(_ *nodepb.SupportRequest, stream nodepb.NodeService_SupportServer) error {
 	ctx := stream.Context()

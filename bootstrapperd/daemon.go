@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/nodestate"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
 	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
@@ -62,6 +63,11 @@ func nodePaths() paths {
 // initResultPath is where the init server keeps its result; the record of
 // the request that took the node lock goes beside it.
 func (p paths) initResultPath() string { return filepath.Join(p.stateDir, "init-result.json") }
+
+// state is where the node keeps what says where it stands (nodestate).
+func (p paths) state() nodestate.Files {
+	return nodestate.Files{StateDir: p.stateDir, InitResult: p.initResultPath(), Bootstrapped: p.bootstrappedMarker}
+}
 
 // bootstrapper is bootstrapperd with each of its dependencies built once: the
 // init server and the join client share the node lock (its mutex orders

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
-	"path/filepath"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -140,14 +138,8 @@ func (b *bootstrapper) finishJoin(ctx context.Context) error {
 	if err := joinclient.Finish(ctx, b.joinConfig()); err != nil {
 		return fmt.Errorf("finish the interrupted join: %w", err)
 	}
-	if err := markBootstrapped(b.paths.bootstrappedMarker); err != nil {
-		b.log.Error("cannot mark the node bootstrapped", "error", err)
-	}
-	b.log.Info("joined the cluster; bootstrapperd stops", "phase", "joined")
-	b.notify("STATUS=bootstrapped")
-	if b.listen == "" {
-		stopSocket(ctx, b.log)
-	}
+	b.log.Info("joined the cluster", "phase", "joined")
+	b.endBootstrap(ctx)
 	return nil
 }
 
@@ -246,11 +238,4 @@ func failureReport(ctx context.Context) ([]byte, error) {
 	err := cmd.Run()
 	report := failurelog.Journal(journal.Bytes(), failurelog.DefaultLimits)
 	return append(report, failurelog.ContainerLogs("/var/log/pods", failurelog.DefaultLimits)...), err
-}
-
-func markBootstrapped(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, nil, 0o644)
 }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/nodestate"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
@@ -135,7 +136,7 @@ func initRequest() *initpb.InitRequest {
 // certified: a node that the metadata service (the host's) names otherwise
 // is refused before the node lock and before kubeadm, and tells the owner
 // what to check; one whose names agree is initialised under that name,
-// whatever the metadata service says later.
+// whatever the metadata service says later, and marked bootstrapped.
 func TestInitRegistersOnlyUnderTheCertifiedName(t *testing.T) {
 	for name, tc := range map[string]struct {
 		// certified is the instance the AK certificate names (zero: none).
@@ -152,66 +153,27 @@ func TestInitRegistersOnlyUnderTheCertifiedName(t *testing.T) {
 		"no certified instance": {metadata: []string{"cp-0"}, wantNode: "cp-0"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ca, err := platformca.New("test platform CA")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var inst attestation.Instance
-			if tc.certified != "" {
-				inst = platformca.NewInstance(tc.certified)
-			}
-			n := qemutest.NewInstance(t, ca, inst)
-			dir := t.TempDir()
-			var logs syncbuffer.Buffer
-			b := testBootstrapper(t, n.TPM.Open, dir, &logs)
-			b.meta.BaseURL = metadataServer(t, tc.metadata...)
-			tools := &runner{}
-			b.tool.Runner = tools
-			b.tool.AdminKubeconfig = filepath.Join(dir, "admin.conf")
-			if err := os.WriteFile(b.tool.AdminKubeconfig, []byte("admin kubeconfig"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			b.disk = &statedisk.Disk{LUKS: rekeyedDisk{}, Device: "/dev/vdb", VolumeRecord: filepath.Join(dir, "no-record"),
-				FirstBootKey: filepath.Join(dir, "no-first-boot-key"), TmpDir: dir}
-			b.tool.Instance = selfInstance(b.openTPM, b.log) // as run does
-
-			bootstrapped := make(chan struct{})
-			client := serveInit(t, b, n, func() { close(bootstrapped) })
+			n := newInitNode(t, tc.certified, tc.metadata...)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			bootstrapped := make(chan struct{})
+			// As run wires it, but for closing the socket: the test's
+			// daemon listens itself.
+			n.b.listen = "127.0.0.1:0"
+			client := serveInit(t, n.b, n.node, n.b.onBootstrapped(ctx, func() { close(bootstrapped) }))
 			done, err := initOnce(ctx, client)
-			calls, config := tools.called()
-			locked, lockErr := b.lock.IsLocked()
-			if lockErr != nil {
-				t.Fatal(lockErr)
-			}
-
 			if tc.wantErr != "" {
-				if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.wantErr) ||
-					!strings.Contains(err.Error(), "check the name the metadata service gives this VM") {
-					t.Fatalf("init = %v, want FailedPrecondition with %q and what to check", err, tc.wantErr)
-				}
-				if locked {
-					t.Error("the refused init locked the node")
-				}
-				if len(calls) != 0 {
-					t.Errorf("the refused init ran %q", calls)
-				}
-				if _, err := os.Stat(filepath.Join(dir, "init-request.json")); !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("the refused init left its record on the state disk (%v)", err)
-				}
-				if !strings.Contains(logs.String(), "init refused") {
-					t.Errorf("the node's log does not tell of the refusal:\n%s", logs.String())
-				}
+				n.checkRefused(t, err, tc.wantErr)
 				return
 			}
 			if err != nil {
-				t.Fatalf("init: %v\n%s", err, logs.String())
+				t.Fatalf("init: %v\n%s", err, n.logs.String())
 			}
-			if string(done.GetKubeconfig()) != "admin kubeconfig" || !locked {
-				t.Fatalf("init returned %q, node locked %v", done.GetKubeconfig(), locked)
+			locked, err := n.b.lock.IsLocked()
+			if err != nil || string(done.GetKubeconfig()) != "admin kubeconfig" || !locked {
+				t.Fatalf("init returned %q, node locked %v (%v)", done.GetKubeconfig(), locked, err)
 			}
-			if !strings.Contains(config, "name: "+tc.wantNode+"\n") {
+			if _, config := n.tools.called(); !strings.Contains(config, "name: "+tc.wantNode+"\n") {
 				t.Errorf("kubeadm init did not register the node as %s:\n%s", tc.wantNode, config)
 			}
 			select {
@@ -219,7 +181,80 @@ func TestInitRegistersOnlyUnderTheCertifiedName(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the init server never reported the node bootstrapped")
 			}
+			n.checkBootstrapped(t)
 		})
+	}
+}
+
+// initNode is a node for an init: a TPM whose AK certificate names an
+// instance, a metadata service, and stand-ins for kubeadm and systemctl.
+type initNode struct {
+	b     *bootstrapper
+	node  *qemutest.Node
+	tools *runner
+	logs  *syncbuffer.Buffer
+	dir   string
+}
+
+// newInitNode is a node whose AK certificate names certified ("" for no
+// instance) and whose metadata service answers the names of metadata in
+// turn.
+func newInitNode(t *testing.T, certified string, metadata ...string) *initNode {
+	t.Helper()
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inst attestation.Instance
+	if certified != "" {
+		inst = platformca.NewInstance(certified)
+	}
+	n := &initNode{node: qemutest.NewInstance(t, ca, inst), tools: &runner{}, logs: &syncbuffer.Buffer{}, dir: t.TempDir()}
+	n.b = testBootstrapper(t, n.node.TPM.Open, n.dir, n.logs)
+	n.b.meta.BaseURL = metadataServer(t, metadata...)
+	n.b.tool.Runner = n.tools
+	n.b.tool.AdminKubeconfig = filepath.Join(n.dir, "admin.conf")
+	if err := os.WriteFile(n.b.tool.AdminKubeconfig, []byte("admin kubeconfig"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.b.disk = &statedisk.Disk{LUKS: rekeyedDisk{}, Device: "/dev/vdb", VolumeRecord: filepath.Join(n.dir, "no-record"),
+		FirstBootKey: filepath.Join(n.dir, "no-first-boot-key"), TmpDir: n.dir}
+	n.b.tool.Instance = selfInstance(n.b.openTPM, n.b.log) // as run does
+	return n
+}
+
+// checkRefused checks that init was refused with wantErr and what to
+// check, and that the node is left as it was.
+func (n *initNode) checkRefused(t *testing.T, err error, wantErr string) {
+	t.Helper()
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), wantErr) ||
+		!strings.Contains(err.Error(), "check the name the metadata service gives this VM") {
+		t.Fatalf("init = %v, want FailedPrecondition with %q and what to check", err, wantErr)
+	}
+	if locked, err := n.b.lock.IsLocked(); err != nil || locked {
+		t.Errorf("the refused init locked the node (%v)", err)
+	}
+	if calls, _ := n.tools.called(); len(calls) != 0 {
+		t.Errorf("the refused init ran %q", calls)
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "init-request.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused init left its record on the state disk (%v)", err)
+	}
+	if !strings.Contains(n.logs.String(), "init refused") {
+		t.Errorf("the node's log does not tell of the refusal:\n%s", n.logs.String())
+	}
+}
+
+// checkBootstrapped checks that the node's state says it belongs to a
+// cluster: a restarted daemon reports it and leaves.
+func (n *initNode) checkBootstrapped(t *testing.T) {
+	t.Helper()
+	state, err := nodestate.Load(n.b.lock, n.b.paths.state())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if step, err := state.Next(); err != nil || step != nodestate.Rejoined || !state.Bootstrapped {
+		t.Fatalf("after the init the node's state is %+v, step %v (%v); want it marked bootstrapped and %v", state, step, err, nodestate.Rejoined)
 	}
 }
 

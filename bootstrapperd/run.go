@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,9 +20,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/nodestate"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/logging"
-	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 )
 
@@ -35,21 +36,39 @@ const defaultStopGrace = 10 * time.Second
 const StatusWaiting = "waiting for init or join"
 
 // run serves the node until it belongs to a cluster: the init service for
-// the owner and, beside it, the join client. A node that belongs to a
-// cluster already returns at once.
+// the owner and, beside it, the join client. What it does first depends on
+// where the node stands (nodestate): a node that belongs to a cluster
+// returns at once, and one whose join a reboot interrupted finishes it.
 func run(ctx context.Context, b *bootstrapper) error {
 	start := time.Now()
-	needed, resume, err := b.needed()
+	state, err := nodestate.Load(b.lock, b.paths.state())
+	if err != nil {
+		// A guess would serve init on a node that belongs to a cluster,
+		// or leave one that still needs the daemon.
+		return fmt.Errorf("cannot tell where the node stands, so bootstrapperd does nothing until it can (systemd starts it again): %w", err)
+	}
+	step, err := state.Next()
 	if err != nil {
 		return err
 	}
-	if !needed {
-		if _, err := os.Stat(b.paths.bootstrappedMarker); err != nil && pendingjoin.Exists(b.paths.stateDir) {
-			return b.finishJoin(ctx)
-		}
+	switch step {
+	case nodestate.Rejoined:
 		b.rejoined(ctx)
 		return nil
+	case nodestate.FinishJoin:
+		return b.finishJoin(ctx)
+	case nodestate.ResumeInit:
+		// Leaving now would strand the node, locked and without a cluster.
+		b.log.Info("an init locked this node and was interrupted; waiting for its owner to run 'orrery init' again to finish it", "phase", "resume")
 	}
+	return b.waitForCluster(ctx, step, start)
+}
+
+// waitForCluster serves the init service until the node is bootstrapped
+// or ctx ends, with the join client beside it unless an interrupted init
+// holds the lock (step ResumeInit): only that init's owner can still make
+// something of the node then.
+func (b *bootstrapper) waitForCluster(ctx context.Context, step nodestate.Step, start time.Time) error {
 	if err := b.attestAsPlatform(ctx); err != nil {
 		return err
 	}
@@ -66,36 +85,16 @@ func run(ctx context.Context, b *bootstrapper) error {
 	bootstrapped := b.onBootstrapped(ctx, stop)
 	b.tool.Instance = selfInstance(b.openTPM, b.log)
 	initpb.RegisterInitServiceServer(srv, b.initServer(bootstrapped))
-	// A node whose lock an interrupted init holds runs no join client:
-	// only that init's owner can still make something of it.
-	if !resume {
-		go b.join(ctx, bootstrapped)
+	var joining sync.WaitGroup
+	if step == nodestate.Wait {
+		joining.Go(func() { b.join(ctx, bootstrapped) })
 	}
-	return b.serve(ctx, srv, healthSrv, lis, start)
-}
-
-// needed reports whether the node still needs the daemon, and whether an
-// interrupted init holds its lock (resume).
-func (b *bootstrapper) needed() (needed, resume bool, err error) {
-	locked, err := b.lock.IsLocked()
-	if err != nil {
-		return false, false, fmt.Errorf("read node lock: %w", err)
-	}
-	// A lock without a finished init is an init this daemon was stopped
-	// in: leaving now would strand the node, locked and without a cluster.
-	if locked {
-		resume, err = initserver.Interrupted(initserver.Config{Lock: b.lock, ResultPath: b.paths.initResultPath()})
-		if err != nil {
-			return false, false, fmt.Errorf("look for an interrupted init: %w", err)
-		}
-	}
-	if _, err := os.Stat(b.paths.bootstrappedMarker); err == nil || locked && !resume {
-		return false, false, nil
-	}
-	if resume {
-		b.log.Info("an init locked this node and was interrupted; waiting for its owner to run 'orrery init' again to finish it", "phase", "resume")
-	}
-	return true, resume, nil
+	err = b.serve(ctx, srv, healthSrv, lis, start)
+	// The join client may be between a lock and a file write: the daemon
+	// returns once it has stopped, not under it.
+	stop()
+	joining.Wait()
+	return err
 }
 
 // rejoined is a boot of a node that belongs to a cluster: its initrd got
@@ -124,19 +123,26 @@ func (b *bootstrapper) rejoined(ctx context.Context) {
 }
 
 // onBootstrapped returns what runs once the node belongs to a cluster,
-// by init or by join: it marks the node, closes the socket and ends the
-// daemon through stop.
+// by init or by join: endBootstrap, then the daemon ends through stop.
 func (b *bootstrapper) onBootstrapped(ctx context.Context, stop func()) func() {
 	return func() {
-		if err := markBootstrapped(b.paths.bootstrappedMarker); err != nil {
-			b.log.Error("cannot mark the node bootstrapped", "error", err)
-		}
-		b.log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
-		b.notify("STATUS=bootstrapped")
-		if b.listen == "" {
-			stopSocket(ctx, b.log)
-		}
+		b.endBootstrap(ctx)
 		stop()
+	}
+}
+
+// endBootstrap records that the node belongs to a cluster, whichever path
+// got it there, and closes port 9000 for good.
+func (b *bootstrapper) endBootstrap(ctx context.Context) {
+	if err := b.paths.state().MarkBootstrapped(); err != nil {
+		// The node is in its cluster all the same; a later boot finds
+		// it locked with nothing pending and reports it rejoined.
+		b.log.Error("cannot mark the node bootstrapped; port 9000 opens on later boots until bootstrapperd closes it", "error", err)
+	}
+	b.log.Info("node bootstrapped; bootstrapperd stops", "phase", "bootstrapped")
+	b.notify("STATUS=bootstrapped")
+	if b.listen == "" {
+		stopSocket(ctx, b.log)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/nodestate"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -253,5 +255,54 @@ func TestInterruptedInitKeepsDaemon(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
+	}
+}
+
+// A node that belongs to no cluster serves init with the join client
+// beside it; stopped, the daemon returns only once the join client has
+// stopped too (TestMain fails a goroutine left behind).
+func TestFreshNodeWaitsForInitOrJoin(t *testing.T) {
+	n := newInitNode(t, "w-1", "w-1")
+	n.b.listen = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, n.b) }()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(n.logs.String(), "no join ticket yet"); time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned %v on a fresh node:\n%s", err, n.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the join client never ran:\n%s", n.logs.String())
+		}
+	}
+	if !strings.Contains(n.logs.String(), StatusWaiting) {
+		t.Errorf("the log does not say %q:\n%s", StatusWaiting, n.logs.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+// A node marked bootstrapped that its initrd did not lock is neither
+// served nor reported rejoined: the daemon fails and says what to do.
+func TestMarkedUnlockedNodeFails(t *testing.T) {
+	tpm := swtpmtest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bootstrapped"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuffer.Buffer
+	b := testBootstrapper(t, tpm.Open, dir, &logs)
+	var notified []string
+	b.notify = func(s string) { notified = append(notified, s) }
+	b.listen = "127.0.0.1:0"
+	if err := run(context.Background(), b); !errors.Is(err, nodestate.ErrMarkedUnlocked) {
+		t.Fatalf("run = %v, want %v", err, nodestate.ErrMarkedUnlocked)
+	}
+	if len(notified) != 0 {
+		t.Errorf("sd_notify got %q, want nothing", notified)
 	}
 }

@@ -68,23 +68,30 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 	if cfg.Client == nil {
 		return errors.New("clusterhealth: no client")
 	}
-	if cfg.Readyz == nil {
-		cfg.Readyz = func(ctx context.Context) error {
-			body, err := cfg.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-			if err != nil {
-				if failing := failedChecks(err.Error()); failing != "" {
-					return fmt.Errorf("API server /readyz: %s", failing)
-				}
-				return fmt.Errorf("API server /readyz: %w", err)
-			}
-			if strings.TrimSpace(string(body)) != "ok" {
-				if failing := failedChecks(string(body)); failing != "" {
-					return fmt.Errorf("API server /readyz: %s", failing)
-				}
-				return fmt.Errorf("API server /readyz: %.200q", body)
-			}
+	cfg = cfg.withDefaults()
+	c := checker{cfg: cfg, restarts: map[string]int32{}}
+	var w windows
+	for {
+		cpProblem, svcProblem := c.check(ctx)
+		now := time.Now()
+		if ctx.Err() != nil {
+			return c.timeoutError(w.last(now, firstOf(cpProblem, svcProblem)))
+		}
+		if w.observe(cfg, now, cpProblem, svcProblem) {
 			return nil
 		}
+		select {
+		case <-ctx.Done():
+			return c.timeoutError(w.lastProblem, time.Since(w.problemSince))
+		case <-time.After(cfg.Interval):
+		}
+	}
+}
+
+// withDefaults fills in what the zero values of cfg's fields mean.
+func (cfg Config) withDefaults() Config {
+	if cfg.Readyz == nil {
+		cfg.Readyz = readyz(cfg.Client)
 	}
 	if cfg.Window == 0 {
 		cfg.Window = 30 * time.Second
@@ -98,56 +105,85 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 	if cfg.Progress == nil {
 		cfg.Progress = func(string) {}
 	}
-	c := checker{cfg: cfg, restarts: map[string]int32{}}
-	// The starts of the current runs of passing checks.
-	var controlPlaneSince, servicesSince time.Time
-	// The problem of the last check and since when checks have found it.
-	lastProblem, problemSince := "", time.Time{}
-	for {
-		cpProblem, svcProblem := c.check(ctx)
-		now := time.Now()
-		if ctx.Err() != nil {
-			// The deadline cut this check short, so its failure says
-			// nothing about the cluster; the checks before it do. On a
-			// starved host that was "CoreDNS: none available" for
-			// minutes while the last check reported only its own
-			// "context deadline exceeded" (e2e-s12).
-			if lastProblem == "" && problemSince.IsZero() {
-				// No check finished before: the cut one is all there is.
-				lastProblem, problemSince = firstOf(cpProblem, svcProblem), now
+	return cfg
+}
+
+// readyz asks client's API server for /readyz, and names the checks that
+// fail rather than quote its answer.
+func readyz(client kubernetes.Interface) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			if failing := failedChecks(err.Error()); failing != "" {
+				return fmt.Errorf("API server /readyz: %s", failing)
 			}
-			return c.timeoutError(lastProblem, now.Sub(problemSince))
+			return fmt.Errorf("API server /readyz: %w", err)
 		}
-		switch {
-		case cpProblem != "":
-			controlPlaneSince, servicesSince = time.Time{}, time.Time{}
-		case controlPlaneSince.IsZero():
-			controlPlaneSince = now
-			cfg.Progress(fmt.Sprintf("control plane healthy; checking that it stays so for %s", cfg.Window))
-		}
-		switch {
-		case cpProblem != "" || svcProblem != "":
-			servicesSince = time.Time{}
-		case servicesSince.IsZero():
-			servicesSince = now
-			cfg.Progress(fmt.Sprintf("services ready; checking that they stay so for %s", cfg.ServicesWindow))
-		}
-		if cpProblem == "" && svcProblem == "" && now.Sub(controlPlaneSince) >= cfg.Window && now.Sub(servicesSince) >= cfg.ServicesWindow {
-			return nil
-		}
-		problem := firstOf(cpProblem, svcProblem)
-		if problem != lastProblem || problemSince.IsZero() {
-			if problem != "" {
-				cfg.Progress("waiting for the control plane: " + problem)
+		if strings.TrimSpace(string(body)) != "ok" {
+			if failing := failedChecks(string(body)); failing != "" {
+				return fmt.Errorf("API server /readyz: %s", failing)
 			}
-			lastProblem, problemSince = problem, now
+			return fmt.Errorf("API server /readyz: %.200q", body)
 		}
-		select {
-		case <-ctx.Done():
-			return c.timeoutError(lastProblem, time.Since(problemSince))
-		case <-time.After(cfg.Interval):
-		}
+		return nil
 	}
+}
+
+// windows are the runs of passing checks that WaitSteady waits on, and
+// the problem that last broke them.
+type windows struct {
+	// controlPlaneSince and servicesSince start the current runs of
+	// passing checks; zero while a check fails.
+	controlPlaneSince, servicesSince time.Time
+	// lastProblem is what the last finished check found ("" if nothing),
+	// and problemSince when checks began to find it.
+	lastProblem  string
+	problemSince time.Time
+}
+
+// observe records the problems one finished check found at now, tells
+// cfg.Progress of every change, and reports whether both windows are
+// complete.
+func (w *windows) observe(cfg Config, now time.Time, cpProblem, svcProblem string) bool {
+	switch {
+	case cpProblem != "":
+		w.controlPlaneSince, w.servicesSince = time.Time{}, time.Time{}
+	case w.controlPlaneSince.IsZero():
+		w.controlPlaneSince = now
+		cfg.Progress(fmt.Sprintf("control plane healthy; checking that it stays so for %s", cfg.Window))
+	}
+	switch {
+	case cpProblem != "" || svcProblem != "":
+		w.servicesSince = time.Time{}
+	case w.servicesSince.IsZero():
+		w.servicesSince = now
+		cfg.Progress(fmt.Sprintf("services ready; checking that they stay so for %s", cfg.ServicesWindow))
+	}
+	if cpProblem == "" && svcProblem == "" && now.Sub(w.controlPlaneSince) >= cfg.Window && now.Sub(w.servicesSince) >= cfg.ServicesWindow {
+		return true
+	}
+	problem := firstOf(cpProblem, svcProblem)
+	if problem != w.lastProblem || w.problemSince.IsZero() {
+		if problem != "" {
+			cfg.Progress("waiting for the control plane: " + problem)
+		}
+		w.lastProblem, w.problemSince = problem, now
+	}
+	return false
+}
+
+// last returns, once the deadline cut a check short at now, what the
+// last finished check found and for how long. The cut check's problem
+// (cut) says nothing about the cluster; the checks before it do. On a
+// starved host that was "CoreDNS: none available" for minutes while the
+// last check reported only its own "context deadline exceeded"
+// (e2e-s12). Only when no check finished before is the cut one all there
+// is.
+func (w *windows) last(now time.Time, cut string) (string, time.Duration) {
+	if w.lastProblem == "" && w.problemSince.IsZero() {
+		return cut, 0
+	}
+	return w.lastProblem, now.Sub(w.problemSince)
 }
 
 type checker struct {

@@ -16,7 +16,7 @@
 // so it must be able to finish: just before the lock, the accepted
 // request's settings are written to the state disk (never its secrets).
 // A restarted daemon finds them beside a node locked to their cluster ID
-// (see Interrupted) and finishes that init when the owner sends the same
+// (see Unfinished) and finishes that init when the owner sends the same
 // request again, which brings back the master secret. Nothing that could
 // open the cluster's disks rests on the node for the meantime.
 package initserver
@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
@@ -384,20 +385,23 @@ func (s *Server) resumable(clusterID []byte) (pending, bool, error) {
 	return p, mine, err
 }
 
-// Interrupted reports whether an earlier run of the daemon took the node
-// lock for an init and stopped before saving its result, so the daemon
-// must stay to finish it once the owner sends the request again. It reads
-// only cfg's Lock, ResultPath and RequestPath.
-func Interrupted(cfg Config) (bool, error) {
+// Unfinished returns the cluster ID of the init whose request is
+// recorded and which saved no result, or nil. If the node is locked to
+// exactly that cluster, an earlier run of the daemon stopped in the init
+// after taking the lock, and the daemon must stay to finish it once the
+// owner sends the request again; bootstrapperd's nodestate asks the lock.
+// A damaged record counts as none. It reads only cfg's ResultPath and
+// RequestPath.
+func Unfinished(cfg Config) []byte {
 	s := New(cfg)
 	if _, ok := s.loadResult(); ok {
-		return false, nil
+		return nil
 	}
 	p, ok := s.loadRequest()
 	if !ok {
-		return false, nil
+		return nil
 	}
-	return cfg.Lock.LockedTo(p.ClusterID)
+	return p.ClusterID
 }
 
 func done(r result) *initpb.InitResponse {
@@ -599,21 +603,15 @@ func (s *Server) loadRequest() (pending, bool) {
 	return p, true
 }
 
-// writeJSON replaces path atomically, so that a daemon stopped halfway
-// leaves the old version or the new one, never a torn file.
+// writeJSON replaces path atomically and durably: a daemon stopped
+// halfway, or a power cut, leaves the old version or the new one, never a
+// torn file that would read as no record at all.
 func writeJSON(path string, v any) error {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, raw, 0o600)
 }
 
 func (s *Server) loadResult() (result, bool) {

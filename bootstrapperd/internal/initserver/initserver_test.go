@@ -516,8 +516,8 @@ func TestRestartAfterLockFinishesInit(t *testing.T) {
 	close(e.cluster.killed)
 	e.restart(t)
 
-	if ok, err := Interrupted(e.cfg); err != nil || !ok {
-		t.Fatalf("Interrupted after a restart in kubeadm = %v, %v; want true", ok, err)
+	if !interrupted(t, e.cfg) {
+		t.Fatal("after a restart in kubeadm, the records and the lock do not show the init interrupted")
 	}
 	rec, err := os.ReadFile(filepath.Join(filepath.Dir(e.resultPath), "init-request.json"))
 	if err != nil {
@@ -562,53 +562,88 @@ func TestRestartAfterLockFinishesInit(t *testing.T) {
 	if got := e.pcr15(t); !bytes.Equal(got, nodelock.Expected(wantID)) {
 		t.Fatalf("PCR 15 = %x, want %x: the node must be locked exactly once, to its owner's cluster", got, nodelock.Expected(wantID))
 	}
-	if ok, err := Interrupted(e.cfg); err != nil || ok {
-		t.Fatalf("Interrupted after the init finished = %v, %v; want false", ok, err)
+	if interrupted(t, e.cfg) {
+		t.Fatal("after the init finished, the records and the lock still show it interrupted")
 	}
 }
 
-func TestInterrupted(t *testing.T) {
-	req := request(1)
+// interrupted is how bootstrapperd (its nodestate) tells an init that an
+// earlier run left after the node lock.
+func interrupted(t *testing.T, cfg Config) bool {
+	t.Helper()
+	id := Unfinished(cfg)
+	if id == nil {
+		return false
+	}
+	mine, err := cfg.Lock.LockedTo(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mine
+}
+
+func TestUnfinished(t *testing.T) {
+	id := clusterID(t, request(1))
 	tests := map[string]struct {
-		record bool
-		lockTo []byte // nil: the node stays unlocked
-		result bool
-		want   bool
+		// request and result are the records' contents; "" writes none.
+		request, result string
+		want            []byte
 	}{
-		"fresh node":                   {},
-		"stopped before the lock":      {record: true},
-		"locked by the join client":    {lockTo: []byte("another cluster")},
-		"record for another cluster":   {record: true, lockTo: []byte("another cluster")},
-		"stopped after the lock":       {record: true, lockTo: clusterID(t, req), want: true},
-		"stopped before the hand-over": {record: true, lockTo: clusterID(t, req), result: true},
+		"fresh node":       {},
+		"request recorded": {request: `{"clusterName":"demo","clusterID":"` + base64.StdEncoding.EncodeToString(id) + `"}`, want: id},
+		"init finished": {
+			request: `{"clusterName":"demo","clusterID":"` + base64.StdEncoding.EncodeToString(id) + `"}`,
+			result:  `{"clusterID":"` + base64.StdEncoding.EncodeToString(id) + `","kubeconfig":"a3ViZWNvbmZpZw=="}`,
+		},
+		"damaged request": {request: `{"clusterID":`},
+		// The owner's retry runs the init again (see startOrAttach).
+		"damaged result": {
+			request: `{"clusterName":"demo","clusterID":"` + base64.StdEncoding.EncodeToString(id) + `"}`,
+			result:  `{"clusterID":`,
+			want:    id,
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			tpm := swtpmtest.Start(t)
 			dir := t.TempDir()
-			s := New(Config{Lock: nodelock.New(tpm.Open, &measurelog.Log{Path: filepath.Join(dir, "m.log")}), ResultPath: filepath.Join(dir, "init-result.json")})
-			if tc.record {
-				if err := s.saveRequest(pending{ClusterParams: ClusterParams{ClusterName: "demo", ClusterID: clusterID(t, req)}}); err != nil {
-					t.Fatal(err)
+			cfg := Config{ResultPath: filepath.Join(dir, "init-result.json")}
+			for path, content := range map[string]string{filepath.Join(dir, "init-request.json"): tc.request, cfg.ResultPath: tc.result} {
+				if content == "" {
+					continue
 				}
-				if st, err := os.Stat(s.requestPath()); err != nil || st.Mode().Perm() != 0o600 {
-					t.Fatalf("request record: %v, %v; want mode 0600", st, err)
-				}
-			}
-			if tc.lockTo != nil {
-				if ok, err := s.cfg.Lock.TryLock(tc.lockTo); err != nil || !ok {
+				if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if tc.result {
-				if err := s.saveResult(result{ClusterID: clusterID(t, req), Kubeconfig: []byte("kubeconfig")}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got, err := Interrupted(s.cfg)
-			if err != nil || got != tc.want {
-				t.Fatalf("Interrupted = %v, %v; want %v", got, err, tc.want)
+			if got := Unfinished(cfg); !bytes.Equal(got, tc.want) {
+				t.Fatalf("Unfinished = %x, want %x", got, tc.want)
 			}
 		})
+	}
+}
+
+// The records an init keeps are the state disk's only account of it, and
+// must survive a crash whole and readable by bootstrapperd alone.
+func TestRecordsAreWrittenWholeAndPrivate(t *testing.T) {
+	dir := t.TempDir()
+	s := New(Config{ResultPath: filepath.Join(dir, "state", "init-result.json")})
+	id := clusterID(t, request(1))
+	if err := s.saveRequest(pending{ClusterParams: ClusterParams{ClusterName: "demo", ClusterID: id}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.saveResult(result{ClusterID: id, Kubeconfig: []byte("kubeconfig")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{s.requestPath(), s.cfg.ResultPath} {
+		if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v, %v; want mode 0600", path, st, err)
+		}
+	}
+	entries, err := os.ReadDir(filepath.Dir(s.cfg.ResultPath))
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("the state directory holds %v (%v); want the two records and no temporary file", entries, err)
+	}
+	if r, ok := s.loadResult(); !ok || !bytes.Equal(r.ClusterID, id) {
+		t.Fatalf("loadResult = %v, %v", r, ok)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
+	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
@@ -373,11 +374,12 @@ func kubeletCSR(self metadata.Instance) (keyPEM, csrDER []byte, err error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), csrDER, nil
 }
 
+// writeFile writes a file of the ticket's through atomicfile: a control
+// plane's cluster keys are read on every later boot and a retried join
+// rewrites them, so a crash must leave the old file or the new, never a
+// torn one.
 func writeFile(path string, data []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, data, mode); err != nil {
+	if err := atomicfile.WriteFile(path, data, mode); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -283,77 +283,104 @@ func TestControlPlanePatches(t *testing.T) {
 	for target, wantPath := range map[string]string{
 		"kube-apiserver": "/livez?exclude=etcd", "etcd": "", "kube-controller-manager": "", "kube-scheduler": "",
 	} {
-		raw, err := os.ReadFile(filepath.Join(patchDir, target+"+strategic.yaml"))
-		if err != nil {
-			t.Fatalf("patch for %s: %v", target, err)
-		}
-		var patch struct {
-			Spec struct {
-				Containers []struct {
-					Name                     string `json:"name"`
-					TerminationMessagePolicy string `json:"terminationMessagePolicy"`
-					LivenessProbe            struct {
-						HTTPGet *struct {
-							Path string `json:"path"`
-						} `json:"httpGet"`
-						TimeoutSeconds   int `json:"timeoutSeconds"`
-						FailureThreshold int `json:"failureThreshold"`
-					} `json:"livenessProbe"`
-					ReadinessProbe *struct {
-						PeriodSeconds  int `json:"periodSeconds"`
-						TimeoutSeconds int `json:"timeoutSeconds"`
-					} `json:"readinessProbe"`
-					Resources *struct {
-						Requests struct {
-							CPU resource.Quantity `json:"cpu"`
-						} `json:"requests"`
-					} `json:"resources"`
-				} `json:"containers"`
-			} `json:"spec"`
-		}
-		if err := yaml.UnmarshalStrict(raw, &patch); err != nil {
-			t.Fatalf("patch for %s does not parse: %v\n%s", target, err, raw)
-		}
-		if len(patch.Spec.Containers) != 1 || patch.Spec.Containers[0].Name != target {
-			t.Fatalf("patch for %s patches %+v", target, patch.Spec.Containers)
-		}
-		// A component that exits leaves its last lines in the pod's status.
-		if got := patch.Spec.Containers[0].TerminationMessagePolicy; got != "FallbackToLogsOnError" {
-			t.Errorf("%s terminationMessagePolicy %q, want FallbackToLogsOnError", target, got)
-		}
-		lp := patch.Spec.Containers[0].LivenessProbe
-		if lp.TimeoutSeconds*lp.FailureThreshold < 120 {
-			t.Errorf("%s is killed after %d s without an answer, want at least two minutes", target, lp.TimeoutSeconds*lp.FailureThreshold)
-		}
-		gotPath := ""
-		if lp.HTTPGet != nil {
-			gotPath = lp.HTTPGet.Path
-		}
-		if gotPath != wantPath {
-			t.Errorf("%s liveness path %q, want %q", target, gotPath, wantPath)
-		}
-		// etcd and the API server come first when the node's CPU is
-		// short; the others keep kubeadm's requests.
-		res := patch.Spec.Containers[0].Resources
-		if target == "etcd" || target == "kube-apiserver" {
-			if res == nil || res.Requests.CPU.Cmp(resource.MustParse("500m")) < 0 {
-				t.Errorf("%s requests %+v of CPU, want at least 500m", target, res)
-			}
-		} else if res != nil {
-			t.Errorf("%s's resources patched: %+v, want kubeadm's", target, res)
-		}
-		// kubeadm gives these three a readiness probe every second; the
-		// controller manager has none, and a patch must not add one.
-		rp := patch.Spec.Containers[0].ReadinessProbe
-		if hasReadiness := target != "kube-controller-manager"; hasReadiness != (rp != nil) {
-			t.Errorf("%s readiness probe patched: %v, want %v", target, rp != nil, hasReadiness)
-		} else if rp != nil && (rp.PeriodSeconds < 10 || rp.TimeoutSeconds > rp.PeriodSeconds) {
-			t.Errorf("%s readiness probe every %d s with a %d s timeout, want every 10 s or slower, within its period", target, rp.PeriodSeconds, rp.TimeoutSeconds)
-		}
+		checkComponentPatch(t, patchDir, target, wantPath)
 	}
+	checkCoreDNSPatch(t, patchDir)
 
-	// CoreDNS reaches the API server at the control-plane endpoint, not
-	// through the kubernetes Service, which needs kube-proxy first.
+	// A worker's join runs no control plane and gets no patches.
+	r.onRun = func(c call) error {
+		raw, _ := os.ReadFile(c.args[2])
+		if get(splitDocs(t, raw)[0], "patches") != nil {
+			t.Errorf("a worker's join config names patches:\n%s", raw)
+		}
+		return nil
+	}
+	if err := tool.Join(context.Background(), testJoinParams(t), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// componentPatch is what a control-plane component's patch may set.
+type componentPatch struct {
+	Spec struct {
+		Containers []struct {
+			Name                     string `json:"name"`
+			TerminationMessagePolicy string `json:"terminationMessagePolicy"`
+			LivenessProbe            struct {
+				HTTPGet *struct {
+					Path string `json:"path"`
+				} `json:"httpGet"`
+				TimeoutSeconds   int `json:"timeoutSeconds"`
+				FailureThreshold int `json:"failureThreshold"`
+			} `json:"livenessProbe"`
+			ReadinessProbe *struct {
+				PeriodSeconds  int `json:"periodSeconds"`
+				TimeoutSeconds int `json:"timeoutSeconds"`
+			} `json:"readinessProbe"`
+			Resources *struct {
+				Requests struct {
+					CPU resource.Quantity `json:"cpu"`
+				} `json:"requests"`
+			} `json:"resources"`
+		} `json:"containers"`
+	} `json:"spec"`
+}
+
+// checkComponentPatch checks target's patch in patchDir; wantPath is its
+// liveness probe's HTTP path ("" for kubeadm's own probe).
+func checkComponentPatch(t *testing.T, patchDir, target, wantPath string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(patchDir, target+"+strategic.yaml"))
+	if err != nil {
+		t.Fatalf("patch for %s: %v", target, err)
+	}
+	var patch componentPatch
+	if err := yaml.UnmarshalStrict(raw, &patch); err != nil {
+		t.Fatalf("patch for %s does not parse: %v\n%s", target, err, raw)
+	}
+	if len(patch.Spec.Containers) != 1 || patch.Spec.Containers[0].Name != target {
+		t.Fatalf("patch for %s patches %+v", target, patch.Spec.Containers)
+	}
+	c := patch.Spec.Containers[0]
+	// A component that exits leaves its last lines in the pod's status.
+	if c.TerminationMessagePolicy != "FallbackToLogsOnError" {
+		t.Errorf("%s terminationMessagePolicy %q, want FallbackToLogsOnError", target, c.TerminationMessagePolicy)
+	}
+	lp := c.LivenessProbe
+	if lp.TimeoutSeconds*lp.FailureThreshold < 120 {
+		t.Errorf("%s is killed after %d s without an answer, want at least two minutes", target, lp.TimeoutSeconds*lp.FailureThreshold)
+	}
+	gotPath := ""
+	if lp.HTTPGet != nil {
+		gotPath = lp.HTTPGet.Path
+	}
+	if gotPath != wantPath {
+		t.Errorf("%s liveness path %q, want %q", target, gotPath, wantPath)
+	}
+	// etcd and the API server come first when the node's CPU is short;
+	// the others keep kubeadm's requests.
+	if target == "etcd" || target == "kube-apiserver" {
+		if c.Resources == nil || c.Resources.Requests.CPU.Cmp(resource.MustParse("500m")) < 0 {
+			t.Errorf("%s requests %+v of CPU, want at least 500m", target, c.Resources)
+		}
+	} else if c.Resources != nil {
+		t.Errorf("%s's resources patched: %+v, want kubeadm's", target, c.Resources)
+	}
+	// kubeadm gives these three a readiness probe every second; the
+	// controller manager has none, and a patch must not add one.
+	rp := c.ReadinessProbe
+	if hasReadiness := target != "kube-controller-manager"; hasReadiness != (rp != nil) {
+		t.Errorf("%s readiness probe patched: %v, want %v", target, rp != nil, hasReadiness)
+	} else if rp != nil && (rp.PeriodSeconds < 10 || rp.TimeoutSeconds > rp.PeriodSeconds) {
+		t.Errorf("%s readiness probe every %d s with a %d s timeout, want every 10 s or slower, within its period", target, rp.PeriodSeconds, rp.TimeoutSeconds)
+	}
+}
+
+// checkCoreDNSPatch checks that CoreDNS reaches the API server at the
+// control-plane endpoint, not through the kubernetes Service, which needs
+// kube-proxy first.
+func checkCoreDNSPatch(t *testing.T, patchDir string) {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(patchDir, "corednsdeployment+strategic.yaml"))
 	if err != nil {
 		t.Fatalf("no CoreDNS patch: %v", err)
@@ -385,18 +412,6 @@ func TestControlPlanePatches(t *testing.T) {
 		cs[0].Env[0].Name != "KUBERNETES_SERVICE_HOST" || cs[0].Env[0].Value != "10.42.1.100" ||
 		cs[0].Env[1].Name != "KUBERNETES_SERVICE_PORT" || cs[0].Env[1].Value != "6443" {
 		t.Fatalf("CoreDNS patch %+v; want the API server at 10.42.1.100:6443", cs)
-	}
-
-	// A worker's join runs no control plane and gets no patches.
-	r.onRun = func(c call) error {
-		raw, _ := os.ReadFile(c.args[2])
-		if get(splitDocs(t, raw)[0], "patches") != nil {
-			t.Errorf("a worker's join config names patches:\n%s", raw)
-		}
-		return nil
-	}
-	if err := tool.Join(context.Background(), testJoinParams(t), io.Discard); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
 
@@ -39,7 +40,10 @@ type paths struct {
 	sysfs         string
 	kubeletPKIDir string
 	// pkiDir receives a control plane's cluster PKI.
-	pkiDir          string
+	pkiDir string
+	// ownerKey is where the node keeps the owner's access key for the
+	// node service (owneraccess.Path).
+	ownerKey        string
 	adminKubeconfig string
 	metadataURL     string
 }
@@ -55,6 +59,7 @@ func nodePaths() paths {
 		sysfs:              "/sys",
 		kubeletPKIDir:      "/var/lib/kubelet/pki",
 		pkiDir:             "/etc/kubernetes/pki",
+		ownerKey:           owneraccess.Path,
 		adminKubeconfig:    "/etc/kubernetes/admin.conf",
 		metadataURL:        metadata.DefaultBaseURL,
 	}

@@ -43,6 +43,7 @@ func testBootstrapper(t *testing.T, openTPM tpmdev.Opener, dir string, logs *syn
 	p.bootstrappedMarker = filepath.Join(dir, "bootstrapped")
 	p.stateDir = dir
 	p.runDir = dir
+	p.ownerKey = filepath.Join(dir, "owner-access-key.pem")
 	b, err := newBootstrapper(p, openTPM, logging.New(logging.Config{Output: logs}))
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/nodeservice"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
@@ -52,7 +53,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c := config{
-		ownerKey:       nodeservice.OwnerKeyPath,
+		ownerKey:       owneraccess.Path,
 		measurementLog: measurelog.DefaultPath,
 		firmwareLog:    vtpm.DefaultFirmwareEventLogPath,
 		metadataURL:    metadata.DefaultBaseURL,
@@ -88,10 +89,10 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("set up %s attestation: %w", p.Variant, err)
 	}
-	owner := nodeservice.OwnerKey(c.ownerKey)
+	owner := owneraccess.FromFile(c.ownerKey)
 	creds, err := atls.NewCredentials(atls.Config{
 		Issuer:          issuer,
-		AuthorizeClient: nodeservice.AuthorizeOwner(owner),
+		AuthorizeClient: owneraccess.Authorize(owner),
 		OnPeerRejected: func(peer net.Addr, err error) {
 			log.Warn("refused a caller", "peer", peer.String(), "error", err.Error())
 		},

@@ -28,6 +28,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
 	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
@@ -115,6 +116,7 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 	if err := checkKept(c, key); err != nil {
 		return err
 	}
+	recordOwner(c, key)
 	if err := lease.Down(); err != nil {
 		c.log("network", "could not take the network down for the OS: %v", err)
 	}
@@ -142,6 +144,19 @@ func checkKept(c *console, key unlock.Key) error {
 	}
 	c.log("kept", "kubeadm's and kubelet's kept files are a %s's (%s)", role, since(t))
 	return nil
+}
+
+// recordOwner writes the owner's access key that came with the disk key
+// over the node's copy, which the node service reads: root on the node
+// may have changed that copy, and the change must not outlive the boot.
+func recordOwner(c *console, key unlock.Key) {
+	if len(key.OwnerAccessKey) == 0 {
+		c.log("owner", "the disk key came without the owner's access key (a join service older than it): the node keeps its copy")
+		return
+	}
+	if err := owneraccess.Write(filepath.Join(sysroot, owneraccess.Path), key.OwnerAccessKey); err != nil {
+		c.log("owner", "could not record the owner's access key for the node service: %v", err)
+	}
 }
 
 // awaitKey waits until the disk is open (opened is closed), or the

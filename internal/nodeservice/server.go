@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
 )
 
@@ -75,8 +76,8 @@ func (s *Server) authorize(ctx context.Context, call string, args ...any) error 
 	if ok && p.Addr != nil {
 		from = p.Addr.String()
 	}
-	if err := AuthorizeOwner(s.cfg.Owner)(key); err != nil {
-		s.cfg.Log.Warn("refused a caller that is not the owner", append([]any{"peer", from, "key", Fingerprint(key), "call", call}, args...)...)
+	if err := owneraccess.Authorize(s.cfg.Owner)(key); err != nil {
+		s.cfg.Log.Warn("refused a caller that is not the owner", append([]any{"peer", from, "key", owneraccess.Fingerprint(key), "call", call}, args...)...)
 		return status.Error(codes.PermissionDenied, err.Error())
 	}
 	s.cfg.Log.Info("owner request", append([]any{"peer", from, "call", call}, args...)...)

@@ -25,6 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
 )
 
@@ -70,7 +71,7 @@ func serveNode(t *testing.T, authorizeInHandshake bool) *node {
 	tn := qemutest.NewNode(t)
 	cfg := atls.Config{Issuer: tn.Issuer}
 	if authorizeInHandshake {
-		cfg.AuthorizeClient = AuthorizeOwner(func() (ed25519.PublicKey, error) { return pub, nil })
+		cfg.AuthorizeClient = owneraccess.Authorize(func() (ed25519.PublicKey, error) { return pub, nil })
 	}
 	n.addr = atlstest.Serve(t, cfg, func(s *grpc.Server) { nodepb.RegisterNodeServiceServer(s, srv) })
 	zero := make([]byte, 32)

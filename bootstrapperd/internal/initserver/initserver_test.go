@@ -25,6 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/swtpm"
 	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
@@ -95,6 +96,7 @@ type env struct {
 	cluster      *fakeCluster
 	client       initpb.InitServiceClient
 	resultPath   string
+	ownerKeyPath string
 	bootstrapped chan struct{}
 
 	statusMu sync.Mutex
@@ -116,6 +118,7 @@ func newEnv(t *testing.T, tweaks ...func(*Config)) *env {
 	e := &env{tpm: swtpmtest.Start(t), disk: &fakeDisk{}, cluster: &fakeCluster{}, bootstrapped: make(chan struct{}, 1)}
 	dir := t.TempDir()
 	e.resultPath = filepath.Join(dir, "state", "init-result.json")
+	e.ownerKeyPath = filepath.Join(dir, "orrery-owner", "access-key.pem")
 	hash, err := bcrypt.GenerateFromPassword([]byte(initSecret), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +136,7 @@ func newEnv(t *testing.T, tweaks ...func(*Config)) *env {
 		},
 		Journal:      func(context.Context) ([]byte, error) { return []byte("journal lines\n"), nil },
 		ResultPath:   e.resultPath,
+		OwnerKeyPath: e.ownerKeyPath,
 		Bootstrapped: func() { e.bootstrapped <- struct{}{} },
 		Status: func(s string) {
 			e.statusMu.Lock()
@@ -323,6 +327,11 @@ func TestInitSucceedsAndIsIdempotentForItsOwner(t *testing.T) {
 	}
 	if st, err := os.Stat(e.resultPath); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("result file: %v, %v", st, err)
+	}
+	// The node service will answer the holder of this master secret.
+	owner, _ := ms.OwnerAccessKey()
+	if got, err := owneraccess.Read(e.ownerKeyPath); err != nil || !got.Equal(owner.Public()) {
+		t.Fatalf("owner's access key on the node: %x, %v; want the public half of the master secret's", got, err)
 	}
 
 	// After a daemon restart, the stored result still answers the owner.

@@ -17,6 +17,7 @@ package joinclient
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
@@ -44,6 +45,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
@@ -99,6 +101,10 @@ type Config struct {
 	Joiner     Joiner
 	// StateDir keeps what a later rejoin needs (the measurement salt).
 	StateDir string
+	// OwnerKeyPath receives the public half of the owner's access key
+	// from the ticket (owneraccess.Write), for the node service. Empty
+	// writes none.
+	OwnerKeyPath string
 	// KubeletPKIDir receives the node's client certificate from the join
 	// ticket (NodeClientCertFile); its key stays in memory.
 	KubeletPKIDir string
@@ -265,6 +271,9 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 		return fmt.Errorf("join ticket: %w", err)
 	}
 	// Check the whole ticket before the point of no return.
+	if k := t.GetOwnerAccessKey(); len(k) != 0 && len(k) != ed25519.PublicKeySize {
+		return fmt.Errorf("join ticket: the owner's access key has %d bytes, want %d", len(k), ed25519.PublicKeySize)
+	}
 	for _, f := range t.GetControlPlaneFiles() {
 		// Only kubeadm's shared set: a ticket cannot place, say, an
 		// API server certificate of its choosing, or a file elsewhere.
@@ -304,6 +313,9 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	if err := diskhandoff.WriteMeasurementSalt(filepath.Join(cfg.StateDir, diskhandoff.MeasurementSaltName), t.GetMeasurementSalt()); err != nil {
 		return err
 	}
+	if err := recordOwner(cfg, log, t.GetOwnerAccessKey()); err != nil {
+		return err
+	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: t.GetKubeletCert()})
 	if err := writeFile(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile), certPEM, 0o644); err != nil {
 		return err
@@ -323,6 +335,23 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 		return err
 	}
 	return pendingjoin.Remove(cfg.StateDir)
+}
+
+// recordOwner keeps the owner's access key of the ticket for the node
+// service. A join service older than the key leaves it out: the node
+// joins, and only the owner's inspection of it is refused.
+func recordOwner(cfg Config, log *slog.Logger, key []byte) error {
+	if cfg.OwnerKeyPath == "" {
+		return nil
+	}
+	if len(key) == 0 {
+		log.Warn("the join ticket carries no owner access key (the join service predates it): the node service will refuse everyone until the node joins again", "phase", "owner-key")
+		return nil
+	}
+	if err := owneraccess.Write(cfg.OwnerKeyPath, key); err != nil {
+		return fmt.Errorf("record the owner's access key: %w", err)
+	}
+	return nil
 }
 
 // Where the node keeps the client certificate of its join ticket, in

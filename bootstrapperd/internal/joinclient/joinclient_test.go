@@ -34,6 +34,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
@@ -149,6 +150,7 @@ func ticket() *joinpb.IssueJoinTicketResponse {
 		StateDiskKey: bytes.Repeat([]byte{5}, 32), MeasurementSalt: bytes.Repeat([]byte{6}, 32),
 		MeasurementSecret: bytes.Repeat([]byte{7}, 32), KubeletCert: []byte("der"),
 		ApiServerEndpoint: "10.42.1.100:6443", ClusterCaCert: []byte("ca der"),
+		OwnerAccessKey: bytes.Repeat([]byte{8}, 32),
 	}
 }
 
@@ -252,7 +254,8 @@ func nodeConfig(t *testing.T, self *qemutest.Node, r role.Role, peers []metadata
 		Issuer:   self.Issuer, OpenTPM: self.TPM.Open, PlatformCAs: []*x509.Certificate{self.CA.Cert},
 		Lock: &lock{free: true}, Disk: &disk{}, Joiner: &joiner{},
 		StateDir: filepath.Join(dir, "state"), KubeletPKIDir: filepath.Join(dir, "kubelet"), PKIDir: filepath.Join(dir, "pki"),
-		Retry: 10 * time.Millisecond,
+		OwnerKeyPath: filepath.Join(dir, "orrery-owner", "access-key.pem"),
+		Retry:        10 * time.Millisecond,
 	}
 }
 
@@ -294,6 +297,9 @@ func TestJoinWorker(t *testing.T) {
 	}
 	if salt, _ := os.ReadFile(filepath.Join(cfg.StateDir, "measurement-salt")); !bytes.Equal(salt, bytes.Repeat([]byte{6}, 32)) {
 		t.Fatal("measurement salt not kept for rejoin")
+	}
+	if owner, err := owneraccess.Read(cfg.OwnerKeyPath); err != nil || !bytes.Equal(owner, bytes.Repeat([]byte{8}, 32)) {
+		t.Fatalf("the ticket's owner access key was not kept for the node service: %x, %v", owner, err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile)); err != nil {
 		t.Fatalf("the issued client certificate is not kept: %v", err)
@@ -384,6 +390,17 @@ func TestControlPlaneFilesOnlyKubeadmsSharedSet(t *testing.T) {
 				t.Fatal("the control-plane file was not written")
 			}
 		})
+	}
+}
+
+func TestBadOwnerKeyRefusedBeforeTheLock(t *testing.T) {
+	tk := ticket()
+	tk.OwnerAccessKey = []byte("short")
+	cfg, _, l, _, j := setup(t, role.Worker, tk, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := Run(ctx, cfg); err == nil || j.p != nil || !l.free {
+		t.Fatalf("a ticket with a 5-byte owner key: err %v, joined %v, lock free %v; want a refusal before the lock", err, j.p != nil, l.free)
 	}
 }
 

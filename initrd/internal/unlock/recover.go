@@ -2,6 +2,7 @@ package unlock
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"sync"
 	"time"
@@ -68,12 +69,16 @@ func (s *RecoverServer) tryRecover(ctx context.Context, req *recoverpb.RecoverRe
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "derive the measurement secret: %v", err)
 	}
+	owner, err := ms.OwnerAccessKey()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "derive the owner's access key: %v", err)
+	}
 	release, err := s.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	err = s.Unlocker.Try(ctx, Key{DiskKey: diskKey, MeasurementSecret: secret, From: from})
+	err = s.Unlocker.Try(ctx, Key{DiskKey: diskKey, MeasurementSecret: secret, OwnerAccessKey: owner.Public().(ed25519.PublicKey), From: from})
 	switch {
 	case errors.Is(err, ErrWrongKey):
 		s.Say("refused a recovery from %s: its master secret does not open the state disk (UUID %s), which is untouched; still waiting", from, s.DiskUUID)

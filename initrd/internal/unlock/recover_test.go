@@ -3,6 +3,7 @@ package unlock
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -90,8 +91,10 @@ func TestRecoverWrongThenRightMasterSecret(t *testing.T) {
 		t.Fatal("the disk is not open after a successful recovery")
 	}
 	want, _ := ms.MeasurementSecret()
-	if got := u.Key(); !bytes.Equal(got.MeasurementSecret, want) || !strings.Contains(got.From, "the owner") || got.DiskKey != nil {
-		t.Errorf("the unlocker keeps %+v; want the measurement secret, the owner as sender, and no disk key", got)
+	access, _ := ms.OwnerAccessKey()
+	if got := u.Key(); !bytes.Equal(got.MeasurementSecret, want) || !strings.Contains(got.From, "the owner") || got.DiskKey != nil ||
+		!access.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(got.OwnerAccessKey)) {
+		t.Errorf("the unlocker keeps %+v; want the measurement secret, the owner's access key, the owner as sender, and no disk key", got)
 	}
 
 	// A second recovery finds the node open and changes nothing.

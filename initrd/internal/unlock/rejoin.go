@@ -2,6 +2,7 @@ package unlock
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -140,7 +141,7 @@ func (r *Rejoiner) ask(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("refusing its rejoin ticket, whose key is not tried: %w", err)
 	}
-	err = r.Unlocker.Try(ctx, Key{DiskKey: t.GetStateDiskKey(), MeasurementSecret: t.GetMeasurementSecret(), Cluster: cluster, From: "the join service at " + addr})
+	err = r.Unlocker.Try(ctx, Key{DiskKey: t.GetStateDiskKey(), MeasurementSecret: t.GetMeasurementSecret(), Cluster: cluster, OwnerAccessKey: t.GetOwnerAccessKey(), From: "the join service at " + addr})
 	if errors.Is(err, ErrWrongKey) {
 		// A service of another cluster of this image, or a cluster that
 		// lost its keys: never this disk's key. Said at once, even if
@@ -172,6 +173,9 @@ func clusterOf(t *joinpb.IssueRejoinTicketResponse) (*Cluster, error) {
 	}
 	if err := checkEndpoint(t.GetApiServerEndpoint()); err != nil {
 		return nil, fmt.Errorf("its API server endpoint: %w", err)
+	}
+	if k := t.GetOwnerAccessKey(); len(k) != 0 && len(k) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("its owner access key has %d bytes, want %d", len(k), ed25519.PublicKeySize)
 	}
 	return &Cluster{CACert: t.GetClusterCaCert(), Endpoint: t.GetApiServerEndpoint(), ControlPlane: t.GetControlPlane()}, nil
 }

@@ -101,6 +101,7 @@ func ticket(key, secret byte) *joinpb.IssueRejoinTicketResponse {
 	return &joinpb.IssueRejoinTicketResponse{
 		StateDiskKey: bytes.Repeat([]byte{key}, 32), MeasurementSecret: bytes.Repeat([]byte{secret}, 32),
 		ClusterCaCert: clusterCA(), ApiServerEndpoint: "10.42.1.100:6443",
+		OwnerAccessKey: bytes.Repeat([]byte{9}, 32),
 	}
 }
 
@@ -176,7 +177,8 @@ func TestRejoinOpensTheDisk(t *testing.T) {
 	if !isOpen(u) {
 		t.Fatalf("the disk did not open; console:\n%s", console)
 	}
-	if got := u.Key(); !bytes.Equal(got.MeasurementSecret, bytes.Repeat([]byte{2}, 32)) || !strings.Contains(got.From, "10.42.1.100:30090") {
+	if got := u.Key(); !bytes.Equal(got.MeasurementSecret, bytes.Repeat([]byte{2}, 32)) || !strings.Contains(got.From, "10.42.1.100:30090") ||
+		!bytes.Equal(got.OwnerAccessKey, bytes.Repeat([]byte{9}, 32)) {
 		t.Errorf("opened with %+v", got)
 	}
 	// What the initrd checks the kept files against comes with the key.
@@ -280,15 +282,17 @@ func TestClusterOf(t *testing.T) {
 		"PEM CA": {spoil: func(t *joinpb.IssueRejoinTicketResponse) {
 			t.ClusterCaCert = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: t.ClusterCaCert})
 		}, wantErr: "not a DER X.509 certificate"},
-		"not a CA":          {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ClusterCaCert = leafCert() }, wantErr: `(subject "CN=kube-apiserver") is not a CA certificate`},
-		"no endpoint":       {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "" }, wantErr: "is not host:port"},
-		"no port":           {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100" }, wantErr: "is not host:port"},
-		"no host":           {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = ":6443" }, wantErr: "names no host"},
-		"named port":        {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:https" }, wantErr: `port "https" is not a number`},
-		"port out of range": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:65536" }, wantErr: `port "65536" is not a number`},
-		"port zero":         {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:0" }, wantErr: `port "0" is not a number`},
-		"scheme":            {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "https://api.example:6443" }, wantErr: "has a scheme"},
-		"too long":          {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "a" + longest }, wantErr: "256 bytes, more than 255"},
+		"not a CA":                      {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ClusterCaCert = leafCert() }, wantErr: `(subject "CN=kube-apiserver") is not a CA certificate`},
+		"no endpoint":                   {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "" }, wantErr: "is not host:port"},
+		"no port":                       {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100" }, wantErr: "is not host:port"},
+		"no host":                       {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = ":6443" }, wantErr: "names no host"},
+		"named port":                    {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:https" }, wantErr: `port "https" is not a number`},
+		"port out of range":             {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:65536" }, wantErr: `port "65536" is not a number`},
+		"port zero":                     {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "10.42.1.100:0" }, wantErr: `port "0" is not a number`},
+		"scheme":                        {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "https://api.example:6443" }, wantErr: "has a scheme"},
+		"too long":                      {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "a" + longest }, wantErr: "256 bytes, more than 255"},
+		"short owner key":               {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.OwnerAccessKey = []byte("short") }, wantErr: "owner access key has 5 bytes, want 32"},
+		"no owner key (an old service)": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.OwnerAccessKey = nil }},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

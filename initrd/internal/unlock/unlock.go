@@ -37,6 +37,10 @@ type Key struct {
 	// the key came from the owner's recovery (RecoverServer), which says
 	// nothing of the cluster. Callers must handle nil.
 	Cluster *Cluster
+	// OwnerAccessKey is the public half of the owner's access key, for
+	// the node service: from the join service's ticket, or derived from
+	// the owner's master secret; nil if a ticket carried none.
+	OwnerAccessKey []byte
 	// From says who sent it, for the console.
 	From string
 }
@@ -220,7 +224,7 @@ func (u *Unlocker) Try(ctx context.Context, k Key) error {
 	// The kernel holds the volume key now; the copy of the header is
 	// no longer needed, and the disk key is not kept.
 	os.Remove(header)
-	u.key = Key{MeasurementSecret: bytes.Clone(k.MeasurementSecret), Cluster: k.Cluster.clone(), From: k.From}
+	u.key = Key{MeasurementSecret: bytes.Clone(k.MeasurementSecret), Cluster: k.Cluster.clone(), OwnerAccessKey: bytes.Clone(k.OwnerAccessKey), From: k.From}
 	close(u.opened)
 	return nil
 }

@@ -7,10 +7,12 @@ package dialer
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,7 +24,7 @@ import (
 
 // Dialer opens connections to nodes whose attestation a validator accepts.
 type Dialer struct {
-	creds credentials.TransportCredentials
+	creds *recordingCreds
 	// handshakeTimeout bounds one probe in WaitAttested.
 	handshakeTimeout time.Duration
 	// retryEvery is the pause between WaitAttested's attempts.
@@ -31,12 +33,54 @@ type Dialer struct {
 
 // New returns a Dialer that accepts a node only if v accepts its
 // attestation.
-func New(v attestation.Validator) (*Dialer, error) {
-	creds, err := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{v}})
+func New(v attestation.Validator) (*Dialer, error) { return NewAs(nil, v) }
+
+// NewAs returns a Dialer that proves key to the node (the owner's access
+// key, for the node service) and accepts a node only if one of vs accepts
+// its attestation. A nil key proves a fresh one per connection.
+func NewAs(key crypto.Signer, vs ...attestation.Validator) (*Dialer, error) {
+	creds, err := atls.NewCredentials(atls.Config{Validators: vs, ClientKey: key})
 	if err != nil {
 		return nil, err
 	}
-	return &Dialer{creds: creds, handshakeTimeout: 2 * time.Minute, retryEvery: 2 * time.Second}, nil
+	return &Dialer{creds: &recordingCreds{TransportCredentials: creds}, handshakeTimeout: 2 * time.Minute, retryEvery: 2 * time.Second}, nil
+}
+
+// recordingCreds keep the last handshake's error: gRPC turns it into a
+// status message, and the owner's commands need to tell a node that failed
+// its attestation (*atls.RejectedError) or refused the caller
+// (*atls.ServerEndedError) from one that did not answer.
+type recordingCreds struct {
+	credentials.TransportCredentials
+	mu   sync.Mutex
+	last error
+}
+
+func (r *recordingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := r.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	r.mu.Lock()
+	r.last = err
+	r.mu.Unlock()
+	return conn, info, err
+}
+
+// HandshakeError turns err, a call's error on a connection of d, into a
+// *NotAttestedError if the node's attestation was refused, or into the
+// node's own reason if it ended the handshake; other errors stay as
+// they are.
+func (d *Dialer) HandshakeError(addr string, err error) error {
+	d.creds.mu.Lock()
+	last := d.creds.last
+	d.creds.mu.Unlock()
+	var rejected *atls.RejectedError
+	var ended *atls.ServerEndedError
+	switch {
+	case errors.As(last, &rejected):
+		return &NotAttestedError{Addr: addr, Err: rejected.Err}
+	case errors.As(last, &ended):
+		return fmt.Errorf("the node at %s refused this client: %s", addr, ended.Reason)
+	}
+	return err
 }
 
 // Conn returns a gRPC connection to addr (HOST:PORT). It connects lazily:
@@ -113,7 +157,7 @@ func (d *Dialer) probe(ctx context.Context, nd *net.Dialer, addr string) error {
 	}
 	hctx, cancel := context.WithTimeout(ctx, d.handshakeTimeout)
 	defer cancel()
-	tlsConn, _, err := d.creds.Clone().ClientHandshake(hctx, addr, conn)
+	tlsConn, _, err := d.creds.TransportCredentials.Clone().ClientHandshake(hctx, addr, conn)
 	if err != nil {
 		conn.Close()
 		return err

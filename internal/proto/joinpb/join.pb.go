@@ -484,9 +484,14 @@ type IssueRejoinTicketResponse struct {
 	// service: the node's metadata role is the host's word, not the owner's.
 	// A join service that cannot read the owner's list refuses the rejoin
 	// (UNAVAILABLE) rather than guess.
-	ControlPlane  bool `protobuf:"varint,5,opt,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ControlPlane bool `protobuf:"varint,5,opt,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
+	// owner_access_key is the 32-byte public half of the owner's access key,
+	// as in IssueJoinTicketResponse. The initrd writes it over the node's
+	// copy at every boot, so a copy changed by root on the node does not
+	// outlive the boot.
+	OwnerAccessKey []byte `protobuf:"bytes,6,opt,name=owner_access_key,json=ownerAccessKey,proto3" json:"owner_access_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *IssueRejoinTicketResponse) Reset() {
@@ -554,6 +559,13 @@ func (x *IssueRejoinTicketResponse) GetControlPlane() bool {
 	return false
 }
 
+func (x *IssueRejoinTicketResponse) GetOwnerAccessKey() []byte {
+	if x != nil {
+		return x.OwnerAccessKey
+	}
+	return nil
+}
+
 var File_internal_proto_joinpb_join_proto protoreflect.FileDescriptor
 
 const file_internal_proto_joinpb_join_proto_rawDesc = "" +
@@ -584,13 +596,14 @@ const file_internal_proto_joinpb_join_proto_rawDesc = "" +
 	"\finstall_path\x18\x03 \x01(\tR\vinstallPath\x12\x18\n" +
 	"\aextract\x18\x04 \x01(\bR\aextract\"7\n" +
 	"\x18IssueRejoinTicketRequest\x12\x1b\n" +
-	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\"\xed\x01\n" +
+	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\"\x97\x02\n" +
 	"\x19IssueRejoinTicketResponse\x12$\n" +
 	"\x0estate_disk_key\x18\x01 \x01(\fR\fstateDiskKey\x12-\n" +
 	"\x12measurement_secret\x18\x02 \x01(\fR\x11measurementSecret\x12&\n" +
 	"\x0fcluster_ca_cert\x18\x03 \x01(\fR\rclusterCaCert\x12.\n" +
 	"\x13api_server_endpoint\x18\x04 \x01(\tR\x11apiServerEndpoint\x12#\n" +
-	"\rcontrol_plane\x18\x05 \x01(\bR\fcontrolPlane2\xdb\x01\n" +
+	"\rcontrol_plane\x18\x05 \x01(\bR\fcontrolPlane\x12(\n" +
+	"\x10owner_access_key\x18\x06 \x01(\fR\x0eownerAccessKey2\xdb\x01\n" +
 	"\vJoinService\x12b\n" +
 	"\x0fIssueJoinTicket\x12&.orrery.join.v1.IssueJoinTicketRequest\x1a'.orrery.join.v1.IssueJoinTicketResponse\x12h\n" +
 	"\x11IssueRejoinTicket\x12(.orrery.join.v1.IssueRejoinTicketRequest\x1a).orrery.join.v1.IssueRejoinTicketResponseB4Z2github.com/orrery-dev/orrery/internal/proto/joinpbb\x06proto3"

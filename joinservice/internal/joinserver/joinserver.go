@@ -353,6 +353,10 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
 	}
+	ownerKey, err := s.cfg.Keys.GetDataKey(ctx, keypb.OwnerAccessKeyID, 32)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "get the owner's access key from the key service: %v", err)
+	}
 	if err := s.cfg.Admissions.Attested(ctx, disk, set); err != nil {
 		// Informative only (which image the node runs): not a reason
 		// to keep a node from its disk.
@@ -362,6 +366,7 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	return &joinpb.IssueRejoinTicketResponse{
 		StateDiskKey: diskKey, MeasurementSecret: measurementSecret,
 		ClusterCaCert: s.cfg.CA.Raw, ApiServerEndpoint: s.cfg.Endpoint, ControlPlane: controlPlane,
+		OwnerAccessKey: ownerKey,
 	}, nil
 }
 

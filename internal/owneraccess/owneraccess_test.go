@@ -1,4 +1,4 @@
-package nodeservice
+package owneraccess
 
 import (
 	"crypto/ecdsa"
@@ -13,12 +13,12 @@ import (
 
 func TestOwnerKeyFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "orrery-owner", "owner.pem")
-	authorize := AuthorizeOwner(OwnerKey(path))
+	authorize := Authorize(FromFile(path))
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	if err := authorize(pub); err == nil || !strings.Contains(err.Error(), "does not know its owner yet") {
 		t.Fatalf("before the node knows its owner: %v", err)
 	}
-	if err := WriteOwnerKey(path, pub); err != nil {
+	if err := Write(path, pub); err != nil {
 		t.Fatal(err)
 	}
 	if err := authorize(pub); err != nil {
@@ -45,14 +45,14 @@ func TestOwnerKeyFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ReadOwnerKey(path); err == nil {
+		if _, err := Read(path); err == nil {
 			t.Errorf("%s key file read", name)
 		}
 		if err := authorize(pub); err == nil {
 			t.Errorf("%s key file: the former owner was authorized", name)
 		}
 	}
-	if err := WriteOwnerKey(path, pub[:31]); err == nil {
+	if err := Write(path, pub[:31]); err == nil {
 		t.Error("a 31-byte key was written")
 	}
 }

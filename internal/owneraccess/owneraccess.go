@@ -1,4 +1,10 @@
-package nodeservice
+// Package owneraccess is the owner's access key as a node sees it: where
+// the node keeps its public half, and the rule that admits a caller to
+// the node service (internal/nodeservice): it proves that key. The key is
+// derived from the master secret (keys.MasterSecret.OwnerAccessKey), so
+// only a holder of the master secret has its private half; nodes get the
+// public half at init (from the master secret) or in their join ticket.
+package owneraccess
 
 import (
 	"bytes"
@@ -15,18 +21,18 @@ import (
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 )
 
-// OwnerKeyPath is where a node keeps the public half of its owner's access
+// Path is where a node keeps the public half of its owner's access
 // key, on the state disk: bootstrapperd writes it when the node joins a
 // cluster (from the join ticket) or initialises one (from the master
 // secret). Not under /var/lib/orrery, which is root's alone: the node
 // service reads it as its own user.
-const OwnerKeyPath = "/var/lib/orrery-owner/access-key.pem"
+const Path = "/var/lib/orrery-owner/access-key.pem"
 
 const pemType = "ORRERY OWNER ACCESS KEY"
 
-// WriteOwnerKey stores key at path (world-readable: it is public, and the
+// Write stores key at path (world-readable: it is public, and the
 // node service runs as its own user).
-func WriteOwnerKey(path string, key ed25519.PublicKey) error {
+func Write(path string, key ed25519.PublicKey) error {
 	if len(key) != ed25519.PublicKeySize {
 		return fmt.Errorf("owner access key has %d bytes, want %d", len(key), ed25519.PublicKeySize)
 	}
@@ -37,8 +43,8 @@ func WriteOwnerKey(path string, key ed25519.PublicKey) error {
 	return atomicfile.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: pemType, Bytes: key}), 0o644)
 }
 
-// ReadOwnerKey reads the key WriteOwnerKey stored.
-func ReadOwnerKey(path string) (ed25519.PublicKey, error) {
+// Read reads the key Write stored.
+func Read(path string) (ed25519.PublicKey, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read the owner's access key: %w (a node learns it when it initialises or joins a cluster)", err)
@@ -53,10 +59,10 @@ func ReadOwnerKey(path string) (ed25519.PublicKey, error) {
 // ErrNotOwner refuses a caller that did not prove the owner's key.
 var ErrNotOwner = errors.New("this node answers only its owner, who proves the access key derived from the cluster's master secret (orrery uses it by itself when it finds the master secret in its workspace)")
 
-// AuthorizeOwner returns an atls.Config.AuthorizeClient that admits only a
+// Authorize returns an atls.Config.AuthorizeClient that admits only a
 // client proving the key owner returns. owner is asked each time: a node
 // learns its owner's key when it joins, long after the service started.
-func AuthorizeOwner(owner func() (ed25519.PublicKey, error)) func(crypto.PublicKey) error {
+func Authorize(owner func() (ed25519.PublicKey, error)) func(crypto.PublicKey) error {
 	return func(k crypto.PublicKey) error {
 		want, err := owner()
 		if err != nil {
@@ -69,9 +75,10 @@ func AuthorizeOwner(owner func() (ed25519.PublicKey, error)) func(crypto.PublicK
 	}
 }
 
-// OwnerKey returns a Config.Owner that reads the key from path.
-func OwnerKey(path string) func() (ed25519.PublicKey, error) {
-	return func() (ed25519.PublicKey, error) { return ReadOwnerKey(path) }
+// FromFile returns a source of the owner's key for Authorize that reads
+// it from path each time.
+func FromFile(path string) func() (ed25519.PublicKey, error) {
+	return func() (ed25519.PublicKey, error) { return Read(path) }
 }
 
 // Fingerprint names a public key in logs: the first bytes of the SHA-256

@@ -1,0 +1,149 @@
+// Package inspect is the owner's side of the node service (nodepb): it
+// reaches running nodes over attested TLS, checks that each runs one of the
+// owner's images and is locked to the owner's cluster, proves the owner's
+// access key, and reads what the node serves.
+package inspect
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/validator"
+	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+)
+
+// Image is one image the owner accepts: its measurements, named for the
+// owner (the file they came from).
+type Image struct {
+	Name   string
+	Policy policy.Policy
+}
+
+// Owner is what the owner holds to reach and check running nodes.
+type Owner struct {
+	// Key is the owner's access key (keys.MasterSecret.OwnerAccessKey).
+	Key ed25519.PrivateKey
+	// ClusterID is the ID every node of the cluster is locked to: PCR 15
+	// must show it.
+	ClusterID []byte
+	// Images are the images a node may run. At least one.
+	Images      []Image
+	PlatformCAs []*x509.Certificate
+	Collateral  validator.Collateral
+	// TrustAnyAK accepts any attestation key (development only).
+	TrustAnyAK bool
+	// Logger receives the validators' warnings; nil discards them.
+	Logger *slog.Logger
+}
+
+// Node is a running node that passed the owner's check.
+type Node struct {
+	Addr   string
+	Client nodepb.NodeServiceClient
+	// Image names the Image whose measurements the node matched.
+	Image    string
+	Variant  variant.Variant
+	Instance attestation.Instance
+	Hardware []attestation.Field
+	// Status is what the node said of itself on connecting.
+	Status *nodepb.StatusResponse
+	conn   *grpc.ClientConn
+}
+
+// Close closes the connection.
+func (n *Node) Close() error { return n.conn.Close() }
+
+// Dial connects to the node service at addr (HOST:PORT), which must
+// attest with one of the owner's images and the owner's cluster ID, and
+// asks for its status: when Dial returns, the node is verified.
+func (o Owner) Dial(ctx context.Context, addr string) (*Node, error) {
+	vs, err := o.validators()
+	if err != nil {
+		return nil, err
+	}
+	d, err := dialer.NewAs(o.Key, asValidators(vs)...)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := d.Conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Addr: addr, Client: nodepb.NewNodeServiceClient(conn), conn: conn}
+	var p peer.Peer
+	n.Status, err = n.Client.Status(ctx, &nodepb.StatusRequest{}, grpc.Peer(&p))
+	if err != nil {
+		conn.Close()
+		if herr := d.HandshakeError(addr, err); herr != err {
+			return nil, herr
+		}
+		return nil, fmt.Errorf("node service at %s: %w", addr, err)
+	}
+	info, _ := p.AuthInfo.(atls.AuthInfo)
+	n.Variant, n.Instance, n.Hardware = info.PeerVariant, info.PeerInstance, info.PeerHardware
+	for _, v := range vs {
+		if m := v.matched(); m != "" {
+			n.Image = m
+		}
+	}
+	return n, nil
+}
+
+// validators makes, per attestation variant among the images, one
+// validator that accepts any of that variant's images with PCR 15 locked
+// to the owner's cluster.
+func (o Owner) validators() ([]*anyImage, error) {
+	if len(o.Images) == 0 {
+		return nil, errors.New("no image's measurements to check the nodes against")
+	}
+	if len(o.ClusterID) == 0 {
+		return nil, errors.New("no cluster ID to check the nodes' lock against")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	byVariant := map[variant.Variant]*anyImage{}
+	var out []*anyImage
+	for _, img := range o.Images {
+		p := img.Policy.Copy()
+		p.PCRs[nodelock.PCR] = measurements.Measurement{Expected: nodelock.Expected(o.ClusterID)}
+		v, err := validator.New(validator.Config{
+			Policy: p, PlatformCAs: o.PlatformCAs, Collateral: o.Collateral, TrustAnyAK: o.TrustAnyAK, Logger: log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("measurements %s: %w", img.Name, err)
+		}
+		a := byVariant[v.Variant()]
+		if a == nil {
+			a = &anyImage{}
+			byVariant[v.Variant()] = a
+			out = append(out, a)
+		}
+		a.names = append(a.names, img.Name)
+		a.vs = append(a.vs, v)
+	}
+	return out, nil
+}
+
+func asValidators(as []*anyImage) []attestation.Validator {
+	vs := make([]attestation.Validator, len(as))
+	for i, a := range as {
+		vs[i] = a
+	}
+	return vs
+}

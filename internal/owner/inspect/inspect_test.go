@@ -1,0 +1,103 @@
+package inspect
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/atls/atlstest"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/nodeservice"
+	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
+	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+)
+
+type noJournal struct{}
+
+func (noJournal) Read(context.Context, nodeservice.Query, func([]*nodepb.JournalEntry) error) error {
+	return nil
+}
+
+// serve runs a node's service on n for the owner's key pub.
+func serve(t *testing.T, n *qemutest.Node, pub ed25519.PublicKey) string {
+	t.Helper()
+	owner := func() (ed25519.PublicKey, error) { return pub, nil }
+	svc, err := nodeservice.New(nodeservice.Config{
+		Owner: owner, Journal: noJournal{},
+		Status: func() *nodepb.StatusResponse { return &nodepb.StatusResponse{NodeName: "worker-0"} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return atlstest.Serve(t, atls.Config{Issuer: n.Issuer, AuthorizeClient: owneraccess.Authorize(owner)},
+		func(s *grpc.Server) { nodepb.RegisterNodeServiceServer(s, svc) })
+}
+
+// image is the measurements of a node that booted name.
+func image(t *testing.T, name string) policy.Policy {
+	t.Helper()
+	m := measurements.M{}
+	for pcr, v := range qemutest.NewNode(t).Boot(t, name, name).PCRs(t) {
+		if pcr == 4 || pcr == 9 || pcr == 11 || pcr == 15 {
+			m[pcr] = measurements.Measurement{Expected: v}
+		}
+	}
+	return policy.Policy{PCRs: m}
+}
+
+func TestDialChecksImageClusterAndOwner(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := qemutest.NewNode(t).Boot(t, "image-2", "image-2").Lock(t, "cluster-a")
+	addr := serve(t, n, pub)
+	owner := Owner{
+		Key:         key,
+		ClusterID:   []byte("cluster-a"),
+		Images:      []Image{{Name: "old.json", Policy: image(t, "image-1")}, {Name: "new.json", Policy: image(t, "image-2")}},
+		PlatformCAs: []*x509.Certificate{n.CA.Cert},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	got, err := owner.Dial(ctx, addr)
+	if err != nil {
+		t.Fatalf("the owner's node was refused: %v", err)
+	}
+	defer got.Close()
+	if got.Image != "new.json" || got.Status.GetNodeName() != "worker-0" || got.Instance != n.Instance {
+		t.Fatalf("node matched %q, said %v, instance %v", got.Image, got.Status, got.Instance)
+	}
+
+	otherCluster := owner
+	otherCluster.ClusterID = []byte("cluster-b")
+	_, err = otherCluster.Dial(ctx, addr)
+	var notAttested *dialer.NotAttestedError
+	if !errors.As(err, &notAttested) || !strings.Contains(err.Error(), "PCR 15") {
+		t.Errorf("a node of another cluster: %v, want a refusal that names PCR 15", err)
+	}
+
+	oldOnly := owner
+	oldOnly.Images = owner.Images[:1]
+	if _, err := oldOnly.Dial(ctx, addr); !errors.As(err, &notAttested) {
+		t.Errorf("a node of a retired image: %v, want a refusal", err)
+	}
+
+	stranger := owner
+	_, stranger.Key, _ = ed25519.GenerateKey(rand.Reader)
+	if _, err := stranger.Dial(ctx, addr); err == nil || !strings.Contains(err.Error(), "answers only its owner") {
+		t.Errorf("a caller with another key: %v, want the node's refusal", err)
+	}
+}

@@ -36,7 +36,8 @@ node's vTPM attestation before it trusts the node with any secret.`,
 	}
 	level := &logging.Level{Level: slog.LevelWarn}
 	root.PersistentFlags().Var(level, "log-level", logging.LevelUsage)
-	root.AddCommand(newVerifyCmd(), newInitCmd(), newRecoverCmd(), newMiniCmd(), newControlPlaneCmd(), newVersionCmd(), newUpgradeCmd(), newStatusCmd(), newNodeCmd())
+	root.AddCommand(newVerifyCmd(), newInitCmd(), newRecoverCmd(), newMiniCmd(), newControlPlaneCmd(), newVersionCmd(), newUpgradeCmd(), newStatusCmd(), newNodeCmd(),
+		newLogsCmd(), newServicesCmd(), newDmesgCmd(), newSupportCmd())
 	return root
 }
 

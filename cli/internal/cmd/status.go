@@ -38,8 +38,8 @@ versions and health, and says whether this orrery carries newer charts
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				return writeJSON(cmd.OutOrStdout(), r)
+			if output != "text" {
+				return writeData(cmd.OutOrStdout(), output, r)
 			}
 			return writeStatus(cmd.OutOrStdout(), r)
 		},

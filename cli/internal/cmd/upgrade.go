@@ -77,8 +77,8 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 			if err != nil {
 				return err
 			}
-			if o.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), r)
+			if o.output != "text" {
+				return writeData(cmd.OutOrStdout(), o.output, r)
 			}
 			return writeCheck(cmd.OutOrStdout(), r)
 		},
@@ -207,9 +207,22 @@ first; apply then says where each release stands.`,
 	return c
 }
 
-func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgradeApplyOptions) error {
+func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgradeApplyOptions) (err error) {
 	if o.timeout <= 0 {
 		return errors.New("--timeout must be positive")
+	}
+	// The last upgrade's output stays beside the kubeconfig, for
+	// 'orrery support'; a workspace it cannot be written to costs only
+	// that.
+	if f, ferr := os.OpenFile(filepath.Join(filepath.Dir(o.kubeconfig), workspace.UpgradeLogFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); ferr == nil {
+		defer f.Close()
+		fmt.Fprintf(f, "orrery upgrade apply at %s\n", time.Now().UTC().Format(time.RFC3339))
+		out = io.MultiWriter(out, f)
+		defer func() {
+			if err != nil {
+				fmt.Fprintf(f, "Error: %v\n", err)
+			}
+		}()
 	}
 	opts := upgrade.Options{Retire: o.retire, Force: o.force}
 	for _, p := range o.measurementsPaths {

@@ -2,7 +2,7 @@ package cmd
 
 import (
 	"context"
-	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,79 +11,88 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/owner"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/proto/nodepb"
 )
 
 type verifyOptions struct {
-	node             string
-	measurementsPath string
-	hardware         hardwareOptions
-	platformCAPath   string
-	trustAnyAK       bool
-	timeout          time.Duration
+	node    string
+	cluster clusterOptions
+	output  string
 }
 
 func newVerifyCmd() *cobra.Command {
 	var o verifyOptions
 	c := &cobra.Command{
-		Use:   "verify --node HOST[:PORT] --measurements FILE --platform-ca FILE",
-		Short: "Check a node's attestation against the image's expected measurements",
-		Long: `verify connects to a node over attested TLS, has it quote its PCRs with its
-vTPM, and checks the quote against the expected measurements of the image
-(measurements.json from 'make image') and the attestation key against the
-platform CA. It changes nothing on the node. It also prints the instance
-(VM name and ID) the platform certified in the attestation key's
-certificate: the ID is what 'orrery control-plane approve' takes.`,
-		Example: `  orrery verify --node 10.42.1.100 \
-    --measurements build/image/measurements.json \
+		Use:   "verify [NODE...] | --node HOST[:PORT]",
+		Short: "Check what nodes run: the cluster's running nodes, or a node before init",
+		Long: fmt.Sprintf(`verify has nodes attest over attested TLS with a fresh nonce and checks
+each quote against the image's expected measurements and the attestation
+key against the platform CA. It changes nothing on a node.
+
+Without --node, it checks your cluster's running nodes: those named (by
+name, found through the kubeconfig or in 'orrery mini''s state when the
+API server does not answer, or by address), or every node of the cluster.
+Each must run one of the images whose measurements you pass (both images
+during an upgrade) and be locked to your cluster (PCR 15 holds your
+cluster ID, derived from the master secret); verify prints the image it
+matched, its cluster ID and the instance its platform certified, or why
+it was refused, and fails if any node was. It talks to each node's node
+service (port %d), which answers only the holder of the master secret.
+
+With --node, it checks a node that belongs to no cluster yet (port %d),
+before you trust it with 'orrery init'. It also prints the instance (VM
+name and ID) the platform certified in the attestation key's certificate:
+the ID is what 'orrery control-plane approve' takes.`, nodepb.Port, initpb.Port),
+		Example: `  orrery verify                       # every node of the cluster
+  orrery verify cp-0 worker-0 -o json
+  orrery verify --measurements old/measurements.json --measurements build/image/measurements.json
+  orrery verify --node 10.42.1.100 --measurements build/image/measurements.json \
     --platform-ca orrery-mini/platform-ca.crt`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runVerify(cmd.Context(), cmd, o)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.node != "" {
+				if len(args) > 0 {
+					return errors.New("name nodes either with --node (a node before init) or as arguments (running nodes), not both")
+				}
+				return runVerifyNew(cmd.Context(), cmd, o)
+			}
+			return runVerifyCluster(cmd, o, args)
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.node, "node", "", fmt.Sprintf("node address, HOST or HOST:PORT (port defaults to %d)", initpb.Port))
-	f.StringVar(&o.measurementsPath, "measurements", "", "expected measurements, JSON or YAML")
-	addHardwareFlags(f, &o.hardware)
-	f.StringVar(&o.platformCAPath, "platform-ca", "", "PEM certificate of the CA that certifies the nodes' attestation keys")
-	f.BoolVar(&o.trustAnyAK, "insecure-trust-any-ak", false, "accept any attestation key (development only: a software TPM can then impersonate a node)")
-	f.DurationVar(&o.timeout, "timeout", time.Minute, "how long to wait for the node")
-	_ = c.MarkFlagRequired("node")
-	_ = c.MarkFlagRequired("measurements")
+	f.StringVar(&o.node, "node", "", fmt.Sprintf("a node that belongs to no cluster yet, HOST or HOST:PORT (port defaults to %d)", initpb.Port))
+	addOutputFlag(c, &o.output)
+	addClusterFlags(f, &o.cluster, time.Minute)
 	return c
 }
 
-func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
-	m, err := loadPolicy(o.measurementsPath, o.hardware)
+// runVerifyNew checks a node before init, on the bootstrapper's port.
+func runVerifyNew(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
+	images, err := o.cluster.images()
 	if err != nil {
-		return fmt.Errorf("load measurements: %w", err)
+		return err
 	}
-	var cas []*x509.Certificate
-	switch {
-	case o.platformCAPath != "":
-		ca, err := platformca.LoadCert(o.platformCAPath)
-		if err != nil {
-			return err
-		}
-		cas = append(cas, ca)
-	case !o.trustAnyAK:
-		return errors.New("no --platform-ca given: pass the platform CA certificate (for 'orrery mini': orrery-mini/platform-ca.crt), or --insecure-trust-any-ak for development")
+	if len(images) != 1 {
+		return errors.New("--node checks a node against one image: pass --measurements once")
+	}
+	cas, err := o.cluster.platformCAs()
+	if err != nil {
+		return err
 	}
 	addr := dialer.Address(o.node, initpb.Port)
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.cluster.timeout)
 	defer cancel()
 	res, err := owner.Verify(ctx, owner.VerifyConfig{
-		Node: addr, Measurements: m, PlatformCAs: cas, Collateral: o.hardware.collateral(), TrustAnyAK: o.trustAnyAK,
-		Logger: logger(cmd),
+		Node: addr, Measurements: images[0].Policy, PlatformCAs: cas, Collateral: o.cluster.hardware.collateral(),
+		TrustAnyAK: o.cluster.trustAnyAK, Logger: logger(cmd),
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "OK: %s attested as %s; its PCRs match %s\n", addr, res.Variant, o.measurementsPath)
+	fmt.Fprintf(cmd.OutOrStdout(), "OK: %s attested as %s; its PCRs match %s\n", addr, res.Variant, images[0].Name)
 	// What an owner needs to approve the VM as a control plane
 	// ('orrery control-plane approve'): only a certified instance, read
 	// from an AK certificate that chained to the platform CA.
@@ -92,6 +101,93 @@ func runVerify(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
 	}
 	writeHardware(cmd.OutOrStdout(), res.Hardware)
 	return nil
+}
+
+// nodeVerdict is what verify found of one running node.
+type nodeVerdict struct {
+	Name        string              `json:"name"`
+	Address     string              `json:"address"`
+	OK          bool                `json:"ok"`
+	Error       string              `json:"error,omitempty"`
+	Image       string              `json:"image,omitempty"`
+	OS          string              `json:"os,omitempty"`
+	ClusterID   string              `json:"clusterID,omitempty"`
+	Attestation string              `json:"attestation,omitempty"`
+	Instance    string              `json:"instance,omitempty"`
+	InstanceID  string              `json:"instanceID,omitempty"`
+	Hardware    []attestation.Field `json:"hardware,omitempty"`
+}
+
+func runVerifyCluster(cmd *cobra.Command, o verifyOptions, names []string) error {
+	if err := checkOutput(o.output); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	own, err := o.cluster.owner(cmd)
+	if err != nil {
+		return err
+	}
+	ts, err := o.cluster.targets(ctx, cmd.ErrOrStderr(), names)
+	if err != nil {
+		return err
+	}
+	if len(ts) == 0 {
+		return errors.New("the cluster lists no node: name the nodes by address")
+	}
+	var verdicts []nodeVerdict
+	refused := 0
+	for _, t := range ts {
+		v := verifyNode(ctx, o.cluster, own, t)
+		if !v.OK {
+			refused++
+		}
+		verdicts = append(verdicts, v)
+		if o.output == "text" {
+			writeVerdict(cmd.OutOrStdout(), v)
+		}
+	}
+	if o.output != "text" {
+		if err := writeData(cmd.OutOrStdout(), o.output, verdicts); err != nil {
+			return err
+		}
+	}
+	if refused > 0 {
+		return fmt.Errorf("%d of %d nodes did not pass", refused, len(ts))
+	}
+	return nil
+}
+
+func verifyNode(ctx context.Context, o clusterOptions, own inspect.Owner, t target) nodeVerdict {
+	v := nodeVerdict{Name: t.label(), Address: t.Addr}
+	n, err := o.dialNode(ctx, own, t)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	defer n.Close()
+	v.OK, v.Image, v.OS, v.Attestation = true, n.Image, n.Status.GetImage(), n.Variant.String()
+	v.ClusterID = hex.EncodeToString(own.ClusterID)
+	v.Instance, v.InstanceID, v.Hardware = n.Instance.Name, n.Instance.ID, n.Hardware
+	if t.Name == "" && n.Status.GetNodeName() != "" {
+		v.Name = n.Status.GetNodeName() // named by address: the node's own word, for display only
+	}
+	return v
+}
+
+func writeVerdict(w io.Writer, v nodeVerdict) {
+	if !v.OK {
+		fmt.Fprintf(w, "%s (%s): REFUSED: %s\n", v.Name, v.Address, v.Error)
+		return
+	}
+	fmt.Fprintf(w, "%s (%s): OK\n", v.Name, v.Address)
+	fmt.Fprintf(w, "  image:        %s (%s)\n", v.Image, v.OS)
+	fmt.Fprintf(w, "  cluster ID:   %s (PCR 15)\n", v.ClusterID)
+	fmt.Fprintf(w, "  attestation:  %s", v.Attestation)
+	if v.Instance != "" {
+		fmt.Fprintf(w, ", instance %q (ID %s)", v.Instance, v.InstanceID)
+	}
+	fmt.Fprintln(w)
+	writeHardware(w, v.Hardware)
 }
 
 // writeHardware prints a verified hardware report's fields, aligned.

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/buildinfo"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
@@ -49,8 +50,8 @@ and the Kubernetes versions the node image it belongs to supports.`,
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				return writeJSON(cmd.OutOrStdout(), r)
+			if output != "text" {
+				return writeData(cmd.OutOrStdout(), output, r)
 			}
 			return r.writeText(cmd.OutOrStdout())
 		},
@@ -85,19 +86,30 @@ func (r versionReport) writeText(w io.Writer) error {
 	return tw.Flush()
 }
 
-// addOutputFlag adds -o/--output: text for people, json for scripts.
+// addOutputFlag adds -o/--output: text for people, json or yaml for
+// scripts.
 func addOutputFlag(c *cobra.Command, output *string) {
-	c.Flags().StringVarP(output, "output", "o", "text", "output format: text or json")
+	c.Flags().StringVarP(output, "output", "o", "text", "output format: text, json or yaml")
 }
 
 func checkOutput(output string) error {
-	if output != "text" && output != "json" {
-		return fmt.Errorf("--output %q: use text or json", output)
+	if output != "text" && output != "json" && output != "yaml" {
+		return fmt.Errorf("--output %q: use text, json or yaml", output)
 	}
 	return nil
 }
 
-func writeJSON(w io.Writer, v any) error {
+// writeData writes v as JSON or, for output "yaml", as YAML with the same
+// field names.
+func writeData(w io.Writer, output string, v any) error {
+	if output == "yaml" {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)

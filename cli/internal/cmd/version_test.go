@@ -35,8 +35,12 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("JSON report %+v", r)
 	}
 
+	out.Reset()
+	if code := Execute(context.Background(), []string{"version", "-o", "yaml"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "version: 0.9.1") {
+		t.Fatalf("-o yaml: exit %d, %q\n%s", code, errOut.String(), out.String())
+	}
 	errOut.Reset()
-	if code := Execute(context.Background(), []string{"version", "-o", "yaml"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "use text or json") {
-		t.Fatalf("-o yaml: exit %d, %q", code, errOut.String())
+	if code := Execute(context.Background(), []string{"version", "-o", "xml"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "use text, json or yaml") {
+		t.Fatalf("-o xml: exit %d, %q", code, errOut.String())
 	}
 }

@@ -24,6 +24,9 @@ const (
 	KubeconfigFile   = "orrery-admin.conf"
 	JournalFile      = "orrery-init-failure.log"
 	KubeadmLogFile   = "orrery-init-kubeadm.log"
+	// UpgradeLogFile keeps the output of the last 'orrery upgrade apply',
+	// for a support bundle.
+	UpgradeLogFile = "orrery-upgrade.log"
 )
 
 // State is what the owner keeps about a cluster besides its secrets.

@@ -1,0 +1,287 @@
+package cmd
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
+	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/owner/dialer"
+	"github.com/orrery-dev/orrery/internal/owner/inspect"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
+	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+)
+
+// clusterOptions are the flags of the commands that read running nodes:
+// what proves the owner to a node, what a node must prove, and where the
+// nodes are.
+type clusterOptions struct {
+	masterSecretPath string
+	kubeconfig       string
+	measurements     []string
+	hardware         hardwareOptions
+	platformCAPath   string
+	miniDir          string
+	trustAnyAK       bool
+	timeout          time.Duration
+}
+
+func addClusterFlags(f *pflag.FlagSet, o *clusterOptions, timeout time.Duration) {
+	f.StringVar(&o.masterSecretPath, "master-secret", workspace.MasterSecretFile, "the cluster's master secret, as 'orrery init' wrote it (the state file beside it is read too): the owner's access key is derived from it")
+	f.StringVar(&o.kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig, to find nodes by name (without an API server, name nodes by address)")
+	f.StringSliceVar(&o.measurements, "measurements", nil, "measurements of an image the nodes may run (repeatable: during an upgrade, both images'); default: build/image/measurements.json, or measurements-sev-snp.json beside it for an 'orrery mini up --sev-snp' cloud")
+	addHardwareFlags(f, &o.hardware)
+	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
+	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini': supplies the default --platform-ca and --snp-test-root, and the nodes' addresses when the API server does not answer")
+	f.BoolVar(&o.trustAnyAK, "insecure-trust-any-ak", false, "accept any attestation key (development only: a software TPM can then impersonate a node)")
+	f.DurationVar(&o.timeout, "timeout", timeout, "how long to wait for each node")
+}
+
+// owner reads what the owner holds: the access key and cluster ID from the
+// master secret and the state file, the accepted images, the platform CA.
+func (o clusterOptions) owner(cmd *cobra.Command) (inspect.Owner, error) {
+	ms, err := keys.ReadMasterSecretFile(o.masterSecretPath)
+	if err != nil {
+		return inspect.Owner{}, fmt.Errorf("read the master secret (pass --master-secret: 'orrery init' wrote %s): %w", workspace.MasterSecretFile, err)
+	}
+	st, err := workspace.Dir(filepath.Dir(o.masterSecretPath)).ReadState()
+	if err != nil {
+		return inspect.Owner{}, fmt.Errorf("read %s beside the master secret: %w", workspace.StateFile, err)
+	}
+	key, err := ms.OwnerAccessKey()
+	if err != nil {
+		return inspect.Owner{}, err
+	}
+	msec, err := ms.MeasurementSecret()
+	if err != nil {
+		return inspect.Owner{}, err
+	}
+	clusterID, err := keys.ClusterID(msec, st.MeasurementSalt)
+	if err != nil {
+		return inspect.Owner{}, err
+	}
+	images, err := o.images()
+	if err != nil {
+		return inspect.Owner{}, err
+	}
+	cas, err := o.platformCAs()
+	if err != nil {
+		return inspect.Owner{}, err
+	}
+	return inspect.Owner{
+		Key: key, ClusterID: clusterID, Images: images, PlatformCAs: cas,
+		Collateral: o.hardware.collateral(), TrustAnyAK: o.trustAnyAK, Logger: logger(cmd),
+	}, nil
+}
+
+// images reads the measurements files the owner named, or the image 'make
+// image' built (its SEV-SNP measurements for a cloud of 'orrery mini up
+// --sev-snp', whose test root is then taken too).
+func (o clusterOptions) images() ([]inspect.Image, error) {
+	hw := o.hardware
+	testRoot := filepath.Join(o.miniDir, snpTestRootFile)
+	_, statErr := os.Stat(testRoot)
+	paths := o.measurements
+	if len(paths) == 0 {
+		paths = []string{"build/image/measurements.json"}
+		if statErr == nil {
+			paths = []string{"build/image/measurements-sev-snp.json"}
+		}
+	}
+	if hw.snpTestRoot == "" && statErr == nil {
+		hw.snpTestRoot = testRoot
+	}
+	var images []inspect.Image
+	for _, p := range paths {
+		pol, err := loadPolicy(p, hw)
+		if err != nil {
+			return nil, fmt.Errorf("load measurements: %w", err)
+		}
+		images = append(images, inspect.Image{Name: p, Policy: pol})
+	}
+	return images, nil
+}
+
+// platformCAs is the CA the owner named, or 'orrery mini''s; none with
+// --insecure-trust-any-ak.
+func (o clusterOptions) platformCAs() ([]*x509.Certificate, error) {
+	if o.trustAnyAK {
+		return nil, nil
+	}
+	ca, err := o.platformCA()
+	if err != nil {
+		return nil, err
+	}
+	return []*x509.Certificate{ca}, nil
+}
+
+func (o clusterOptions) platformCA() (*x509.Certificate, error) {
+	path := o.platformCAPath
+	if path == "" {
+		if _, err := cloud.ReadState(o.miniDir); errors.Is(err, fs.ErrNotExist) {
+			return nil, errors.New("no --platform-ca given and no 'orrery mini' state in " + o.miniDir + ": pass the platform CA certificate with --platform-ca, or --insecure-trust-any-ak for development")
+		}
+		path = filepath.Join(o.miniDir, cloud.PlatformCACert)
+	}
+	return platformca.LoadCert(path)
+}
+
+// target is a node to reach: its name if known, and the node service's
+// address.
+type target struct {
+	Name string `json:"name,omitempty"`
+	Addr string `json:"address"`
+}
+
+// label names t in messages.
+func (t target) label() string {
+	if t.Name != "" {
+		return t.Name
+	}
+	return t.Addr
+}
+
+// targets resolves the nodes the owner named: an address stands for
+// itself; a name is looked up among the cluster's nodes. No names means
+// every node. The cluster's nodes come from the API server, or, when it
+// does not answer, from 'orrery mini''s state, which the command says on
+// stderr.
+func (o clusterOptions) targets(ctx context.Context, stderr io.Writer, names []string) ([]target, error) {
+	var out, known []target
+	var listErr error
+	listed := false
+	list := func() {
+		if !listed {
+			known, listErr = o.clusterNodes(ctx, stderr)
+			listed = true
+		}
+	}
+	if len(names) == 0 {
+		list()
+		if listErr != nil {
+			return nil, listErr
+		}
+		return known, nil
+	}
+	for _, n := range names {
+		if addr, ok := asAddress(n); ok {
+			out = append(out, target{Addr: addr})
+			continue
+		}
+		list()
+		if listErr != nil {
+			return nil, fmt.Errorf("find node %q: %w", n, listErr)
+		}
+		i := slices.IndexFunc(known, func(t target) bool { return t.Name == n })
+		if i < 0 {
+			return nil, fmt.Errorf("the cluster has no node %q; it has %s", n, nodeNames(known))
+		}
+		out = append(out, known[i])
+	}
+	return out, nil
+}
+
+func nodeNames(ts []target) string {
+	var n []string
+	for _, t := range ts {
+		n = append(n, t.Name)
+	}
+	if len(n) == 0 {
+		return "none"
+	}
+	return strings.Join(n, ", ")
+}
+
+// asAddress reads an IP address, or HOST:PORT, as the node service's
+// address.
+func asAddress(s string) (string, bool) {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return dialer.Address(s, nodepb.Port), true
+	}
+	if _, _, err := net.SplitHostPort(s); err == nil {
+		return s, true
+	}
+	return "", false
+}
+
+// apiServerWait is how long the API server may take to list the nodes
+// before the command falls back: an owner who inspects a broken cluster
+// should not wait for client-go's retries.
+const apiServerWait = 10 * time.Second
+
+func (o clusterOptions) clusterNodes(ctx context.Context, stderr io.Writer) ([]target, error) {
+	ts, apiErr := o.apiServerNodes(ctx)
+	if apiErr == nil {
+		return ts, nil
+	}
+	st, err := cloud.ReadState(o.miniDir)
+	if err != nil {
+		return nil, fmt.Errorf("the API server did not list the nodes (%v), and there is no 'orrery mini' state in %s: name the nodes by address", apiErr, o.miniDir)
+	}
+	fmt.Fprintf(stderr, "The API server did not list the nodes (%v); using the nodes of 'orrery mini' in %s.\n", apiErr, o.miniDir)
+	for _, n := range st.Nodes {
+		if !n.Spare {
+			ts = append(ts, target{Name: n.Name, Addr: dialer.Address(n.IP.String(), nodepb.Port)})
+		}
+	}
+	return ts, nil
+}
+
+func (o clusterOptions) apiServerNodes(ctx context.Context) ([]target, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", o.kubeconfig, err)
+	}
+	rc.Timeout = apiServerWait
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, apiServerWait)
+	defer cancel()
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var ts []target
+	for _, n := range list.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ts = append(ts, target{Name: n.Name, Addr: dialer.Address(a.Address, nodepb.Port)})
+				break
+			}
+		}
+	}
+	slices.SortFunc(ts, func(a, b target) int { return strings.Compare(a.Name, b.Name) })
+	return ts, nil
+}
+
+// dialNode reaches one node, verified, within the command's timeout.
+func (o clusterOptions) dialNode(ctx context.Context, owner inspect.Owner, t target) (*inspect.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	n, err := owner.Dial(ctx, t.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.label(), err)
+	}
+	return n, nil
+}

@@ -1,0 +1,211 @@
+package cmd
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/atls/atlstest"
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/nodeservice"
+	"github.com/orrery-dev/orrery/internal/nodeservice/journaltest"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
+	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+)
+
+// A secret a pod's or tool's log line could carry, which must not leave
+// the node.
+const leakedToken = "abcdef.0123456789abcdef"
+
+type oneUnit struct{}
+
+func (oneUnit) Units(context.Context, string) ([]*nodepb.Unit, error) {
+	return []*nodepb.Unit{{Name: "kubelet.service", LoadState: "loaded", ActiveState: "inactive", SubState: "dead", Description: "kubelet"}}, nil
+}
+
+// runningNode is a node of the owner's cluster: a swtpm node locked to the
+// cluster of the workspace in dir, serving the node service with a real
+// journal. It returns the node's address and the args that name the
+// owner's files.
+func runningNode(t *testing.T, dir string) (string, []string) {
+	t.Helper()
+	ms, err := keys.GenerateMasterSecret(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretPath := filepath.Join(dir, workspace.MasterSecretFile)
+	if err := keys.WriteMasterSecretFile(secretPath, ms); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := workspace.Dir(dir).StateOrCreate("cp-0", "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msec, _ := ms.MeasurementSecret()
+	clusterID, _ := keys.ClusterID(msec, st.MeasurementSalt)
+	n := qemutest.NewNode(t).Boot(t, "image-1", "image-1").Lock(t, string(clusterID))
+
+	journal := t.TempDir()
+	now := time.Now()
+	boot := "3798e9c5525f4d6eb22a3dc5cebfef1f"
+	journaltest.Write(t, journal, []journaltest.Entry{
+		{Time: now.Add(-time.Minute), BootID: boot, Message: "Linux version 6.1", Fields: map[string]string{"_TRANSPORT": "kernel", "SYSLOG_IDENTIFIER": "kernel"}},
+		{Time: now.Add(-30 * time.Second), BootID: boot, Message: "kubeadm join --token " + leakedToken, Fields: map[string]string{"_SYSTEMD_UNIT": "bootstrapperd.service", "SYSLOG_IDENTIFIER": "bootstrapperd"}},
+		{Time: now.Add(-10 * time.Second), BootID: boot, Message: "kubelet stopped", Fields: map[string]string{"_SYSTEMD_UNIT": "kubelet.service", "SYSLOG_IDENTIFIER": "kubelet", "_PID": "42"}},
+	})
+	access, _ := ms.OwnerAccessKey()
+	owner := func() (ed25519.PublicKey, error) { return access.Public().(ed25519.PublicKey), nil }
+	svc, err := nodeservice.New(nodeservice.Config{
+		Owner: owner, Journal: nodeservice.Journalctl{Dir: journal}, Units: oneUnit{},
+		Status: nodeservice.Host{Stage: "system", ClusterID: func() ([]byte, error) { return clusterID, nil }}.Status,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := atlstest.Serve(t, atls.Config{Issuer: n.Issuer, AuthorizeClient: owneraccess.Authorize(owner)},
+		func(s *grpc.Server) { nodepb.RegisterNodeServiceServer(s, svc) })
+
+	m := measurements.M{}
+	for pcr, v := range qemutest.NewNode(t).Boot(t, "image-1", "image-1").PCRs(t) {
+		if pcr == 4 || pcr == 9 || pcr == 11 || pcr == 15 {
+			m[pcr] = measurements.Measurement{Expected: v}
+		}
+	}
+	raw, _ := m.MarshalJSON()
+	mpath := filepath.Join(dir, "measurements.json")
+	if err := os.WriteFile(mpath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return addr, []string{"--master-secret", secretPath, "--measurements", mpath, "--platform-ca", n.CAFile(t),
+		"--kubeconfig", filepath.Join(dir, "none.conf"), "--mini-dir", filepath.Join(dir, "no-mini"), "--timeout", "30s"}
+}
+
+func TestInspectARunningNode(t *testing.T) {
+	dir := t.TempDir()
+	addr, owner := runningNode(t, dir)
+	cmd := func(args ...string) (string, string, int) { return run(t, "", append(args, owner...)...) }
+
+	out, errOut, code := cmd("verify", addr)
+	if code != 0 || !strings.Contains(out, addr+"): OK") || !strings.Contains(out, "image:        "+filepath.Join(dir, "measurements.json")) || !strings.Contains(out, "cluster ID:") {
+		t.Fatalf("verify: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = cmd("logs", addr, "kubelet")
+	if code != 0 || !strings.Contains(out, "kubelet[42]: kubelet stopped") || strings.Contains(out, "bootstrapperd") {
+		t.Fatalf("logs kubelet: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, _ = cmd("logs", addr)
+	if strings.Contains(out, leakedToken) || !strings.Contains(out, "--token "+nodeservice.Redacted) {
+		t.Errorf("logs served a bootstrap token:\n%s", out)
+	}
+	out, errOut, code = cmd("dmesg", addr, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"message":"Linux version 6.1"`) {
+		t.Fatalf("dmesg: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = cmd("services", addr, "-o", "yaml")
+	if code != 0 || !strings.Contains(out, "name: kubelet.service") || !strings.Contains(out, "active: inactive") {
+		t.Fatalf("services: exit %d\n%s%s", code, out, errOut)
+	}
+
+	bundle := filepath.Join(dir, "support.tar.gz")
+	out, errOut, code = cmd("support", addr, "-o", bundle)
+	if code != 0 || !strings.Contains(out, "Wrote "+bundle) {
+		t.Fatalf("support: exit %d\n%s%s", code, out, errOut)
+	}
+	files := untarFiles(t, bundle)
+	nodeDir := "nodes/" + strings.ReplaceAll(addr, ":", "_") + "/"
+	if !strings.Contains(files[nodeDir+"journal.log"], "kubelet stopped") || !strings.Contains(files[nodeDir+"kernel.log"], "Linux version") {
+		t.Errorf("the bundle lacks the node's journal or kernel log; it has %v", keysOf(files))
+	}
+	if !strings.Contains(files["cluster/ERROR.txt"], "API server") {
+		t.Errorf("the bundle does not say why the cluster's state is missing: %v", keysOf(files))
+	}
+	ms, _ := keys.ReadMasterSecretFile(filepath.Join(dir, workspace.MasterSecretFile))
+	for name, content := range files {
+		for _, secret := range []string{leakedToken, string(ms.Key), hex.EncodeToString(ms.Key)} {
+			if strings.Contains(content, secret) {
+				t.Errorf("bundle file %s holds a secret", name)
+			}
+		}
+	}
+}
+
+func TestInspectRefusesWhatIsNotTheOwners(t *testing.T) {
+	dir := t.TempDir()
+	addr, owner := runningNode(t, dir)
+
+	// Another cluster's owner: another master secret, so another access
+	// key. The node refuses before it quotes.
+	_, otherOwner := runningNode(t, t.TempDir())
+	_, errOut, code := run(t, "", append([]string{"logs", addr}, otherOwner...)...)
+	if code == 0 || !strings.Contains(errOut, "refused this client") || !strings.Contains(errOut, "answers only its owner") {
+		t.Errorf("logs as another cluster's owner: exit %d, %s", code, errOut)
+	}
+
+	// The owner's key but another cluster ID (a state file from another
+	// cluster): the node answers, and the owner's side refuses its lock.
+	st, _ := workspace.Dir(dir).ReadState()
+	st.MeasurementSalt = bytes.Repeat([]byte{1}, 32)
+	if err := workspace.Dir(dir).WriteState(st); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, "", append([]string{"verify", addr}, owner...)...)
+	if code == 0 || !strings.Contains(out, "REFUSED") || !strings.Contains(out, "not locked to this cluster (PCR 15 differs)") {
+		t.Errorf("verify of a node locked to another cluster: exit %d\n%s%s", code, out, errOut)
+	}
+
+	_, errOut, code = run(t, "", append([]string{"logs", "no-such-node"}, owner...)...)
+	if code == 0 || !strings.Contains(errOut, "name the nodes by address") {
+		t.Errorf("a name without an API server or mini: exit %d, %s", code, errOut)
+	}
+}
+
+func untarFiles(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	files := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		io.Copy(&b, tr)
+		files[h.Name] = b.String()
+	}
+}
+
+func keysOf(m map[string]string) []string {
+	var k []string
+	for n := range m {
+		k = append(k, n)
+	}
+	return k
+}

@@ -495,6 +495,7 @@ spec:
 	p.doing("the credentials on a worker may not reach the master secret")
 	auditWorkerCredentials(t, k)
 	p.done("the credentials on a worker may not reach the master secret")
+	inspectRunningNodes(t, ctx, k, dir, out, img, orr, p)
 	if *smoke {
 		// Two host cores run two TCG VMs well, not three: the worker
 		// makes room for the modified image's node.

@@ -121,7 +121,7 @@ func (o clusterOptions) images() ([]inspect.Image, error) {
 	return images, nil
 }
 
-// platformCAs is the CA the owner named, or 'orrery mini''s; none with
+// platformCAs is the CA the owner named, or 'orrery mini”s; none with
 // --insecure-trust-any-ak.
 func (o clusterOptions) platformCAs() ([]*x509.Certificate, error) {
 	if o.trustAnyAK {
@@ -163,7 +163,7 @@ func (t target) label() string {
 // targets resolves the nodes the owner named: an address stands for
 // itself; a name is looked up among the cluster's nodes. No names means
 // every node. The cluster's nodes come from the API server, or, when it
-// does not answer, from 'orrery mini''s state, which the command says on
+// does not answer, from 'orrery mini”s state, which the command says on
 // stderr.
 func (o clusterOptions) targets(ctx context.Context, stderr io.Writer, names []string) ([]target, error) {
 	var out, known []target

@@ -36,8 +36,14 @@ func Write(path string, key ed25519.PublicKey) error {
 	if len(key) != ed25519.PublicKeySize {
 		return fmt.Errorf("owner access key has %d bytes, want %d", len(key), ed25519.PublicKeySize)
 	}
-	// atomicfile would make a missing directory root's alone.
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// atomicfile would make a missing directory root's alone, and a
+	// writer's umask (bootstrapperd's is 0077) would too: the mode is set,
+	// not asked for.
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: pemType, Bytes: key}), 0o644)

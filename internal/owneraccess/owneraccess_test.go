@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -18,6 +19,8 @@ func TestOwnerKeyFile(t *testing.T) {
 	if err := authorize(pub); err == nil || !strings.Contains(err.Error(), "does not know its owner yet") {
 		t.Fatalf("before the node knows its owner: %v", err)
 	}
+	// bootstrapperd writes it under UMask=0077.
+	defer syscall.Umask(syscall.Umask(0o077))
 	if err := Write(path, pub); err != nil {
 		t.Fatal(err)
 	}

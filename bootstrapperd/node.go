@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
 	"github.com/orrery-dev/orrery/internal/versions"
@@ -44,7 +46,7 @@ func (b *bootstrapper) initServer(bootstrapped func()) initpb.InitServiceServer 
 		},
 		Journal:      failureReport,
 		ResultPath:   b.paths.initResultPath(),
-		OwnerKeyPath: b.paths.ownerKey,
+		RecordOwner:  b.recordOwner,
 		Bootstrapped: bootstrapped,
 		Status:       func(s string) { b.notify("STATUS=" + s) },
 		Logger:       b.log,
@@ -124,7 +126,7 @@ func (b *bootstrapper) joinConfig() joinclient.Config {
 		Disk:          b.disk,
 		Joiner:        &joiner{tool: b.tool},
 		StateDir:      b.paths.stateDir,
-		OwnerKeyPath:  b.paths.ownerKey,
+		RecordOwner:   b.recordOwner,
 		KubeletPKIDir: b.paths.kubeletPKIDir,
 		PKIDir:        b.paths.pkiDir,
 		Logger:        b.log,
@@ -240,4 +242,13 @@ func failureReport(ctx context.Context) ([]byte, error) {
 	err := cmd.Run()
 	report := failurelog.Journal(journal.Bytes(), failurelog.DefaultLimits)
 	return append(report, failurelog.ContainerLogs("/var/log/pods", failurelog.DefaultLimits)...), err
+}
+
+// recordOwner keeps the owner's access key where the node service reads
+// it, and in the state disk's header for the initrd of later boots.
+func (b *bootstrapper) recordOwner(ctx context.Context, key ed25519.PublicKey) error {
+	if err := owneraccess.Write(b.paths.ownerKey, key); err != nil {
+		return fmt.Errorf("record the owner's access key: %w", err)
+	}
+	return b.disk.RecordOwner(ctx, key)
 }

@@ -119,6 +119,7 @@ func (rekeyedDisk) TestKey(context.Context, string, string) (bool, error) { retu
 func (rekeyedDisk) SetLabel(context.Context, string, string) error {
 	return errors.New("not in this test")
 }
+func (rekeyedDisk) SetSubsystem(context.Context, string, string) error { return nil }
 
 func initRequest() *initpb.InitRequest {
 	return &initpb.InitRequest{

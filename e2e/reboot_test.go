@@ -146,6 +146,22 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	waitConsoleMore(t, ctx, cp, "serving recovery on port", before, patience(5*time.Minute))
 	p.done("cp-0 hard reset: waits for recovery")
 
+	// While it waits, the owner reads its initrd's log from the node (by
+	// name: with the API server down, 'orrery mini''s state names it),
+	// and verify says it is not locked yet.
+	owner := append([]string{"--master-secret", filepath.Join(out, "orrery-master-secret.json"), "--mini-dir", dir,
+		"--kubeconfig", filepath.Join(out, "orrery-admin.conf")}, ownerChecks(img, dir)...)
+	s, err := inNS(ctx, append([]string{orr, "logs", cp.Name, "-n", "50"}, owner...)...)
+	t.Logf("orrery logs %s (in its initrd):\n%s", cp.Name, lastLines(string(s), 4))
+	if err != nil || !strings.Contains(string(s), "serving recovery on port") {
+		t.Errorf("the owner could not read %s's initrd log: %v\n%s", cp.Name, err, s)
+	}
+	s, err = inNS(ctx, append([]string{orr, "verify", cp.IP.String()}, owner...)...)
+	if err == nil || !strings.Contains(string(s), "locked to no cluster yet") {
+		t.Errorf("orrery verify of a node in its initrd: %v\n%s", err, s)
+	}
+	p.done("the owner reads cp-0's initrd log while it waits")
+
 	wrong := filepath.Join(dir, "wrong-master-secret.json")
 	ms, err := keys.GenerateMasterSecret(rand.Reader)
 	if err != nil {

@@ -104,7 +104,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	svc, err := nodeservice.New(nodeservice.Config{
 		Owner:   owner,
 		Journal: nodeservice.Journalctl{},
-		Units:   nodeservice.Systemd{},
+		Units:   systemdUnits{},
 		Status:  nodeservice.Host{Stage: "system", ClusterID: lock.Cluster}.Status,
 		Log:     log,
 	})

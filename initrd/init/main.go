@@ -264,11 +264,18 @@ func fail(c *console, err error, action cmdline.OnFailure) {
 }
 
 // console writes the initrd's log lines to the console (PID 1's stdout),
-// each with the time since /init started.
-type console struct{ start time.Time }
+// each with the time since /init started, and keeps them for the owner's
+// node service.
+type console struct {
+	start time.Time
+	kept  lineLog
+}
 
 func (c *console) log(step, format string, args ...any) {
-	fmt.Fprintf(os.Stdout, "orrery-init: %s: %s [+%.3fs]\n", step, fmt.Sprintf(format, args...), time.Since(c.start).Seconds())
+	now := time.Now()
+	text := step + ": " + fmt.Sprintf(format, args...)
+	c.kept.add(now, text)
+	fmt.Fprintf(os.Stdout, "orrery-init: %s [+%.3fs]\n", text, now.Sub(c.start).Seconds())
 }
 
 // clockReport says what clockcheck.Check found and did. A clock that could

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +31,9 @@ import (
 	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
+	"github.com/orrery-dev/orrery/internal/nodeservice"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
+	"github.com/orrery-dev/orrery/internal/proto/nodepb"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
 	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
@@ -66,6 +71,7 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 		return fmt.Errorf("read the state disk's LUKS UUID: %w", err)
 	}
 	c.log("state", "state disk %s is initialised (LUKS UUID %s); getting its key from the cluster", dev, uuid)
+	owner := headerOwner(ctx, c, tool, dev)
 	lease := networkUp(ctx, c)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -86,7 +92,7 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 	rejoin := &unlock.Rejoiner{Metadata: meta, JoinService: joins, DiskUUID: uuid, Unlocker: u, Say: say}
 	rejoined := make(chan error, 1)
 	go func() { rejoined <- rejoin.Run(ctx) }()
-	stopRecovery := serveRecovery(ctx, c, meta, issuer, uuid, u)
+	stopRecovery := serveWhileWaiting(ctx, c, meta, issuer, uuid, u, owner)
 
 	err = awaitKey(u.Opened(), rejoined)
 	stopRecovery()
@@ -235,35 +241,69 @@ func detectPlatform(ctx context.Context, c *console, meta *metadata.Client) (nod
 	return p, err
 }
 
-// serveRecovery serves RecoverService on a control plane, once the
-// metadata service says this node is one; a worker only rejoins. The
-// returned function stops the server, letting a Recover call in flight
-// answer first.
-func serveRecovery(ctx context.Context, c *console, meta *metadata.Client, issuer *vtpm.Issuer, uuid string, u *unlock.Unlocker) (stop func()) {
+// headerOwner reads the owner's access key from the state disk's LUKS2
+// header, where bootstrapperd recorded it; nil if there is none. The
+// header is the host's to rewrite: the key only decides who may read the
+// initrd's own log and status, which its console shows the host anyway.
+func headerOwner(ctx context.Context, c *console, tool *cryptsetup.Tool, dev string) ed25519.PublicKey {
+	field, err := tool.Subsystem(ctx, dev)
+	if err == nil {
+		var owner ed25519.PublicKey
+		if owner, err = owneraccess.FromHeaderField(field); err == nil {
+			return owner
+		}
+	}
+	c.log("owner", "no owner's access key in the state disk's header (%v): while it waits, the node shows its log to no one but its console", err)
+	return nil
+}
+
+// serveWhileWaiting serves, on port 9001 while the node waits for its
+// disk key, RecoverService on a control plane (once the metadata service
+// says this node is one) and, if the owner is known, the node service
+// with the initrd's status and log. The returned function stops the
+// server, letting a call in flight answer first.
+func serveWhileWaiting(ctx context.Context, c *console, meta *metadata.Client, issuer *vtpm.Issuer, uuid string, u *unlock.Unlocker, owner ed25519.PublicKey) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		self, err := selfWhenKnown(ctx, c, meta)
-		if err != nil || self.Role != role.ControlPlane {
+		recovery := err == nil && self.Role == role.ControlPlane
+		if err != nil || !recovery && owner == nil {
 			return
 		}
+		// The handshake takes any client: recovery's is whoever holds the
+		// master secret, and the node service checks the owner's key on
+		// every call.
 		creds, err := atls.NewCredentials(atls.Config{Issuer: issuer})
 		if err != nil {
 			c.log("recover", "cannot serve recovery: %v", err)
 			return
 		}
-		// The request is two 32-byte fields.
+		// A Recover request is two 32-byte fields, a node service one a
+		// few small ones.
 		srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(1024))
-		recoverpb.RegisterRecoverServiceServer(srv, &unlock.RecoverServer{
-			DiskUUID: uuid, Unlocker: u, Say: func(format string, args ...any) { c.log("recover", format, args...) },
-		})
+		if recovery {
+			recoverpb.RegisterRecoverServiceServer(srv, &unlock.RecoverServer{
+				DiskUUID: uuid, Unlocker: u, Say: func(format string, args ...any) { c.log("recover", format, args...) },
+			})
+		}
+		if owner != nil {
+			if err := registerNodeService(srv, c, owner); err != nil {
+				c.log("owner", "cannot serve the owner: %v", err)
+			}
+		}
 		lis, err := net.Listen("tcp", ":"+strconv.Itoa(recoverpb.Port))
 		if err != nil {
 			c.log("recover", "cannot serve recovery: %v", err)
 			return
 		}
-		c.log("recover", "serving recovery on port %d: if no join service answers (every control plane down), run 'orrery recover --node %s' with the cluster's master secret", recoverpb.Port, self.IP)
+		if recovery {
+			c.log("recover", "serving recovery on port %d: if no join service answers (every control plane down), run 'orrery recover --node %s' with the cluster's master secret", recoverpb.Port, self.IP)
+		}
+		if owner != nil {
+			c.log("owner", "serving this log and the node's status to its owner on port %d ('orrery logs %s')", recoverpb.Port, self.Name)
+		}
 		go func() {
 			<-ctx.Done()
 			stopped := make(chan struct{})
@@ -282,6 +322,30 @@ func serveRecovery(ctx context.Context, c *console, meta *metadata.Client, issue
 		cancel()
 		<-done
 	}
+}
+
+// registerNodeService adds the node service of the initrd: its status
+// and its own log, for the owner alone.
+func registerNodeService(srv *grpc.Server, c *console, owner ed25519.PublicKey) error {
+	svc, err := nodeservice.New(nodeservice.Config{
+		Owner:   func() (ed25519.PublicKey, error) { return owner, nil },
+		Journal: &c.kept,
+		Status:  nodeservice.Host{Stage: "initrd"}.Status,
+		Log:     slog.New(slog.NewTextHandler(logWriter{c}, nil)),
+	})
+	if err != nil {
+		return err
+	}
+	nodepb.RegisterNodeServiceServer(srv, svc)
+	return nil
+}
+
+// logWriter turns the node service's log records into console lines.
+type logWriter struct{ c *console }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.c.log("owner", "%s", strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // selfWhenKnown asks the metadata service who this node is until it

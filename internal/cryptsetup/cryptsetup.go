@@ -346,17 +346,36 @@ func (t *Tool) Label(ctx context.Context, dev string) (string, error) {
 }
 
 // parseLabel reads the "Label:" line of 'cryptsetup luksDump'.
-func parseLabel(dump []byte) (string, error) {
+func parseLabel(dump []byte) (string, error) { return dumpField(dump, "Label:", "(no label)") }
+
+// SetSubsystem sets the LUKS2 subsystem field of dev (at most 47 bytes).
+func (t *Tool) SetSubsystem(ctx context.Context, dev, subsystem string) error {
+	_, err := t.run(ctx, t.cryptsetup(), "config", "--subsystem", subsystem, dev)
+	return err
+}
+
+// Subsystem returns the LUKS2 subsystem field of dev; "" for none.
+func (t *Tool) Subsystem(ctx context.Context, dev string) (string, error) {
+	out, err := t.run(ctx, t.cryptsetup(), "luksDump", dev)
+	if err != nil {
+		return "", err
+	}
+	return dumpField(out, "Subsystem:", "(no subsystem)")
+}
+
+// dumpField reads a line of 'cryptsetup luksDump' that starts with name;
+// none means the field is empty.
+func dumpField(dump []byte, name, none string) (string, error) {
 	for _, line := range strings.Split(string(dump), "\n") {
-		if v, ok := strings.CutPrefix(line, "Label:"); ok {
+		if v, ok := strings.CutPrefix(line, name); ok {
 			v = strings.TrimSpace(v)
-			if v == "(no label)" {
+			if v == none {
 				return "", nil
 			}
 			return v, nil
 		}
 	}
-	return "", errors.New("luksDump shows no label line")
+	return "", fmt.Errorf("luksDump shows no %q line", name)
 }
 
 // AddKey adds a keyslot for the key in newKeyFile, authorised by the key

@@ -271,6 +271,18 @@ func TestCheckHeaderOnFile(t *testing.T) {
 	if _, err := tool.CheckHeader(ctx, rekeyed, encryptedOnly); err != nil {
 		t.Errorf("a re-keyed header refused: %v", err)
 	}
+	// As bootstrapperd records the owner's access key (the binary
+	// header's subsystem field, outside the checked JSON).
+	field := strings.Repeat("A", 43)
+	if err := tool.SetSubsystem(ctx, rekeyed, field); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tool.Subsystem(ctx, rekeyed); err != nil || got != field {
+		t.Errorf("Subsystem = %q, %v; want %q", got, err, field)
+	}
+	if _, err := tool.CheckHeader(ctx, rekeyed, encryptedOnly); err != nil {
+		t.Errorf("a header with a subsystem refused: %v", err)
+	}
 
 	tests := map[string]struct {
 		// before runs cryptsetup on the formatted disk.

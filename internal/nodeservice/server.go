@@ -25,7 +25,7 @@ type JournalReader interface {
 	Read(ctx context.Context, q Query, emit func([]*nodepb.JournalEntry) error) error
 }
 
-// UnitLister lists systemd units (Systemd).
+// UnitLister lists systemd units (orrery-inspectd reads them over D-Bus).
 type UnitLister interface {
 	Units(ctx context.Context, pattern string) ([]*nodepb.Unit, error)
 }

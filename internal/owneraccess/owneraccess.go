@@ -11,6 +11,7 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -60,6 +61,29 @@ func Read(path string) (ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("%s holds no %s block of %d bytes", path, pemType, ed25519.PublicKeySize)
 	}
 	return ed25519.PublicKey(b.Bytes), nil
+}
+
+// HeaderField encodes key for the state disk's LUKS2 header (its subsystem
+// field, 47 bytes at most): unpadded base64url, 43 bytes. The initrd reads
+// it there, before the disk is open. The header is not authenticated:
+// whoever holds the disk could put another key there, and would learn
+// what the initrd serves its owner, the lines its console shows anyway.
+func HeaderField(key ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(key) }
+
+// FromHeaderField decodes a HeaderField.
+func FromHeaderField(s string) (ed25519.PublicKey, error) {
+	k, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(k) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("the state disk's header names no owner access key (subsystem %q)", truncateField(s))
+	}
+	return ed25519.PublicKey(k), nil
+}
+
+func truncateField(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // ErrNotOwner refuses a caller that did not prove the owner's key.

@@ -12,6 +12,22 @@ import (
 	"testing"
 )
 
+func TestHeaderField(t *testing.T) {
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	f := HeaderField(pub)
+	if len(f) > 47 {
+		t.Fatalf("HeaderField has %d bytes; a LUKS2 subsystem holds 47", len(f))
+	}
+	if got, err := FromHeaderField(f); err != nil || !got.Equal(pub) {
+		t.Fatalf("FromHeaderField(HeaderField(k)) = %x, %v", got, err)
+	}
+	for _, bad := range []string{"", "orrery", f[:42], f + "A", strings.Repeat("!", 43)} {
+		if _, err := FromHeaderField(bad); err == nil {
+			t.Errorf("FromHeaderField(%q) accepted", bad)
+		}
+	}
+}
+
 func TestOwnerKeyFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "orrery-owner", "owner.pem")
 	authorize := Authorize(FromFile(path))

@@ -42,7 +42,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/keys"
-	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/statuslimit"
 )
@@ -107,11 +106,11 @@ type Config struct {
 	// can finish that init; empty means init-request.json beside
 	// ResultPath.
 	RequestPath string
-	// OwnerKeyPath receives the public half of the owner's access key
-	// (owneraccess.Write) once the node is locked to the new cluster, so
-	// that the owner can read the node, a failed init's too, with the
-	// node service. Empty writes none (tests of other steps).
-	OwnerKeyPath string
+	// RecordOwner keeps the public half of the owner's access key once
+	// the node is locked to the new cluster, so that the owner can read
+	// the node, a failed init's too, with the node service. Nil keeps
+	// none (tests of other steps).
+	RecordOwner func(ctx context.Context, key ed25519.PublicKey) error
 	// Bootstrapped is called once the node is the first node of a
 	// cluster and the owner has the result: bootstrapperd stops then, so
 	// an owner whose connection dropped must get the result first.
@@ -452,15 +451,15 @@ type initRun struct {
 
 // recordOwner keeps the public half of the owner's access key for the
 // node service.
-func (r *initRun) recordOwner(ms keys.MasterSecret) error {
-	if r.s.cfg.OwnerKeyPath == "" {
+func (r *initRun) recordOwner(ctx context.Context, ms keys.MasterSecret) error {
+	if r.s.cfg.RecordOwner == nil {
 		return nil
 	}
 	k, err := ms.OwnerAccessKey()
 	if err != nil {
 		return err
 	}
-	return owneraccess.Write(r.s.cfg.OwnerKeyPath, k.Public().(ed25519.PublicKey))
+	return r.s.cfg.RecordOwner(ctx, k.Public().(ed25519.PublicKey))
 }
 
 // stepError names the step of an init that failed.
@@ -509,7 +508,7 @@ func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, me
 	if err := diskhandoff.WriteMeasurementSalt(salt, measurementSalt); err != nil {
 		return result{}, &stepError{"record the measurement salt on the state disk", err}
 	}
-	if err := r.recordOwner(ms); err != nil {
+	if err := r.recordOwner(ctx, ms); err != nil {
 		return result{}, &stepError{"record the owner's access key on the state disk", err}
 	}
 	kubeconfig, err := r.kubeadm(ctx, p)

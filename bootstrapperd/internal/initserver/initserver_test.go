@@ -3,6 +3,7 @@ package initserver
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
 	"io"
@@ -134,9 +135,11 @@ func newEnv(t *testing.T, tweaks ...func(*Config)) *env {
 			}
 			return nil
 		},
-		Journal:      func(context.Context) ([]byte, error) { return []byte("journal lines\n"), nil },
-		ResultPath:   e.resultPath,
-		OwnerKeyPath: e.ownerKeyPath,
+		Journal:    func(context.Context) ([]byte, error) { return []byte("journal lines\n"), nil },
+		ResultPath: e.resultPath,
+		RecordOwner: func(_ context.Context, k ed25519.PublicKey) error {
+			return owneraccess.Write(e.ownerKeyPath, k)
+		},
 		Bootstrapped: func() { e.bootstrapped <- struct{}{} },
 		Status: func(s string) {
 			e.statusMu.Lock()

@@ -45,7 +45,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
-	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
@@ -101,10 +100,9 @@ type Config struct {
 	Joiner     Joiner
 	// StateDir keeps what a later rejoin needs (the measurement salt).
 	StateDir string
-	// OwnerKeyPath receives the public half of the owner's access key
-	// from the ticket (owneraccess.Write), for the node service. Empty
-	// writes none.
-	OwnerKeyPath string
+	// RecordOwner keeps the public half of the owner's access key from
+	// the ticket, for the node service. Nil keeps none.
+	RecordOwner func(ctx context.Context, key ed25519.PublicKey) error
 	// KubeletPKIDir receives the node's client certificate from the join
 	// ticket (NodeClientCertFile); its key stays in memory.
 	KubeletPKIDir string
@@ -313,7 +311,7 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	if err := diskhandoff.WriteMeasurementSalt(filepath.Join(cfg.StateDir, diskhandoff.MeasurementSaltName), t.GetMeasurementSalt()); err != nil {
 		return err
 	}
-	if err := recordOwner(cfg, log, t.GetOwnerAccessKey()); err != nil {
+	if err := recordOwner(ctx, cfg, log, t.GetOwnerAccessKey()); err != nil {
 		return err
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: t.GetKubeletCert()})
@@ -340,15 +338,15 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 // recordOwner keeps the owner's access key of the ticket for the node
 // service. A join service older than the key leaves it out: the node
 // joins, and only the owner's inspection of it is refused.
-func recordOwner(cfg Config, log *slog.Logger, key []byte) error {
-	if cfg.OwnerKeyPath == "" {
+func recordOwner(ctx context.Context, cfg Config, log *slog.Logger, key []byte) error {
+	if cfg.RecordOwner == nil {
 		return nil
 	}
 	if len(key) == 0 {
 		log.Warn("the join ticket carries no owner access key (the join service predates it): the node service will refuse everyone until the node joins again", "phase", "owner-key")
 		return nil
 	}
-	if err := owneraccess.Write(cfg.OwnerKeyPath, key); err != nil {
+	if err := cfg.RecordOwner(ctx, key); err != nil {
 		return fmt.Errorf("record the owner's access key: %w", err)
 	}
 	return nil

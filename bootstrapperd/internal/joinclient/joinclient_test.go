@@ -3,6 +3,7 @@ package joinclient
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -254,8 +255,10 @@ func nodeConfig(t *testing.T, self *qemutest.Node, r role.Role, peers []metadata
 		Issuer:   self.Issuer, OpenTPM: self.TPM.Open, PlatformCAs: []*x509.Certificate{self.CA.Cert},
 		Lock: &lock{free: true}, Disk: &disk{}, Joiner: &joiner{},
 		StateDir: filepath.Join(dir, "state"), KubeletPKIDir: filepath.Join(dir, "kubelet"), PKIDir: filepath.Join(dir, "pki"),
-		OwnerKeyPath: filepath.Join(dir, "orrery-owner", "access-key.pem"),
-		Retry:        10 * time.Millisecond,
+		RecordOwner: func(_ context.Context, k ed25519.PublicKey) error {
+			return owneraccess.Write(filepath.Join(dir, "orrery-owner", "access-key.pem"), k)
+		},
+		Retry: 10 * time.Millisecond,
 	}
 }
 
@@ -298,7 +301,7 @@ func TestJoinWorker(t *testing.T) {
 	if salt, _ := os.ReadFile(filepath.Join(cfg.StateDir, "measurement-salt")); !bytes.Equal(salt, bytes.Repeat([]byte{6}, 32)) {
 		t.Fatal("measurement salt not kept for rejoin")
 	}
-	if owner, err := owneraccess.Read(cfg.OwnerKeyPath); err != nil || !bytes.Equal(owner, bytes.Repeat([]byte{8}, 32)) {
+	if owner, err := owneraccess.Read(filepath.Join(filepath.Dir(cfg.StateDir), "orrery-owner", "access-key.pem")); err != nil || !bytes.Equal(owner, bytes.Repeat([]byte{8}, 32)) {
 		t.Fatalf("the ticket's owner access key was not kept for the node service: %x, %v", owner, err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile)); err != nil {

@@ -6,6 +6,7 @@ package statedisk
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/disks"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 )
 
 // ErrWrongVolume means the state disk is not the volume the initrd
@@ -28,6 +30,7 @@ type LUKS interface {
 	RemoveKey(ctx context.Context, dev, keyFile string) error
 	TestKey(ctx context.Context, dev, keyFile string) (bool, error)
 	SetLabel(ctx context.Context, dev, label string) error
+	SetSubsystem(ctx context.Context, dev, subsystem string) error
 }
 
 // Disk is the node's state disk.
@@ -188,6 +191,21 @@ func (d *Disk) Rekey(ctx context.Context, newKey []byte) error {
 	}
 	if err := os.Remove(d.FirstBootKey); err != nil {
 		return fmt.Errorf("delete the first-boot passphrase file: %w", err)
+	}
+	return nil
+}
+
+// RecordOwner writes the owner's access key into the disk's LUKS2 header
+// (owneraccess.HeaderField), where the initrd of a later boot finds it
+// before the disk is open, to answer its owner while it waits for the
+// disk's key.
+func (d *Disk) RecordOwner(ctx context.Context, key ed25519.PublicKey) error {
+	dev, err := d.device()
+	if err != nil {
+		return err
+	}
+	if err := d.LUKS.SetSubsystem(ctx, dev, owneraccess.HeaderField(key)); err != nil {
+		return fmt.Errorf("record the owner's access key in the state disk's header: %w", err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package statedisk
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/owneraccess"
 )
 
 // newDisk formats a real LUKS2 volume on a file, as the initrd does on a
@@ -97,6 +99,15 @@ func TestRekey(t *testing.T) {
 	entries, _ := os.ReadDir(d.TmpDir)
 	if len(entries) != 0 {
 		t.Fatalf("staged key files left in %s: %v", d.TmpDir, entries)
+	}
+	// The initrd of a later boot finds the owner's key in the header.
+	owner := ed25519.PublicKey(bytes.Repeat([]byte{3}, 32))
+	if err := d.RecordOwner(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	field, err := d.LUKS.(*cryptsetup.Tool).Subsystem(ctx, d.Device)
+	if got, ferr := owneraccess.FromHeaderField(field); err != nil || ferr != nil || !got.Equal(owner) {
+		t.Fatalf("owner's key in the header: %q (%v, %v)", field, err, ferr)
 	}
 	// A retry after success is a no-op.
 	if err := d.Rekey(ctx, derived); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/owner"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
@@ -165,6 +166,11 @@ func verifyNode(ctx context.Context, o clusterOptions, own inspect.Owner, t targ
 		return v
 	}
 	defer n.Close()
+	if !n.Locked {
+		v.Error = fmt.Sprintf("it runs the image of %s but is locked to no cluster yet (PCR %d is zero): it waits in its initrd for its disk key (read why with 'orrery logs %s'; a control plane whose cluster is down needs 'orrery recover')",
+			n.Image, nodelock.PCR, t.label())
+		return v
+	}
 	v.OK, v.Image, v.OS, v.Attestation = true, n.Image, n.Status.GetImage(), n.Variant.String()
 	v.ClusterID = hex.EncodeToString(own.ClusterID)
 	v.Instance, v.InstanceID, v.Hardware = n.Instance.Name, n.Instance.ID, n.Hardware

@@ -55,7 +55,11 @@ type Node struct {
 	Addr   string
 	Client nodepb.NodeServiceClient
 	// Image names the Image whose measurements the node matched.
-	Image    string
+	Image string
+	// Locked means PCR 15 holds the owner's cluster ID; otherwise it is
+	// zero: the node waits in its initrd for its disk key, and serves
+	// only its status and the initrd's log.
+	Locked   bool
 	Variant  variant.Variant
 	Instance attestation.Instance
 	Hardware []attestation.Field
@@ -96,8 +100,8 @@ func (o Owner) Dial(ctx context.Context, addr string) (*Node, error) {
 	info, _ := p.AuthInfo.(atls.AuthInfo)
 	n.Variant, n.Instance, n.Hardware = info.PeerVariant, info.PeerInstance, info.PeerHardware
 	for _, v := range vs {
-		if m := v.matched(); m != "" {
-			n.Image = m
+		if m, locked := v.result(); m != "" {
+			n.Image, n.Locked = m, locked
 		}
 	}
 	return n, nil
@@ -120,22 +124,28 @@ func (o Owner) validators() ([]*anyImage, error) {
 	byVariant := map[variant.Variant]*anyImage{}
 	var out []*anyImage
 	for _, img := range o.Images {
-		p := img.Policy.Copy()
-		p.PCRs[nodelock.PCR] = measurements.Measurement{Expected: nodelock.Expected(o.ClusterID)}
-		v, err := validator.New(validator.Config{
-			Policy: p, PlatformCAs: o.PlatformCAs, Collateral: o.Collateral, TrustAnyAK: o.TrustAnyAK, Logger: log,
-		})
+		withPCR15 := func(v []byte) (attestation.ProofValidator, error) {
+			p := img.Policy.Copy()
+			p.PCRs[nodelock.PCR] = measurements.Measurement{Expected: v}
+			return validator.New(validator.Config{
+				Policy: p, PlatformCAs: o.PlatformCAs, Collateral: o.Collateral, TrustAnyAK: o.TrustAnyAK, Logger: log,
+			})
+		}
+		locked, err := withPCR15(nodelock.Expected(o.ClusterID))
 		if err != nil {
 			return nil, fmt.Errorf("measurements %s: %w", img.Name, err)
 		}
-		a := byVariant[v.Variant()]
+		unlocked, err := withPCR15(make([]byte, 32))
+		if err != nil {
+			return nil, fmt.Errorf("measurements %s: %w", img.Name, err)
+		}
+		a := byVariant[locked.Variant()]
 		if a == nil {
 			a = &anyImage{}
-			byVariant[v.Variant()] = a
+			byVariant[locked.Variant()] = a
 			out = append(out, a)
 		}
-		a.names = append(a.names, img.Name)
-		a.vs = append(a.vs, v)
+		a.cs = append(a.cs, candidate{name: img.Name, locked: locked, unlocked: unlocked})
 	}
 	return out, nil
 }

@@ -77,8 +77,20 @@ func TestDialChecksImageClusterAndOwner(t *testing.T) {
 		t.Fatalf("the owner's node was refused: %v", err)
 	}
 	defer got.Close()
-	if got.Image != "new.json" || got.Status.GetNodeName() != "worker-0" || got.Instance != n.Instance {
-		t.Fatalf("node matched %q, said %v, instance %v", got.Image, got.Status, got.Instance)
+	if got.Image != "new.json" || !got.Locked || got.Status.GetNodeName() != "worker-0" || got.Instance != n.Instance {
+		t.Fatalf("node matched %q (locked %v), said %v, instance %v", got.Image, got.Locked, got.Status, got.Instance)
+	}
+
+	// A node of the image waiting in its initrd (PCR 15 zero) answers
+	// too, and says it is not locked.
+	waiting := qemutest.NewNodeOf(t, n.CA).Boot(t, "image-2", "image-2")
+	w, err := owner.Dial(ctx, serve(t, waiting, pub))
+	if err != nil {
+		t.Fatalf("a node of the owner's image in its initrd: %v", err)
+	}
+	defer w.Close()
+	if w.Locked || w.Image != "new.json" {
+		t.Fatalf("a waiting node: locked %v, image %q", w.Locked, w.Image)
 	}
 
 	otherCluster := owner

@@ -13,16 +13,25 @@ import (
 	"github.com/orrery-dev/orrery/internal/nodelock"
 )
 
-// anyImage accepts a node that one of several images' validators accepts
-// (during an upgrade a cluster runs two), and remembers which did.
-type anyImage struct {
-	names []string
-	vs    []attestation.ProofValidator
-	mu    sync.Mutex
-	match string
+// candidate is one image a node may run, checked two ways: locked to the
+// owner's cluster (a running node), or not locked yet (a node waiting in
+// its initrd for its disk key, PCR 15 zero).
+type candidate struct {
+	name             string
+	locked, unlocked attestation.ProofValidator
 }
 
-func (a *anyImage) Variant() variant.Variant { return a.vs[0].Variant() }
+// anyImage accepts a node that runs one of several images (during an
+// upgrade a cluster runs two), and remembers which, and whether the node
+// was locked.
+type anyImage struct {
+	cs     []candidate
+	mu     sync.Mutex
+	match  string
+	isLock bool
+}
+
+func (a *anyImage) Variant() variant.Variant { return a.cs[0].locked.Variant() }
 
 func (a *anyImage) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
 	p, err := a.ValidateProof(ctx, doc, nonce)
@@ -31,35 +40,53 @@ func (a *anyImage) Validate(ctx context.Context, doc, nonce []byte) ([]byte, err
 
 func (a *anyImage) ValidateProof(ctx context.Context, doc, nonce []byte) (attestation.Proof, error) {
 	var why []string
-	for i, v := range a.vs {
-		p, err := v.ValidateProof(ctx, doc, nonce)
+	for _, c := range a.cs {
+		p, err := c.locked.ValidateProof(ctx, doc, nonce)
 		if err == nil {
-			a.mu.Lock()
-			a.match = a.names[i]
-			a.mu.Unlock()
+			a.matched(c.name, true)
 			return p, nil
 		}
-		// Only a mismatch of measurements makes another image worth
+		// Only a mismatch of measurements makes another way worth
 		// trying; a forged or stale attestation fails them all alike.
-		var mismatch *measurements.MismatchError
-		if !errors.As(err, &mismatch) {
+		if !isMismatch(err) {
 			return attestation.Proof{}, err
 		}
-		// The image is right and only the lock differs: say so first,
-		// it is all the owner needs to know.
-		if pcrs := measurements.MismatchedPCRs(err); len(pcrs) == 1 && pcrs[0] == nodelock.PCR {
-			return attestation.Proof{}, fmt.Errorf("the node runs the image of %s but is not locked to this cluster (PCR %d differs): it belongs to another cluster, or is not part of one: %w", a.names[i], nodelock.PCR, err)
+		p, uerr := c.unlocked.ValidateProof(ctx, doc, nonce)
+		if uerr == nil {
+			a.matched(c.name, false)
+			return p, nil
 		}
-		why = append(why, a.names[i]+": "+err.Error())
+		// The image is right and only the lock differs: that is all the
+		// owner needs to know.
+		if onlyLock(err) && onlyLock(uerr) {
+			return attestation.Proof{}, fmt.Errorf("the node runs the image of %s but is not locked to this cluster (PCR %d differs): it belongs to another cluster: %w", c.name, nodelock.PCR, err)
+		}
+		why = append(why, c.name+": "+err.Error())
 	}
-	if len(a.vs) == 1 {
-		return attestation.Proof{}, fmt.Errorf("the node does not run the image of %s: %s", a.names[0], strings.TrimPrefix(why[0], a.names[0]+": "))
+	if len(a.cs) == 1 {
+		return attestation.Proof{}, fmt.Errorf("the node does not run the image of %s: %s", a.cs[0].name, strings.TrimPrefix(why[0], a.cs[0].name+": "))
 	}
 	return attestation.Proof{}, fmt.Errorf("the node matches none of the accepted images: %s", strings.Join(why, "; "))
 }
 
-func (a *anyImage) matched() string {
+func isMismatch(err error) bool {
+	var m *measurements.MismatchError
+	return errors.As(err, &m)
+}
+
+func onlyLock(err error) bool {
+	pcrs := measurements.MismatchedPCRs(err)
+	return len(pcrs) == 1 && pcrs[0] == nodelock.PCR
+}
+
+func (a *anyImage) matched(name string, locked bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.match
+	a.match, a.isLock = name, locked
+}
+
+func (a *anyImage) result() (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.match, a.isLock
 }

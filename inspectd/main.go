@@ -5,9 +5,10 @@
 //
 // systemd starts it through orrery-inspectd.socket, early in the boot and
 // independent of kubelet and the API server, so that the owner can see
-// what a node does while those are down. It runs as a dynamic user with
-// the groups that read the journal (systemd-journal) and use the TPM
-// (tss); units are read over D-Bus, which needs no privilege.
+// what a node does while those are down. It runs as its own user,
+// orrery-inspect, in the groups that read the journal (systemd-journal)
+// and use the TPM (tss); units are read over D-Bus, which needs no
+// privilege.
 package main
 
 import (

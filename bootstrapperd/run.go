@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -24,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/sdsocket"
 )
 
 // defaultStopGrace lets an init stream deliver its last message (the
@@ -72,7 +72,7 @@ func (b *bootstrapper) waitForCluster(ctx context.Context, step nodestate.Step, 
 	if err := b.attestAsPlatform(ctx); err != nil {
 		return err
 	}
-	lis, err := listener(b.listen)
+	lis, err := sdsocket.Listen(b.listen, "bootstrapperd.socket")
 	if err != nil {
 		return err
 	}
@@ -210,23 +210,6 @@ func stopWithin(srv *grpc.Server, grace time.Duration, log *slog.Logger) {
 }
 
 // listener takes the socket systemd passes, or listens on addr.
-func listener(addr string) (net.Listener, error) {
-	if addr != "" {
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", addr, err)
-		}
-		return lis, nil
-	}
-	lis, err := activation.Listeners()
-	if err != nil {
-		return nil, fmt.Errorf("sockets from systemd: %w", err)
-	}
-	if len(lis) != 1 || lis[0] == nil {
-		return nil, errors.New("expected exactly one listening socket from systemd (bootstrapperd.socket); start it through systemd or pass --listen")
-	}
-	return lis[0], nil
-}
 
 // stopSocket closes port 9000 for good. systemd, not this process, holds
 // the listening socket: left open, it would queue connections that no

@@ -3,23 +3,19 @@
 package e2e
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
+	"github.com/orrery-dev/orrery/internal/tarfiles"
 )
 
 // stopKubeletPod runs on the control plane as root in the host's
@@ -131,10 +127,18 @@ func inspectRunningNodes(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	if err != nil {
 		t.Fatalf("orrery support: %v", err)
 	}
-	files := untar(t, bundle)
+	f, err := os.Open(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	files, err := tarfiles.Read(f)
+	if err != nil {
+		t.Fatalf("orrery support's bundle: %v", err)
+	}
 	for _, n := range []string{"cp-0", "worker-0"} {
 		if !strings.Contains(files["nodes/"+n+"/journal.log"], "bootstrapperd") || files["nodes/"+n+"/units.txt"] == "" {
-			t.Errorf("the bundle lacks %s's journal or units: it has %s", n, fileNames(files))
+			t.Errorf("the bundle lacks %s's journal or units: it has %s", n, tarfiles.Names(files))
 		}
 	}
 	secret := readMasterSecret(t, filepath.Join(out, workspace.MasterSecretFile))
@@ -176,41 +180,4 @@ func readMasterSecret(t *testing.T, path string) []string {
 		out = append(out, hex.EncodeToString(b), base64.StdEncoding.EncodeToString(b)[:40])
 	}
 	return out
-}
-
-// untar reads a gzip-compressed tar archive's files.
-func untar(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	tr := tar.NewReader(gz)
-	files := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		var b bytes.Buffer
-		io.Copy(&b, tr)
-		files[h.Name] = b.String()
-	}
-}
-
-func fileNames(files map[string]string) string {
-	var names []string
-	for n := range files {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
 }

@@ -13,7 +13,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 	"google.golang.org/grpc"
 
@@ -38,6 +36,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/nodeservice"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/sdsocket"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
 
@@ -75,7 +74,7 @@ func main() {
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
-	lis, err := listener(c.listen)
+	lis, err := sdsocket.Listen(c.listen, "orrery-inspectd.socket")
 	if err != nil {
 		return err
 	}
@@ -130,22 +129,4 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	case err := <-errc:
 		return err
 	}
-}
-
-func listener(addr string) (net.Listener, error) {
-	if addr != "" {
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", addr, err)
-		}
-		return lis, nil
-	}
-	lis, err := activation.Listeners()
-	if err != nil {
-		return nil, fmt.Errorf("sockets from systemd: %w", err)
-	}
-	if len(lis) != 1 || lis[0] == nil {
-		return nil, errors.New("expected exactly one listening socket from systemd (orrery-inspectd.socket); start it through systemd or pass --listen")
-	}
-	return lis[0], nil
 }

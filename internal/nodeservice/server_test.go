@@ -1,9 +1,7 @@
 package nodeservice
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -27,6 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/tarfiles"
 )
 
 // fakeUnits stands in for systemd, which does not run where unit tests do;
@@ -167,7 +166,10 @@ func TestSupportBundle(t *testing.T) {
 		}
 		archive.Write(c.GetData())
 	}
-	files := untar(t, archive.Bytes())
+	files, err := tarfiles.Read(&archive)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, want := range map[string]string{
 		"status.json":               "worker-0",
 		"units.txt":                 "kubelet.service",
@@ -185,30 +187,6 @@ func TestSupportBundle(t *testing.T) {
 				t.Errorf("%s holds %q", name, secret)
 			}
 		}
-	}
-}
-
-func untar(t *testing.T, b []byte) map[string]string {
-	t.Helper()
-	gz, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	files := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name] = string(data)
 	}
 }
 

@@ -1,14 +1,11 @@
 package cmd
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/tarfiles"
 )
 
 // A secret a pod's or tool's log line could carry, which must not leave
@@ -127,13 +125,21 @@ func TestInspectARunningNode(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Wrote "+bundle) {
 		t.Fatalf("support: exit %d\n%s%s", code, out, errOut)
 	}
-	files := untarFiles(t, bundle)
+	f, err := os.Open(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	files, err := tarfiles.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
 	nodeDir := "nodes/" + strings.ReplaceAll(addr, ":", "_") + "/"
 	if !strings.Contains(files[nodeDir+"journal.log"], "kubelet stopped") || !strings.Contains(files[nodeDir+"kernel.log"], "Linux version") {
-		t.Errorf("the bundle lacks the node's journal or kernel log; it has %v", keysOf(files))
+		t.Errorf("the bundle lacks the node's journal or kernel log; it has %v", tarfiles.Names(files))
 	}
 	if !strings.Contains(files["cluster/ERROR.txt"], "API server") {
-		t.Errorf("the bundle does not say why the cluster's state is missing: %v", keysOf(files))
+		t.Errorf("the bundle does not say why the cluster's state is missing: %v", tarfiles.Names(files))
 	}
 	ms, _ := keys.ReadMasterSecretFile(filepath.Join(dir, workspace.MasterSecretFile))
 	for name, content := range files {
@@ -173,39 +179,4 @@ func TestInspectRefusesWhatIsNotTheOwners(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "name the nodes by address") {
 		t.Errorf("a name without an API server or mini: exit %d, %s", code, errOut)
 	}
-}
-
-func untarFiles(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	files := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		io.Copy(&b, tr)
-		files[h.Name] = b.String()
-	}
-}
-
-func keysOf(m map[string]string) []string {
-	var k []string
-	for n := range m {
-		k = append(k, n)
-	}
-	return k
 }

@@ -86,6 +86,8 @@ func inspectRunningNodes(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 		}
 		time.Sleep(3 * time.Second)
 	}
+	s, _ = orrery("services", "cp-0", "kube*")
+	t.Logf("orrery services cp-0 'kube*' (kubelet stopped):\n%s", s)
 	s, err = orrery("logs", "cp-0", "kubelet", "-n", "20")
 	t.Logf("orrery logs cp-0 kubelet (kubelet stopped):\n%s", lastLines(s, 6))
 	if err != nil || !strings.Contains(s, "Stopped kubelet") {

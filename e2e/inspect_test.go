@@ -167,6 +167,7 @@ func inspectRunningNodes(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 		time.Sleep(5 * time.Second)
 	}
 	k("delete", "pod", "stop-kubelet", "--wait=false")
+	p.done("cp-0's kubelet back")
 }
 
 // readMasterSecret returns the master secret's key and salt as a leak

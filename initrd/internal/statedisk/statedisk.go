@@ -131,37 +131,11 @@ type Result struct {
 // says so.
 func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	var res Result
-	isLUKS, err := p.LUKS.IsLUKS(ctx, dev)
-	if err != nil {
-		return res, fmt.Errorf("check for a LUKS header on %s: %w", dev, err)
-	}
-	if isLUKS {
-		if _, err := p.LUKS.CheckHeader(ctx, dev, p.spec()); err != nil {
-			return res, fmt.Errorf("%w: %w. No key was asked for or tried, and the disk is left as it is: "+
-				"whoever controls the node's disks changed it, or it is not a disk Orrery formatted. "+
-				"Replace it with a blank disk (serial %q) to join the node as a new node",
-				ErrRefused, err, diskhandoff.Serial)
-		}
-		label, err := p.LUKS.Label(ctx, dev)
-		if err != nil {
-			return res, fmt.Errorf("read the LUKS label of %s: %w", dev, err)
-		}
-		if label != diskhandoff.FirstBootLabel {
-			return res, ErrInitialised
-		}
-		if err := eraseHeader(dev); err != nil {
-			return res, err
-		}
-		res.Abandoned = true
-	}
-	blank, err := IsBlank(dev)
+	abandoned, err := p.reclaim(ctx, dev)
 	if err != nil {
 		return res, err
 	}
-	if !blank {
-		return res, fmt.Errorf("%s is neither blank nor a LUKS volume: refusing to format a disk that holds data; attach a blank disk with serial %q", dev, diskhandoff.Serial)
-	}
-
+	res.Abandoned = abandoned
 	keyFile := p.KeyFile
 	if keyFile == "" {
 		keyFile = diskhandoff.KeyFile
@@ -169,6 +143,66 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	if err := writeKey(keyFile, p.Rand); err != nil {
 		return res, err
 	}
+	start := time.Now()
+	uuid, err := p.format(ctx, dev, keyFile)
+	if err != nil {
+		return res, err
+	}
+	res.FormatTime = time.Since(start)
+	start = time.Now()
+	if res.Device, err = p.openFormatted(ctx, dev, keyFile, uuid); err != nil {
+		return res, err
+	}
+	res.OpenTime = time.Since(start)
+	start = time.Now()
+	if err := p.Mkfs.MakeExt4(ctx, res.Device, Label); err != nil {
+		return res, fmt.Errorf("create filesystem on state disk: %w", err)
+	}
+	res.MkfsTime = time.Since(start)
+	return res, p.MountState(res.Device)
+}
+
+// reclaim makes sure dev may be formatted: it is blank, or holds a
+// first boot's volume that never got a cluster's key (abandoned, its
+// header erased). A disk that is initialised is ErrInitialised; one whose
+// header is not Orrery's, or that holds other data, is refused.
+func (p *Preparer) reclaim(ctx context.Context, dev string) (abandoned bool, err error) {
+	isLUKS, err := p.LUKS.IsLUKS(ctx, dev)
+	if err != nil {
+		return false, fmt.Errorf("check for a LUKS header on %s: %w", dev, err)
+	}
+	if isLUKS {
+		if _, err := p.LUKS.CheckHeader(ctx, dev, p.spec()); err != nil {
+			return false, fmt.Errorf("%w: %w. No key was asked for or tried, and the disk is left as it is: "+
+				"whoever controls the node's disks changed it, or it is not a disk Orrery formatted. "+
+				"Replace it with a blank disk (serial %q) to join the node as a new node",
+				ErrRefused, err, diskhandoff.Serial)
+		}
+		label, err := p.LUKS.Label(ctx, dev)
+		if err != nil {
+			return false, fmt.Errorf("read the LUKS label of %s: %w", dev, err)
+		}
+		if label != diskhandoff.FirstBootLabel {
+			return false, ErrInitialised
+		}
+		if err := eraseHeader(dev); err != nil {
+			return false, err
+		}
+		abandoned = true
+	}
+	blank, err := IsBlank(dev)
+	if err != nil {
+		return abandoned, err
+	}
+	if !blank {
+		return abandoned, fmt.Errorf("%s is neither blank nor a LUKS volume: refusing to format a disk that holds data; attach a blank disk with serial %q", dev, diskhandoff.Serial)
+	}
+	return abandoned, nil
+}
+
+// format formats dev for the passphrase in keyFile under a fresh UUID,
+// which it returns, and records the volume for bootstrapperd.
+func (p *Preparer) format(ctx context.Context, dev, keyFile string) (string, error) {
 	// The passphrase is 32 bytes from crypto/rand: guessing it is out of
 	// reach whatever the key derivation costs, so a slow, memory-hard
 	// PBKDF would only cost boot time (minutes under emulation). PBKDF2
@@ -176,53 +210,47 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	// re-keys the disk to a derived key later.
 	uuid, err := newUUID(p.Rand)
 	if err != nil {
-		return res, err
+		return "", err
 	}
 	spec := p.spec()
 	opts := spec.FormatOpts()
 	opts.Label, opts.UUID = Label, uuid
-	start := time.Now()
 	if err := p.LUKS.FormatLUKS2(ctx, dev, keyFile, opts); err != nil {
-		return res, fmt.Errorf("format state disk: %w", err)
+		return "", fmt.Errorf("format state disk: %w", err)
 	}
-	res.FormatTime = time.Since(start)
 	record := p.VolumeRecord
 	if record == "" {
 		record = diskhandoff.VolumeRecordFile
 	}
 	if err := diskhandoff.WriteVolumeRecord(record, spec.Format.Volume(uuid)); err != nil {
-		return res, err
+		return "", err
 	}
+	return uuid, nil
+}
 
-	// The header is read back from the disk, which the host could have
-	// rewritten since: the copy must be the volume just formatted, and
-	// the disk is opened with that copy.
-	start = time.Now()
+// openFormatted opens the volume format made on dev and returns its
+// mapped device. The header is read back from the disk, which the host
+// could have rewritten since: the copy must be the volume just formatted,
+// and the disk is opened with that copy.
+func (p *Preparer) openFormatted(ctx context.Context, dev, keyFile, uuid string) (string, error) {
+	spec := p.spec()
 	header := filepath.Join(filepath.Dir(keyFile), "state-header")
 	vol, err := p.LUKS.SaveHeader(ctx, dev, header, spec)
 	if err != nil {
-		return res, fmt.Errorf("read back the state disk's new header: %w", err)
+		return "", fmt.Errorf("read back the state disk's new header: %w", err)
 	}
 	defer os.Remove(header)
 	if vol.UUID != uuid {
-		return res, fmt.Errorf("read back the state disk's new header: its UUID is %s, the initrd formatted %s: something else rewrote the disk", vol.UUID, uuid)
+		return "", fmt.Errorf("read back the state disk's new header: its UUID is %s, the initrd formatted %s: something else rewrote the disk", vol.UUID, uuid)
 	}
 	if err := p.LUKS.OpenChecked(ctx, dev, header, MapperName, keyFile, spec); err != nil {
-		return res, fmt.Errorf("open state disk: %w", err)
+		return "", fmt.Errorf("open state disk: %w", err)
 	}
-	res.OpenTime = time.Since(start)
 	mapperDir := p.MapperDir
 	if mapperDir == "" {
 		mapperDir = "/dev/mapper"
 	}
-	res.Device = filepath.Join(mapperDir, MapperName)
-
-	start = time.Now()
-	if err := p.Mkfs.MakeExt4(ctx, res.Device, Label); err != nil {
-		return res, fmt.Errorf("create filesystem on state disk: %w", err)
-	}
-	res.MkfsTime = time.Since(start)
-	return res, p.MountState(res.Device)
+	return filepath.Join(mapperDir, MapperName), nil
 }
 
 // headerSize covers the LUKS2 headers (both copies and the keyslot area:

@@ -200,22 +200,13 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	if err := s.authorizeJoin(ctx, log, req, inst, claimed, set); err != nil {
 		return nil, err
 	}
-	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
+	k, err := s.ticketKeys(ctx, log, keyID)
 	if err != nil {
-		log.Error("key service failed", "error", err)
-		return nil, status.Errorf(codes.Unavailable, "get the state disk key from the key service: %v", err)
-	}
-	measurementSecret, err := s.cfg.Keys.GetDataKey(ctx, keypb.MeasurementSecretID, 32)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
+		return nil, err
 	}
 	salt, err := s.cfg.MeasurementSalt(ctx)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "read the measurement salt: %v", err)
-	}
-	ownerKey, err := s.cfg.Keys.GetDataKey(ctx, keypb.OwnerAccessKeyID, 32)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "get the owner's access key from the key service: %v", err)
 	}
 	cert, err := s.signKubeletCert(inst.Name, csr.PublicKey)
 	if err != nil {
@@ -230,16 +221,16 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	}
 	log.Info("issued join ticket")
 	return &joinpb.IssueJoinTicketResponse{
-		StateDiskKey:         diskKey,
+		StateDiskKey:         k.disk,
 		MeasurementSalt:      salt,
-		MeasurementSecret:    measurementSecret,
+		MeasurementSecret:    k.measurementSecret,
 		KubeletCert:          cert,
 		ClusterCaCert:        s.cfg.CA.Raw,
 		ApiServerEndpoint:    s.cfg.Endpoint,
 		ControlPlaneFiles:    files,
 		KubernetesVersion:    s.cfg.KubernetesVersion,
 		KubernetesComponents: s.cfg.Components,
-		OwnerAccessKey:       ownerKey,
+		OwnerAccessKey:       k.owner,
 	}, nil
 }
 
@@ -309,33 +300,8 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	if err := s.refuseRemoved(ctx, log, "rejoin", inst); err != nil {
 		return nil, err
 	}
-	rec, found, err := s.cfg.Admissions.Lookup(ctx, disk)
-	owner := rec.Instance
-	switch {
-	case err != nil:
-		log.Error("cannot read the record of admitted disks", "error", err)
-		return nil, status.Errorf(codes.Unavailable, "read the record of admitted disks: %v", err)
-	case !found:
-		log.Warn("refused a rejoin: the state disk was never admitted, or its node was removed")
-		return nil, status.Errorf(codes.PermissionDenied,
-			"state disk %s was never admitted to this cluster, or the owner removed its node: a rejoin ticket goes only to the VM the disk was admitted for; to bring this VM back, recreate it and let it join as a new node", disk)
-	case rec.Removed():
-		log.Warn("refused a rejoin: the owner removed the state disk's node", "removedAt", rec.RemovedAt)
-		return nil, status.Errorf(codes.PermissionDenied,
-			"the owner removed node %s from the cluster at %s ('orrery node remove'): its state disk %s gets no rejoin ticket, for good; to bring this VM back, recreate it with a new disk and name and let it join as a new node", owner.Name, rec.RemovedAt, disk)
-	case owner.ID != inst.ID:
-		log.Warn("refused a rejoin: the state disk was admitted for another VM", "admittedFor", owner.String())
-		return nil, status.Errorf(codes.PermissionDenied,
-			"state disk %s was admitted for %s, not for this node, %s: a rejoin ticket goes only to the VM the disk was admitted for", disk, owner, inst)
-	}
-	switch exists, err := s.cfg.Nodes.NodeExists(ctx, owner.Name); {
-	case err != nil:
-		log.Error("cannot read the cluster's nodes", "error", err)
-		return nil, status.Errorf(codes.Unavailable, "read the cluster's nodes: %v", err)
-	case !exists:
-		log.Warn("refused a rejoin: the owner removed the node from the cluster")
-		return nil, status.Errorf(codes.PermissionDenied,
-			"node %s was removed from the cluster (kubectl delete node): its state disk %s gets no rejoin ticket; to bring this VM back, recreate it and let it join as a new node", owner.Name, disk)
+	if err := s.authorizeRejoin(ctx, log, disk, inst); err != nil {
+		return nil, err
 	}
 	// The initrd keeps the static pod manifests on its disk only if this
 	// says so: an unreadable list refuses the rejoin rather than tell a
@@ -345,17 +311,9 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 		log.Error("cannot read the approved control planes", "error", err.Error())
 		return nil, err
 	}
-	diskKey, err := s.cfg.Keys.GetDataKey(ctx, keyID, 32)
+	k, err := s.ticketKeys(ctx, log, keyID)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "get the state disk key from the key service: %v", err)
-	}
-	measurementSecret, err := s.cfg.Keys.GetDataKey(ctx, keypb.MeasurementSecretID, 32)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
-	}
-	ownerKey, err := s.cfg.Keys.GetDataKey(ctx, keypb.OwnerAccessKeyID, 32)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "get the owner's access key from the key service: %v", err)
+		return nil, err
 	}
 	if err := s.cfg.Admissions.Attested(ctx, disk, set); err != nil {
 		// Informative only (which image the node runs): not a reason
@@ -364,10 +322,66 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 	}
 	log.Info("issued rejoin ticket", "controlPlane", controlPlane)
 	return &joinpb.IssueRejoinTicketResponse{
-		StateDiskKey: diskKey, MeasurementSecret: measurementSecret,
+		StateDiskKey: k.disk, MeasurementSecret: k.measurementSecret,
 		ClusterCaCert: s.cfg.CA.Raw, ApiServerEndpoint: s.cfg.Endpoint, ControlPlane: controlPlane,
-		OwnerAccessKey: ownerKey,
+		OwnerAccessKey: k.owner,
 	}, nil
+}
+
+// authorizeRejoin decides whether instance inst gets a rejoin ticket for
+// disk: the disk must be admitted, for this very VM, whose node the owner
+// has not removed. Every refusal is logged.
+func (s *Server) authorizeRejoin(ctx context.Context, log *slog.Logger, disk string, inst attestation.Instance) error {
+	rec, found, err := s.cfg.Admissions.Lookup(ctx, disk)
+	owner := rec.Instance
+	switch {
+	case err != nil:
+		log.Error("cannot read the record of admitted disks", "error", err)
+		return status.Errorf(codes.Unavailable, "read the record of admitted disks: %v", err)
+	case !found:
+		log.Warn("refused a rejoin: the state disk was never admitted, or its node was removed")
+		return status.Errorf(codes.PermissionDenied,
+			"state disk %s was never admitted to this cluster, or the owner removed its node: a rejoin ticket goes only to the VM the disk was admitted for; to bring this VM back, recreate it and let it join as a new node", disk)
+	case rec.Removed():
+		log.Warn("refused a rejoin: the owner removed the state disk's node", "removedAt", rec.RemovedAt)
+		return status.Errorf(codes.PermissionDenied,
+			"the owner removed node %s from the cluster at %s ('orrery node remove'): its state disk %s gets no rejoin ticket, for good; to bring this VM back, recreate it with a new disk and name and let it join as a new node", owner.Name, rec.RemovedAt, disk)
+	case owner.ID != inst.ID:
+		log.Warn("refused a rejoin: the state disk was admitted for another VM", "admittedFor", owner.String())
+		return status.Errorf(codes.PermissionDenied,
+			"state disk %s was admitted for %s, not for this node, %s: a rejoin ticket goes only to the VM the disk was admitted for", disk, owner, inst)
+	}
+	switch exists, err := s.cfg.Nodes.NodeExists(ctx, owner.Name); {
+	case err != nil:
+		log.Error("cannot read the cluster's nodes", "error", err)
+		return status.Errorf(codes.Unavailable, "read the cluster's nodes: %v", err)
+	case !exists:
+		log.Warn("refused a rejoin: the owner removed the node from the cluster")
+		return status.Errorf(codes.PermissionDenied,
+			"node %s was removed from the cluster (kubectl delete node): its state disk %s gets no rejoin ticket; to bring this VM back, recreate it and let it join as a new node", owner.Name, disk)
+	}
+	return nil
+}
+
+// keysOfTicket are what a ticket carries from the key service.
+type keysOfTicket struct{ disk, measurementSecret, owner []byte }
+
+// ticketKeys asks the key service for the disk key of keyID, the
+// measurement secret and the public half of the owner's access key.
+func (s *Server) ticketKeys(ctx context.Context, log *slog.Logger, keyID string) (keysOfTicket, error) {
+	var k keysOfTicket
+	var err error
+	if k.disk, err = s.cfg.Keys.GetDataKey(ctx, keyID, 32); err != nil {
+		log.Error("key service failed", "error", err)
+		return k, status.Errorf(codes.Unavailable, "get the state disk key from the key service: %v", err)
+	}
+	if k.measurementSecret, err = s.cfg.Keys.GetDataKey(ctx, keypb.MeasurementSecretID, 32); err != nil {
+		return k, status.Errorf(codes.Unavailable, "get the measurement secret from the key service: %v", err)
+	}
+	if k.owner, err = s.cfg.Keys.GetDataKey(ctx, keypb.OwnerAccessKeyID, 32); err != nil {
+		return k, status.Errorf(codes.Unavailable, "get the owner's access key from the key service: %v", err)
+	}
+	return k, nil
 }
 
 // currentSet is the measurement set the caller attested with, checked

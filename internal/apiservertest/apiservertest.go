@@ -75,8 +75,39 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 	dir := tb.TempDir()
 	etcdURL := startEtcd(tb, bin, dir)
 	pki := newPKI(tb, dir, ca, key)
-	port := freePort(tb)
-	args := []string{
+	// A port freePort found free can still be taken before the API
+	// server binds it, by another test process that picked the same
+	// one: CI saw "bind: address already in use". Another port then.
+	for attempt := 1; ; attempt++ {
+		port := freePort(tb)
+		logPath := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%d.log", attempt))
+		apiserver := start(tb, filepath.Join(bin, "kube-apiserver"), apiserverArgs(etcdURL, pki, dir, port), logPath)
+		cfg := &rest.Config{
+			Host: "https://127.0.0.1:" + strconv.Itoa(port),
+			TLSClientConfig: rest.TLSClientConfig{
+				CAData: pki.caPEM, CertData: pki.adminCertPEM, KeyData: pki.adminKeyPEM,
+			},
+			QPS: 1000, Burst: 2000,
+		}
+		err := waitReady(cfg, apiserver, logPath)
+		if errors.Is(err, errPortTaken) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s := &Server{Config: cfg, Kubeconfig: filepath.Join(dir, "admin.conf"), ca: ca, caKey: key}
+		if err := writeKubeconfig(s.Kubeconfig, cfg); err != nil {
+			tb.Fatal(err)
+		}
+		return s
+	}
+}
+
+// apiserverArgs are the API server's flags, as kubeadm sets those that
+// matter to the tests.
+func apiserverArgs(etcdURL string, pki pki, dir string, port int) []string {
+	return []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + pki.serverCert, "--tls-private-key-file=" + pki.serverKey,
@@ -95,21 +126,6 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 		"--disable-admission-plugins=ServiceAccount",
 		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
 	}
-	apiserver := start(tb, filepath.Join(bin, "kube-apiserver"), args, filepath.Join(dir, "kube-apiserver.log"))
-
-	cfg := &rest.Config{
-		Host: "https://127.0.0.1:" + strconv.Itoa(port),
-		TLSClientConfig: rest.TLSClientConfig{
-			CAData: pki.caPEM, CertData: pki.adminCertPEM, KeyData: pki.adminKeyPEM,
-		},
-		QPS: 1000, Burst: 2000,
-	}
-	waitReady(tb, cfg, apiserver, filepath.Join(dir, "kube-apiserver.log"))
-	s := &Server{Config: cfg, Kubeconfig: filepath.Join(dir, "admin.conf"), ca: ca, caKey: key}
-	if err := writeKubeconfig(s.Kubeconfig, cfg); err != nil {
-		tb.Fatal(err)
-	}
-	return s
 }
 
 // binDir finds etcd and kube-apiserver.
@@ -223,13 +239,15 @@ type process struct {
 	err  error
 }
 
+// errPortTaken is an API server that exited because its port was taken.
+var errPortTaken = errors.New("kube-apiserver's port was taken")
+
 // waitReady waits up to a minute for the API server to be ready, and
 // stops at once if it exits (a port taken, a bad flag): its log says why.
-func waitReady(tb testing.TB, cfg *rest.Config, apiserver *process, logPath string) {
-	tb.Helper()
+func waitReady(cfg *rest.Config, apiserver *process, logPath string) error {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		tb.Fatal(err)
+		return err
 	}
 	deadline := time.Now().Add(time.Minute)
 	var last error
@@ -238,18 +256,21 @@ func waitReady(tb testing.TB, cfg *rest.Config, apiserver *process, logPath stri
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		cancel()
 		if err == nil && bytes.Equal(bytes.TrimSpace(body), []byte("ok")) {
-			return
+			return nil
 		}
 		last = err
 		select {
 		case <-apiserver.done:
 			b, _ := os.ReadFile(logPath)
-			tb.Fatalf("kube-apiserver exited before it was ready (%v):\n%s", apiserver.err, tail(b, 4000))
+			if bytes.Contains(b, []byte("address already in use")) {
+				return errPortTaken
+			}
+			return fmt.Errorf("kube-apiserver exited before it was ready (%v):\n%s", apiserver.err, tail(b, 4000))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	b, _ := os.ReadFile(logPath)
-	tb.Fatalf("kube-apiserver not ready after a minute (%v):\n%s", last, tail(b, 4000))
+	return fmt.Errorf("kube-apiserver not ready after a minute (%v):\n%s", last, tail(b, 4000))
 }
 
 func tail(b []byte, n int) []byte {

@@ -55,8 +55,7 @@ func Preflight(spec Spec) error {
 	if avail, err := memAvailableMiB(); err == nil && avail < vms*mem+512 {
 		problems = append(problems, fmt.Errorf("%d VMs of %d MiB need %d MiB of memory but only %d MiB are available: use fewer VMs or --memory", vms, mem, vms*mem+512, avail))
 	}
-	// Overlays grow while VMs run; leave room for them and the state disks.
-	needMiB := uint64(vms) * uint64(spec.StateDiskMiB+2048)
+	needMiB := uint64(vms) * uint64(diskUseMiB(spec.StateDiskMiB))
 	dir := spec.Dir
 	for dir != "/" {
 		if _, err := os.Stat(dir); err == nil {
@@ -71,6 +70,16 @@ func Preflight(spec Spec) error {
 		}
 	}
 	return errors.Join(problems...)
+}
+
+// nodeWritesMiB bounds what one node writes to its sparse qcow2 disks: the
+// container images it pulls, etcd, its journal and the overlay of the
+// read-only OS disk. A node never fills its state disk here, so counting
+// its full size would refuse machines that have room.
+const nodeWritesMiB = 4096
+
+func diskUseMiB(stateDiskMiB int) int {
+	return min(stateDiskMiB, nodeWritesMiB) + 512
 }
 
 func parent(p string) string {

@@ -26,11 +26,13 @@ const SupervisorLog = "supervisor.log"
 // removes everything the cloud created. A supervisor that exits before the
 // cloud is up has cleaned up after itself; its log says why.
 func StartSupervised(ctx context.Context, spec Spec, command []string, progress io.Writer) (State, error) {
-	if err := Preflight(spec); err != nil {
-		return State{}, fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
-	}
+	// A running cloud is the likelier reason to refuse, and it holds the
+	// memory and disk Preflight would count as missing.
 	if st, err := ReadState(spec.Dir); err == nil && st.Live() {
 		return State{}, fmt.Errorf("a local cloud from %s is running: 'orrery mini status' shows it, 'orrery mini down' stops it", spec.Dir)
+	}
+	if err := Preflight(spec); err != nil {
+		return State{}, fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
 	}
 	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
 		return State{}, fmt.Errorf("create the cloud's directory: %w", err)

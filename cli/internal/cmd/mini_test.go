@@ -54,7 +54,9 @@ func TestMiniUpStatusDown(t *testing.T) {
 		}
 	}
 
-	code, _, errOut = run("mini", "up", "--dir", dir, "--kernel", kernel, "--initrd", initrd, "--netns", ns)
+	// More memory than this machine has: the running cloud must be named
+	// before what the new one would lack.
+	code, _, errOut = run("mini", "up", "--dir", dir, "--kernel", kernel, "--initrd", initrd, "--netns", ns, "--memory", "1000000")
 	if code == 0 || !strings.Contains(errOut, "is running") {
 		t.Errorf("second mini up: exit %d, stderr %q; want a refusal", code, errOut)
 	}

@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"strconv"
 	"net"
 	"time"
 
@@ -199,6 +200,63 @@ type ServerEndedError struct{ Reason string }
 
 func (e *ServerEndedError) Error() string {
 	return "atls: server ended the handshake: " + e.Reason
+}
+
+// NotATLSError is returned by the client handshake when the server
+// answered with something that is not this protocol: a plain TCP or HTTP
+// service, or a TLS server of another kind. Retrying does not help; the
+// address is wrong.
+type NotATLSError struct {
+	// What says how the server differs: "does not speak TLS" or
+	// "speaks TLS but not attested TLS".
+	What string
+	// Saw are the first bytes the server sent.
+	Saw []byte
+}
+
+func (e *NotATLSError) Error() string {
+	const hint = "this is not an Orrery node's attested TLS: is it the node's address and port?"
+	if len(e.Saw) == 0 {
+		return fmt.Sprintf("atls: the server %s; %s", e.What, hint)
+	}
+	saw := fmt.Sprintf("% x", e.Saw)
+	if isText(e.Saw) {
+		saw = strconv.Quote(string(e.Saw))
+	}
+	return fmt.Sprintf("atls: the server %s: it answered %s; %s", e.What, saw, hint)
+}
+
+// refusedALPN reports whether err is the server's TLS alert that it
+// offers none of the client's ALPN protocols (RFC 7301). crypto/tls keeps
+// a received alert's type unexported, so its text is all there is.
+func refusedALPN(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error" && op.Err != nil && op.Err.Error() == "tls: no application protocol"
+}
+
+// frameTooLongError is a frame whose announced length is over its limit.
+// Its header is kept: a peer that is not speaking this protocol shows
+// itself there ("HTTP" is a 1.2 GB frame).
+type frameTooLongError struct {
+	header [4]byte
+	size   int64
+	step   string
+	limit  int
+}
+
+func (e *frameTooLongError) Error() string {
+	return fmt.Sprintf("atls: peer announced a %d-byte %s, more than the limit of %d", e.size, e.step, e.limit)
+}
+
+// isText reports whether b is printable ASCII, as the start of a text
+// protocol's answer is.
+func isText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // AuthInfo is what a gRPC handler learns about its peer (peer.FromContext).
@@ -374,6 +432,13 @@ func (c *creds) attestationLimit() int {
 func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Certificate) (credentials.AuthInfo, error) {
 	state, exporter, err := tlsHandshake(ctx, conn)
 	if err != nil {
+		var plain tls.RecordHeaderError
+		if errors.As(err, &plain) {
+			return nil, &NotATLSError{What: "does not speak TLS", Saw: plain.RecordHeader[:]}
+		}
+		if refusedALPN(err) {
+			return nil, &NotATLSError{What: "speaks TLS but not gRPC (it refused the h2 protocol)"}
+		}
 		return nil, err
 	}
 	hello := message{Attests: c.cfg.Issuer != nil}
@@ -390,6 +455,10 @@ func (c *creds) clientExchange(ctx context.Context, conn *tls.Conn, cert tls.Cer
 		replyLimit = c.attestationLimit()
 	}
 	reply, err := readMessage(conn, "reply", replyLimit)
+	var tooLong *frameTooLongError
+	if errors.As(err, &tooLong) && isText(tooLong.header[:]) {
+		return nil, &NotATLSError{What: "speaks TLS but not attested TLS", Saw: tooLong.header[:]}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -655,7 +724,7 @@ func readMessage(r io.Reader, step string, limit int) (message, error) {
 	}
 	n := int64(binary.BigEndian.Uint32(hdr[:]))
 	if n > int64(limit) {
-		return message{}, fmt.Errorf("atls: peer announced a %d-byte %s, more than the limit of %d", n, step, limit)
+		return message{}, &frameTooLongError{header: hdr, size: n, step: step, limit: limit}
 	}
 	body, err := io.ReadAll(io.LimitReader(r, n))
 	if err != nil {

@@ -183,7 +183,11 @@ func (o clusterOptions) targets(ctx context.Context, stderr io.Writer, names []s
 		return known, nil
 	}
 	for _, n := range names {
-		if addr, ok := asAddress(n); ok {
+		addr, ok, err := asAddress(n)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
 			out = append(out, target{Addr: addr})
 			continue
 		}
@@ -211,16 +215,17 @@ func nodeNames(ts []target) string {
 	return strings.Join(n, ", ")
 }
 
-// asAddress reads an IP address, or HOST:PORT, as the node service's
-// address.
-func asAddress(s string) (string, bool) {
-	if _, err := netip.ParseAddr(s); err == nil {
-		return dialer.Address(s, nodepb.Port), true
+// asAddress reads s as the node service's address if it is one (an IP
+// address, [IPv6], HOST:PORT or a URL, which is refused); anything else is
+// a node's name.
+func asAddress(s string) (addr string, ok bool, err error) {
+	_, _, splitErr := net.SplitHostPort(s)
+	_, ipErr := netip.ParseAddr(s)
+	if ipErr != nil && splitErr != nil && !strings.Contains(s, "://") && !strings.HasPrefix(s, "[") {
+		return "", false, nil
 	}
-	if _, _, err := net.SplitHostPort(s); err == nil {
-		return s, true
-	}
-	return "", false
+	addr, err = dialer.ParseAddress(s, nodepb.Port)
+	return addr, true, err
 }
 
 // apiServerWait is how long the API server may take to list the nodes
@@ -240,7 +245,7 @@ func (o clusterOptions) clusterNodes(ctx context.Context, stderr io.Writer) ([]t
 	fmt.Fprintf(stderr, "The API server did not list the nodes (%v); using the nodes of 'orrery mini' in %s.\n", apiErr, o.miniDir)
 	for _, n := range st.Nodes {
 		if !n.Spare {
-			ts = append(ts, target{Name: n.Name, Addr: dialer.Address(n.IP.String(), nodepb.Port)})
+			ts = append(ts, target{Name: n.Name, Addr: netip.AddrPortFrom(n.IP, nodepb.Port).String()})
 		}
 	}
 	return ts, nil
@@ -266,7 +271,11 @@ func (o clusterOptions) apiServerNodes(ctx context.Context) ([]target, error) {
 	for _, n := range list.Items {
 		for _, a := range n.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {
-				ts = append(ts, target{Name: n.Name, Addr: dialer.Address(a.Address, nodepb.Port)})
+				addr, err := dialer.ParseAddress(a.Address, nodepb.Port)
+				if err != nil {
+					return nil, fmt.Errorf("the API server lists node %s at an address that is not one: %w", n.Name, err)
+				}
+				ts = append(ts, target{Name: n.Name, Addr: addr})
 				break
 			}
 		}

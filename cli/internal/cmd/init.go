@@ -140,6 +140,10 @@ func (o initOptions) config() (owner.InitConfig, error) {
 	if err := o.applyMiniDefaults(); err != nil {
 		return owner.InitConfig{}, err
 	}
+	addr, err := dialer.ParseAddress(o.node, initpb.Port)
+	if err != nil {
+		return owner.InitConfig{}, fmt.Errorf("--node: %w", err)
+	}
 	if o.platformCAPath == "" {
 		return owner.InitConfig{}, errors.New("no --platform-ca given: pass the CA that certifies the nodes' attestation keys")
 	}
@@ -159,7 +163,7 @@ func (o initOptions) config() (owner.InitConfig, error) {
 		return owner.InitConfig{}, fmt.Errorf("read init secret: %w", err)
 	}
 	return owner.InitConfig{
-		Node:              dialer.Address(o.node, initpb.Port),
+		Node:              addr,
 		Measurements:      m,
 		PlatformCA:        ca,
 		Collateral:        o.hardware.collateral(),

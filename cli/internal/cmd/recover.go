@@ -77,6 +77,10 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	if err != nil {
 		return fmt.Errorf("load measurements: %w", err)
 	}
+	addr, err := dialer.ParseAddress(o.node, recoverpb.Port)
+	if err != nil {
+		return fmt.Errorf("--node: %w", err)
+	}
 	ca, err := platformca.LoadCert(o.platformCAPath)
 	if err != nil {
 		return err
@@ -90,7 +94,7 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	return owner.Recover(ctx, owner.RecoverConfig{
-		Node: dialer.Address(o.node, recoverpb.Port), Measurements: m, PlatformCA: ca, Collateral: o.hardware.collateral(), MasterSecret: ms,
+		Node: addr, Measurements: m, PlatformCA: ca, Collateral: o.hardware.collateral(), MasterSecret: ms,
 		Logger: log, Progress: p.event,
 	})
 }

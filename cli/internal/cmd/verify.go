@@ -83,7 +83,10 @@ func runVerifyNew(ctx context.Context, cmd *cobra.Command, o verifyOptions) erro
 	if err != nil {
 		return err
 	}
-	addr := dialer.Address(o.node, initpb.Port)
+	addr, err := dialer.ParseAddress(o.node, initpb.Port)
+	if err != nil {
+		return fmt.Errorf("--node: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.cluster.timeout)
 	defer cancel()
 	res, err := owner.Verify(ctx, owner.VerifyConfig{

@@ -11,8 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -29,7 +29,16 @@ type Dialer struct {
 	handshakeTimeout time.Duration
 	// retryEvery is the pause between WaitAttested's attempts.
 	retryEvery time.Duration
+	// refusedGrace is how long WaitAttested takes refused connections
+	// for a service about to start.
+	refusedGrace time.Duration
 }
+
+// refusedGrace covers a node whose network came up a moment before the
+// socket of the service asked for: systemd opens the sockets early in
+// boot, and the initrd serves as soon as its network is up, so a port
+// refused for longer has nothing starting behind it.
+const refusedGrace = 15 * time.Second
 
 // New returns a Dialer that accepts a node only if v accepts its
 // attestation.
@@ -43,7 +52,7 @@ func NewAs(key crypto.Signer, vs ...attestation.Validator) (*Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dialer{creds: &recordingCreds{TransportCredentials: creds}, handshakeTimeout: 2 * time.Minute, retryEvery: 2 * time.Second}, nil
+	return &Dialer{creds: &recordingCreds{TransportCredentials: creds}, handshakeTimeout: 2 * time.Minute, retryEvery: 2 * time.Second, refusedGrace: refusedGrace}, nil
 }
 
 // recordingCreds keep the last handshake's error: gRPC turns it into a
@@ -94,13 +103,16 @@ func (d *Dialer) Conn(addr string) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// Address adds port to node when node names no port of its own. The
-// owner's flags take a host or a host:port.
-func Address(node string, port int) string {
-	if _, _, err := net.SplitHostPort(node); err == nil {
-		return node
-	}
-	return net.JoinHostPort(node, strconv.Itoa(port))
+// NothingListensError says that a machine answers at the node's address
+// but refuses the connection, and has for a while: no Orrery service is
+// starting there.
+type NothingListensError struct {
+	Addr string
+	For  time.Duration
+}
+
+func (e *NothingListensError) Error() string {
+	return fmt.Sprintf("nothing listens on %s (connections refused for %s): is the VM up and is this its address? 'orrery mini status' lists the local cloud's VMs", e.Addr, e.For.Round(time.Second))
 }
 
 // NotAttestedError says that the node answered but its attestation was
@@ -122,9 +134,12 @@ func (e *NotAttestedError) Unwrap() error { return e.Err }
 // tries again every few seconds; onRetry ends the wait by returning an
 // error, which WaitAttested returns. A node that answers with an
 // attestation the validator refuses ends the wait at once with a
-// *NotAttestedError.
+// *NotAttestedError, a server that is not an Orrery node with an
+// *atls.NotATLSError, and an address that keeps refusing connections
+// with a *NothingListensError.
 func (d *Dialer) WaitAttested(ctx context.Context, addr string, onRetry func(attempt int, err error) error) error {
 	var nd net.Dialer
+	var refusedSince time.Time
 	for attempt := 1; ; attempt++ {
 		err := d.probe(ctx, &nd, addr)
 		if err == nil {
@@ -134,6 +149,10 @@ func (d *Dialer) WaitAttested(ctx context.Context, addr string, onRetry func(att
 		if errors.As(err, &rejected) {
 			return &NotAttestedError{Addr: addr, Err: rejected.Err}
 		}
+		var other *atls.NotATLSError
+		if errors.As(err, &other) {
+			return fmt.Errorf("%s: %w", addr, err)
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("the node at %s did not answer in time: %v", addr, err)
 		}
@@ -141,6 +160,13 @@ func (d *Dialer) WaitAttested(ctx context.Context, addr string, onRetry func(att
 			if err := onRetry(attempt, err); err != nil {
 				return err
 			}
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			refusedSince = time.Time{}
+		} else if refusedSince.IsZero() {
+			refusedSince = time.Now()
+		} else if time.Since(refusedSince) >= d.refusedGrace {
+			return &NothingListensError{Addr: addr, For: time.Since(refusedSince)}
 		}
 		select {
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -99,12 +100,29 @@ func TestWaitAttestedRefusesAnotherImage(t *testing.T) {
 	}
 }
 
-func TestAddress(t *testing.T) {
-	for in, want := range map[string]string{
-		"10.0.0.1": "10.0.0.1:9000", "10.0.0.1:1234": "10.0.0.1:1234", "fd00::1": "[fd00::1]:9000", "[fd00::1]:22": "[fd00::1]:22", "node": "node:9000",
-	} {
-		if got := Address(in, 9000); got != want {
-			t.Errorf("Address(%q) = %q, want %q", in, got, want)
-		}
+// An address that keeps refusing connections ends the wait once the grace
+// for a starting service is over, saying what to check.
+func TestWaitAttestedGivesUpOnRefusal(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	d := dialerFor(t, qemutest.NewNode(t), make([]byte, 32))
+	d.refusedGrace = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = d.WaitAttested(ctx, addr, nil)
+	var nothing *NothingListensError
+	if !errors.As(err, &nothing) {
+		t.Fatalf("err %v, want a *NothingListensError", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("gave up after %s; want about the 500 ms grace", took)
+	}
+	if !strings.Contains(err.Error(), "nothing listens on "+addr) || !strings.Contains(err.Error(), "orrery mini status") {
+		t.Errorf("error %q does not say what to check", err)
 	}
 }

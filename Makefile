@@ -14,16 +14,17 @@ TOOLS := build/tools
 FUZZTIME ?= 10s
 # How long 'make e2e' may run before it fails and keeps its logs; a loaded
 # host needs longer (hack/stress-e2e.sh). Machines of the same kind differ:
-# on a slow one (e2e-e10, TCG 2.6 times slower than e2e-e8's) every phase
-# up to the late joiners passed and took 83 min, the whole about 110.
+# the suite took 26 min on a fast one, while on one whose TCG guests ran
+# 2.6 times slower every phase up to the late joiners took 83 min, the
+# whole about 110 (docs/performance.md).
 E2E_TIMEOUT ?= 120m
 # How many times longer than on an idle host the suite waits for each step
-# of the cluster: 2 when another process keeps a core busy (e2e-s11: the
-# worker Ready 14-19 min after its join ticket, against the suite's
-# 15). The phase table shows what each step took either way.
+# of the cluster: 2 when another process keeps a core busy (with one host
+# core kept busy, a worker was Ready 14-19 min after its join ticket, past
+# the suite's 15). The phase table shows what each step took either way.
 E2E_SLOWDOWN ?= 1
-# The smoke run's deadline: about 15 min of suite time here, 30 on a slow
-# host, and room for its teardown.
+# The smoke run's deadline: about 12 min of suite time here (11m38s from a
+# fresh clone), 30 on a slow host, and room for its teardown.
 E2E_SMOKE_TIMEOUT ?= 45m
 
 .PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke cluster
@@ -97,7 +98,7 @@ image: deps components ## build the node's OS image and its predicted measuremen
 boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and bootstrapperd
 	image/boot-test.sh build/image
 
-cluster: deps image build ## bring up a local cluster of simulated SEV-SNP VMs: orrery mini up, then orrery init (root; ~25 min the first time)
+cluster: deps image build ## bring up a local cluster of simulated SEV-SNP VMs: orrery mini up, then orrery init (root; 25-35 min the first time, about 5 later)
 	build/bin/orrery mini up --sev-snp
 	build/bin/orrery init --measurements build/image/measurements-sev-snp.json --snp-test-root orrery-mini/snp-test-root.json
 	@echo "kubectl: build/components/bin/kubectl --kubeconfig orrery-admin.conf get nodes"
@@ -110,7 +111,7 @@ E2E_ARGS = -image-dir $(CURDIR)/build/image \
 e2e: deps image build ## end to end: the whole flow on the local cloud (root, 25-110 min under TCG; E2E_TIMEOUT=120m)
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e -args $(E2E_ARGS)
 
-e2e-smoke: deps image build ## the end-to-end suite's core: init, join, a Service across nodes, a modified image refused (root, ~15 min of suite; CI runs it)
+e2e-smoke: deps image build ## the end-to-end suite's core: init, join, a Service across nodes, a modified image refused (root, ~12 min of suite; CI runs it)
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_SMOKE_TIMEOUT) -v ./e2e -args $(E2E_ARGS) -smoke
 
 clean: ## remove build outputs

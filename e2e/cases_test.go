@@ -192,7 +192,7 @@ func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(.
 	}
 	startSpare(t, ctx, c, cloud.SpareOptions{Image: qcow}, modified)
 	// A whole boot to bootstrapperd's first join attempt, as for the late
-	// joiner: under hack/stress-e2e.sh (e2e-s5) the refusal came about 6
+	// joiner: under hack/stress-e2e.sh the refusal came about 6
 	// minutes after power-on, at 270 s of the guest's uptime.
 	line := waitConsoleLine(t, ctx, modified, patience(10*time.Minute), "refused a join service", "PCR 4 mismatch")
 	t.Logf("%s refused the join service:\n%s", modified.Name, truncate(line, 1500))

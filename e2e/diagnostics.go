@@ -153,10 +153,10 @@ type kubectlFunc func(args ...string) (string, error)
 
 // awaitAPIServer waits until the API server answers, for as long as ctx
 // allows, and says how long that took. A run that failed because the API
-// server restarted (e2e-s7: refused for minutes after the control plane's
-// recovery) finds it back a little later, and only then can the suite
-// read why: the previous instance's log and the nodes' journals come
-// through it.
+// server restarted (under hack/stress-e2e.sh it refused connections for
+// minutes after the control plane's recovery) finds it back a little later,
+// and only then can the suite read why: the previous instance's log and the
+// nodes' journals come through it.
 func awaitAPIServer(ctx context.Context, k kubectlFunc) (time.Duration, error) {
 	start := time.Now()
 	for {

@@ -219,9 +219,9 @@ func checkRestarts(t *testing.T, now, since map[string]int, allowed int) {
 // restartedOnce waits until kubelet reports that the control plane's
 // reboot restarted each component of before, and returns the counts: the
 // baseline for the rest of the run. kubelet reports a static pod's new
-// container late (e2e-e8: etcd's count went from 0 to 1 minutes after the
-// node was Ready), so a count read at once may miss the reboot. A steady
-// component restarted more than once since before fails the run.
+// container late (etcd's count was seen to go from 0 to 1 minutes after
+// the node was Ready), so a count read at once may miss the reboot. A
+// steady component restarted more than once since before fails the run.
 func restartedOnce(t *testing.T, k kubectlFunc, before map[string]int) map[string]int {
 	t.Helper()
 	deadline := waitDeadline(t, patience(5*time.Minute))
@@ -461,8 +461,8 @@ spec:
 	// serviceCheck runs a client on the worker until the page arrived.
 	// Each check has a pod of its own name: with one name for all, the
 	// worker's kubelet, slow to learn that the last check's pod was
-	// deleted, served that pod's logs for the new one (e2e-e1: the old
-	// page, then "not found"), and the check passed and failed on them.
+	// deleted, served that pod's logs for the new one (the old page, then
+	// "not found"), and the check passed and failed on them.
 	checks := 0
 	serviceCheck := func(what string) {
 		t.Helper()
@@ -583,8 +583,8 @@ func runTime(t *testing.T) time.Duration {
 // waitDeadline is when a wait of timeout that starts now gives up: after
 // timeout, or when the run's time is up, whichever is first. A wait that
 // ran on to go test's deadline ended in its panic, which skips the
-// teardown (e2e-e10: the VMs, the network namespace and the logs were
-// left, and the next run refused to start).
+// teardown (a run that reached go test's deadline left the VMs, the
+// network namespace and the logs, and the next run refused to start).
 func waitDeadline(t *testing.T, timeout time.Duration) time.Time {
 	d := time.Now().Add(timeout)
 	if end, ok := t.Deadline(); ok && end.Add(-teardown).Before(d) {

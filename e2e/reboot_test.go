@@ -120,7 +120,7 @@ func rebootWorker(t *testing.T, ctx context.Context, k kubectlFunc, dir string, 
 	// "rejoined cluster" comes from bootstrapperd, after the whole boot:
 	// under the stress script the worker (then at nice 5, beside cp-0 and the busy
 	// loop) spent ~2 min in firmware and reached systemd at 132 s of its
-	// uptime (e2e-s6), so the same 10 minutes as the other whole-boot waits.
+	// uptime, so the same 10 minutes as the other whole-boot waits.
 	waitConsoleMore(t, ctx, worker, "rejoined cluster", before, patience(10*time.Minute))
 	t.Logf("%s: %s", worker.Name, lastLine(mustRead(worker.SerialLog()), "state disk opened with the key from"))
 	waitReady(t, k, worker.Name, boot, patience(10*time.Minute))

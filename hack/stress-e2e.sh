@@ -25,8 +25,9 @@ start=$(date +%s)
 status=0
 # The run takes one and a half to two times as long as an unloaded one,
 # and each of the cluster's steps may too: the suite waits twice as long
-# for each (on a 2-core machine whose unloaded run takes 85 min, e2e-s11's
-# worker was Ready 14-19 min after its join ticket, the suite waited 15).
+# for each (on a 2-core machine whose unloaded run took 85 min, a worker
+# was Ready 14-19 min after its join ticket under this load, while the
+# suite waited 15).
 make --no-print-directory e2e E2E_TIMEOUT=240m E2E_SLOWDOWN=2 "$@" || status=$?
 ticks=$(awk '{print $14 + $15}' "/proc/$burner/stat")
 echo "stress: make e2e exited $status after $(( $(date +%s) - start )) s;" \

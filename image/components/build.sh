@@ -165,7 +165,7 @@ patched_modfile() {
 # perform initial IP and Port allocation check" after 50 s of etcd
 # connection errors (kubelet-start then took 5 min), and after a control
 # plane's reboot the API server refused connections for minutes once the
-# node was Ready (e2e-s7). kubelet restarts it with growing back-off, and
+# node was Ready. kubelet restarts it with growing back-off, and
 # each start costs minutes of guest CPU, so a slow minute becomes an
 # outage. The same binary gives its fourth such task, the flow-control
 # bootstrap, 5 minutes; kube-apiserver is built with 5 minutes for these

@@ -176,9 +176,8 @@ func (w *windows) observe(cfg Config, now time.Time, cpProblem, svcProblem strin
 // last finished check found and for how long. The cut check's problem
 // (cut) says nothing about the cluster; the checks before it do. On a
 // starved host that was "CoreDNS: none available" for minutes while the
-// last check reported only its own "context deadline exceeded"
-// (e2e-s12). Only when no check finished before is the cut one all there
-// is.
+// last check reported only its own "context deadline exceeded". Only
+// when no check finished before is the cut one all there is.
 func (w *windows) last(now time.Time, cut string) (string, time.Duration) {
 	if w.lastProblem == "" && w.problemSince.IsZero() {
 		return cut, 0

@@ -3,7 +3,7 @@
 // containers' own logs, as one bounded text.
 //
 // The journal alone did not explain the failures that matter most. When
-// the API server did not come up under load (stress run s9), 2,572 of the
+// the API server did not come up with one host core kept busy, 2,572 of the
 // journal's last 3,000 lines were kubelet's "Unable to register mirror pod
 // because node is not registered yet", and the API server's and etcd's own
 // logs, which say why they are slow or why they exit, are not in the

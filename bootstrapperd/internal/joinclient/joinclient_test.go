@@ -412,7 +412,9 @@ func TestJoinRetriedAfterLockTakenFinishes(t *testing.T) {
 	j.fail = 1
 	// A failed kubeadm join is retried with the ticket the node kept: the
 	// genuine join service, which expects PCR 15 zero, refuses the node
-	// once the lock has extended it (e2e-s7's repro: refused for good).
+	// once the lock has extended it (a starved worker whose kubeadm join
+	// failed after the lock asked for a new ticket and was refused for
+	// good).
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := Run(ctx, cfg); err != nil {

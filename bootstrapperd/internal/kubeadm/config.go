@@ -139,8 +139,8 @@ type component struct {
 // control plane more than riding the slow spell out would have: the
 // controller manager sat in CrashLoopBackOff for minutes under emulation,
 // so no DaemonSet pod was created. 60 s leases renewed within 45 s were
-// still short with one host core kept busy while a worker joined (e2e-s10,
-// TCG, 2 host cores): the API server took longer than the lock client's
+// still short with one host core kept busy while a worker joined (TCG,
+// 2 host cores): the API server took longer than the lock client's
 // per-attempt timeout (half the renew deadline, 22.5 s) twice in a row,
 // both components lost their leases and restarted, the controller manager
 // took 4.5 min to start its controllers again, and the joined worker had
@@ -152,9 +152,9 @@ type component struct {
 // cleanly; the controller manager does so only behind an alpha feature
 // gate in v1.36, so a restarted one waits for its predecessor's lease to
 // run out (a rebooted control plane takes longer than that to come back;
-// in e2e-s11 one that exited during kubeadm init, after its fixed 10 s
-// wait for a healthy API server, waited 2m6s). In that run, with the same
-// load, neither lost its lease while the worker joined.
+// with one host core kept busy, one that exited during kubeadm init, after
+// its fixed 10 s wait for a healthy API server, waited 2m6s). With these
+// leases and the same load, neither lost its lease while a worker joined.
 var leaderElection = []arg{
 	{Name: "leader-elect-lease-duration", Value: "120s"},
 	{Name: "leader-elect-renew-deadline", Value: "100s"},
@@ -186,14 +186,16 @@ type kubeletConfiguration struct {
 	// the nodes/proxy permission).
 	EnableSystemLogHandler bool `json:"enableSystemLogHandler"`
 	EnableSystemLogQuery   bool `json:"enableSystemLogQuery"`
-	// RuntimeRequestTimeout bounds each of kubelet's calls to containerd
-	// (default 2 min). On a control plane rebooted under load (e2e-e9, TCG,
-	// 2 host cores) starting kube-proxy's and the join service's
-	// containers took longer: kubelet gave up ("RunContainerError: context
-	// deadline exceeded"), backed off and started over, so the work
-	// containerd had done was lost each time and the pods stayed down for
-	// more than 10 min. A call that is slow, not stuck, now finishes; the
-	// cluster is shared with this kubelet config, so workers get it too.
+	// RuntimeRequestTimeout bounds each of kubelet's calls to
+	// containerd (default 2 min). On a control plane rebooted on a slow
+	// host (TCG on 2 host cores, guests 2.6 times slower than usual)
+	// starting kube-proxy's and the join service's containers took
+	// longer: kubelet gave up ("RunContainerError: context deadline
+	// exceeded"), backed off and started over, so the work containerd
+	// had done was lost each time and the pods stayed down for more
+	// than 10 min. A call that is slow, not stuck, now finishes; the
+	// cluster is shared with this kubelet config, so workers get it
+	// too.
 	RuntimeRequestTimeout string `json:"runtimeRequestTimeout"`
 }
 
@@ -211,8 +213,9 @@ func nodeReg(name string, ip netip.Addr) nodeRegistration {
 			// Verbosity 1 puts failed probes in the journal ("Probe
 			// failed" with the probe's answer). At 0 a kubelet that kills
 			// a starved API server says so only in an event, which goes to
-			// that API server: e2e-s9's journal showed the StopContainer,
-			// not why. It adds a line per failed probe, little else.
+			// that API server: the journal of a control plane starved by a
+			// busy host core showed the StopContainer, not why. It adds a
+			// line per failed probe, little else.
 			{Name: "v", Value: "1"},
 		},
 	}

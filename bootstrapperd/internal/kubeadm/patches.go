@@ -35,7 +35,7 @@ const (
 	// control-plane component to come up (default 4 min). It also sets the
 	// startup probes' budget: an API server that took 4 min to start
 	// under load was killed before it was ready. 10 min was still short
-	// with one host core kept busy (e2e-s9: "kube-apiserver is not healthy
+	// with one host core kept busy (kubeadm: "kube-apiserver is not healthy
 	// after 10m0s", its second instance answering 403 because its RBAC
 	// roles were not yet written). With apiServerWait before it, kubeadm
 	// init stays within orrery init's 30 min.
@@ -43,15 +43,15 @@ const (
 	// apiServerWait bounds each of kubeadm's waits for the API server
 	// (kubeadm's defaults: 1 min for an API call, 5 min for a joining
 	// kubelet's TLS bootstrap and for discovery). The first of them
-	// starts with kubelet, before etcd and the API server run: under TCG
-	// on 2 host cores the API server first answered kubeadm 1m11s after
-	// that unloaded, and 2m34s, 5m17s and more than 5 min (s8: "could not
-	// bootstrap the admin user ... context deadline exceeded", while the
-	// API server, started 1.5 min into the wait, was still at "TLS
-	// handshake timeout") with one host core kept busy. Three times the
-	// slowest seen: a slow host delays kubeadm, it does not fail it, and
-	// orrery init's own deadline (30 min) still ends a cluster that never
-	// comes up.
+	// starts with kubelet, before etcd and the API server run: under
+	// TCG on 2 host cores the API server first answered kubeadm 1m11s
+	// after that unloaded, and 2m34s, 5m17s and more than 5 min
+	// (kubeadm: "could not bootstrap the admin user ... context
+	// deadline exceeded", while the API server, started 1.5 min into
+	// the wait, was still at "TLS handshake timeout") with one host
+	// core kept busy. Three times the slowest seen: a slow host delays
+	// kubeadm, it does not fail it, and orrery init's own deadline (30
+	// min) still ends a cluster that never comes up.
 	apiServerWait = "15m0s"
 )
 
@@ -96,14 +96,14 @@ const controlPlaneCPURequest = "500m"
 
 // readinessPeriodSeconds: kubeadm probes the readiness of etcd, the API
 // server and the scheduler every second, the API server's and the
-// scheduler's each over a new TLS connection, and the API server's
-// /readyz reads from etcd each time. Under emulation those probes alone
-// kept a control plane busy: on an idle one (e2e-20, kubelet's stats
-// summary) the scheduler, with no pod to schedule, used 0.12 of the
-// node's 2 vCPUs, three times the controller manager, which has no
-// readiness probe; kubelet, which runs the probes, used 0.42, and the
-// node 1.66 of 2, so etcd's own answers timed out. Readiness of a static
-// pod only reports; every 10 s (as liveness) is often enough.
+// scheduler's each over a new TLS connection, and the API server's /readyz
+// reads from etcd each time. Under emulation those probes alone kept a
+// control plane busy: on an idle one (kubelet's stats summary) the
+// scheduler, with no pod to schedule, used 0.12 of the node's 2 vCPUs,
+// three times the controller manager, which has no readiness probe;
+// kubelet, which runs the probes, used 0.42, and the node 1.66 of 2, so
+// etcd's own answers timed out. Readiness of a static pod only reports;
+// every 10 s (as liveness) is often enough.
 const readinessPeriodSeconds = 10
 
 // probePatch relaxes the liveness probe of container, replaces its path
@@ -114,9 +114,9 @@ const readinessPeriodSeconds = 10
 // status (FallbackToLogsOnError): the control-plane components exit on
 // errors they cannot recover from (a lost leader lease, an API server
 // that does not answer their start), and kubelet keeps only the previous
-// container's log, gone with the next restart or a reboot; in e2e-e17 the
-// controller manager restarted four times and none of its logs was left
-// to say why.
+// container's log, gone with the next restart or a reboot: in one full
+// e2e run on an idle host the controller manager restarted four times and
+// none of its logs was left to say why.
 func probePatch(container, livenessPath string, readiness bool, cpuRequest string) string {
 	path := ""
 	if livenessPath != "" {

@@ -49,8 +49,8 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"strconv"
 	"net"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/credentials"

@@ -50,7 +50,6 @@ func TestNotATLSPeerNamed(t *testing.T) {
 	}
 }
 
-
 // h2TextServer accepts TLS with gRPC's ALPN protocol and then answers in
 // text, as a misconfigured proxy in front of the port would.
 func h2TextServer(t *testing.T) *httptest.Server {

@@ -55,22 +55,3 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
-
-func TestQuote(t *testing.T) {
-	tests := map[string]struct {
-		in   string
-		want string
-	}{
-		"short":             {"demo", `"demo"`},
-		"at the bound":      {strings.Repeat("a", maxQuoted), `"` + strings.Repeat("a", maxQuoted) + `"`},
-		"over the bound":    {strings.Repeat("a", 3<<20), `"` + strings.Repeat("a", maxQuoted) + `"... (3145728 bytes)`},
-		"cut inside a rune": {strings.Repeat("a", maxQuoted-1) + "€", `"` + strings.Repeat("a", maxQuoted-1) + `\xe2"... (66 bytes)`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := quote(tc.in); got != tc.want {
-				t.Fatalf("quote = %s, want %s", got, tc.want)
-			}
-		})
-	}
-}

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -56,9 +57,32 @@ func addClusterFlags(f *pflag.FlagSet, o *clusterOptions, timeout time.Duration)
 	f.DurationVar(&o.timeout, "timeout", timeout, "how long to wait for each node")
 }
 
+// check checks the flags and the nodes named on their own, before any
+// file is read or node dialled.
+func (o clusterOptions) check(names []string) error {
+	var errs []error
+	if o.timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--timeout %s: want a positive duration such as 1m", o.timeout))
+	}
+	for _, n := range names {
+		_, isAddr, err := asAddress(n)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case !isAddr && len(validation.IsDNS1123Subdomain(n)) > 0:
+			errs = append(errs, fmt.Errorf("%q is neither a node's name (as 'kubectl get nodes' lists it) nor its address (IP, HOST:PORT or [IPv6]:PORT)", n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // owner reads what the owner holds: the access key and cluster ID from the
 // master secret and the state file, the accepted images, the platform CA.
-func (o clusterOptions) owner(cmd *cobra.Command) (inspect.Owner, error) {
+// names are the nodes the command was given, checked first.
+func (o clusterOptions) owner(cmd *cobra.Command, names []string) (inspect.Owner, error) {
+	if err := o.check(names); err != nil {
+		return inspect.Owner{}, err
+	}
 	ms, err := keys.ReadMasterSecretFile(o.masterSecretPath)
 	if err != nil {
 		return inspect.Owner{}, fmt.Errorf("read the master secret (pass --master-secret: 'orrery init' wrote %s): %w", workspace.MasterSecretFile, err)
@@ -113,8 +137,11 @@ func (o clusterOptions) images() ([]inspect.Image, error) {
 	var images []inspect.Image
 	for _, p := range paths {
 		pol, err := loadPolicy(p, hw)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: pass the image's measurements with --measurements, or build the image with 'make image'", err)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("load measurements: %w", err)
+			return nil, err
 		}
 		images = append(images, inspect.Image{Name: p, Policy: pol})
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,12 +18,14 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/clusternet"
+	"github.com/orrery-dev/orrery/internal/clustersettings"
 	"github.com/orrery-dev/orrery/internal/owner"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owner/toolout"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/role"
+	"github.com/orrery-dev/orrery/internal/versions"
 )
 
 type initOptions struct {
@@ -75,7 +78,7 @@ cluster's disks.`,
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys")
 	f.StringVar(&o.initSecretPath, "init-secret-file", "", "file holding the init secret created with the VM")
 	f.StringVar(&o.outDir, "out-dir", ".", "where to write the master secret, kubeconfig and state files")
-	f.StringVar(&o.kubernetesVersion, "kubernetes-version", "v1.36.3", "Kubernetes version to install")
+	f.StringVar(&o.kubernetesVersion, "kubernetes-version", versions.Default, "Kubernetes version to install, one the image carries ("+strings.Join(versions.List(), ", ")+")")
 	f.StringVar(&o.clusterName, "cluster-name", "orrery", "cluster name (a DNS label)")
 	f.StringSliceVar(&o.sans, "api-server-san", nil, "extra name or IP for the API server certificate (repeatable)")
 	f.StringVar(&o.serviceCIDR, "service-cidr", clusternet.DefaultServiceCIDR, "IP range of Kubernetes services")
@@ -86,16 +89,18 @@ cluster's disks.`,
 	return c
 }
 
-func (o *initOptions) applyMiniDefaults() error {
+// applyMiniDefaults fills in what the flags left out from the local
+// cloud's state, and returns that state, or nil if there is none.
+func (o *initOptions) applyMiniDefaults() (*cloud.State, error) {
 	st, err := cloud.ReadState(o.miniDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		if o.node == "" {
-			return errors.New("no --node given and no 'orrery mini' state in " + o.miniDir + ": pass --node")
+			return nil, errors.New("no --node given and no 'orrery mini' state in " + o.miniDir + ": pass --node, or start the local cloud with 'orrery mini up'")
 		}
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if o.node == "" {
 		for _, n := range st.Nodes {
@@ -111,7 +116,7 @@ func (o *initOptions) applyMiniDefaults() error {
 	if o.initSecretPath == "" {
 		o.initSecretPath = filepath.Join(o.miniDir, cloud.InitSecretFile)
 	}
-	return nil
+	return &st, nil
 }
 
 func runInit(ctx context.Context, out io.Writer, log *slog.Logger, o initOptions) error {
@@ -135,14 +140,58 @@ func runInit(ctx context.Context, out io.Writer, log *slog.Logger, o initOptions
 	return nil
 }
 
+// settings are the cluster's settings the flags chose.
+func (o initOptions) settings() clustersettings.Settings {
+	return clustersettings.Settings{KubernetesVersion: o.kubernetesVersion, ClusterName: o.clusterName, APIServerSANs: o.sans, ServiceCIDR: o.serviceCIDR}
+}
+
+// checkFlags checks what the flags say on their own, so that a typo is
+// reported before any file is read or any node dialled.
+func (o initOptions) checkFlags() error {
+	var errs []error
+	if err := o.settings().Validate(versions.Supported); err != nil {
+		errs = append(errs, err)
+	}
+	if o.timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--timeout %s: want a positive duration such as 30m", o.timeout))
+	}
+	if o.node != "" {
+		if _, err := dialer.ParseAddress(o.node, initpb.Port); err != nil {
+			errs = append(errs, fmt.Errorf("--node: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkNetworks refuses a service range that holds the node's address or
+// overlaps the local cloud's network: the node's own traffic would be
+// routed to services.
+func checkNetworks(serviceCIDR, addr string, mini *cloud.State) error {
+	services := netip.MustParsePrefix(serviceCIDR)
+	if ap, err := netip.ParseAddrPort(addr); err == nil && services.Contains(ap.Addr().Unmap()) {
+		return fmt.Errorf("--service-cidr %s holds the node's address %s: choose a range the nodes' network does not use", services, ap.Addr())
+	}
+	if mini != nil && services.Overlaps(cloud.Gateway.Masked()) {
+		return fmt.Errorf("--service-cidr %s overlaps the local cloud's network %s: choose another range", services, cloud.Gateway.Masked())
+	}
+	return nil
+}
+
 // config reads the files the flags name into the library's config.
 func (o initOptions) config() (owner.InitConfig, error) {
-	if err := o.applyMiniDefaults(); err != nil {
+	if err := o.checkFlags(); err != nil {
+		return owner.InitConfig{}, err
+	}
+	mini, err := o.applyMiniDefaults()
+	if err != nil {
 		return owner.InitConfig{}, err
 	}
 	addr, err := dialer.ParseAddress(o.node, initpb.Port)
 	if err != nil {
 		return owner.InitConfig{}, fmt.Errorf("--node: %w", err)
+	}
+	if err := checkNetworks(o.serviceCIDR, addr, mini); err != nil {
+		return owner.InitConfig{}, err
 	}
 	if o.platformCAPath == "" {
 		return owner.InitConfig{}, errors.New("no --platform-ca given: pass the CA that certifies the nodes' attestation keys")

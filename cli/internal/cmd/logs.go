@@ -109,7 +109,7 @@ func runJournal(cmd *cobra.Command, o logsOptions, node string, req *nodepb.Jour
 
 // dialOne resolves node and reaches it, verified.
 func dialOne(ctx context.Context, cmd *cobra.Command, o clusterOptions, node string) (*inspect.Node, error) {
-	owner, err := o.owner(cmd)
+	owner, err := o.owner(cmd, []string{node})
 	if err != nil {
 		return nil, err
 	}

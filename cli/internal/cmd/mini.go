@@ -75,6 +75,46 @@ func addUpFlags(c *cobra.Command, o *miniOptions) {
 	}
 }
 
+// Bounds of the VM flags: what the cloud's network plan and QEMU take,
+// and what the image needs to boot into a node.
+const (
+	maxNodesPerRole = 50
+	maxCPUs         = 64
+	minMemoryMiB    = 256
+	maxMemoryMiB    = 1 << 20
+	// minStateDiskMiB holds a node's container images, etcd and logs.
+	minStateDiskMiB = 2048
+	maxStateDiskMiB = 1 << 24
+)
+
+// check checks the flags on their own, before anything is started, and
+// names every one that is out of range.
+func (o miniOptions) check() error {
+	var errs []error
+	inRange := func(flag string, v, lo, hi int, unit string) {
+		if v < lo || v > hi {
+			errs = append(errs, fmt.Errorf("--%s %d: want %d to %d%s", flag, v, lo, hi, unit))
+		}
+	}
+	inRange("control-planes", o.controlPlanes, 1, maxNodesPerRole, "")
+	inRange("workers", o.workers, 0, maxNodesPerRole, "")
+	inRange("cpus", o.cpus, 1, maxCPUs, "")
+	inRange("memory", o.memoryMiB, minMemoryMiB, maxMemoryMiB, " MiB")
+	minDisk := minStateDiskMiB
+	if o.kernel != "" {
+		// A test kernel does not install Kubernetes.
+		minDisk = 16
+	}
+	inRange("state-disk-size", o.stateDiskMiB, minDisk, maxStateDiskMiB, " MiB")
+	if o.shutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %s: want a positive duration", o.shutdownTimeout))
+	}
+	if o.kernel == "" && o.initrd != "" {
+		errs = append(errs, errors.New("--initrd needs --kernel"))
+	}
+	return errors.Join(errs...)
+}
+
 func (o miniOptions) spec(progress io.Writer) cloud.Spec {
 	s := cloud.Spec{
 		Dir:             o.dir,
@@ -128,6 +168,9 @@ func newMiniUpCmd() *cobra.Command {
 // with the same flags) that runs in the background, and returns once every
 // VM runs.
 func runMiniUp(ctx context.Context, out io.Writer, o miniOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
 	abs, err := filepath.Abs(o.dir)
 	if err != nil {
 		return err

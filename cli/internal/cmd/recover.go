@@ -67,6 +67,13 @@ a control plane is back.`, recoverpb.Port),
 }
 
 func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverOptions) error {
+	addr, err := dialer.ParseAddress(o.node, recoverpb.Port)
+	if err != nil {
+		return fmt.Errorf("--node: %w", err)
+	}
+	if o.timeout <= 0 {
+		return fmt.Errorf("--timeout %s: want a positive duration such as 10m", o.timeout)
+	}
 	if o.platformCAPath == "" {
 		if _, err := cloud.ReadState(o.miniDir); errors.Is(err, fs.ErrNotExist) {
 			return errors.New("no --platform-ca given and no 'orrery mini' state in " + o.miniDir + ": pass --platform-ca")
@@ -76,10 +83,6 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	m, err := loadPolicy(o.measurementsPath, o.hardware)
 	if err != nil {
 		return fmt.Errorf("load measurements: %w", err)
-	}
-	addr, err := dialer.ParseAddress(o.node, recoverpb.Port)
-	if err != nil {
-		return fmt.Errorf("--node: %w", err)
 	}
 	ca, err := platformca.LoadCert(o.platformCAPath)
 	if err != nil {

@@ -67,7 +67,7 @@ func runSupport(cmd *cobra.Command, o supportOptions, names []string) error {
 	if out == "" {
 		out = "orrery-support-" + time.Now().UTC().Format("20060102T150405Z") + ".tar.gz"
 	}
-	own, err := o.cluster.owner(cmd)
+	own, err := o.cluster.owner(cmd, names)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,13 @@ the ID is what 'orrery control-plane approve' takes.`, nodepb.Port, initpb.Port)
 
 // runVerifyNew checks a node before init, on the bootstrapper's port.
 func runVerifyNew(ctx context.Context, cmd *cobra.Command, o verifyOptions) error {
+	addr, err := dialer.ParseAddress(o.node, initpb.Port)
+	if err != nil {
+		return fmt.Errorf("--node: %w", err)
+	}
+	if err := o.cluster.check(nil); err != nil {
+		return err
+	}
 	images, err := o.cluster.images()
 	if err != nil {
 		return err
@@ -82,10 +89,6 @@ func runVerifyNew(ctx context.Context, cmd *cobra.Command, o verifyOptions) erro
 	cas, err := o.cluster.platformCAs()
 	if err != nil {
 		return err
-	}
-	addr, err := dialer.ParseAddress(o.node, initpb.Port)
-	if err != nil {
-		return fmt.Errorf("--node: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.cluster.timeout)
 	defer cancel()
@@ -127,7 +130,7 @@ func runVerifyCluster(cmd *cobra.Command, o verifyOptions, names []string) error
 		return err
 	}
 	ctx := cmd.Context()
-	own, err := o.cluster.owner(cmd)
+	own, err := o.cluster.owner(cmd, names)
 	if err != nil {
 		return err
 	}

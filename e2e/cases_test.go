@@ -84,7 +84,7 @@ func refuseBadInit(t *testing.T, ctx context.Context, c *cloud.Cloud, dir, img, 
 	}
 	for i, tc := range cases {
 		outDir := filepath.Join(dir, "bad-init", string(rune('a'+i)))
-		args := append([]string{orr, "init", "--mini-dir", dir, "--out-dir", outDir, "--timeout", "15m", "--skip-services"}, tc.args...)
+		args := append([]string{orr, "init", "--mini-dir", dir, "--workspace", outDir, "--timeout", "15m", "--skip-services"}, tc.args...)
 		if tc.before != nil {
 			tc.before()
 		}
@@ -102,6 +102,11 @@ func refuseBadInit(t *testing.T, ctx context.Context, c *cloud.Cloud, dir, img, 
 		}
 		if _, err := os.Stat(filepath.Join(outDir, "orrery-admin.conf")); err == nil {
 			t.Fatalf("orrery init with %s wrote a kubeconfig", tc.name)
+		}
+		// Only a node that attested gets a master secret made for it; the
+		// wrong init secret is the one case here whose node attested.
+		if _, err := os.Stat(filepath.Join(outDir, "orrery-master-secret.json")); err == nil && tc.name != "a wrong init secret" {
+			t.Fatalf("orrery init with %s wrote a master secret for a node it refused", tc.name)
 		}
 		t.Logf("orrery init with %s: refused as expected:\n%s", tc.name, lastLines(string(out), 3))
 	}

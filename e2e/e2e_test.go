@@ -343,7 +343,7 @@ func TestCluster(t *testing.T) {
 
 	p.doing("orrery init (attestation, kubeadm, Helm services)")
 	initStart := time.Now()
-	initOut, err := inNS(ctx, append([]string{orr, "init", "--mini-dir", dir, "--out-dir", out, "--timeout", "30m"}, ownerChecks(img, dir)...)...)
+	initOut, err := inNS(ctx, append([]string{orr, "init", "--mini-dir", dir, "--workspace", out, "--timeout", "30m"}, ownerChecks(img, dir)...)...)
 	t.Logf("orrery init:\n%s", initOut)
 	if err != nil {
 		t.Fatalf("orrery init: %v", err)
@@ -354,7 +354,7 @@ func TestCluster(t *testing.T) {
 
 	// Someone else's init on the initialised node: refused, and at once.
 	p.doing("a second init is refused")
-	again, err := inNS(ctx, append([]string{orr, "init", "--mini-dir", dir, "--out-dir", filepath.Join(dir, "intruder"), "--timeout", "5m"}, ownerChecks(img, dir)...)...)
+	again, err := inNS(ctx, append([]string{orr, "init", "--mini-dir", dir, "--workspace", filepath.Join(dir, "intruder"), "--timeout", "5m"}, ownerChecks(img, dir)...)...)
 	if err == nil || !strings.Contains(string(again), "already belongs to a cluster") {
 		t.Fatalf("a second init on the initialised node: err %v, output:\n%s\nwant 'already belongs to a cluster'", err, again)
 	}

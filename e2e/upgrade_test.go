@@ -68,7 +68,7 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 	kubeconfig := filepath.Join(out, "orrery-admin.conf")
 	backups := filepath.Join(dir, "orrery-backups")
 	apply := func(bin string, args ...string) (string, error) {
-		b, err := inNS(ctx, append([]string{bin, "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups}, args...)...)
+		b, err := inNS(ctx, append([]string{bin, "upgrade", "apply", "--kubeconfig", kubeconfig, "--workspace", filepath.Dir(kubeconfig), "--backup-dir", backups}, args...)...)
 		t.Logf("%s upgrade apply %s:\n%s", filepath.Base(bin), strings.Join(args, " "), b)
 		return string(b), err
 	}
@@ -229,7 +229,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 		t.Fatalf("upgrade check of the new image's measurements: %+v", r.Measurements)
 	}
 	run := func(args ...string) (string, error) {
-		b, err := inNS(ctx, append([]string{next, "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", filepath.Join(dir, "orrery-backups")}, args...)...)
+		b, err := inNS(ctx, append([]string{next, "upgrade", "apply", "--kubeconfig", kubeconfig, "--workspace", filepath.Dir(kubeconfig), "--backup-dir", filepath.Join(dir, "orrery-backups")}, args...)...)
 		t.Logf("upgrade apply %s:\n%s", strings.Join(args, " "), b)
 		return string(b), err
 	}

@@ -54,9 +54,12 @@ type InitConfig struct {
 	// InitSecret is the secret the VM was created with; only its holder
 	// may initialise the node.
 	InitSecret []byte
-	// Workspace is where the owner's files go: the master secret (kept
-	// if there is one), the state, the kubeconfig.
-	Workspace         workspace.Dir
+	// Workspace is where the owner's files go: the master secret, the
+	// state, the kubeconfig. Init refuses one that holds another init's.
+	Workspace workspace.Dir
+	// ReplaceWorkspace sets another init's files in Workspace aside,
+	// once the node has attested, instead of refusing.
+	ReplaceWorkspace  bool
 	KubernetesVersion string
 	ClusterName       string
 	APIServerSANs     []string
@@ -96,23 +99,17 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 	if cfg.APIServerPort == 0 {
 		cfg.APIServerPort = clusternet.APIServerPort
 	}
-	if err := cfg.Workspace.Create(); err != nil {
-		return InitResult{}, err
-	}
-	ms, created, err := cfg.Workspace.MasterSecret()
+	plan, err := cfg.Workspace.PlanInit(cfg.Node, cfg.ClusterName, cfg.ReplaceWorkspace)
 	if err != nil {
 		return InitResult{}, err
 	}
-	if created {
-		r.notice(fmt.Sprintf("Generated the master secret: %s (keep it safe: it recovers the cluster's disks)", cfg.Workspace.Path(workspace.MasterSecretFile)))
+	if plan.Stage == workspace.InitDone {
+		return cfg.finishServices(ctx, plan.State, r)
 	}
-	// A retry must send the same measurement salt, or the node derives
-	// another cluster ID and refuses.
-	state, newState, err := cfg.Workspace.StateOrCreate(cfg.Node, cfg.ClusterName)
-	if err != nil {
-		return InitResult{}, err
-	}
-	v, err := initValidator(validator.Config{Policy: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Collateral: cfg.Collateral, Logger: orDiscard(cfg.Logger)}, ms, state.MeasurementSalt, !created && !newState)
+	ms, state := plan.MasterSecret, plan.State
+	// A resumed init must send the same secrets and measurement salt, or
+	// the node derives another cluster ID and refuses.
+	v, err := initValidator(validator.Config{Policy: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Collateral: cfg.Collateral, Logger: orDiscard(cfg.Logger)}, ms, state.MeasurementSalt, plan.Stage == workspace.InitInterrupted)
 	if err != nil {
 		return InitResult{}, err
 	}
@@ -124,6 +121,17 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 	start := time.Now()
 	if err := d.WaitAttested(ctx, cfg.Node, cfg.onNodeAbsent(ctx, r)); err != nil {
 		return InitResult{}, lockedElsewhere(cfg.Node, err)
+	}
+	// Only a node that attested gets a workspace written for it.
+	kept, err := plan.Keep()
+	if err != nil {
+		return InitResult{}, err
+	}
+	if kept.SetAside != "" {
+		r.notice(fmt.Sprintf("Moved the earlier init's files to %s", kept.SetAside))
+	}
+	if kept.Wrote {
+		r.notice(fmt.Sprintf("Generated the master secret: %s (keep it safe: it recovers the cluster's disks)", cfg.Workspace.Path(workspace.MasterSecretFile)))
 	}
 	req := &initpb.InitRequest{
 		MasterSecret:      ms.Key,
@@ -144,6 +152,7 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 		return InitResult{}, err
 	}
 	state.ClusterID = done.GetClusterId()
+	state.FirstNode = &workspace.FirstNode{Name: node.Name, InstanceID: node.ID, DiskUUID: done.GetStateDiskUuid()}
 	if err := cfg.Workspace.WriteState(state); err != nil {
 		return InitResult{}, err
 	}
@@ -153,6 +162,23 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 		return res, nil
 	}
 	return res, cfg.startServices(ctx, kubeconfig, firstNode{disk: done.GetStateDiskUuid(), vm: node}, r)
+}
+
+// finishServices is an init run again after kubeadm init finished: the
+// node's bootstrapper has stopped, so what is left is the cluster
+// services and the health check, through the kubeconfig.
+func (cfg InitConfig) finishServices(ctx context.Context, st workspace.State, r *reporter) (InitResult, error) {
+	kubeconfig := cfg.Workspace.Path(workspace.KubeconfigFile)
+	res := InitResult{ClusterID: st.ClusterID, Kubeconfig: kubeconfig}
+	r.notice(fmt.Sprintf("The cluster %q (ID %x) was initialised on %s by an earlier run; finishing its services", st.ClusterName, st.ClusterID, st.Node))
+	if cfg.SkipServices {
+		return res, nil
+	}
+	var node firstNode
+	if f := st.FirstNode; f != nil {
+		node = firstNode{disk: f.DiskUUID, vm: attestation.Instance{Name: f.Name, ID: f.InstanceID}}
+	}
+	return res, cfg.startServices(ctx, kubeconfig, node, r)
 }
 
 // firstNode is the initialised node: its state disk and VM.

@@ -112,7 +112,22 @@ func TestInitReportsStepsAndKeepsTheOwnersFiles(t *testing.T) {
 		t.Fatal("a notice holds the master secret")
 	}
 
-	// A retry sends the same secrets and says nothing about a new one.
+	// Run again after kubeadm finished, init has nothing to send: the
+	// node's bootstrapper has stopped; only the services are left.
+	var done events
+	if _, err := Init(ctx, initConfig(t, addr, n, ws, &done)); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Requests()) != 1 || !strings.Contains(strings.Join(done.texts(Notice), "\n"), "initialised on "+addr+" by an earlier run") {
+		t.Fatalf("init run again after it finished sent %d requests and said %q; want no request and that it finishes the services", len(node.Requests())-1, done.texts(Notice))
+	}
+
+	// Interrupted before the node answered (no cluster ID yet), a retry
+	// sends the same secrets and says nothing about a new one.
+	st.ClusterID = nil
+	if err := ws.WriteState(st); err != nil {
+		t.Fatal(err)
+	}
 	var again events
 	if _, err := Init(ctx, initConfig(t, addr, n, ws, &again)); err != nil {
 		t.Fatal(err)
@@ -123,6 +138,17 @@ func TestInitReportsStepsAndKeepsTheOwnersFiles(t *testing.T) {
 	}
 	if strings.Contains(strings.Join(again.texts(Notice), "\n"), "Generated") {
 		t.Error("a retry generated another master secret")
+	}
+
+	// Another node, from the same workspace, is refused before anything
+	// is sent: two clusters must not share a master secret.
+	other := initConfig(t, addr, n, ws, &events{})
+	other.ClusterName = "second"
+	if _, err := Init(ctx, other); err == nil || !strings.Contains(err.Error(), "--workspace") {
+		t.Fatalf("init of another cluster in the same workspace: %v; want a refusal", err)
+	}
+	if len(node.Requests()) != 2 {
+		t.Fatal("a refused workspace still sent a request")
 	}
 }
 
@@ -142,6 +168,9 @@ func TestInitRefusesANodeThatRunsAnotherImage(t *testing.T) {
 	}
 	if len(node.Requests()) != 0 {
 		t.Fatal("the library sent the master secret to a node it refused")
+	}
+	if entries, _ := os.ReadDir(string(cfg.Workspace)); len(entries) != 0 {
+		t.Fatalf("init wrote %v for a node it refused; want nothing before a node attested", entries)
 	}
 }
 

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/cloud"
@@ -37,18 +36,20 @@ import (
 // nodes are.
 type clusterOptions struct {
 	masterSecretPath string
-	kubeconfig       string
+	kc               kubeconfigOptions
 	measurements     []string
 	hardware         hardwareOptions
 	platformCAPath   string
 	miniDir          string
 	trustAnyAK       bool
 	timeout          time.Duration
+	// ws is the workspace, from the root's --workspace (set by owner).
+	ws workspace.Dir
 }
 
 func addClusterFlags(f *pflag.FlagSet, o *clusterOptions, timeout time.Duration) {
-	f.StringVar(&o.masterSecretPath, "master-secret", workspace.MasterSecretFile, "the cluster's master secret, as 'orrery init' wrote it (the state file beside it is read too): the owner's access key is derived from it")
-	f.StringVar(&o.kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig, to find nodes by name (without an API server, name nodes by address)")
+	f.StringVar(&o.masterSecretPath, "master-secret", "", "the cluster's master secret, as 'orrery init' wrote it (the state file beside it is read too): the owner's access key is derived from it (default: "+workspace.MasterSecretFile+" in the workspace)")
+	addKubeconfigFlags(f, &o.kc)
 	f.StringSliceVar(&o.measurements, "measurements", nil, "measurements of an image the nodes may run (repeatable: during an upgrade, both images'); default: build/image/measurements.json, or measurements-sev-snp.json beside it for an 'orrery mini up --sev-snp' cloud")
 	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
@@ -79,13 +80,17 @@ func (o clusterOptions) check(names []string) error {
 // owner reads what the owner holds: the access key and cluster ID from the
 // master secret and the state file, the accepted images, the platform CA.
 // names are the nodes the command was given, checked first.
-func (o clusterOptions) owner(cmd *cobra.Command, names []string) (inspect.Owner, error) {
+func (o *clusterOptions) owner(cmd *cobra.Command, names []string) (inspect.Owner, error) {
 	if err := o.check(names); err != nil {
 		return inspect.Owner{}, err
 	}
+	o.ws = workspaceDir(cmd)
+	if o.masterSecretPath == "" {
+		o.masterSecretPath = o.ws.Path(workspace.MasterSecretFile)
+	}
 	ms, err := keys.ReadMasterSecretFile(o.masterSecretPath)
 	if err != nil {
-		return inspect.Owner{}, fmt.Errorf("read the master secret (pass --master-secret: 'orrery init' wrote %s): %w", workspace.MasterSecretFile, err)
+		return inspect.Owner{}, fmt.Errorf("read the master secret (pass --master-secret, or --workspace: the directory where 'orrery init' wrote %s): %w", workspace.MasterSecretFile, err)
 	}
 	st, err := workspace.Dir(filepath.Dir(o.masterSecretPath)).ReadState()
 	if err != nil {
@@ -279,9 +284,9 @@ func (o clusterOptions) clusterNodes(ctx context.Context, stderr io.Writer) ([]t
 }
 
 func (o clusterOptions) apiServerNodes(ctx context.Context) ([]target, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	rc, err := o.kc.restConfig(o.ws)
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", o.kubeconfig, err)
+		return nil, err
 	}
 	rc.Timeout = apiServerWait
 	client, err := kubernetes.NewForConfig(rc)

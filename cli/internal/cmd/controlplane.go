@@ -9,11 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/orrery-dev/orrery/internal/controlplanes"
-	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/role"
 )
 
@@ -31,7 +29,7 @@ further control plane here before (or while) it joins.`,
 }
 
 func newControlPlaneApproveCmd() *cobra.Command {
-	var kubeconfig string
+	var kc kubeconfigOptions
 	c := &cobra.Command{
 		Use:   "approve INSTANCE-ID",
 		Short: "Let the VM with this instance ID join as a control plane",
@@ -47,9 +45,9 @@ the ConfigMap reaches the service (a minute or so).`,
   orrery control-plane approve 7264511298031765023`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			rc, err := kc.restConfig(workspaceDir(cmd))
 			if err != nil {
-				return fmt.Errorf("load kubeconfig %s (pass --kubeconfig: 'orrery init' writes %s): %w", kubeconfig, workspace.KubeconfigFile, err)
+				return err
 			}
 			client, err := kubernetes.NewForConfig(rc)
 			if err != nil {
@@ -58,7 +56,7 @@ the ConfigMap reaches the service (a minute or so).`,
 			return approveControlPlane(cmd.Context(), client.CoreV1().ConfigMaps(controlplanes.Namespace), args[0], cmd.OutOrStdout())
 		},
 	}
-	c.Flags().StringVar(&kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
+	addKubeconfigFlags(c.Flags(), &kc)
 	return c
 }
 

@@ -36,6 +36,9 @@ type initOptions struct {
 	platformCAPath    string
 	initSecretPath    string
 	outDir            string
+	workspace         workspace.Dir
+	replaceWorkspace  bool
+	mergeKubeconfig   bool
 	kubernetesVersion string
 	clusterName       string
 	sans              []string
@@ -67,6 +70,10 @@ cluster's disks.`,
     --platform-ca orrery-mini/platform-ca.crt --init-secret-file orrery-mini/init-secret`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.workspace = workspaceDir(cmd)
+			if o.outDir != "" {
+				o.workspace = workspace.Dir(o.outDir)
+			}
 			return runInit(cmd.Context(), cmd.OutOrStdout(), logger(cmd), o)
 		},
 	}
@@ -77,7 +84,10 @@ cluster's disks.`,
 	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys")
 	f.StringVar(&o.initSecretPath, "init-secret-file", "", "file holding the init secret created with the VM")
-	f.StringVar(&o.outDir, "out-dir", ".", "where to write the master secret, kubeconfig and state files")
+	f.StringVar(&o.outDir, "out-dir", "", "the workspace")
+	_ = f.MarkDeprecated("out-dir", "use --workspace")
+	f.BoolVar(&o.replaceWorkspace, "replace-workspace", false, "the workspace holds an earlier init's files (another cluster's, or one whose VMs are gone): move them into orrery-replaced-<UTC time>/ in the workspace and start a new cluster")
+	f.BoolVar(&o.mergeKubeconfig, "merge-kubeconfig", false, "also add the cluster to your kubeconfig ($KUBECONFIG or ~/.kube/config) as context orrery-<cluster name>, and make it the current context")
 	f.StringVar(&o.kubernetesVersion, "kubernetes-version", versions.Default, "Kubernetes version to install, one the image carries ("+strings.Join(versions.List(), ", ")+")")
 	f.StringVar(&o.clusterName, "cluster-name", "orrery", "cluster name (a DNS label)")
 	f.StringSliceVar(&o.sans, "api-server-san", nil, "extra name or IP for the API server certificate (repeatable)")
@@ -137,6 +147,13 @@ func runInit(ctx context.Context, out io.Writer, log *slog.Logger, o initOptions
 	fmt.Fprintln(out, "Time per step:")
 	toolout.WriteSteps(out, p.steps.Steps(time.Now()))
 	fmt.Fprintf(out, "Done in %s. Kubeconfig: %s\n", time.Since(start).Round(time.Second), res.Kubeconfig)
+	if o.mergeKubeconfig {
+		name, path, err := mergeKubeconfig(res.Kubeconfig, "orrery-"+o.clusterName)
+		if err != nil {
+			return fmt.Errorf("the cluster runs, but adding it to your kubeconfig failed: %w (use --kubeconfig %s)", err, res.Kubeconfig)
+		}
+		fmt.Fprintf(out, "Added the context %s to %s and made it the current one: kubectl get nodes\n", name, path)
+	}
 	return nil
 }
 
@@ -217,7 +234,8 @@ func (o initOptions) config() (owner.InitConfig, error) {
 		PlatformCA:        ca,
 		Collateral:        o.hardware.collateral(),
 		InitSecret:        []byte(strings.TrimSpace(string(initSecret))),
-		Workspace:         workspace.Dir(o.outDir),
+		Workspace:         o.workspace,
+		ReplaceWorkspace:  o.replaceWorkspace,
 		KubernetesVersion: o.kubernetesVersion,
 		ClusterName:       o.clusterName,
 		APIServerSANs:     o.sans,

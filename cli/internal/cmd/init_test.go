@@ -49,7 +49,7 @@ func TestInitWaitsForBootingNode(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := Execute(context.Background(), []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr,
 		"--measurements", measPath, "--platform-ca", caPath, "--init-secret-file", secretPath,
-		"--out-dir", filepath.Join(dir, "out"), "--timeout", "30s", "--skip-services"}, &stdout, &stderr)
+		"--workspace", filepath.Join(dir, "out"), "--timeout", "30s", "--skip-services"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("init: exit %d: %s", code, stderr.String())
 	}
@@ -66,7 +66,7 @@ func TestInit(t *testing.T) {
 	os.WriteFile(secretPath, []byte("s3cret\n"), 0o600)
 	out := filepath.Join(dir, "out")
 	args := []string{"init", "--mini-dir", filepath.Join(dir, "no-mini"), "--node", addr, "--measurements", measPath,
-		"--platform-ca", caPath, "--init-secret-file", secretPath, "--out-dir", out, "--timeout", "30s",
+		"--platform-ca", caPath, "--init-secret-file", secretPath, "--workspace", out, "--timeout", "30s",
 		"--cluster-name", "demo", "--api-server-san", "api.example.org", "--skip-services"}
 
 	var stdout, stderr bytes.Buffer
@@ -104,7 +104,13 @@ func TestInit(t *testing.T) {
 		t.Fatalf("state cluster ID %x, want %x", state.ClusterID, wantID)
 	}
 
-	// A second run (a retry) sends the same master secret and salt.
+	// A run interrupted before the node answered (no cluster ID yet) is
+	// resumed with the same master secret and salt.
+	state.ClusterID = nil
+	raw, _ = json.Marshal(state)
+	if err := os.WriteFile(filepath.Join(out, workspace.StateFile), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if code := Execute(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("second init: exit %d: %s", code, stderr.String())
 	}
@@ -139,7 +145,7 @@ func TestInitErrors(t *testing.T) {
 			node.Fail = tc.fail
 			out := filepath.Join(t.TempDir(), "out")
 			args := append([]string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr, "--measurements", measPath,
-				"--platform-ca", caPath, "--out-dir", out, "--timeout", "20s", "--skip-services"}, tc.args...)
+				"--platform-ca", caPath, "--workspace", out, "--timeout", "20s", "--skip-services"}, tc.args...)
 			var stdout, stderr bytes.Buffer
 			if code := Execute(context.Background(), args, &stdout, &stderr); code == 0 {
 				t.Fatalf("init succeeded: %s", stdout.String())
@@ -211,7 +217,7 @@ func TestInitRetryAfterNodeLock(t *testing.T) {
 	caPath, measPath := n.CAFile(t), writeMeasurements(t, make([]byte, 32))
 	initArgs := func(out string) []string {
 		return []string{"init", "--mini-dir", filepath.Join(dir, "none"), "--node", addr, "--measurements", measPath,
-			"--platform-ca", caPath, "--init-secret-file", secretPath, "--out-dir", out, "--timeout", "30s", "--skip-services"}
+			"--platform-ca", caPath, "--init-secret-file", secretPath, "--workspace", out, "--timeout", "30s", "--skip-services"}
 	}
 	out := filepath.Join(dir, "owner")
 
@@ -236,7 +242,12 @@ func TestInitRetryAfterNodeLock(t *testing.T) {
 	copyFile(t, filepath.Join(out, workspace.MasterSecretFile), filepath.Join(otherSalt, workspace.MasterSecretFile))
 	salt, _ := keys.GenerateSalt(rand.Reader)
 	os.MkdirAll(otherSalt, 0o700)
-	if err := workspace.Dir(otherSalt).WriteState(workspace.State{MeasurementSalt: salt}); err != nil {
+	first, err := workspace.Dir(out).ReadState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.MeasurementSalt = salt
+	if err := workspace.Dir(otherSalt).WriteState(first); err != nil {
 		t.Fatal(err)
 	}
 	before := node.initCount()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -43,18 +42,15 @@ func (oneUnit) Units(context.Context, string) ([]*nodepb.Unit, error) {
 // owner's files.
 func runningNode(t *testing.T, dir string) (string, []string) {
 	t.Helper()
-	ms, err := keys.GenerateMasterSecret(rand.Reader)
+	plan, err := workspace.Dir(dir).PlanInit("cp-0", "demo", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := plan.Keep(); err != nil {
+		t.Fatal(err)
+	}
+	ms, st := plan.MasterSecret, plan.State
 	secretPath := filepath.Join(dir, workspace.MasterSecretFile)
-	if err := keys.WriteMasterSecretFile(secretPath, ms); err != nil {
-		t.Fatal(err)
-	}
-	st, _, err := workspace.Dir(dir).StateOrCreate("cp-0", "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	msec, _ := ms.MeasurementSecret()
 	clusterID, _ := keys.ClusterID(msec, st.MeasurementSalt)
 	n := qemutest.NewNode(t).Boot(t, "image-1", "image-1").Lock(t, string(clusterID))

@@ -6,10 +6,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orrery-dev/orrery/internal/owner/noderemove"
-	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
 
 func newNodeCmd() *cobra.Command {
@@ -23,9 +21,9 @@ func newNodeCmd() *cobra.Command {
 
 func newNodeRemoveCmd() *cobra.Command {
 	var (
-		kubeconfig string
-		yes        bool
-		cfg        noderemove.Config
+		kc  kubeconfigOptions
+		yes bool
+		cfg noderemove.Config
 	)
 	c := &cobra.Command{
 		Use:   "remove NODE",
@@ -55,9 +53,9 @@ removed this way.`,
 			if !yes {
 				return fmt.Errorf("removing node %s is permanent: it can never rejoin this cluster; pass --yes to remove it", args[0])
 			}
-			rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			rc, err := kc.restConfig(workspaceDir(cmd))
 			if err != nil {
-				return fmt.Errorf("load kubeconfig %s (pass --kubeconfig: 'orrery init' writes %s): %w", kubeconfig, workspace.KubeconfigFile, err)
+				return err
 			}
 			if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 				return err
@@ -69,7 +67,7 @@ removed this way.`,
 			return noderemove.Remove(cmd.Context(), cfg, args[0])
 		},
 	}
-	c.Flags().StringVar(&kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
+	addKubeconfigFlags(c.Flags(), &kc)
 	c.Flags().BoolVar(&yes, "yes", false, "confirm that the node is to be removed for good")
 	c.Flags().DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "how long to wait for the node's pods to be evicted (default 2m)")
 	return c

@@ -51,12 +51,15 @@ a control plane is back.`, recoverpb.Port),
     --measurements build/image/measurements.json --platform-ca platform-ca.crt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.masterSecretPath == "" {
+				o.masterSecretPath = workspaceDir(cmd).Path(workspace.MasterSecretFile)
+			}
 			return runRecover(cmd.Context(), cmd.OutOrStdout(), logger(cmd), o)
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.node, "node", "", fmt.Sprintf("the waiting node, HOST or HOST:PORT (port defaults to %d)", recoverpb.Port))
-	f.StringVar(&o.masterSecretPath, "master-secret", workspace.MasterSecretFile, "the cluster's master secret, as 'orrery init' wrote it")
+	f.StringVar(&o.masterSecretPath, "master-secret", "", "the cluster's master secret, as 'orrery init' wrote it (default: "+workspace.MasterSecretFile+" in the workspace)")
 	f.StringVar(&o.measurementsPath, "measurements", "build/image/measurements.json", "the image's expected measurements")
 	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
@@ -90,7 +93,7 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	}
 	ms, err := keys.ReadMasterSecretFile(o.masterSecretPath)
 	if err != nil {
-		return fmt.Errorf("%w (pass --master-secret, the file 'orrery init' wrote)", err)
+		return fmt.Errorf("%w (pass --master-secret, or --workspace: the directory where 'orrery init' wrote it)", err)
 	}
 	start := time.Now()
 	p := &progressPrinter{out: out, start: start}

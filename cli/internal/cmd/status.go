@@ -10,11 +10,13 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/owner/clusterstatus"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
-	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
 
 func newStatusCmd() *cobra.Command {
-	var kubeconfig, output string
+	var (
+		kc     kubeconfigOptions
+		output string
+	)
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster's nodes, the images they run, and Orrery's services",
@@ -30,6 +32,11 @@ versions and health, and says whether this orrery carries newer charts
 			if err := checkOutput(output); err != nil {
 				return err
 			}
+			kubeconfig, cleanup, err := kc.resolve(workspaceDir(cmd))
+			if err != nil {
+				return err
+			}
+			defer cleanup()
 			cluster, err := upgrade.Connect(cmd.Context(), kubeconfig)
 			if err != nil {
 				return err
@@ -44,7 +51,7 @@ versions and health, and says whether this orrery carries newer charts
 			return writeStatus(cmd.OutOrStdout(), r)
 		},
 	}
-	c.Flags().StringVar(&kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
+	addKubeconfigFlags(c.Flags(), &kc)
 	addOutputFlag(c, &output)
 	return c
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -16,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/nodeservice"
@@ -91,15 +89,14 @@ func runSupport(cmd *cobra.Command, o supportOptions, names []string) error {
 		fmt.Fprintf(progress, "collected in %s\n", time.Since(start).Round(100*time.Millisecond))
 	}
 	fmt.Fprint(progress, "cluster: ")
-	for name, data := range clusterState(ctx, o.cluster.kubeconfig) {
+	for name, data := range clusterState(ctx, o.cluster.kc, o.cluster.ws) {
 		if err := b.Add("cluster/"+name, []byte(nodeservice.Redact(string(data)))); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintln(progress, "collected")
-	dir := filepath.Dir(o.cluster.masterSecretPath)
 	for _, name := range []string{workspace.JournalFile, workspace.KubeadmLogFile, workspace.UpgradeLogFile} {
-		if data, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+		if data, err := os.ReadFile(o.cluster.ws.Path(name)); err == nil {
 			if err := b.Add("owner/"+name, []byte(nodeservice.Redact(string(data)))); err != nil {
 				return err
 			}
@@ -133,11 +130,11 @@ func dirName(t target) string {
 
 // clusterState is the cluster's nodes, pods and events as text, or a
 // file that says why the API server could not tell.
-func clusterState(ctx context.Context, kubeconfig string) map[string][]byte {
+func clusterState(ctx context.Context, kc kubeconfigOptions, ws workspace.Dir) map[string][]byte {
 	fail := func(err error) map[string][]byte {
 		return map[string][]byte{"ERROR.txt": []byte("the API server could not be read: " + err.Error() + "\n")}
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	rc, err := kc.restConfig(ws)
 	if err != nil {
 		return fail(err)
 	}

@@ -41,8 +41,9 @@ The releases stay ordinary Helm releases: 'helm list', 'helm history' and
 }
 
 type upgradeCheckOptions struct {
-	kubeconfig, measurementsPath, output string
-	hardware                             hardwareOptions
+	kc                       kubeconfigOptions
+	measurementsPath, output string
+	hardware                 hardwareOptions
 }
 
 func newUpgradeCheckCmd() *cobra.Command {
@@ -69,7 +70,12 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 				}
 				given = &s
 			}
-			cluster, err := upgrade.Connect(cmd.Context(), o.kubeconfig)
+			kubeconfig, cleanup, err := o.kc.resolve(workspaceDir(cmd))
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			cluster, err := upgrade.Connect(cmd.Context(), kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -83,7 +89,7 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 			return writeCheck(cmd.OutOrStdout(), r)
 		},
 	}
-	c.Flags().StringVar(&o.kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
+	addKubeconfigFlags(c.Flags(), &o.kc)
 	c.Flags().StringVar(&o.measurementsPath, "measurements", "", "an image's measurements.json: tell whether the cluster accepts it")
 	addSNPTestRootFlag(c.Flags(), &o.hardware)
 	addOutputFlag(c, &o.output)
@@ -151,12 +157,14 @@ func writeCheck(w io.Writer, r upgrade.Report) error {
 }
 
 type upgradeApplyOptions struct {
-	kubeconfig, backupDir string
-	measurementsPaths     []string
-	hardware              hardwareOptions
-	retire                []string
-	timeout               time.Duration
-	dryRun, yes, force    bool
+	kc                 kubeconfigOptions
+	workspace          workspace.Dir
+	backupDir          string
+	measurementsPaths  []string
+	hardware           hardwareOptions
+	retire             []string
+	timeout            time.Duration
+	dryRun, yes, force bool
 }
 
 func newUpgradeApplyCmd() *cobra.Command {
@@ -191,12 +199,13 @@ first; apply then says where each release stands.`,
   orrery upgrade apply --retire image-3f2a9c0d1e4b5a6f`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.workspace = workspaceDir(cmd)
 			return runUpgradeApply(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), o)
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", workspace.KubeconfigFile, "the cluster's admin kubeconfig")
-	f.StringVar(&o.backupDir, "backup-dir", "orrery-backups", "folder that receives a backup folder per run, named after the time")
+	addKubeconfigFlags(f, &o.kc)
+	f.StringVar(&o.backupDir, "backup-dir", "", "folder that receives a backup folder per run, named after the time (default: orrery-backups in the workspace)")
 	f.StringArrayVar(&o.measurementsPaths, "measurements", nil, "accept the image of this measurements.json too (repeatable)")
 	addSNPTestRootFlag(f, &o.hardware)
 	f.StringArrayVar(&o.retire, "retire", nil, "stop accepting this measurement set (repeatable; see 'orrery upgrade check')")
@@ -211,10 +220,17 @@ func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgrade
 	if o.timeout <= 0 {
 		return errors.New("--timeout must be positive")
 	}
-	// The last upgrade's output stays beside the kubeconfig, for
-	// 'orrery support'; a workspace it cannot be written to costs only
-	// that.
-	if f, ferr := os.OpenFile(filepath.Join(filepath.Dir(o.kubeconfig), workspace.UpgradeLogFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); ferr == nil {
+	if o.backupDir == "" {
+		o.backupDir = o.workspace.Path("orrery-backups")
+	}
+	kubeconfig, cleanup, err := o.kc.resolve(o.workspace)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	// The last upgrade's output stays in the workspace, for 'orrery
+	// support'; a workspace it cannot be written to costs only that.
+	if f, ferr := os.OpenFile(o.workspace.Path(workspace.UpgradeLogFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); ferr == nil {
 		defer f.Close()
 		fmt.Fprintf(f, "orrery upgrade apply at %s\n", time.Now().UTC().Format(time.RFC3339))
 		out = io.MultiWriter(out, f)
@@ -232,7 +248,7 @@ func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgrade
 		}
 		opts.Add = append(opts.Add, s)
 	}
-	cluster, err := upgrade.Connect(ctx, o.kubeconfig)
+	cluster, err := upgrade.Connect(ctx, kubeconfig)
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,8 @@ func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 }
 
 func TestUpgradeCommands(t *testing.T) {
+	// The workspace, where apply leaves its log.
+	t.Chdir(t.TempDir())
 	_, initSet := writeSet(t, 1, false)
 	kubeconfig := initialised(t, initSet)
 	backups := filepath.Join(t.TempDir(), "backups")
@@ -142,6 +144,8 @@ func TestUpgradeCommands(t *testing.T) {
 }
 
 func TestUpgradeNeedsACluster(t *testing.T) {
+	// The workspace, where apply leaves its log.
+	t.Chdir(t.TempDir())
 	dir := t.TempDir()
 	_, errOut, code := run(t, "", "upgrade", "check", "--kubeconfig", filepath.Join(dir, "missing.conf"))
 	if code == 0 || !strings.Contains(errOut, "pass --kubeconfig") {
@@ -160,6 +164,8 @@ func TestUpgradeNeedsACluster(t *testing.T) {
 // release rolled back whose old pods are still starting is rolled back,
 // not "not rolled back" (as a stress run printed).
 func TestApplyFailedSaysWhereReleasesStand(t *testing.T) {
+	// The workspace, where apply leaves its log.
+	t.Chdir(t.TempDir())
 	ref := func(name string) services.ReleaseRef {
 		return services.ReleaseRef{Name: name, Namespace: "kube-system", Chart: name}
 	}

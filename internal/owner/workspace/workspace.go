@@ -6,11 +6,8 @@
 package workspace
 
 import (
-	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -35,6 +32,16 @@ type State struct {
 	ClusterName     string `json:"clusterName"`
 	MeasurementSalt []byte `json:"measurementSalt"`
 	ClusterID       []byte `json:"clusterID,omitempty"`
+	// FirstNode is the node the cluster was initialised on, for an init
+	// run again to record it as admitted.
+	FirstNode *FirstNode `json:"firstNode,omitempty"`
+}
+
+// FirstNode is the initialised node as its attestation named it.
+type FirstNode struct {
+	Name       string `json:"name"`
+	InstanceID string `json:"instanceID"`
+	DiskUUID   string `json:"diskUUID"`
 }
 
 // Dir is a workspace directory.
@@ -51,24 +58,6 @@ func (d Dir) Create() error {
 	return nil
 }
 
-// MasterSecret reads the master secret, or generates and writes one if
-// the workspace has none; created says which.
-func (d Dir) MasterSecret() (ms keys.MasterSecret, created bool, err error) {
-	path := d.Path(MasterSecretFile)
-	ms, err = keys.ReadMasterSecretFile(path)
-	if err == nil {
-		return ms, false, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return ms, false, err
-	}
-	ms, err = keys.GenerateMasterSecret(rand.Reader)
-	if err != nil {
-		return ms, false, err
-	}
-	return ms, true, keys.WriteMasterSecretFile(path, ms)
-}
-
 // ReadState reads the state file. A file that does not parse, or lacks
 // the measurement salt, is an error that says to restore it: without the
 // salt no node's cluster ID can be computed again.
@@ -83,21 +72,6 @@ func (d Dir) ReadState() (State, error) {
 		return st, fmt.Errorf("%s is damaged: restore it from a backup (it holds the cluster's measurement salt)", path)
 	}
 	return st, nil
-}
-
-// StateOrCreate reads the state file, or creates it for a new cluster
-// with a fresh measurement salt; created says which.
-func (d Dir) StateOrCreate(node, clusterName string) (st State, created bool, err error) {
-	st, err = d.ReadState()
-	if !errors.Is(err, fs.ErrNotExist) {
-		return st, false, err
-	}
-	salt, err := keys.GenerateSalt(rand.Reader)
-	if err != nil {
-		return st, false, err
-	}
-	st = State{Node: node, ClusterName: clusterName, MeasurementSalt: salt}
-	return st, true, d.WriteState(st)
 }
 
 // WriteState replaces the state file in one step: a crash leaves the old

@@ -6,45 +6,103 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
-func TestMasterSecretIsMadeOnce(t *testing.T) {
+// A new workspace's plan writes nothing until Keep, and then the master
+// secret and state, for no one else to read.
+func TestPlanInitWritesOnlyOnKeep(t *testing.T) {
 	d := Dir(filepath.Join(t.TempDir(), "owner"))
-	if err := d.Create(); err != nil {
-		t.Fatal(err)
+	plan, err := d.PlanInit("10.0.0.1:9000", "demo", false)
+	if err != nil || plan.Stage != InitNew || len(plan.State.MeasurementSalt) == 0 {
+		t.Fatalf("plan %+v, %v; want a new one with a salt", plan.Stage, err)
 	}
-	first, created, err := d.MasterSecret()
-	if err != nil || !created {
-		t.Fatalf("first: created %v, %v", created, err)
+	if _, err := os.Stat(string(d)); err == nil {
+		t.Fatal("PlanInit created the workspace")
 	}
-	again, created, err := d.MasterSecret()
-	if err != nil || created || !bytes.Equal(again.Key, first.Key) {
-		t.Fatalf("second: created %v, same key %v, %v", created, bytes.Equal(again.Key, first.Key), err)
+	if kept, err := plan.Keep(); err != nil || !kept.Wrote {
+		t.Fatalf("Keep: %+v, %v", kept, err)
 	}
-	for _, p := range []string{string(d), d.Path(MasterSecretFile)} {
+	for _, p := range []string{string(d), d.Path(MasterSecretFile), d.Path(StateFile)} {
 		st, err := os.Stat(p)
 		if err != nil || st.Mode().Perm()&0o077 != 0 {
 			t.Errorf("%s: %v, %v; want no access for others", p, st, err)
 		}
 	}
-}
-
-func TestStateKeepsItsSalt(t *testing.T) {
-	d := Dir(t.TempDir())
-	st, created, err := d.StateOrCreate("10.0.0.1:9000", "demo")
-	if err != nil || !created || len(st.MeasurementSalt) == 0 {
-		t.Fatalf("created %v, salt %d bytes, %v", created, len(st.MeasurementSalt), err)
+	again, err := d.PlanInit("10.0.0.1:9000", "demo", false)
+	if err != nil || again.Stage != InitInterrupted || !bytes.Equal(again.MasterSecret.Key, plan.MasterSecret.Key) || !bytes.Equal(again.State.MeasurementSalt, plan.State.MeasurementSalt) {
+		t.Fatalf("second plan: stage %v, same secrets %v, %v; want the first init resumed", again.Stage, bytes.Equal(again.MasterSecret.Key, plan.MasterSecret.Key), err)
 	}
-	st.ClusterID = []byte{1, 2, 3}
-	if err := d.WriteState(st); err != nil {
-		t.Fatal(err)
-	}
-	again, created, err := d.StateOrCreate("elsewhere", "other")
-	if err != nil || created || !bytes.Equal(again.MeasurementSalt, st.MeasurementSalt) || again.Node != "10.0.0.1:9000" || !bytes.Equal(again.ClusterID, st.ClusterID) {
-		t.Fatalf("state %+v created %v, %v; want the first one", again, created, err)
+	if kept, err := again.Keep(); err != nil || kept.Wrote {
+		t.Fatalf("Keep of a resumed plan: %+v, %v", kept, err)
 	}
 	if _, err := os.Stat(d.Path(StateFile) + ".tmp"); err == nil {
 		t.Error("a temporary file is left behind")
+	}
+}
+
+// A workspace that holds another init is refused, so that two clusters
+// never share a master secret; set aside, it starts over.
+func TestPlanInitRefusesAnotherInit(t *testing.T) {
+	d := Dir(t.TempDir())
+	plan, err := d.PlanInit("10.0.0.1:9000", "demo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plan.Keep(); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ node, cluster string }{
+		"another node":    {"10.0.0.2:9000", "demo"},
+		"another cluster": {"10.0.0.1:9000", "other"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := d.PlanInit(tc.node, tc.cluster, false)
+			if err == nil || !strings.Contains(err.Error(), `an init of cluster "demo" on 10.0.0.1:9000 that did not finish`) || !strings.Contains(err.Error(), "--workspace") {
+				t.Fatalf("err %v; want a refusal naming the earlier init and what to do", err)
+			}
+		})
+	}
+	plan.State.ClusterID = []byte{1, 2}
+	if err := d.WriteState(plan.State); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PlanInit("10.0.0.1:9000", "demo", false); err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Fatalf("a finished init without its kubeconfig: %v; want a refusal", err)
+	}
+	if _, err := d.WriteKubeconfig([]byte("apiVersion: v1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := d.PlanInit("10.0.0.1:9000", "demo", false); err != nil || done.Stage != InitDone {
+		t.Fatalf("stage %v, %v; want the finished init", done.Stage, err)
+	}
+	aside, err := d.SetAside(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	if err != nil || filepath.Base(aside) != "orrery-replaced-20261128T120000Z" {
+		t.Fatalf("SetAside: %q, %v", aside, err)
+	}
+	for _, f := range []string{MasterSecretFile, StateFile, KubeconfigFile} {
+		if _, err := os.Stat(filepath.Join(aside, f)); err != nil {
+			t.Errorf("%s was not set aside: %v", f, err)
+		}
+	}
+	if fresh, err := d.PlanInit("10.0.0.2:9000", "other", false); err != nil || fresh.Stage != InitNew || bytes.Equal(fresh.MasterSecret.Key, plan.MasterSecret.Key) {
+		t.Fatalf("after SetAside: stage %v, %v; want a new init with a new master secret", fresh.Stage, err)
+	}
+}
+
+// A master secret without its state may be another cluster's: refused.
+func TestPlanInitRefusesALoneMasterSecret(t *testing.T) {
+	d := Dir(t.TempDir())
+	plan, err := d.PlanInit("n:1", "c", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plan.Keep(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(d.Path(StateFile))
+	if _, err := d.PlanInit("n:1", "c", false); err == nil || !strings.Contains(err.Error(), "--replace-workspace") {
+		t.Fatalf("err %v; want a refusal that says what to do", err)
 	}
 }
 
@@ -61,7 +119,7 @@ func TestDamagedStateIsNotReplaced(t *testing.T) {
 			if err := os.WriteFile(d.Path(StateFile), []byte(content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, _, err := d.StateOrCreate("n", "c")
+			_, err := d.PlanInit("n", "c", false)
 			if err == nil || !strings.Contains(err.Error(), "restore it from a backup") {
 				t.Fatalf("err %v; want one that says to restore the file", err)
 			}
@@ -69,5 +127,35 @@ func TestDamagedStateIsNotReplaced(t *testing.T) {
 				t.Fatal("the damaged file was overwritten")
 			}
 		})
+	}
+}
+
+// Told to, an init plans a new cluster over another init's files and sets
+// them aside only when it keeps its own.
+func TestPlanInitReplaces(t *testing.T) {
+	d := Dir(t.TempDir())
+	old, err := d.PlanInit("10.0.0.1:9000", "demo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Keep(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := d.PlanInit("10.0.0.2:9000", "next", true)
+	if err != nil || plan.Stage != InitNew || bytes.Equal(plan.MasterSecret.Key, old.MasterSecret.Key) {
+		t.Fatalf("stage %v, %v; want a new init with its own master secret", plan.Stage, err)
+	}
+	if st, _ := d.ReadState(); st.ClusterName != "demo" {
+		t.Fatal("planning touched the old init's files")
+	}
+	kept, err := plan.Keep()
+	if err != nil || !kept.Wrote || kept.SetAside == "" {
+		t.Fatalf("Keep: %+v, %v", kept, err)
+	}
+	if st, err := Dir(kept.SetAside).ReadState(); err != nil || st.ClusterName != "demo" {
+		t.Fatalf("the old state was not set aside: %+v, %v", st, err)
+	}
+	if st, err := d.ReadState(); err != nil || st.ClusterName != "next" {
+		t.Fatalf("the new state: %+v, %v", st, err)
 	}
 }

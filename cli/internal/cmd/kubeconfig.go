@@ -1,0 +1,172 @@
+package cmd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/homedir"
+
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
+)
+
+// workspaceDir is the owner's workspace (--workspace): where init writes
+// the master secret, state and admin kubeconfig, and where the other
+// commands look for them.
+func workspaceDir(cmd *cobra.Command) workspace.Dir {
+	if f := cmd.Flag("workspace"); f != nil && f.Value.String() != "" {
+		return workspace.Dir(f.Value.String())
+	}
+	return "."
+}
+
+// kubeconfigOptions choose the cluster the way kubectl does.
+type kubeconfigOptions struct {
+	path    string
+	context string
+}
+
+func addKubeconfigFlags(f *pflag.FlagSet, o *kubeconfigOptions) {
+	f.StringVar(&o.path, "kubeconfig", "", "the cluster's kubeconfig (default: $KUBECONFIG, else "+workspace.KubeconfigFile+" in the workspace, else ~/.kube/config)")
+	f.StringVar(&o.context, "context", "", "the kubeconfig context to use (default: its current context)")
+}
+
+// resolve returns the path of a kubeconfig file whose current context is
+// the cluster chosen, in kubectl's order: --kubeconfig, $KUBECONFIG, then
+// the workspace's admin kubeconfig (where 'orrery init' wrote it), then
+// ~/.kube/config. When a context is chosen, or $KUBECONFIG lists several
+// files, it writes that context alone to a private temporary file, which
+// cleanup removes: Helm and the owner's libraries take one file.
+func (o kubeconfigOptions) resolve(ws workspace.Dir) (path string, cleanup func(), err error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	single := ""
+	switch {
+	case o.path != "":
+		rules.ExplicitPath = o.path
+		single = o.path
+	case os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "":
+		if files := filepath.SplitList(os.Getenv(clientcmd.RecommendedConfigPathEnvVar)); len(files) == 1 {
+			single = files[0]
+		}
+	default:
+		if p := ws.Path(workspace.KubeconfigFile); exists(p) {
+			rules.ExplicitPath = p
+			single = p
+		} else {
+			single = homeKubeconfig()
+			rules.ExplicitPath = single
+		}
+	}
+	if single != "" && !exists(single) {
+		return "", nil, fmt.Errorf("no kubeconfig at %s: pass --kubeconfig, set KUBECONFIG, or run in the workspace where 'orrery init' wrote %s (--workspace DIR)", single, workspace.KubeconfigFile)
+	}
+	if o.context == "" && single != "" {
+		return single, func() {}, nil
+	}
+	raw, err := rules.Load()
+	if err != nil {
+		return "", nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if o.context != "" {
+		if _, ok := raw.Contexts[o.context]; !ok {
+			return "", nil, fmt.Errorf("--context %q: the kubeconfig has no such context; it has %s", o.context, contextNames(raw))
+		}
+		raw.CurrentContext = o.context
+	}
+	if err := clientcmdapi.MinifyConfig(raw); err != nil {
+		return "", nil, fmt.Errorf("kubeconfig: %w (choose a context with --context)", err)
+	}
+	if err := clientcmdapi.FlattenConfig(raw); err != nil {
+		return "", nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "orrery-kubeconfig-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	path = filepath.Join(dir, "config")
+	if err := clientcmd.WriteToFile(*raw, path); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return path, cleanup, nil
+}
+
+// mergeKubeconfig adds the current context of the kubeconfig at admin,
+// with its cluster and user, to the user's kubeconfig (the first file of
+// $KUBECONFIG, or ~/.kube/config) under name, and makes it the current
+// context, as kind and other cluster tools do. It returns the name and
+// the file it wrote.
+func mergeKubeconfig(admin, name string) (string, string, error) {
+	src, err := clientcmd.LoadFromFile(admin)
+	if err != nil {
+		return "", "", err
+	}
+	c, ok := src.Contexts[src.CurrentContext]
+	if !ok || src.Clusters[c.Cluster] == nil || src.AuthInfos[c.AuthInfo] == nil {
+		return "", "", fmt.Errorf("%s has no complete current context", admin)
+	}
+	target := homeKubeconfig()
+	if files := filepath.SplitList(os.Getenv(clientcmd.RecommendedConfigPathEnvVar)); len(files) > 0 {
+		target = files[0]
+	}
+	dst := clientcmdapi.NewConfig()
+	if exists(target) {
+		if dst, err = clientcmd.LoadFromFile(target); err != nil {
+			return "", "", err
+		}
+	}
+	dst.Clusters[name] = src.Clusters[c.Cluster]
+	dst.AuthInfos[name] = src.AuthInfos[c.AuthInfo]
+	dst.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	dst.CurrentContext = name
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		return "", "", err
+	}
+	return name, target, clientcmd.WriteToFile(*dst, target)
+}
+
+// restConfig is the client configuration of the cluster chosen.
+func (o kubeconfigOptions) restConfig(ws workspace.Dir) (*rest.Config, error) {
+	path, cleanup, err := o.resolve(ws)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	return rc, nil
+}
+
+func contextNames(c *clientcmdapi.Config) string {
+	var names []string
+	for n := range c.Contexts {
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// homeKubeconfig is ~/.kube/config. clientcmd computes its own copy
+// once, when the program starts; this one follows $HOME as it is now.
+func homeKubeconfig() string {
+	return filepath.Join(homedir.HomeDir(), clientcmd.RecommendedHomeDir, clientcmd.RecommendedFileName)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
+}

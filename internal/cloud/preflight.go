@@ -66,7 +66,7 @@ func Preflight(spec Spec) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err == nil {
 		if free := st.Bavail * uint64(st.Bsize) >> 20; free < needMiB {
-			problems = append(problems, fmt.Errorf("%s has %d MiB free, the VMs need about %d MiB: free some space or use another --dir", dir, free, needMiB))
+			problems = append(problems, fmt.Errorf("%s has %d MiB free, the VMs need about %d MiB: free some space or use another --mini-dir", dir, free, needMiB))
 		}
 	}
 	return errors.Join(problems...)

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -51,8 +52,12 @@ platform CA certificate. It needs root (bridges, taps).`,
 	return c
 }
 
+// addDirFlag adds --mini-dir, the name every command uses for the local
+// cloud's directory; 'mini' commands took --dir before.
 func addDirFlag(c *cobra.Command, dir *string) {
+	c.Flags().StringVar(dir, "mini-dir", "orrery-mini", "state directory of the local cloud")
 	c.Flags().StringVar(dir, "dir", "orrery-mini", "state directory of the local cloud")
+	_ = c.Flags().MarkDeprecated("dir", "use --mini-dir")
 }
 
 func addUpFlags(c *cobra.Command, o *miniOptions) {
@@ -64,7 +69,7 @@ func addUpFlags(c *cobra.Command, o *miniOptions) {
 	f.IntVar(&o.memoryMiB, "memory", 3072, "memory per VM in MiB (a control plane needs about 2.5 GiB)")
 	f.IntVar(&o.stateDiskMiB, "state-disk-size", 10240, "size of each VM's blank state disk in MiB")
 	f.StringVar(&o.image, "image", "build/image/disk.qcow2", "OS image the VMs boot (built by 'make image')")
-	f.BoolVar(&o.sevSNP, "sev-snp", false, "make the VMs simulated SEV-SNP confidential VMs: their attestation carries SEV-SNP reports signed by a test root this cloud keeps ("+cloud.SEVSNPTestRoot+" in --dir), not by any real CPU")
+	f.BoolVar(&o.sevSNP, "sev-snp", false, "make the VMs simulated SEV-SNP confidential VMs: their attestation carries SEV-SNP reports signed by a test root this cloud keeps ("+cloud.SEVSNPTestRoot+" in --mini-dir), not by any real CPU")
 	f.StringVar(&o.kernel, "kernel", "", "boot this kernel directly instead of the image (development)")
 	f.StringVar(&o.initrd, "initrd", "", "initrd for --kernel")
 	f.StringVar(&o.cmdline, "cmdline", "console=ttyS0", "kernel command line for --kernel")
@@ -140,7 +145,7 @@ func (o miniOptions) spec(progress io.Writer) cloud.Spec {
 
 func (o miniOptions) args() []string {
 	return []string{
-		"--dir", o.dir,
+		"--mini-dir", o.dir,
 		"--control-planes", strconv.Itoa(o.controlPlanes), "--workers", strconv.Itoa(o.workers),
 		"--cpus", strconv.Itoa(o.cpus), "--memory", strconv.Itoa(o.memoryMiB),
 		"--state-disk-size", strconv.Itoa(o.stateDiskMiB), "--image", o.image,
@@ -192,7 +197,7 @@ func runMiniUp(ctx context.Context, out io.Writer, o miniOptions) error {
 			"To accept them, check nodes against the image's SEV-SNP measurements and name the test root:\n"+
 			"  --measurements build/image/measurements-sev-snp.json --snp-test-root %s\n", filepath.Join(o.dir, cloud.SEVSNPTestRoot))
 	}
-	fmt.Fprintf(out, "Stop it with: %sorrery mini down --dir %s\n", sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER")), o.dir)
+	fmt.Fprintf(out, "Stop it with: %sorrery mini down --mini-dir %s\n", sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER")), o.dir)
 	return nil
 }
 
@@ -225,17 +230,41 @@ func newMiniServeCmd() *cobra.Command {
 }
 
 func newMiniDownCmd() *cobra.Command {
-	var dir string
+	var (
+		dir string
+		yes bool
+	)
 	c := &cobra.Command{
-		Use:     "down",
-		Short:   "Stop the local cloud and remove everything it created",
-		Long:    "down stops the VMs, the network and the services of the local cloud in --dir, also after a crash, and removes their disks, vTPM state and the init secret. The VMs' logs (<dir>/<vm>/serial.log, qemu.log) stay for reading afterwards, and so does the platform CA, so that the next 'mini up' certifies its VMs with the same CA.",
-		Example: "  sudo orrery mini down",
+		Use:   "down",
+		Short: "Stop the local cloud and delete its VMs' disks",
+		Long: `down stops the VMs, the network and the services of the local cloud in
+--mini-dir, also after a crash, and deletes the VMs' disks, their vTPM state
+and the init secret: the cluster on them is gone for good. It asks first,
+unless --yes. The VMs' logs (<dir>/<vm>/serial.log, qemu.log) stay for
+reading afterwards, and so does the platform CA, so that the next 'mini up'
+certifies its VMs with the same CA. The owner's workspace (master secret,
+kubeconfig) is not touched: the next 'orrery init' there needs
+--replace-workspace, or another --workspace.`,
+		Example: "  orrery mini down\n  orrery mini down --yes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := cloud.ReadState(dir); errors.Is(err, os.ErrNotExist) {
+			st, err := cloud.ReadState(dir)
+			if errors.Is(err, os.ErrNotExist) {
 				fmt.Fprintf(cmd.OutOrStdout(), "No local cloud recorded in %s: nothing to do.\n", dir)
 				return nil
+			}
+			if !yes {
+				var names []string
+				for _, n := range st.Nodes {
+					names = append(names, n.Name)
+				}
+				ok, err := confirm(cmd.InOrStdin(), cmd.OutOrStdout(), fmt.Sprintf("Delete the VMs %s of %s with their disks and vTPMs?", strings.Join(names, ", "), dir))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errors.New("nothing deleted")
+				}
 			}
 			if err := cloud.Cleanup(cmd.Context(), dir); err != nil {
 				return err
@@ -245,6 +274,7 @@ func newMiniDownCmd() *cobra.Command {
 		},
 	}
 	addDirFlag(c, &dir)
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask before deleting the VMs' disks")
 	return c
 }
 

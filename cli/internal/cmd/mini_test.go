@@ -35,7 +35,7 @@ func TestMiniUpStatusDown(t *testing.T) {
 	}
 	t.Cleanup(func() { cloud.Cleanup(context.Background(), dir) })
 
-	up := []string{"mini", "up", "--dir", dir, "--workers", "1", "--cpus", "1", "--memory", "256",
+	up := []string{"mini", "up", "--mini-dir", dir, "--workers", "1", "--cpus", "1", "--memory", "256",
 		"--state-disk-size", "64", "--kernel", kernel, "--initrd", initrd, "--cmdline", "console=ttyS0 panic=-1",
 		"--netns", ns, "--shutdown-timeout", "500ms"}
 	code, out, errOut := run(up...)
@@ -56,12 +56,12 @@ func TestMiniUpStatusDown(t *testing.T) {
 
 	// More memory than this machine has: the running cloud must be named
 	// before what the new one would lack.
-	code, _, errOut = run("mini", "up", "--dir", dir, "--kernel", kernel, "--initrd", initrd, "--netns", ns, "--memory", "1000000")
+	code, _, errOut = run("mini", "up", "--mini-dir", dir, "--kernel", kernel, "--initrd", initrd, "--netns", ns, "--memory", "1000000")
 	if code == 0 || !strings.Contains(errOut, "is running") {
 		t.Errorf("second mini up: exit %d, stderr %q; want a refusal", code, errOut)
 	}
 
-	code, out, _ = run("mini", "status", "--dir", dir)
+	code, out, _ = run("mini", "status", "--mini-dir", dir)
 	if code != 0 || strings.Count(out, "running") != 2 || !strings.Contains(out, "tcg") {
 		t.Errorf("mini status: exit %d:\n%s", code, out)
 	}
@@ -71,8 +71,16 @@ func TestMiniUpStatusDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSessionPriority(t, st)
+	// Without --yes and with no one to answer, nothing is deleted.
+	code, out, errOut = run("mini", "down", "--mini-dir", dir)
+	if code == 0 || !strings.Contains(errOut, "pass --yes") || !strings.Contains(out, "Delete the VMs cp-0, worker-0") {
+		t.Fatalf("mini down without --yes: exit %d\nstdout: %s\nstderr: %s; want a question and a refusal", code, out, errOut)
+	}
+	if st, err := cloud.ReadState(dir); err != nil || !st.Live() {
+		t.Fatalf("mini down without --yes took the cloud down: %v", err)
+	}
 	start := time.Now()
-	code, out, errOut = run("mini", "down", "--dir", dir)
+	code, out, errOut = run("mini", "down", "--mini-dir", dir, "--yes")
 	if code != 0 || !strings.Contains(out, "is down") {
 		t.Fatalf("mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -104,11 +112,11 @@ func TestMiniUpStatusDown(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, cloud.PlatformCACert)); err != nil {
 		t.Errorf("mini down removed the platform CA: %v", err)
 	}
-	code, out, _ = run("mini", "down", "--dir", dir)
+	code, out, _ = run("mini", "down", "--mini-dir", dir, "--yes")
 	if code != 0 || !strings.Contains(out, "nothing to do") {
 		t.Errorf("second mini down: exit %d: %s", code, out)
 	}
-	code, _, errOut = run("mini", "status", "--dir", dir)
+	code, _, errOut = run("mini", "status", "--mini-dir", dir)
 	if code == 0 || !strings.Contains(errOut, "no local cloud") {
 		t.Errorf("status after down: exit %d: %s", code, errOut)
 	}
@@ -118,7 +126,7 @@ func TestMiniUpStatusDown(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "The local cloud runs") {
 		t.Fatalf("mini up after down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if code, out, errOut = run("mini", "down", "--dir", dir); code != 0 {
+	if code, out, errOut = run("mini", "down", "--mini-dir", dir, "--yes"); code != 0 {
 		t.Errorf("second mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }

@@ -355,7 +355,7 @@ func confirm(in io.Reader, out io.Writer, question string) (bool, error) {
 	fmt.Fprintf(out, "%s [y/N] ", question)
 	line, err := bufio.NewReader(in).ReadString('\n')
 	if err != nil && line == "" {
-		return false, errors.New("no answer on standard input: pass --yes to apply without asking")
+		return false, errors.New("no answer on standard input: pass --yes to go ahead without asking")
 	}
 	switch strings.ToLower(strings.TrimSpace(line)) {
 	case "y", "yes":

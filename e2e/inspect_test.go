@@ -124,7 +124,7 @@ func inspectRunningNodes(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	}
 
 	bundle := filepath.Join(dir, "support.tar.gz")
-	s, err = orrery("support", "-o", bundle)
+	s, err = orrery("support", "--file", bundle)
 	t.Logf("orrery support:\n%s", s)
 	if err != nil {
 		t.Fatalf("orrery support: %v", err)

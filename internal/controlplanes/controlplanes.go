@@ -80,3 +80,36 @@ func Approve(text, id string) (string, bool, error) {
 	}
 	return text + id + "\n", true, nil
 }
+
+// Revoke returns text without id, and whether it was there. Comments and
+// the other IDs stay; a line left empty goes. The list must parse, and id
+// must be a valid instance ID.
+func Revoke(text, id string) (string, bool, error) {
+	if err := platformca.CheckInstanceID(id); err != nil {
+		return "", false, err
+	}
+	ids, err := Parse(text)
+	if err != nil {
+		return "", false, err
+	}
+	if !slices.Contains(ids, id) {
+		return text, false, nil
+	}
+	var out strings.Builder
+	for line := range strings.Lines(text) {
+		list, comment, hasComment := strings.Cut(strings.TrimRight(line, "\n"), "#")
+		kept := slices.DeleteFunc(strings.FieldsFunc(list, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }), func(s string) bool { return s == id })
+		if len(kept) == 0 && !hasComment {
+			continue
+		}
+		out.WriteString(strings.Join(kept, " "))
+		if hasComment {
+			if len(kept) > 0 {
+				out.WriteString(" ")
+			}
+			out.WriteString("#" + comment)
+		}
+		out.WriteString("\n")
+	}
+	return out.String(), true, nil
+}

@@ -93,3 +93,24 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestRevoke(t *testing.T) {
+	text := "# approved by the owner\n1111\n2222, 3333 # the second batch\n2222\n"
+	got, removed, err := Revoke(text, "2222")
+	if err != nil || !removed {
+		t.Fatalf("Revoke: %v, removed %v", err, removed)
+	}
+	if want := "# approved by the owner\n1111\n3333 # the second batch\n"; got != want {
+		t.Fatalf("Revoke left %q, want %q", got, want)
+	}
+	ids, err := Parse(got)
+	if err != nil || strings.Join(ids, " ") != "1111 3333" {
+		t.Fatalf("after Revoke the list is %v, %v", ids, err)
+	}
+	if same, removed, err := Revoke(got, "4444"); err != nil || removed || same != got {
+		t.Fatalf("revoking an ID not in the list: %q, %v, %v", same, removed, err)
+	}
+	if _, _, err := Revoke(got, "no id"); err == nil {
+		t.Fatal("an invalid instance ID was taken")
+	}
+}

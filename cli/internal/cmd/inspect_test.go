@@ -115,9 +115,11 @@ func TestInspectARunningNode(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "name: kubelet.service") || !strings.Contains(out, "active: inactive") {
 		t.Fatalf("services: exit %d\n%s%s", code, out, errOut)
 	}
+	checkYAMLMatchesJSON(t, cmd, []string{"services", addr})
+	checkYAMLMatchesJSON(t, cmd, []string{"verify", addr})
 
 	bundle := filepath.Join(dir, "support.tar.gz")
-	out, errOut, code = cmd("support", addr, "-o", bundle)
+	out, errOut, code = cmd("support", addr, "--file", bundle)
 	if code != 0 || !strings.Contains(out, "Wrote "+bundle) {
 		t.Fatalf("support: exit %d\n%s%s", code, out, errOut)
 	}

@@ -279,13 +279,19 @@ kubeconfig) is not touched: the next 'orrery init' there needs
 }
 
 func newMiniStatusCmd() *cobra.Command {
-	var dir string
+	var dir, output string
 	c := &cobra.Command{
-		Use:     "status",
-		Short:   "Show the local cloud's VMs, roles, addresses and uptime",
-		Example: "  orrery mini status",
+		Use:   "status",
+		Short: "Show the local cloud's VMs, roles, addresses and uptime",
+		Long: `status lists the local cloud's VMs. With -o json or yaml the fields are:
+accelerator, started, and nodes[] with name, role, ip, running,
+uptimeSeconds and serialLog.`,
+		Example: "  orrery mini status\n  orrery mini status -o jsonpath='{.nodes[*].ip}'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			st, err := cloud.ReadState(dir)
 			if errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("no local cloud in %s: start one with '%sorrery mini up'", dir, sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER")))
@@ -293,12 +299,41 @@ func newMiniStatusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if output != "text" {
+				return writeData(cmd.OutOrStdout(), output, newMiniReport(st))
+			}
 			printNodes(cmd.OutOrStdout(), st)
 			return nil
 		},
 	}
 	addDirFlag(c, &dir)
+	addOutputFlag(c, &output)
 	return c
+}
+
+// miniReport is 'mini status' as data.
+type miniReport struct {
+	Accelerator string         `json:"accelerator"`
+	Started     time.Time      `json:"started"`
+	Nodes       []miniNodeInfo `json:"nodes"`
+}
+
+type miniNodeInfo struct {
+	Name          string `json:"name"`
+	Role          string `json:"role"`
+	IP            string `json:"ip"`
+	Running       bool   `json:"running"`
+	UptimeSeconds int64  `json:"uptimeSeconds"`
+	SerialLog     string `json:"serialLog"`
+}
+
+func newMiniReport(st cloud.State) miniReport {
+	r := miniReport{Accelerator: fmt.Sprint(st.Accel), Started: st.Started.UTC(), Nodes: []miniNodeInfo{}}
+	for _, n := range st.Nodes {
+		d, running := n.Uptime()
+		r.Nodes = append(r.Nodes, miniNodeInfo{Name: n.Name, Role: string(n.Role), IP: n.IP.String(), Running: running, UptimeSeconds: int64(d.Seconds()), SerialLog: n.SerialLog()})
+	}
+	return r
 }
 
 // sudoPrefix is what a command that needs root is prefixed with in a hint:

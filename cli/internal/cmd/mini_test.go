@@ -65,6 +65,13 @@ func TestMiniUpStatusDown(t *testing.T) {
 	if code != 0 || strings.Count(out, "running") != 2 || !strings.Contains(out, "tcg") {
 		t.Errorf("mini status: exit %d:\n%s", code, out)
 	}
+	checkYAMLMatchesJSON(t, func(args ...string) (string, string, int) {
+		code, out, errOut := run(args...)
+		return out, errOut, code
+	}, []string{"mini", "status", "--mini-dir", dir}, "uptimeSeconds")
+	if code, out, _ = run("mini", "status", "--mini-dir", dir, "-o", "jsonpath={.nodes[*].ip}"); code != 0 || strings.TrimSpace(out) != "10.42.1.100 10.42.2.100" {
+		t.Errorf("mini status -o jsonpath: exit %d: %q", code, out)
+	}
 
 	st, err := cloud.ReadState(dir)
 	if err != nil {

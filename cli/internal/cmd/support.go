@@ -49,12 +49,13 @@ like one in a log (a private key, a bootstrap token) is replaced by
 [REDACTED], on the node and again here. A node that cannot be reached gets
 a file saying why, and the rest is still collected.`,
 		Example: `  orrery support
-  orrery support -o /tmp/cluster.tar.gz worker-0`,
+  orrery support --file /tmp/cluster.tar.gz worker-0`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSupport(cmd, o, args)
 		},
 	}
-	c.Flags().StringVarP(&o.out, "output", "o", "", "the archive to write (default: orrery-support-TIME.tar.gz)")
+	// -o is the output format everywhere else; the archive is a file.
+	c.Flags().StringVar(&o.out, "file", "", "the archive to write (default: orrery-support-TIME.tar.gz in the current directory)")
 	addClusterFlags(c.Flags(), &o.cluster, 5*time.Minute)
 	return c
 }

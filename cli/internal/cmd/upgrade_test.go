@@ -12,9 +12,14 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/clusterstatus"
@@ -71,7 +76,8 @@ func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	root := newRootCmd()
-	root.SetArgs(args)
+	// A workspace of its own, where apply leaves its log.
+	root.SetArgs(append(args, "--workspace", t.TempDir()))
 	root.SetIn(strings.NewReader(stdin))
 	root.SetOut(&out)
 	root.SetErr(&errOut)
@@ -84,8 +90,6 @@ func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 }
 
 func TestUpgradeCommands(t *testing.T) {
-	// The workspace, where apply leaves its log.
-	t.Chdir(t.TempDir())
 	_, initSet := writeSet(t, 1, false)
 	kubeconfig := initialised(t, initSet)
 	backups := filepath.Join(t.TempDir(), "backups")
@@ -130,6 +134,46 @@ func TestUpgradeCommands(t *testing.T) {
 		t.Errorf("warnOnly measurements: exit %d: %s", code, errOut)
 	}
 
+	// The approved control planes, through the real API server, in the
+	// ConfigMap bootstrapperd writes at init.
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kubernetes.NewForConfigOrDie(rc).CoreV1().ConfigMaps(controlplanes.Namespace).Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: controlplanes.ConfigMapName, Namespace: controlplanes.Namespace},
+		Data:       map[string]string{controlplanes.Key: "1111\n"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := run(t, "", "control-plane", "approve", "7264511298031765023", "--kubeconfig", kubeconfig); code != 0 {
+		t.Fatalf("control-plane approve: exit %d: %s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, "", "control-plane", "list", "--kubeconfig", kubeconfig, "-o", "jsonpath={.instanceIDs}")
+	if code != 0 || !strings.Contains(out, "7264511298031765023") {
+		t.Fatalf("control-plane list after approve: exit %d: %s%s", code, out, errOut)
+	}
+	if out, errOut, code := run(t, "", "control-plane", "revoke", "7264511298031765023", "--kubeconfig", kubeconfig); code != 0 || !strings.Contains(out, "Revoked") {
+		t.Fatalf("control-plane revoke: exit %d: %s%s", code, out, errOut)
+	}
+	if out, _, _ := run(t, "", "control-plane", "list", "--kubeconfig", kubeconfig); strings.Contains(out, "7264511298031765023") {
+		t.Fatalf("control-plane list after revoke still lists it:\n%s", out)
+	}
+	if _, errOut, code := run(t, "", "control-plane", "revoke", "7264511298031765023", "--kubeconfig", kubeconfig); code == 0 || !strings.Contains(errOut, "is not an approved control plane") {
+		t.Fatalf("revoking it again: exit %d: %s", code, errOut)
+	}
+
+	// Every data-printing command's YAML is its JSON.
+	runArgs := func(args ...string) (string, string, int) { return run(t, "", args...) }
+	for _, args := range [][]string{
+		{"upgrade", "check", "--kubeconfig", kubeconfig},
+		{"status", "--kubeconfig", kubeconfig},
+		{"control-plane", "list", "--kubeconfig", kubeconfig},
+	} {
+		checkYAMLMatchesJSON(t, runArgs, args)
+	}
+
 	// status: the releases, unhealthy here (no pod runs without a kubelet).
 	out, errOut, code = run(t, "", "status", "--kubeconfig", kubeconfig, "-o", "json")
 	var st clusterstatus.Report
@@ -144,8 +188,6 @@ func TestUpgradeCommands(t *testing.T) {
 }
 
 func TestUpgradeNeedsACluster(t *testing.T) {
-	// The workspace, where apply leaves its log.
-	t.Chdir(t.TempDir())
 	dir := t.TempDir()
 	_, errOut, code := run(t, "", "upgrade", "check", "--kubeconfig", filepath.Join(dir, "missing.conf"))
 	if code == 0 || !strings.Contains(errOut, "pass --kubeconfig") {
@@ -164,8 +206,6 @@ func TestUpgradeNeedsACluster(t *testing.T) {
 // release rolled back whose old pods are still starting is rolled back,
 // not "not rolled back" (as a stress run printed).
 func TestApplyFailedSaysWhereReleasesStand(t *testing.T) {
-	// The workspace, where apply leaves its log.
-	t.Chdir(t.TempDir())
 	ref := func(name string) services.ReleaseRef {
 		return services.ReleaseRef{Name: name, Namespace: "kube-system", Chart: name}
 	}

@@ -1,13 +1,11 @@
 package cmd
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/buildinfo"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
@@ -84,33 +82,4 @@ func (r versionReport) writeText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", rel.Name, rel.Namespace, rel.Chart, rel.ChartVersion)
 	}
 	return tw.Flush()
-}
-
-// addOutputFlag adds -o/--output: text for people, json or yaml for
-// scripts.
-func addOutputFlag(c *cobra.Command, output *string) {
-	c.Flags().StringVarP(output, "output", "o", "text", "output format: text, json or yaml")
-}
-
-func checkOutput(output string) error {
-	if output != "text" && output != "json" && output != "yaml" {
-		return fmt.Errorf("--output %q: use text, json or yaml", output)
-	}
-	return nil
-}
-
-// writeData writes v as JSON or, for output "yaml", as YAML with the same
-// field names.
-func writeData(w io.Writer, output string, v any) error {
-	if output == "yaml" {
-		b, err := yaml.Marshal(v)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -40,7 +40,7 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("-o yaml: exit %d, %q\n%s", code, errOut.String(), out.String())
 	}
 	errOut.Reset()
-	if code := Execute(context.Background(), []string{"version", "-o", "xml"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "use text, json or yaml") {
+	if code := Execute(context.Background(), []string{"version", "-o", "xml"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "use text, json, yaml or jsonpath=TEMPLATE") {
 		t.Fatalf("-o xml: exit %d, %q", code, errOut.String())
 	}
 }

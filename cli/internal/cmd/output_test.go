@@ -1,0 +1,75 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// checkYAMLMatchesJSON runs a command with -o json and with -o yaml and
+// checks that both parse to the same data: the same field names and
+// values. Fields named in volatile (an uptime) are compared by presence
+// only, since the two runs are moments apart.
+func checkYAMLMatchesJSON(t *testing.T, run func(args ...string) (string, string, int), args []string, volatile ...string) {
+	t.Helper()
+	decode := func(format string, unmarshal func([]byte, any) error) any {
+		t.Helper()
+		out, errOut, code := run(append(args, "-o", format)...)
+		if code != 0 {
+			t.Fatalf("orrery %s -o %s: exit %d: %s", strings.Join(args, " "), format, code, errOut)
+		}
+		var v any
+		if err := unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("orrery %s -o %s does not parse: %v\n%s", strings.Join(args, " "), format, err, out)
+		}
+		return blank(v, volatile)
+	}
+	fromJSON := decode("json", json.Unmarshal)
+	fromYAML := decode("yaml", func(b []byte, v any) error { return yaml.Unmarshal(b, v) })
+	if !reflect.DeepEqual(fromJSON, fromYAML) {
+		t.Errorf("orrery %s: -o yaml differs from -o json:\njson: %v\nyaml: %v", strings.Join(args, " "), fromJSON, fromYAML)
+	}
+}
+
+// blank replaces the values of the volatile fields, at any depth, with a
+// marker.
+func blank(v any, volatile []string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if slices.Contains(volatile, k) {
+				x[k] = "<volatile>"
+				continue
+			}
+			x[k] = blank(e, volatile)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = blank(e, volatile)
+		}
+	}
+	return v
+}
+
+func execute(args ...string) (string, string, int) {
+	var out, errOut bytes.Buffer
+	code := Execute(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func TestVersionOutputs(t *testing.T) {
+	checkYAMLMatchesJSON(t, execute, []string{"version"})
+	out, errOut, code := execute("version", "-o", "jsonpath={.releases[*].name}")
+	if code != 0 || strings.TrimSpace(out) != "orrery-crds flannel orrery-services" {
+		t.Fatalf("-o jsonpath: exit %d, %q %s", code, out, errOut)
+	}
+	if _, errOut, code := execute("version", "-o", "jsonpath={.nope}"); code == 0 || !strings.Contains(errOut, "nope is not found") {
+		t.Fatalf("-o jsonpath of a missing field: exit %d, %s", code, errOut)
+	}
+}

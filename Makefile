@@ -30,7 +30,7 @@ E2E_SMOKE_TIMEOUT ?= 45m
 .PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke cluster
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
 
 all: build
 
@@ -100,7 +100,7 @@ boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and
 
 cluster: deps image build ## bring up a local cluster of simulated SEV-SNP VMs: orrery mini up, then orrery init (root; 25-35 min the first time, about 5 later)
 	build/bin/orrery mini up --sev-snp
-	build/bin/orrery init --measurements build/image/measurements-sev-snp.json --snp-test-root orrery-mini/snp-test-root.json
+	build/bin/orrery init --replace-workspace --measurements build/image/measurements-sev-snp.json --snp-test-root orrery-mini/snp-test-root.json
 	@echo "kubectl: build/components/bin/kubectl --kubeconfig orrery-admin.conf get nodes"
 
 E2E_ARGS = -image-dir $(CURDIR)/build/image \

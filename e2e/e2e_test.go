@@ -358,6 +358,9 @@ func TestCluster(t *testing.T) {
 	if err == nil || !strings.Contains(string(again), "already belongs to a cluster") {
 		t.Fatalf("a second init on the initialised node: err %v, output:\n%s\nwant 'already belongs to a cluster'", err, again)
 	}
+	if _, err := os.Stat(filepath.Join(dir, "intruder", "orrery-master-secret.json")); err == nil {
+		t.Fatal("the refused second init made a master secret: init must write nothing for a node it did not accept")
+	}
 	p.done("a second init is refused")
 
 	waitFor := func(what string, timeout time.Duration, ok func() bool) {

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,7 +49,7 @@ type clusterOptions struct {
 func addClusterFlags(f *pflag.FlagSet, o *clusterOptions, timeout time.Duration) {
 	f.StringVar(&o.masterSecretPath, "master-secret", "", "the cluster's master secret, as 'orrery init' wrote it (the state file beside it is read too): the owner's access key is derived from it (default: "+workspace.MasterSecretFile+" in the workspace)")
 	addKubeconfigFlags(f, &o.kc)
-	f.StringSliceVar(&o.measurements, "measurements", nil, "measurements of an image the nodes may run (repeatable: during an upgrade, both images'); default: build/image/measurements.json, or measurements-sev-snp.json beside it for an 'orrery mini up --sev-snp' cloud")
+	f.StringArrayVar(&o.measurements, "measurements", nil, measurementsUsage+"; repeatable: during an upgrade, the nodes may run either image")
 	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
 	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini': supplies the default --platform-ca and --snp-test-root, and the nodes' addresses when the API server does not answer")
@@ -126,19 +125,7 @@ func (o *clusterOptions) owner(cmd *cobra.Command, names []string) (inspect.Owne
 // image' built (its SEV-SNP measurements for a cloud of 'orrery mini up
 // --sev-snp', whose test root is then taken too).
 func (o clusterOptions) images() ([]inspect.Image, error) {
-	hw := o.hardware
-	testRoot := filepath.Join(o.miniDir, snpTestRootFile)
-	_, statErr := os.Stat(testRoot)
-	paths := o.measurements
-	if len(paths) == 0 {
-		paths = []string{"build/image/measurements.json"}
-		if statErr == nil {
-			paths = []string{"build/image/measurements-sev-snp.json"}
-		}
-	}
-	if hw.snpTestRoot == "" && statErr == nil {
-		hw.snpTestRoot = testRoot
-	}
+	paths, hw := withMiniDefaults(o.measurements, o.hardware, o.miniDir)
 	var images []inspect.Image
 	for _, p := range paths {
 		pol, err := loadPolicy(p, hw)

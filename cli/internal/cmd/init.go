@@ -71,6 +71,7 @@ cluster's disks.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.workspace = workspaceDir(cmd)
+			o.verbose = o.verbose || logger(cmd).Enabled(cmd.Context(), slog.LevelDebug)
 			if o.outDir != "" {
 				o.workspace = workspace.Dir(o.outDir)
 			}
@@ -80,7 +81,7 @@ cluster's disks.`,
 	f := c.Flags()
 	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini'; supplies defaults for --node, --platform-ca and --init-secret-file")
 	f.StringVar(&o.node, "node", "", "first control-plane node, HOST or HOST:PORT (default: the first control plane of 'orrery mini')")
-	f.StringVar(&o.measurementsPath, "measurements", "build/image/measurements.json", "the image's expected measurements")
+	f.StringVar(&o.measurementsPath, "measurements", imageMeasurements, secretMeasurementsUsage)
 	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys")
 	f.StringVar(&o.initSecretPath, "init-secret-file", "", "file holding the init secret created with the VM")
@@ -94,6 +95,7 @@ cluster's disks.`,
 	f.StringVar(&o.serviceCIDR, "service-cidr", clusternet.DefaultServiceCIDR, "IP range of Kubernetes services")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long to wait for the node and for kubeadm")
 	f.BoolVar(&o.verbose, "verbose", false, "show kubeadm's output")
+	_ = f.MarkDeprecated("verbose", "use --log-level debug, which shows kubeadm's output")
 	f.BoolVar(&o.skipServices, "skip-services", false, "do not install the cluster services (tests of the init protocol)")
 	_ = f.MarkHidden("skip-services")
 	return c

@@ -1,6 +1,9 @@
 package cmd
 
 import (
+	"os"
+	"path/filepath"
+
 	"github.com/spf13/pflag"
 
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
@@ -36,6 +39,41 @@ func addSNPTestRootFlag(f *pflag.FlagSet, o *hardwareOptions) {
 // collateral is the owner's collateral caches the flags name.
 func (o hardwareOptions) collateral() validator.Collateral {
 	return validator.Dirs(o.snpCollateral, o.tdxCollateral)
+}
+
+// Measurements files 'make image' writes.
+const (
+	imageMeasurements  = "build/image/measurements.json"
+	imageSNPMeasuments = "build/image/measurements-sev-snp.json"
+)
+
+// secretMeasurementsUsage is the help of --measurements of the commands
+// that hand a node secrets (init, recover): they take no test root the
+// owner did not name, since the local cloud writes it.
+const secretMeasurementsUsage = "the image's measurements file; for simulated SEV-SNP VMs also name the local cloud's test root (--snp-test-root)"
+
+// measurementsUsage is the help of --measurements of the commands that
+// only read nodes.
+const measurementsUsage = "the image's measurements file (default: " + imageMeasurements + ", or " + imageSNPMeasuments +
+	" with the local cloud's test root for a cloud of 'orrery mini up --sev-snp')"
+
+// withMiniDefaults fills in what the owner did not name: the image 'make
+// image' built, and for a local cloud of simulated SEV-SNP VMs (miniDir
+// holds a test root) that image's SEV-SNP measurements and the root.
+func withMiniDefaults(paths []string, o hardwareOptions, miniDir string) ([]string, hardwareOptions) {
+	testRoot := filepath.Join(miniDir, snpTestRootFile)
+	_, err := os.Stat(testRoot)
+	snp := err == nil
+	if len(paths) == 0 {
+		paths = []string{imageMeasurements}
+		if snp {
+			paths = []string{imageSNPMeasuments}
+		}
+	}
+	if o.snpTestRoot == "" && snp {
+		o.snpTestRoot = testRoot
+	}
+	return paths, o
 }
 
 // loadPolicy reads an image's measurements file and, if the owner named

@@ -57,6 +57,11 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 	if err != nil {
 		return err
 	}
+	// The initrd serves recovery only once its network is up and it has
+	// read its platform and role from the metadata service, which under
+	// load takes longer than a socket systemd opens: a refused port is
+	// waited for as long as the command's context allows.
+	d.RefusedGrace = 0
 	start := time.Now()
 	r.notice(fmt.Sprintf("Recovering %s", cfg.Node))
 	err = d.WaitAttested(ctx, cfg.Node, func(attempt int, err error) error {

@@ -29,9 +29,9 @@ type Dialer struct {
 	handshakeTimeout time.Duration
 	// retryEvery is the pause between WaitAttested's attempts.
 	retryEvery time.Duration
-	// refusedGrace is how long WaitAttested takes refused connections
-	// for a service about to start.
-	refusedGrace time.Duration
+	// RefusedGrace is how long WaitAttested takes refused connections
+	// for a service about to start; zero waits as long as its context.
+	RefusedGrace time.Duration
 }
 
 // refusedGrace covers a node whose network came up a moment before the
@@ -52,7 +52,7 @@ func NewAs(key crypto.Signer, vs ...attestation.Validator) (*Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dialer{creds: &recordingCreds{TransportCredentials: creds}, handshakeTimeout: 2 * time.Minute, retryEvery: 2 * time.Second, refusedGrace: refusedGrace}, nil
+	return &Dialer{creds: &recordingCreds{TransportCredentials: creds}, handshakeTimeout: 2 * time.Minute, retryEvery: 2 * time.Second, RefusedGrace: refusedGrace}, nil
 }
 
 // recordingCreds keep the last handshake's error: gRPC turns it into a
@@ -165,7 +165,7 @@ func (d *Dialer) WaitAttested(ctx context.Context, addr string, onRetry func(att
 			refusedSince = time.Time{}
 		} else if refusedSince.IsZero() {
 			refusedSince = time.Now()
-		} else if time.Since(refusedSince) >= d.refusedGrace {
+		} else if d.RefusedGrace > 0 && time.Since(refusedSince) >= d.RefusedGrace {
 			return &NothingListensError{Addr: addr, For: time.Since(refusedSince)}
 		}
 		select {

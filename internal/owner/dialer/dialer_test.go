@@ -110,7 +110,7 @@ func TestWaitAttestedGivesUpOnRefusal(t *testing.T) {
 	addr := lis.Addr().String()
 	lis.Close()
 	d := dialerFor(t, qemutest.NewNode(t), make([]byte, 32))
-	d.refusedGrace = 500 * time.Millisecond
+	d.RefusedGrace = 500 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()

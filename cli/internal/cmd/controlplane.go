@@ -70,6 +70,7 @@ keys. With -o json or yaml: {"instanceIDs": [...]}.`,
 	}
 	addKubeconfigFlags(c.Flags(), &kc)
 	addOutputFlag(c, &output)
+	describeOutput(c, approvedList{})
 	return c
 }
 

@@ -281,11 +281,9 @@ kubeconfig) is not touched: the next 'orrery init' there needs
 func newMiniStatusCmd() *cobra.Command {
 	var dir, output string
 	c := &cobra.Command{
-		Use:   "status",
-		Short: "Show the local cloud's VMs, roles, addresses and uptime",
-		Long: `status lists the local cloud's VMs. With -o json or yaml the fields are:
-accelerator, started, and nodes[] with name, role, ip, running,
-uptimeSeconds and serialLog.`,
+		Use:     "status",
+		Short:   "Show the local cloud's VMs, roles, addresses and uptime",
+		Long:    "status lists the local cloud's VMs: their roles, addresses, state, uptime and console logs.",
 		Example: "  orrery mini status\n  orrery mini status -o jsonpath='{.nodes[*].ip}'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -308,6 +306,7 @@ uptimeSeconds and serialLog.`,
 	}
 	addDirFlag(c, &dir)
 	addOutputFlag(c, &output)
+	describeOutput(c, miniReport{})
 	return c
 }
 

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/util/jsonpath"
@@ -73,4 +75,48 @@ func writeData(w io.Writer, output string, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// describeOutput appends to c's help the field paths that -o json, yaml
+// and jsonpath print for data like v, read from its JSON names, so the
+// list cannot drift from what is printed.
+func describeOutput(c *cobra.Command, v any) {
+	fields := outputFields(reflect.TypeOf(v), "")
+	c.Long = strings.TrimRight(c.Long, "\n") + "\n\nFields of -o json, yaml and jsonpath:\n  " + strings.Join(fields, "\n  ")
+}
+
+func outputFields(t reflect.Type, prefix string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return []string{prefix}
+		}
+		return outputFields(t.Elem(), prefix+"[]")
+	case reflect.Struct:
+		if t == reflect.TypeOf(time.Time{}) {
+			return []string{prefix}
+		}
+	default:
+		return []string{prefix}
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		path := "." + name
+		if prefix != "" {
+			path = prefix + "." + name
+		}
+		out = append(out, outputFields(f.Type, path)...)
+	}
+	return out
 }

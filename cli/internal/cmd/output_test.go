@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 )
 
@@ -71,5 +72,27 @@ func TestVersionOutputs(t *testing.T) {
 	}
 	if _, errOut, code := execute("version", "-o", "jsonpath={.nope}"); code == 0 || !strings.Contains(errOut, "nope is not found") {
 		t.Fatalf("-o jsonpath of a missing field: exit %d, %s", code, errOut)
+	}
+}
+
+// Every command that prints data lists its fields in its help, so scripts
+// have names to rely on.
+func TestDataCommandsListTheirFields(t *testing.T) {
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		if f := c.Flags().Lookup("output"); f != nil && strings.Contains(f.Usage, "jsonpath") {
+			n++
+			if !strings.Contains(c.Long, "Fields of -o json, yaml and jsonpath:\n  .") && !strings.Contains(c.Long, "Fields of -o json, yaml and jsonpath:\n  [].") {
+				t.Errorf("orrery %s takes -o but its help lists no fields", c.CommandPath())
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	if n < 7 {
+		t.Errorf("%d commands take -o json/yaml/jsonpath; want at least 7", n)
 	}
 }

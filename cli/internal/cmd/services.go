@@ -54,6 +54,7 @@ unit the node has loaded is shown.`,
 		},
 	}
 	addOutputFlag(c, &output)
+	describeOutput(c, []unitState{})
 	addClusterFlags(c.Flags(), &cluster, 2*time.Minute)
 	return c
 }

@@ -53,6 +53,7 @@ versions and health, and says whether this orrery carries newer charts
 	}
 	addKubeconfigFlags(c.Flags(), &kc)
 	addOutputFlag(c, &output)
+	describeOutput(c, clusterstatus.Report{})
 	return c
 }
 

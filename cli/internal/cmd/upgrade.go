@@ -93,6 +93,7 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 	c.Flags().StringVar(&o.measurementsPath, "measurements", "", "an image's measurements.json: tell whether the cluster accepts it")
 	addSNPTestRootFlag(c.Flags(), &o.hardware)
 	addOutputFlag(c, &o.output)
+	describeOutput(c, upgrade.Report{})
 	return c
 }
 

@@ -66,6 +66,7 @@ the ID is what 'orrery control-plane approve' takes.`, nodepb.Port, initpb.Port)
 	f := c.Flags()
 	f.StringVar(&o.node, "node", "", fmt.Sprintf("a node that belongs to no cluster yet, HOST or HOST:PORT (port defaults to %d)", initpb.Port))
 	addOutputFlag(c, &o.output)
+	describeOutput(c, []nodeVerdict{})
 	addClusterFlags(f, &o.cluster, time.Minute)
 	return c
 }
@@ -77,6 +78,9 @@ func runVerifyNew(ctx context.Context, cmd *cobra.Command, o verifyOptions) erro
 		return fmt.Errorf("--node: %w", err)
 	}
 	if err := o.cluster.check(nil); err != nil {
+		return err
+	}
+	if err := checkOutput(o.output); err != nil {
 		return err
 	}
 	images, err := o.cluster.images()
@@ -99,6 +103,12 @@ func runVerifyNew(ctx context.Context, cmd *cobra.Command, o verifyOptions) erro
 	if err != nil {
 		return err
 	}
+	if o.output != "text" {
+		return writeData(cmd.OutOrStdout(), o.output, nodeVerdict{
+			Address: addr, OK: true, Image: images[0].Name, Attestation: res.Variant.String(),
+			Instance: res.Instance.Name, InstanceID: res.Instance.ID, Hardware: res.Hardware,
+		})
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "OK: %s attested as %s; its PCRs match %s\n", addr, res.Variant, images[0].Name)
 	// What an owner needs to approve the VM as a control plane
 	// ('orrery control-plane approve'): only a certified instance, read
@@ -110,7 +120,8 @@ func runVerifyNew(ctx context.Context, cmd *cobra.Command, o verifyOptions) erro
 	return nil
 }
 
-// nodeVerdict is what verify found of one running node.
+// nodeVerdict is what verify found of one node. A node before init
+// (--node) has no name, OS or cluster ID yet.
 type nodeVerdict struct {
 	Name        string              `json:"name"`
 	Address     string              `json:"address"`

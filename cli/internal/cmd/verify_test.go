@@ -87,6 +87,7 @@ func TestVerify(t *testing.T) {
 			wantCode: 1, wantErr: "load measurements",
 		},
 	}
+	checkYAMLMatchesJSON(t, execute, []string{"verify", "--node", addr, "--timeout", "20s", "--measurements", writeMeasurements(t, pcr11[:]), "--platform-ca", caPath})
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -55,6 +55,7 @@ and the Kubernetes versions the node image it belongs to supports.`,
 		},
 	}
 	addOutputFlag(c, &output)
+	describeOutput(c, versionReport{})
 	return c
 }
 

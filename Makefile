@@ -23,7 +23,7 @@ E2E_TIMEOUT ?= 120m
 # core kept busy, a worker was Ready 14-19 min after its join ticket, past
 # the suite's 15). The phase table shows what each step took either way.
 E2E_SLOWDOWN ?= 1
-# The smoke run's deadline: about 12 min of suite time here (11m38s from a
+# The smoke run's deadline: 10-12 min of suite time here (10m12s from a
 # fresh clone), 30 on a slow host, and room for its teardown.
 E2E_SMOKE_TIMEOUT ?= 45m
 

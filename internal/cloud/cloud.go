@@ -343,6 +343,10 @@ func (c *Cloud) StartSpare(ctx context.Context, opts SpareOptions) (*Node, error
 	return n, nil
 }
 
+// MaxNodesPerRole bounds the control planes, and the workers, of a cloud:
+// each role's addresses come from a range of its own (firstCP, firstWorker).
+const MaxNodesPerRole = 50
+
 func (s Spec) validate() error {
 	switch {
 	case s.Dir == "":
@@ -351,8 +355,8 @@ func (s Spec) validate() error {
 		return errors.New("cloud: at least one control-plane node is needed")
 	case s.Workers < 0 || s.Spares < 0:
 		return errors.New("cloud: negative number of workers or spares")
-	case s.ControlPlanes > 50 || s.Workers+s.Spares > 50:
-		return errors.New("cloud: at most 50 control planes and 50 workers (spares included)")
+	case s.ControlPlanes > MaxNodesPerRole || s.Workers+s.Spares > MaxNodesPerRole:
+		return fmt.Errorf("cloud: at most %d control planes and %d workers (spares included)", MaxNodesPerRole, MaxNodesPerRole)
 	case s.Image == "" && s.Kernel == "":
 		return errors.New("cloud: neither an image nor a kernel to boot")
 	case s.Image != "" && s.Kernel != "":

@@ -147,8 +147,7 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 	if err != nil {
 		return InitResult{}, err
 	}
-	kubeconfig, err := cfg.Workspace.WriteKubeconfig(done.GetKubeconfig())
-	if err != nil {
+	if _, err := cfg.Workspace.WriteKubeconfig(done.GetKubeconfig()); err != nil {
 		return InitResult{}, err
 	}
 	state.ClusterID = done.GetClusterId()
@@ -157,20 +156,22 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 		return InitResult{}, err
 	}
 	r.notice(fmt.Sprintf("The cluster is initialised (%s). Cluster ID: %x", time.Since(start).Round(time.Second), state.ClusterID))
-	res := InitResult{ClusterID: state.ClusterID, Kubeconfig: kubeconfig}
-	if cfg.SkipServices {
-		return res, nil
-	}
-	return res, cfg.startServices(ctx, kubeconfig, firstNode{disk: done.GetStateDiskUuid(), vm: node}, r)
+	return cfg.installServices(ctx, state, r)
 }
 
 // finishServices is an init run again after kubeadm init finished: the
 // node's bootstrapper has stopped, so what is left is the cluster
 // services and the health check, through the kubeconfig.
 func (cfg InitConfig) finishServices(ctx context.Context, st workspace.State, r *reporter) (InitResult, error) {
+	r.notice(fmt.Sprintf("The cluster %q (ID %x) was initialised on %s by an earlier run; finishing its services", st.ClusterName, st.ClusterID, st.Node))
+	return cfg.installServices(ctx, st, r)
+}
+
+// installServices installs the services of the cluster st records, and
+// records its first node as admitted, through the workspace's kubeconfig.
+func (cfg InitConfig) installServices(ctx context.Context, st workspace.State, r *reporter) (InitResult, error) {
 	kubeconfig := cfg.Workspace.Path(workspace.KubeconfigFile)
 	res := InitResult{ClusterID: st.ClusterID, Kubeconfig: kubeconfig}
-	r.notice(fmt.Sprintf("The cluster %q (ID %x) was initialised on %s by an earlier run; finishing its services", st.ClusterName, st.ClusterID, st.Node))
 	if cfg.SkipServices {
 		return res, nil
 	}

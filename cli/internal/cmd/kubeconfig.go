@@ -39,47 +39,66 @@ func addKubeconfigFlags(f *pflag.FlagSet, o *kubeconfigOptions) {
 	f.StringVar(&o.context, "context", "", "the kubeconfig context to use (default: its current context)")
 }
 
-// resolve returns the path of a kubeconfig file whose current context is
-// the cluster chosen, in kubectl's order: --kubeconfig, $KUBECONFIG, then
-// the workspace's admin kubeconfig (where 'orrery init' wrote it), then
-// ~/.kube/config. When a context is chosen, or $KUBECONFIG lists several
-// files, it writes that context alone to a private temporary file, which
-// cleanup removes: Helm and the owner's libraries take one file.
-func (o kubeconfigOptions) resolve(ws workspace.Dir) (path string, cleanup func(), err error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	single := ""
+// loadingRules are kubectl's rules for the kubeconfig to read:
+// --kubeconfig, $KUBECONFIG, then the workspace's admin kubeconfig (where
+// 'orrery init' wrote it), then ~/.kube/config. single is the one file
+// they name, or "" for several files in $KUBECONFIG.
+func (o kubeconfigOptions) loadingRules(ws workspace.Dir) (rules *clientcmd.ClientConfigLoadingRules, single string, err error) {
+	rules = clientcmd.NewDefaultClientConfigLoadingRules()
 	switch {
 	case o.path != "":
-		rules.ExplicitPath = o.path
 		single = o.path
 	case os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "":
 		if files := filepath.SplitList(os.Getenv(clientcmd.RecommendedConfigPathEnvVar)); len(files) == 1 {
 			single = files[0]
 		}
+	case exists(ws.Path(workspace.KubeconfigFile)):
+		single = ws.Path(workspace.KubeconfigFile)
 	default:
-		if p := ws.Path(workspace.KubeconfigFile); exists(p) {
-			rules.ExplicitPath = p
-			single = p
-		} else {
-			single = homeKubeconfig()
-			rules.ExplicitPath = single
-		}
+		single = homeKubeconfig()
 	}
-	if single != "" && !exists(single) {
-		return "", nil, fmt.Errorf("no kubeconfig at %s: pass --kubeconfig, set KUBECONFIG, or run in the workspace where 'orrery init' wrote %s (--workspace DIR)", single, workspace.KubeconfigFile)
+	if single == "" {
+		return rules, "", nil
+	}
+	if !exists(single) {
+		return nil, "", fmt.Errorf("no kubeconfig at %s: pass --kubeconfig, set KUBECONFIG, or run in the workspace where 'orrery init' wrote %s (--workspace DIR)", single, workspace.KubeconfigFile)
+	}
+	rules.ExplicitPath = single
+	return rules, single, nil
+}
+
+// load reads the kubeconfig the rules name with the chosen context made
+// current, and checks that the context exists.
+func (o kubeconfigOptions) load(rules *clientcmd.ClientConfigLoadingRules) (*clientcmdapi.Config, error) {
+	raw, err := rules.Load()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	if o.context != "" {
+		if _, ok := raw.Contexts[o.context]; !ok {
+			return nil, fmt.Errorf("--context %q: the kubeconfig has no such context; it has %s", o.context, contextNames(raw))
+		}
+		raw.CurrentContext = o.context
+	}
+	return raw, nil
+}
+
+// resolve returns the path of a kubeconfig file whose current context is
+// the cluster chosen (see loadingRules). When a context is chosen, or
+// $KUBECONFIG lists several files, it writes that context alone to a
+// private temporary file, which cleanup removes: Helm and the owner's
+// libraries take one file.
+func (o kubeconfigOptions) resolve(ws workspace.Dir) (path string, cleanup func(), err error) {
+	rules, single, err := o.loadingRules(ws)
+	if err != nil {
+		return "", nil, err
 	}
 	if o.context == "" && single != "" {
 		return single, func() {}, nil
 	}
-	raw, err := rules.Load()
+	raw, err := o.load(rules)
 	if err != nil {
-		return "", nil, fmt.Errorf("load kubeconfig: %w", err)
-	}
-	if o.context != "" {
-		if _, ok := raw.Contexts[o.context]; !ok {
-			return "", nil, fmt.Errorf("--context %q: the kubeconfig has no such context; it has %s", o.context, contextNames(raw))
-		}
-		raw.CurrentContext = o.context
+		return "", nil, err
 	}
 	if err := clientcmdapi.MinifyConfig(raw); err != nil {
 		return "", nil, fmt.Errorf("kubeconfig: %w (choose a context with --context)", err)
@@ -134,16 +153,20 @@ func mergeKubeconfig(admin, name string) (string, string, error) {
 	return name, target, clientcmd.WriteToFile(*dst, target)
 }
 
-// restConfig is the client configuration of the cluster chosen.
+// restConfig is the client configuration of the cluster chosen, read in
+// place: no copy of the credentials is written.
 func (o kubeconfigOptions) restConfig(ws workspace.Dir) (*rest.Config, error) {
-	path, cleanup, err := o.resolve(ws)
+	rules, _, err := o.loadingRules(ws)
 	if err != nil {
 		return nil, err
 	}
-	defer cleanup()
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	raw, err := o.load(rules)
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w", err)
+		return nil, err
+	}
+	rc, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w (choose a context with --context)", err)
 	}
 	return rc, nil
 }

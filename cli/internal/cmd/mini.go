@@ -83,11 +83,11 @@ func addUpFlags(c *cobra.Command, o *miniOptions) {
 // Bounds of the VM flags: what the cloud's network plan and QEMU take,
 // and what the image needs to boot into a node.
 const (
-	maxNodesPerRole = 50
-	maxCPUs         = 64
-	minMemoryMiB    = 256
-	maxMemoryMiB    = 1 << 20
-	// minStateDiskMiB holds a node's container images, etcd and logs.
+	maxCPUs      = 64
+	minMemoryMiB = 256
+	maxMemoryMiB = 1 << 20
+	// minStateDiskMiB leaves a node's etcd, journal and pods room to grow
+	// (together under 200 MiB through the e2e suite).
 	minStateDiskMiB = 2048
 	maxStateDiskMiB = 1 << 24
 )
@@ -101,8 +101,8 @@ func (o miniOptions) check() error {
 			errs = append(errs, fmt.Errorf("--%s %d: want %d to %d%s", flag, v, lo, hi, unit))
 		}
 	}
-	inRange("control-planes", o.controlPlanes, 1, maxNodesPerRole, "")
-	inRange("workers", o.workers, 0, maxNodesPerRole, "")
+	inRange("control-planes", o.controlPlanes, 1, cloud.MaxNodesPerRole, "")
+	inRange("workers", o.workers, 0, cloud.MaxNodesPerRole, "")
 	inRange("cpus", o.cpus, 1, maxCPUs, "")
 	inRange("memory", o.memoryMiB, minMemoryMiB, maxMemoryMiB, " MiB")
 	minDisk := minStateDiskMiB

@@ -67,43 +67,47 @@ const (
 type Spec struct {
 	// Dir is the state directory: state file, lock, platform CA, init
 	// secret, one directory per VM (disks, vTPM, serial log). Required.
-	Dir string
+	Dir string `json:"dir"`
 	// ControlPlanes and Workers are the node counts (ControlPlanes >= 1).
-	ControlPlanes, Workers int
+	ControlPlanes int `json:"controlPlanes"`
+	Workers       int `json:"workers"`
 	// Spares are further worker slots, addressed, leased and known to the
 	// metadata service like workers, that Up does not start: StartSpare
 	// boots one later, from an image of the caller's choice (the
 	// end-to-end suite boots a modified image next to a running cluster).
-	Spares int
+	Spares int `json:"spares,omitempty"`
 	// CPUs and MemoryMiB size each VM. Zero means 2 CPUs, 2048 MiB.
-	CPUs, MemoryMiB int
+	CPUs      int `json:"cpus"`
+	MemoryMiB int `json:"memoryMiB"`
 	// StateDiskMiB is the size of each VM's blank state disk; zero, none.
-	StateDiskMiB int
+	StateDiskMiB int `json:"stateDiskMiB"`
 	// Image is the disk image VMs boot with UEFI. Alternatively Kernel,
 	// Initrd and Cmdline boot a kernel directly (tests).
-	Image                   string
-	Kernel, Initrd, Cmdline string
+	Image   string `json:"image,omitempty"`
+	Kernel  string `json:"kernel,omitempty"`
+	Initrd  string `json:"initrd,omitempty"`
+	Cmdline string `json:"cmdline,omitempty"`
 	// Namespace, if set, puts the network and the VMs in a network
 	// namespace of that name (the test suites do); empty uses the host's,
 	// so the owner can reach the nodes.
-	Namespace string
+	Namespace string `json:"namespace,omitempty"`
 	// Bridge names the bridge; empty means DefaultBridge.
-	Bridge string
+	Bridge string `json:"bridge"`
 	// Accel forces an accelerator; the zero value probes for KVM.
-	Accel vm.Accel
+	Accel vm.Accel `json:"accel,omitempty"`
 	// ShutdownTimeout is how long Down waits for a VM to power off after
 	// the ACPI power button before it kills it. Zero means 30 s.
-	ShutdownTimeout time.Duration
+	ShutdownTimeout time.Duration `json:"shutdownTimeout"`
 	// KeepLogs keeps the VMs' serial logs in Dir after Down.
-	KeepLogs bool
+	KeepLogs bool `json:"keepLogs,omitempty"`
 	// SEVSNP makes every VM a simulated SEV-SNP confidential VM: the
 	// metadata service plays its AMD Secure Processor (package snpsim),
 	// signing reports whose launch measurement is that of the firmware
 	// the VMs boot, under a test root the cloud keeps in Dir (and
 	// writes for the owner as SEVSNPTestRoot).
-	SEVSNP bool
+	SEVSNP bool `json:"sevSnp,omitempty"`
 	// Progress receives one line per step; nil discards.
-	Progress io.Writer
+	Progress io.Writer `json:"-"`
 }
 
 // Node is one VM of the cloud.
@@ -122,6 +126,12 @@ type Node struct {
 	SEVSNPDebug bool `json:"sevSnpDebug,omitempty"`
 	// Started is when the VM was last powered on.
 	Started time.Time `json:"started,omitzero"`
+	// Image is the disk image the VM was first started from, and
+	// ImageStamp its size and modification time then: the VM's OS disk is
+	// an overlay of that file, which must not change while the VM's disks
+	// are kept (see Stop).
+	Image      string `json:"image,omitempty"`
+	ImageStamp string `json:"imageStamp,omitempty"`
 
 	vm *vm.VM
 }
@@ -138,6 +148,7 @@ type Cloud struct {
 	accel   vm.Accel
 	why     string
 	started time.Time
+	stopped time.Time
 	lock    *os.File
 	network *netenv.Network
 	dhcp    *dhcpd.Server
@@ -167,6 +178,12 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 	c := &Cloud{spec: spec, started: time.Now(), phase: PhaseStarting, leases: map[string]bool{}, leased: make(chan struct{})}
 	if err := c.takeLock(); err != nil {
 		return nil, err
+	}
+	// Before the clean-up below is armed: it would delete the stopped
+	// cloud's disks.
+	if st, err := readState(spec.Dir); err == nil && st.Phase == PhaseStopped {
+		c.lock.Close()
+		return nil, errStoppedCloud(spec.Dir)
 	}
 	defer func() {
 		if err != nil {
@@ -260,7 +277,12 @@ func (c *Cloud) startVMs(ctx context.Context) error {
 		if n.Spare {
 			continue
 		}
-		if err := c.startVM(ctx, n, c.spec.Image, niceWrap(c.defaultNice(n))); err != nil {
+		image := c.spec.Image
+		if n.Image != "" {
+			// A restarted spare boots what it first booted.
+			image = n.Image
+		}
+		if err := c.startVM(ctx, n, image, niceWrap(c.defaultNice(n))); err != nil {
 			return err
 		}
 	}
@@ -271,6 +293,14 @@ func (c *Cloud) startVMs(ctx context.Context) error {
 // is put before QEMU's command line (after the network namespace's).
 func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []string) error {
 	c.progress("vm %s (%s, %s): starting", n.Name, n.Role, n.IP)
+	stamp, err := imageStamp(image)
+	if err != nil {
+		return fmt.Errorf("start VM %s: %w", n.Name, err)
+	}
+	if n.ImageStamp != "" && (n.Image != image || n.ImageStamp != stamp) {
+		return fmt.Errorf("start VM %s: its OS disk is an overlay of %s as it was when the VM was made, and that file changed since (%s, was %s): 'orrery mini down' deletes the old VMs, 'orrery mini up' makes new ones from the new image",
+			n.Name, n.Image, stamp, n.ImageStamp)
+	}
 	mac, _ := net.ParseMAC(n.MAC)
 	started := time.Now()
 	v, err := vm.Start(ctx, vm.Config{
@@ -297,6 +327,7 @@ func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []strin
 	}
 	c.mu.Lock()
 	n.vm, n.PID, n.Spare, n.Started = v, v.PID(), false, started
+	n.Image, n.ImageStamp = image, stamp
 	c.mu.Unlock()
 	return c.writeState()
 }
@@ -538,6 +569,23 @@ func (c *Cloud) Network() *netenv.Network { return c.network }
 // stops the services and removes the network and the VMs' files. It
 // collects all errors and always does as much as it can.
 func (c *Cloud) Down(ctx context.Context) error {
+	errs := c.stopRunning(ctx)
+	for _, n := range c.nodes {
+		errs = append(errs, removeNodeDir(n.Dir, c.spec.KeepLogs))
+	}
+	errs = append(errs, removeRunFiles(c.spec.Dir))
+	if c.lock != nil {
+		c.lock.Close()
+		errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, LockFile)))
+	}
+	c.progress("down")
+	return errors.Join(errs...)
+}
+
+// stopRunning powers the VMs off (gracefully within the shutdown
+// timeout, then by force), stops the services and removes the network;
+// it touches no file.
+func (c *Cloud) stopRunning(ctx context.Context) []error {
 	var (
 		errs []error
 		mu   sync.Mutex
@@ -558,27 +606,26 @@ func (c *Cloud) Down(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	c.mu.Lock()
+	for _, n := range c.nodes {
+		n.vm, n.PID = nil, 0
+	}
+	c.mu.Unlock()
 	if c.meta != nil {
 		_ = c.meta.Close()
+		c.meta = nil
 	}
 	if c.dhcp != nil {
 		_ = c.dhcp.Close()
+		c.dhcp = nil
 	}
 	if c.network != nil {
 		if err := c.network.Destroy(ctx); err != nil {
 			errs = append(errs, err)
 		}
+		c.network = nil
 	}
-	for _, n := range c.nodes {
-		errs = append(errs, removeNodeDir(n.Dir, c.spec.KeepLogs))
-	}
-	errs = append(errs, removeRunFiles(c.spec.Dir))
-	if c.lock != nil {
-		c.lock.Close()
-		errs = append(errs, removeIfExists(filepath.Join(c.spec.Dir, LockFile)))
-	}
-	c.progress("down")
-	return errors.Join(errs...)
+	return errs
 }
 
 func removeNodeDir(dir string, keepLogs bool) error {

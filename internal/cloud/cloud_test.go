@@ -386,3 +386,128 @@ func niceness(t *testing.T, pid int) int {
 	}
 	return n
 }
+
+// TestStopStartKeepsDisks stops a cloud and starts it again: the VM
+// boots with the disk it wrote to and the vTPM it was certified in, and
+// a new cloud is not made over the stopped one.
+func TestStopStartKeepsDisks(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	spec := testSpec(t, dir, 1, 0)
+	spec.StateDiskMiB = 16
+	c, err := cloud.Up(ctx, spec)
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	defer c.Down(context.Background())
+	n := c.Nodes()[0]
+	waitReport(t, ctx, n, "ready", 1)
+	first := guestReports(n.SerialLog())
+	disk, ak := first["disk"][0], first["tpm"][0]
+	if !strings.HasPrefix(disk, "new ") || !strings.HasPrefix(ak, "akcert:") {
+		t.Fatalf("first boot: disk %q, tpm %.40q; want a new disk and an AK certificate", disk, ak)
+	}
+	secret, err := os.ReadFile(filepath.Join(dir, cloud.InitSecretFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if pids := cloud.ProcessesUsing(n.Dir); len(pids) > 0 {
+		t.Fatalf("processes %v of %s run after Stop", pids, n.Name)
+	}
+	st, err := cloud.ReadState(dir)
+	if err != nil || st.Phase != cloud.PhaseStopped || st.SupervisorPID != 0 || st.Stopped.IsZero() {
+		t.Fatalf("state after Stop: phase %q, supervisor %d, stopped %s, %v; want stopped, no supervisor", st.Phase, st.SupervisorPID, st.Stopped, err)
+	}
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), spec.Namespace) {
+		t.Errorf("the network namespace outlives Stop: %s", out)
+	}
+	for _, f := range []string{vm.StateFile, vm.TPMDir} {
+		if _, err := os.Stat(filepath.Join(n.Dir, f)); err != nil {
+			t.Errorf("Stop removed %s: %v", f, err)
+		}
+	}
+	other := spec
+	other.Dir = dir
+	if _, err := cloud.Up(ctx, other); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Errorf("Up over a cloud this process holds: %v; want a refusal", err)
+	}
+
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	// The console of the first boot is kept beside the new one's.
+	if before := guestReports(filepath.Join(n.Dir, cloud.PreviousSerialLog)); len(before["disk"]) != 1 || before["disk"][0] != disk {
+		t.Errorf("the first boot's console was not kept: disk reports %v", before["disk"])
+	}
+	waitReport(t, ctx, n, "ready", 1)
+	second := guestReports(n.SerialLog())
+	if got, want := second["disk"][0], "kept "+strings.TrimPrefix(disk, "new "); got != want {
+		t.Errorf("after Start the disk reports %q, want %q", got, want)
+	}
+	if second["tpm"][0] != ak {
+		t.Errorf("after Start the vTPM holds another AK certificate: the vTPM was not kept")
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, cloud.InitSecretFile)); string(again) != string(secret) {
+		t.Errorf("Start changed the init secret")
+	}
+	if err := c.Start(ctx); err == nil {
+		t.Errorf("Start of a running cloud succeeded")
+	}
+}
+
+// TestStopAfterCrashThenResume stops a cloud whose supervisor died, as
+// 'orrery mini stop' does, and resumes it from its state file alone.
+func TestStopAfterCrashThenResume(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	spec := testSpec(t, dir, 1, 0)
+	spec.StateDiskMiB = 16
+	c, err := cloud.Up(ctx, spec)
+	if err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	n := c.Nodes()[0]
+	waitReport(t, ctx, n, "ready", 1)
+	disk := guestReports(n.SerialLog())["disk"][0]
+	c.Abandon()
+	defer cloud.Cleanup(context.Background(), dir)
+
+	if _, err := cloud.Resume(ctx, dir, testWriter{t}); err == nil || !strings.Contains(err.Error(), "runs already") {
+		t.Fatalf("Resume of a running cloud: %v; want a refusal", err)
+	}
+	already, err := cloud.StopDir(ctx, dir)
+	if err != nil || already {
+		t.Fatalf("StopDir after the crash: already %v, %v", already, err)
+	}
+	if pids := cloud.ProcessesUsing(n.Dir); len(pids) > 0 {
+		t.Fatalf("processes %v of %s run after StopDir", pids, n.Name)
+	}
+	if already, err := cloud.StopDir(ctx, dir); err != nil || !already {
+		t.Errorf("second StopDir: already %v, %v; want stopped already", already, err)
+	}
+
+	r, err := cloud.Resume(ctx, dir, testWriter{t})
+	if err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	defer r.Down(context.Background())
+	rn := r.Nodes()[0]
+	if rn.Name != n.Name || rn.IP != n.IP || rn.MAC != n.MAC {
+		t.Errorf("resumed node %s %s %s, want %s %s %s", rn.Name, rn.IP, rn.MAC, n.Name, n.IP, n.MAC)
+	}
+	waitReport(t, ctx, rn, "ready", 1)
+	if got, want := guestReports(rn.SerialLog())["disk"][0], "kept "+strings.TrimPrefix(disk, "new "); got != want {
+		t.Errorf("after Resume the disk reports %q, want %q", got, want)
+	}
+	if got := guestReports(rn.SerialLog())["ip"][0]; got != n.IP.String() {
+		t.Errorf("after Resume DHCP gave %s, want %s", got, n.IP)
+	}
+}

@@ -28,11 +28,17 @@ type State struct {
 	Bridge    string    `json:"bridge"`
 	Accel     vm.Accel  `json:"accel"`
 	Started   time.Time `json:"started"`
-	Nodes     []*Node   `json:"nodes"`
-	// SupervisorPID is the process that runs the cloud's services.
+	// Stopped is when the cloud was stopped, in PhaseStopped.
+	Stopped time.Time `json:"stopped,omitzero"`
+	Nodes   []*Node   `json:"nodes"`
+	// SupervisorPID is the process that runs the cloud's services; zero
+	// when none does.
 	SupervisorPID int `json:"supervisorPID"`
-	// Phase is PhaseStarting until every VM runs, then PhaseUp.
+	// Phase is PhaseStarting until every VM runs, then PhaseUp; after
+	// Stop, PhaseStopped.
 	Phase string `json:"phase"`
+	// Spec is what the cloud was made with, for Resume.
+	Spec Spec `json:"spec"`
 	// KeepLogs says the owner asked to keep the serial logs.
 	KeepLogs bool `json:"keepLogs,omitempty"`
 }
@@ -47,6 +53,8 @@ const (
 func (st State) Live() bool { return st.live() }
 
 func (c *Cloud) writeState() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	st := State{
 		Namespace:     c.spec.Namespace,
 		Bridge:        c.spec.Bridge,
@@ -56,12 +64,22 @@ func (c *Cloud) writeState() error {
 		SupervisorPID: os.Getpid(),
 		Phase:         c.phase,
 		KeepLogs:      c.spec.KeepLogs,
+		Spec:          c.spec,
 	}
+	if c.phase == PhaseStopped {
+		// No process may be signalled on the cloud's behalf: its PID may
+		// be another's by the time anyone reads this.
+		st.Stopped, st.SupervisorPID = c.stopped, 0
+	}
+	return writeStateFile(c.spec.Dir, st)
+}
+
+func writeStateFile(dir string, st State) error {
 	raw, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(c.spec.Dir, StateFile)
+	path := filepath.Join(dir, StateFile)
 	if err := os.WriteFile(path+".tmp", raw, 0o600); err != nil {
 		return fmt.Errorf("write state file: %w", err)
 	}
@@ -132,18 +150,45 @@ func Cleanup(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	// A live supervisor tears down in order itself; give it the chance.
-	if st.SupervisorPID > 0 && st.SupervisorPID != os.Getpid() && syscall.Kill(st.SupervisorPID, syscall.SIGTERM) == nil {
-		// Its Down waits up to the VMs' shutdown timeout (30 s by default)
-		// before it kills them; tearing down beside it would race it.
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) && syscall.Kill(st.SupervisorPID, 0) == nil {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if _, err := os.Stat(filepath.Join(dir, StateFile)); errors.Is(err, os.ErrNotExist) {
+	// A live supervisor stops the VMs in order itself; then what is left
+	// is files.
+	if stopSupervisor(dir, st) {
+		if st, err = readState(dir); errors.Is(err, os.ErrNotExist) {
 			return nil
+		} else if err != nil {
+			return err
 		}
 	}
+	errs := killVMs(st)
+	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range st.Nodes {
+		errs = append(errs, removeNodeDir(n.Dir, st.KeepLogs))
+	}
+	errs = append(errs, removeRunFiles(dir), removeIfExists(filepath.Join(dir, LockFile)))
+	return errors.Join(errs...)
+}
+
+// stopSupervisor asks the cloud's supervisor, if one runs, to stop the
+// cloud, and waits until it has exited; it reports whether one ran.
+func stopSupervisor(dir string, st State) bool {
+	pid := st.SupervisorPID
+	if pid <= 0 || pid == os.Getpid() || syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return false
+	}
+	// It waits up to the VMs' shutdown timeout (30 s by default) before
+	// it kills them; acting beside it would race it.
+	deadline := time.Now().Add(2*time.Minute + st.Spec.ShutdownTimeout)
+	for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}
+
+// killVMs kills whatever processes of the recorded VMs still run, as a
+// power cut would.
+func killVMs(st State) []error {
 	var errs []error
 	for _, n := range st.Nodes {
 		for _, pid := range processesUsing(n.Dir) {
@@ -158,14 +203,7 @@ func Cleanup(ctx context.Context, dir string) error {
 			errs = append(errs, fmt.Errorf("processes %v of VM %s survive SIGKILL", pids, n.Name))
 		}
 	}
-	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
-		errs = append(errs, err)
-	}
-	for _, n := range st.Nodes {
-		errs = append(errs, removeNodeDir(n.Dir, st.KeepLogs))
-	}
-	errs = append(errs, removeRunFiles(dir), removeIfExists(filepath.Join(dir, LockFile)))
-	return errors.Join(errs...)
+	return errs
 }
 
 // ProcessesUsing lists the processes whose command line names dir or a

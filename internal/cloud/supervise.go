@@ -19,7 +19,7 @@ const SupervisorLog = "supervisor.log"
 // StartSupervised brings the cloud of spec up in a supervisor process that
 // outlives the caller, and returns once every VM runs. command starts the
 // supervisor: a process that runs Up with the same spec in the foreground
-// until SIGTERM ('orrery mini serve'). The supervisor's log goes to
+// and Stop on SIGTERM ('orrery mini serve'). The supervisor's log goes to
 // SupervisorLog; its lines are copied to progress as they come.
 //
 // If ctx ends first (Ctrl-C), StartSupervised stops the supervisor and
@@ -30,6 +30,8 @@ func StartSupervised(ctx context.Context, spec Spec, command []string, progress 
 	// memory and disk Preflight would count as missing.
 	if st, err := ReadState(spec.Dir); err == nil && st.Live() {
 		return State{}, fmt.Errorf("a local cloud from %s is running: 'orrery mini status' shows it, 'orrery mini down' stops it", spec.Dir)
+	} else if err == nil && st.Phase == PhaseStopped {
+		return State{}, errStoppedCloud(spec.Dir)
 	}
 	if err := Preflight(spec); err != nil {
 		return State{}, fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
@@ -37,7 +39,45 @@ func StartSupervised(ctx context.Context, spec Spec, command []string, progress 
 	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
 		return State{}, fmt.Errorf("create the cloud's directory: %w", err)
 	}
-	logPath := filepath.Join(spec.Dir, SupervisorLog)
+	return supervise(ctx, spec.Dir, command, progress, func() error {
+		if err := Cleanup(context.Background(), spec.Dir); err != nil {
+			return fmt.Errorf("interrupted; cleaning up failed: %w", err)
+		}
+		return errors.New("interrupted; everything the local cloud created was removed")
+	})
+}
+
+// ResumeSupervised starts the stopped cloud in dir again in a supervisor
+// process, as StartSupervised starts a new one; command runs Resume in
+// the foreground until SIGTERM. If ctx ends first, the cloud is stopped
+// again and keeps its disks.
+func ResumeSupervised(ctx context.Context, dir string, command []string, progress io.Writer) (State, error) {
+	st, err := ReadState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return State{}, fmt.Errorf("no local cloud in %s: 'orrery mini up' makes one", dir)
+	}
+	if err != nil {
+		return State{}, err
+	}
+	if st.Phase != PhaseStopped {
+		return State{}, errNotStopped(dir, st)
+	}
+	if err := Preflight(st.Spec); err != nil {
+		return State{}, fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
+	}
+	return supervise(ctx, dir, command, progress, func() error {
+		if _, err := StopDir(context.Background(), dir); err != nil {
+			return fmt.Errorf("interrupted; stopping the VMs failed: %w", err)
+		}
+		return errors.New("interrupted; the local cloud is stopped again, its disks kept")
+	})
+}
+
+// supervise starts command as the supervisor of the cloud in dir and
+// follows its log until the cloud is up. If ctx ends first, it stops the
+// supervisor and returns what interrupted says.
+func supervise(ctx context.Context, dir string, command []string, progress io.Writer, interrupted func() error) (State, error) {
+	logPath := filepath.Join(dir, SupervisorLog)
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return State{}, fmt.Errorf("create the supervisor's log: %w", err)
@@ -54,25 +94,22 @@ func StartSupervised(ctx context.Context, spec Spec, command []string, progress 
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- sup.Wait() }()
-	fmt.Fprintf(progress, "Starting the local cloud in %s (log: %s)\n", spec.Dir, logPath)
-	st, err := followUntilUp(ctx, spec.Dir, logPath, exited, progress)
+	fmt.Fprintf(progress, "Starting the local cloud in %s (log: %s)\n", dir, logPath)
+	st, err := followUntilUp(ctx, dir, logPath, exited, progress)
 	if err == nil {
 		return st, nil
 	}
 	if ctx.Err() == nil {
 		return State{}, err
 	}
-	fmt.Fprintln(progress, "Interrupted: stopping the local cloud and removing what it created...")
+	fmt.Fprintln(progress, "Interrupted: stopping the local cloud...")
 	_ = sup.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
 	case <-time.After(60 * time.Second):
 		_ = sup.Process.Kill()
 	}
-	if err := Cleanup(context.Background(), spec.Dir); err != nil {
-		return State{}, fmt.Errorf("interrupted; cleaning up failed: %w", err)
-	}
-	return State{}, errors.New("interrupted; everything the local cloud created was removed")
+	return State{}, interrupted()
 }
 
 // followUntilUp copies the supervisor's log to progress until the cloud's

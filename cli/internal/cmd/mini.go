@@ -18,6 +18,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 // miniOptions are the flags of 'orrery mini up' (and of the supervisor it
@@ -45,10 +46,17 @@ func newMiniCmd() *cobra.Command {
 		Long: `mini runs a local cloud on this machine: QEMU VMs booting the Orrery image
 (UEFI, a swtpm vTPM each, certified by a local platform CA), a bridge
 network with DHCP and a metadata API. Everything lives in one state
-directory (./orrery-mini by default): logs, state, the init secret and the
-platform CA certificate. It needs root (bridges, taps).`,
+directory (./orrery-mini by default): logs, state, the VMs' disks and
+vTPMs, the init secret and the platform CA certificate. It needs root
+(bridges, taps).
+
+  up      make the VMs and start them
+  stop    power them off, keeping their disks
+  start   boot the stopped VMs again from their disks
+  down    power them off and delete their disks
+  status  list the VMs`,
 	}
-	c.AddCommand(newMiniUpCmd(), newMiniDownCmd(), newMiniStatusCmd(), newMiniServeCmd())
+	c.AddCommand(newMiniUpCmd(), newMiniStopCmd(), newMiniStartCmd(), newMiniDownCmd(), newMiniStatusCmd(), newMiniServeCmd())
 	return c
 }
 
@@ -176,11 +184,18 @@ func runMiniUp(ctx context.Context, out io.Writer, o miniOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	abs, err := filepath.Abs(o.dir)
-	if err != nil {
-		return err
+	// Absolute, because the supervisor records them for 'mini start',
+	// which may run from another directory.
+	for _, p := range []*string{&o.dir, &o.image, &o.kernel, &o.initrd} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return err
+		}
+		*p = abs
 	}
-	o.dir = abs
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -192,27 +207,40 @@ func runMiniUp(ctx context.Context, out io.Writer, o miniOptions) error {
 	printNodes(out, st)
 	fmt.Fprintf(out, "\nThe local cloud runs. Platform CA: %s; init secret: %s\n",
 		filepath.Join(o.dir, cloud.PlatformCACert), filepath.Join(o.dir, cloud.InitSecretFile))
+	sudo := sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER"))
 	if o.sevSNP {
 		fmt.Fprintf(out, "The VMs are simulated SEV-SNP VMs: their reports are signed by this cloud's test root, not by a real CPU.\n"+
 			"To accept them, check nodes against the image's SEV-SNP measurements and name the test root:\n"+
 			"  --measurements build/image/measurements-sev-snp.json --snp-test-root %s\n", filepath.Join(o.dir, cloud.SEVSNPTestRoot))
 	}
-	fmt.Fprintf(out, "Stop it with: %sorrery mini down --mini-dir %s\n", sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER")), o.dir)
+	fmt.Fprintf(out, "Power it off with '%sorrery mini stop --mini-dir %s' (keeps the disks) or '%sorrery mini down --mini-dir %s' (deletes them).\n", sudo, o.dir, sudo, o.dir)
 	return nil
 }
 
 func newMiniServeCmd() *cobra.Command {
-	var o miniOptions
+	var (
+		o      miniOptions
+		resume bool
+	)
 	c := &cobra.Command{
 		Use:    "serve",
-		Short:  "Run the local cloud in the foreground (started by 'mini up')",
+		Short:  "Run the local cloud in the foreground (started by 'mini up' and 'mini start')",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// SIGTERM from 'mini down' or 'mini up' on Ctrl-C ends it in order.
+			// SIGTERM from 'mini stop', 'mini down' or 'mini up' on Ctrl-C
+			// stops it in order; 'mini down' then deletes the files.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			c, err := cloud.Up(ctx, o.spec(cmd.OutOrStdout()))
+			var (
+				c   *cloud.Cloud
+				err error
+			)
+			if resume {
+				c, err = cloud.Resume(ctx, o.dir, cmd.OutOrStdout())
+			} else {
+				c, err = cloud.Up(ctx, o.spec(cmd.OutOrStdout()))
+			}
 			if err != nil {
 				return err
 			}
@@ -222,10 +250,90 @@ func newMiniServeCmd() *cobra.Command {
 				}
 			}
 			<-ctx.Done()
-			return c.Down(context.Background())
+			return c.Stop(context.Background())
 		},
 	}
 	addUpFlags(c, &o)
+	c.Flags().BoolVar(&resume, "resume", false, "start the stopped cloud in --mini-dir again; the other flags are ignored")
+	return c
+}
+
+func newMiniStopCmd() *cobra.Command {
+	var dir string
+	c := &cobra.Command{
+		Use:   "stop",
+		Short: "Power the local cloud's VMs off and keep their disks",
+		Long: `stop powers off the VMs of the local cloud in --mini-dir (each gets the
+shutdown timeout to power off, then it is cut) and stops its network and
+services. It keeps everything on disk: the VMs' disks and vTPMs, the init
+secret and the platform CA. 'orrery mini start' boots the same VMs again;
+'orrery mini down' deletes them.`,
+		Example: "  orrery mini stop\n  orrery mini start",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			if _, err := cloud.ReadState(dir); errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("no local cloud in %s: nothing to stop", dir)
+			}
+			fmt.Fprintf(out, "Stopping the local cloud in %s...\n", dir)
+			already, err := cloud.StopDir(cmd.Context(), dir)
+			if err != nil {
+				return err
+			}
+			if already {
+				fmt.Fprintln(out, "It was stopped already.")
+			}
+			sudo := sudoPrefix(os.Geteuid(), os.Getenv("SUDO_USER"))
+			fmt.Fprintf(out, "The local cloud is stopped; its VMs' disks and vTPMs are kept.\n"+
+				"'%sorrery mini start --mini-dir %s' boots them again; '%sorrery mini down --mini-dir %s' deletes them.\n", sudo, dir, sudo, dir)
+			return nil
+		},
+	}
+	addDirFlag(c, &dir)
+	return c
+}
+
+func newMiniStartCmd() *cobra.Command {
+	var dir string
+	c := &cobra.Command{
+		Use:   "start",
+		Short: "Boot the stopped local cloud's VMs again from their disks",
+		Long: `start boots the VMs that 'orrery mini stop' powered off, with their disks,
+vTPMs, names and addresses, and the cloud's network and services.
+
+A node that belongs to a cluster comes back on its own when the cluster's
+join service answers it: workers rejoin once a control plane runs. When
+every control plane was stopped, none has a join service to ask: each
+waits in its initrd for its owner, who unlocks it with 'orrery recover'
+(from the workspace, with the cluster's master secret).`,
+		Example: `  orrery mini start
+  orrery recover --node 10.42.1.100    # then, for each control plane`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return err
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			st, err := cloud.ResumeSupervised(cmd.Context(), abs, []string{self, "mini", "serve", "--resume", "--mini-dir", abs}, out)
+			if err != nil {
+				return err
+			}
+			printNodes(out, st)
+			fmt.Fprintln(out, "\nThe local cloud runs again. Workers rejoin their cluster once a control plane runs;")
+			fmt.Fprintln(out, "a control plane whose cluster has no other waits for its owner: run, from the workspace,")
+			for _, line := range recoverHints(st, abs) {
+				fmt.Fprintln(out, "  "+line)
+			}
+			fmt.Fprintln(out, "A node never initialised waits for 'orrery init' as before; its init secret is unchanged.")
+			return nil
+		},
+	}
+	addDirFlag(c, &dir)
 	return c
 }
 
@@ -239,8 +347,8 @@ func newMiniDownCmd() *cobra.Command {
 		Short: "Stop the local cloud and delete its VMs' disks",
 		Long: `down stops the VMs, the network and the services of the local cloud in
 --mini-dir, also after a crash, and deletes the VMs' disks, their vTPM state
-and the init secret: the cluster on them is gone for good. It asks first,
-unless --yes. The VMs' logs (<dir>/<vm>/serial.log, qemu.log) stay for
+and the init secret: the cluster on them is gone for good ('orrery mini
+stop' keeps them). It asks first, unless --yes. The VMs' logs (<dir>/<vm>/serial.log, qemu.log) stay for
 reading afterwards, and so does the platform CA, so that the next 'mini up'
 certifies its VMs with the same CA. The owner's workspace (master secret,
 kubeconfig) is not touched: the next 'orrery init' there needs
@@ -278,6 +386,31 @@ kubeconfig) is not touched: the next 'orrery init' there needs
 	return c
 }
 
+// recoverHints are the 'orrery recover' commands that unlock the control
+// planes of the cloud in dir, with the measurements beside the image it
+// boots and, for simulated SEV-SNP VMs, the cloud's test root (recover
+// takes no test root it is not given).
+func recoverHints(st cloud.State, dir string) []string {
+	var checks string
+	if st.Spec.Image != "" {
+		name := "measurements.json"
+		if st.Spec.SEVSNP {
+			name = "measurements-sev-snp.json"
+		}
+		checks = " --measurements " + filepath.Join(filepath.Dir(st.Spec.Image), name)
+	}
+	if st.Spec.SEVSNP {
+		checks += " --snp-test-root " + filepath.Join(dir, cloud.SEVSNPTestRoot)
+	}
+	var hints []string
+	for _, n := range st.Nodes {
+		if n.Role == role.ControlPlane {
+			hints = append(hints, fmt.Sprintf("orrery recover --node %s --mini-dir %s%s", n.IP, dir, checks))
+		}
+	}
+	return hints
+}
+
 func newMiniStatusCmd() *cobra.Command {
 	var dir, output string
 	c := &cobra.Command{
@@ -312,8 +445,11 @@ func newMiniStatusCmd() *cobra.Command {
 
 // miniReport is 'mini status' as data.
 type miniReport struct {
+	// Phase is starting, up or stopped.
+	Phase       string         `json:"phase"`
 	Accelerator string         `json:"accelerator"`
 	Started     time.Time      `json:"started"`
+	Stopped     time.Time      `json:"stopped,omitzero"`
 	Nodes       []miniNodeInfo `json:"nodes"`
 }
 
@@ -327,7 +463,10 @@ type miniNodeInfo struct {
 }
 
 func newMiniReport(st cloud.State) miniReport {
-	r := miniReport{Accelerator: fmt.Sprint(st.Accel), Started: st.Started.UTC(), Nodes: []miniNodeInfo{}}
+	r := miniReport{Phase: st.Phase, Accelerator: fmt.Sprint(st.Accel), Started: st.Started.UTC(), Nodes: []miniNodeInfo{}}
+	if !st.Stopped.IsZero() {
+		r.Stopped = st.Stopped.UTC()
+	}
 	for _, n := range st.Nodes {
 		d, running := n.Uptime()
 		r.Nodes = append(r.Nodes, miniNodeInfo{Name: n.Name, Role: string(n.Role), IP: n.IP.String(), Running: running, UptimeSeconds: int64(d.Seconds()), SerialLog: n.SerialLog()})
@@ -347,7 +486,11 @@ func sudoPrefix(euid int, sudoUser string) string {
 }
 
 func printNodes(out io.Writer, st cloud.State) {
-	fmt.Fprintf(out, "\nAccelerator: %s; started %s\n", st.Accel, st.Started.Format(time.RFC3339))
+	if st.Phase == cloud.PhaseStopped {
+		fmt.Fprintf(out, "\nStopped %s, disks kept: 'orrery mini start' boots the VMs again\n", st.Stopped.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(out, "\nAccelerator: %s; started %s\n", st.Accel, st.Started.Format(time.RFC3339))
+	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tROLE\tIP\tSTATE\tUPTIME\tSERIAL LOG")
 	for _, n := range st.Nodes {

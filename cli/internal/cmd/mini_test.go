@@ -73,6 +73,8 @@ func TestMiniUpStatusDown(t *testing.T) {
 		t.Errorf("mini status -o jsonpath: exit %d: %q", code, out)
 	}
 
+	stopStart(t, run, dir, up)
+
 	st, err := cloud.ReadState(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +138,82 @@ func TestMiniUpStatusDown(t *testing.T) {
 	if code, out, errOut = run("mini", "down", "--mini-dir", dir, "--yes"); code != 0 {
 		t.Errorf("second mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
+}
+
+// stopStart stops the running cloud in dir and starts it again: the VMs
+// come back with the disks they marked before.
+func stopStart(t *testing.T, run func(...string) (int, string, string), dir string, up []string) {
+	t.Helper()
+	before, err := cloud.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := map[string]string{}
+	for _, n := range before.Nodes {
+		marks[n.Name] = waitGuestReport(t, n.SerialLog(), "disk")
+		if !strings.HasPrefix(marks[n.Name], "new ") {
+			t.Fatalf("%s's first boot found its state disk %q, want a blank one", n.Name, marks[n.Name])
+		}
+	}
+	if code, _, errOut := run("mini", "start", "--mini-dir", dir); code == 0 || !strings.Contains(errOut, "runs already") {
+		t.Errorf("mini start of a running cloud: exit %d, %q; want a refusal", code, errOut)
+	}
+
+	code, out, errOut := run("mini", "stop", "--mini-dir", dir)
+	if code != 0 || !strings.Contains(out, "is stopped") || !strings.Contains(out, "mini start") {
+		t.Fatalf("mini stop: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	for _, n := range before.Nodes {
+		if pids := cloud.ProcessesUsing(n.Dir); len(pids) > 0 {
+			t.Errorf("processes %v of %s survive mini stop", pids, n.Name)
+		}
+	}
+	if syscallAlive(before.SupervisorPID) {
+		t.Errorf("supervisor %d survives mini stop", before.SupervisorPID)
+	}
+	if code, out, _ = run("mini", "status", "--mini-dir", dir); code != 0 || strings.Count(out, " stopped ") != 2 || !strings.Contains(out, "disks kept") {
+		t.Errorf("mini status of a stopped cloud: exit %d:\n%s", code, out)
+	}
+	if code, out, _ = run("mini", "status", "--mini-dir", dir, "-o", "jsonpath={.phase}"); strings.TrimSpace(out) != cloud.PhaseStopped {
+		t.Errorf("mini status -o jsonpath={.phase}: exit %d: %q", code, out)
+	}
+	if code, out, _ = run("mini", "stop", "--mini-dir", dir); code != 0 || !strings.Contains(out, "stopped already") {
+		t.Errorf("second mini stop: exit %d: %s", code, out)
+	}
+	if code, _, errOut = run(up...); code == 0 || !strings.Contains(errOut, "stopped local cloud") {
+		t.Errorf("mini up over a stopped cloud: exit %d, %q; want a refusal that names it", code, errOut)
+	}
+
+	code, out, errOut = run("mini", "start", "--mini-dir", dir)
+	if code != 0 || !strings.Contains(out, "runs again") || !strings.Contains(out, "orrery recover --node 10.42.1.100") {
+		t.Fatalf("mini start: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if code, out, _ = run("mini", "status", "--mini-dir", dir); code != 0 || strings.Count(out, "running") != 2 {
+		t.Errorf("mini status after start: exit %d:\n%s", code, out)
+	}
+	for _, n := range before.Nodes {
+		want := "kept " + strings.TrimPrefix(marks[n.Name], "new ")
+		if got := waitGuestReport(t, n.SerialLog(), "disk"); got != want {
+			t.Errorf("%s after mini start: state disk %q, want %q (the disk it marked)", n.Name, got, want)
+		}
+	}
+}
+
+// waitGuestReport waits for the test guest's first "ORRERY-GUEST key"
+// line in the serial log at path and returns its value.
+func waitGuestReport(t *testing.T, path, key string) string {
+	t.Helper()
+	prefix := "ORRERY-GUEST " + key + " "
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		raw, _ := os.ReadFile(path)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if i := strings.Index(line, prefix); i >= 0 {
+				return strings.TrimSpace(line[i+len(prefix):])
+			}
+		}
+	}
+	t.Fatalf("no %q in %s within 2 minutes", prefix, path)
+	return ""
 }
 
 // checkSessionPriority checks that under TCG the supervisor's session

@@ -21,7 +21,7 @@ import (
 
 // GuestModules are the kernel modules the guest loads (with their
 // dependencies).
-var GuestModules = []string{"virtio_pci", "virtio_net"}
+var GuestModules = []string{"virtio_pci", "virtio_net", "virtio_blk"}
 
 var (
 	buildOnce sync.Once

@@ -2,14 +2,17 @@
 // boot (Debian's kernel + this program, no OS image). It does what a node
 // does first on the cloud's network and reports each step on the serial
 // console as a line "ORRERY-GUEST <key> <value>", which the test reads:
-// DHCP, the metadata API, reaching its peers, and its vTPM's AK
-// certificate. It then waits, serving its name on port 8080, until the VM
+// DHCP, the metadata API, reaching its peers, its vTPM's AK certificate,
+// and whether its state disk is blank or holds the mark of an earlier boot
+// (it marks a blank one). It then waits, serving its name on port 8080, until the VM
 // is reset or killed.
 package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -48,12 +51,13 @@ func run() error {
 			return fmt.Errorf("mount %s: %w", m.dst, err)
 		}
 	}
-	for _, mod := range []string{"virtio_pci", "virtio_net"} {
+	for _, mod := range []string{"virtio_pci", "virtio_net", "virtio_blk"} {
 		if err := kmodule.Probe(mod, ""); err != nil {
 			return fmt.Errorf("load %s: %w", mod, err)
 		}
 	}
 	report("tpm", tpmReport())
+	report("disk", diskReport())
 
 	if _, err := dhclient.IfUp("lo", 5*time.Second); err != nil {
 		return fmt.Errorf("bring up lo: %w", err)
@@ -111,6 +115,57 @@ func run() error {
 	}
 	report("ready", self.Name)
 	return nil
+}
+
+// diskMark starts the first sector of a state disk this guest marked.
+const diskMark = "ORRERY-TEST-DISK "
+
+// diskReport is "new ID" after marking a blank state disk with a new ID,
+// "kept ID" for a disk marked before, "none" without a state disk.
+func diskReport() string {
+	dev, err := stateDisk()
+	if err != nil {
+		return "none: " + err.Error()
+	}
+	f, err := os.OpenFile(dev, os.O_RDWR|os.O_SYNC, 0)
+	if err != nil {
+		return "none: " + err.Error()
+	}
+	defer f.Close()
+	sector := make([]byte, 512)
+	if _, err := io.ReadFull(f, sector); err != nil {
+		return "none: " + err.Error()
+	}
+	if id, ok := strings.CutPrefix(string(sector), diskMark); ok {
+		return "kept " + id[:16]
+	}
+	var raw [8]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "none: " + err.Error()
+	}
+	id := hex.EncodeToString(raw[:])
+	if _, err := f.WriteAt([]byte(diskMark+id), 0); err != nil {
+		return "none: " + err.Error()
+	}
+	return "new " + id
+}
+
+// stateDisk finds the disk QEMU gave the serial "state" (vm's state
+// disk); the device node appears a moment after the driver loads.
+func stateDisk() (string, error) {
+	for range 50 {
+		blocks, _ := os.ReadDir("/sys/block")
+		for _, b := range blocks {
+			serial, err := os.ReadFile("/sys/block/" + b.Name() + "/serial")
+			if err == nil && strings.TrimSpace(string(serial)) == "state" {
+				if _, err := os.Stat("/dev/" + b.Name()); err == nil {
+					return "/dev/" + b.Name(), nil
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "", fmt.Errorf("no disk with serial \"state\"")
 }
 
 func tpmReport() string {

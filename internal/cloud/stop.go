@@ -1,0 +1,207 @@
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/orrery-dev/orrery/internal/cloud/netenv"
+	"github.com/orrery-dev/orrery/internal/cloud/vm"
+)
+
+// A stopped cloud keeps every file: the VMs' disks, UEFI variables and
+// vTPMs, the init secret, the platform CA, the simulated SEV-SNP chip and
+// the state file with the node plan. Starting it again boots the same VMs
+// under the same names, MACs and addresses, with the same attestation
+// keys, so that the cluster on their disks sees its own nodes come back.
+
+// PhaseStopped is the phase of a cloud whose VMs were powered off with
+// their disks kept.
+const PhaseStopped = "stopped"
+
+// PreviousSerialLog, in a VM's directory, is its console log from before
+// the cloud was last started again.
+const PreviousSerialLog = "serial.previous.log"
+
+// errStoppedCloud refuses to make a new cloud over a stopped one.
+func errStoppedCloud(dir string) error {
+	return fmt.Errorf("a stopped local cloud is in %s: 'orrery mini start' boots its VMs again, 'orrery mini down' deletes them", dir)
+}
+
+// Stop powers the VMs off and stops the network and the services, and
+// keeps every file; Start boots the same VMs again. The cloud keeps its
+// directory's lock until Down, or until the process ends.
+func (c *Cloud) Stop(ctx context.Context) error {
+	errs := c.stopRunning(ctx)
+	c.phase, c.stopped = PhaseStopped, time.Now()
+	errs = append(errs, c.writeState())
+	c.progress("stopped; the VMs' disks are kept")
+	return errors.Join(errs...)
+}
+
+// Start boots the VMs of a stopped cloud from their kept disks. If it
+// fails, the cloud is stopped again with its files.
+func (c *Cloud) Start(ctx context.Context) (err error) {
+	if c.phase != PhaseStopped {
+		return fmt.Errorf("cloud: start: the cloud is %s, not stopped", c.phase)
+	}
+	c.started, c.phase = time.Now(), PhaseStarting
+	c.mu.Lock()
+	c.leases, c.leased = map[string]bool{}, make(chan struct{})
+	c.mu.Unlock()
+	defer func() {
+		if err != nil {
+			c.progress("start failed, stopping again (the disks are kept): %v", err)
+			_ = c.Stop(context.Background())
+		}
+	}()
+	hash, err := c.keptInitSecret()
+	if err != nil {
+		return err
+	}
+	for _, n := range c.nodes {
+		// QEMU starts the console log afresh; the last run's may tell why
+		// it was stopped.
+		if err := os.Rename(n.SerialLog(), filepath.Join(n.Dir, PreviousSerialLog)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("keep %s's last console log: %w", n.Name, err)
+		}
+	}
+	if err := c.startNetwork(ctx, hash); err != nil {
+		return err
+	}
+	if err := c.startVMs(ctx); err != nil {
+		return err
+	}
+	c.phase = PhaseUp
+	if err := c.writeState(); err != nil {
+		return fmt.Errorf("record the cloud's state: %w", err)
+	}
+	c.progress("up: %d VMs started from their kept disks in %s", len(c.nodes), time.Since(c.started).Round(100*time.Millisecond))
+	return nil
+}
+
+// keptInitSecret returns the bcrypt hash of the init secret Up made: a
+// node not initialised yet still expects its owner to know it.
+func (c *Cloud) keptInitSecret() ([]byte, error) {
+	raw, err := os.ReadFile(filepath.Join(c.spec.Dir, InitSecretFile))
+	if err != nil {
+		return nil, fmt.Errorf("init secret of the stopped cloud: %w", err)
+	}
+	if len(raw) == 0 || raw[len(raw)-1] != '\n' {
+		return nil, fmt.Errorf("init secret %s is damaged: 'orrery mini down' and 'orrery mini up' make a new cloud", filepath.Join(c.spec.Dir, InitSecretFile))
+	}
+	return bcrypt.GenerateFromPassword(raw[:len(raw)-1], bcrypt.DefaultCost)
+}
+
+// Resume starts the stopped cloud recorded in dir again, in this process;
+// progress receives one line per step.
+func Resume(ctx context.Context, dir string, progress io.Writer) (_ *Cloud, err error) {
+	st, err := readState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no local cloud in %s: 'orrery mini up' makes one", dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.Phase != PhaseStopped {
+		return nil, errNotStopped(dir, st)
+	}
+	spec := st.Spec
+	spec.Progress = progress
+	if spec.Dir != dir {
+		abs, _ := filepath.Abs(dir)
+		if spec.Dir != abs {
+			return nil, fmt.Errorf("the state file in %s records the cloud of %s: was the directory moved? A cloud's VMs must stay where they were made", dir, spec.Dir)
+		}
+	}
+	if err := spec.validate(); err != nil {
+		return nil, fmt.Errorf("state file %s: %w", filepath.Join(dir, StateFile), err)
+	}
+	c := &Cloud{spec: spec, started: time.Now(), phase: PhaseStopped, nodes: st.Nodes, stopped: st.Stopped}
+	if err := c.takeLock(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.lock.Close()
+		}
+	}()
+	if c.ca, err = c.platformCA(); err != nil {
+		return nil, fmt.Errorf("platform CA: %w", err)
+	}
+	if spec.SEVSNP {
+		if err := c.startChip(); err != nil {
+			return nil, fmt.Errorf("simulated SEV-SNP chip: %w", err)
+		}
+	}
+	c.accel, c.why = spec.Accel, "forced"
+	if c.accel == "" {
+		c.accel, c.why = vm.Probe(ctx, spec.probeKernel())
+	}
+	c.progress("accelerator: %s (%s)", c.accel, c.why)
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// errNotStopped explains why the cloud in dir cannot be started.
+func errNotStopped(dir string, st State) error {
+	if st.live() {
+		return fmt.Errorf("the local cloud in %s runs already: 'orrery mini status' shows it", dir)
+	}
+	return fmt.Errorf("the local cloud in %s ended without stopping (its supervisor is gone): 'orrery mini stop' stops what is left and keeps the disks", dir)
+}
+
+// imageStamp identifies the contents of a disk image cheaply: its size
+// and modification time. Empty for a cloud that boots a kernel.
+func imageStamp(image string) (string, error) {
+	if image == "" {
+		return "", nil
+	}
+	fi, err := os.Stat(image)
+	if err != nil {
+		return "", fmt.Errorf("image: %w", err)
+	}
+	return fmt.Sprintf("%d bytes, modified %s", fi.Size(), fi.ModTime().UTC().Format(time.RFC3339Nano)), nil
+}
+
+// StopDir stops the cloud recorded in dir and keeps its files, so that
+// Resume boots the same VMs again. Its supervisor stops the VMs in order;
+// after a crash, StopDir kills what is left itself, as a power cut would.
+// It reports whether the cloud was stopped already.
+func StopDir(ctx context.Context, dir string) (alreadyStopped bool, err error) {
+	st, err := readState(dir)
+	if err != nil {
+		return false, err
+	}
+	if st.Phase == PhaseStopped {
+		return true, nil
+	}
+	if stopSupervisor(dir, st) {
+		if st, err = readState(dir); err == nil && st.Phase == PhaseStopped {
+			return false, nil
+		}
+	}
+	errs := killVMs(st)
+	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return false, errors.Join(errs...)
+	}
+	for _, n := range st.Nodes {
+		n.PID = 0
+	}
+	st.Phase, st.Stopped, st.SupervisorPID = PhaseStopped, time.Now(), 0
+	if err := writeStateFile(dir, st); err != nil {
+		return false, err
+	}
+	return false, removeIfExists(filepath.Join(dir, LockFile))
+}

@@ -315,8 +315,10 @@ func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []strin
 		Initrd:       c.spec.Initrd,
 		Cmdline:      c.spec.Cmdline,
 		StateDiskMiB: c.spec.StateDiskMiB,
-		Net:          &vm.NetConfig{Tap: n.Tap, MAC: mac},
-		ExecPrefix:   append(c.network.ExecPrefix(), wrap...),
+		// A node started before (Start, Resume) continues its console.
+		AppendSerialLog: !n.Started.IsZero(),
+		Net:             &vm.NetConfig{Tap: n.Tap, MAC: mac},
+		ExecPrefix:      append(c.network.ExecPrefix(), wrap...),
 		ProvisionTPM: func(rw io.ReadWriter) error {
 			_, err := c.ca.ProvisionAK(rw, platformca.NewInstance(n.Name))
 			return err

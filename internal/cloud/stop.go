@@ -25,10 +25,6 @@ import (
 // their disks kept.
 const PhaseStopped = "stopped"
 
-// PreviousSerialLog, in a VM's directory, is its console log from before
-// the cloud was last started again.
-const PreviousSerialLog = "serial.previous.log"
-
 // errStoppedCloud refuses to make a new cloud over a stopped one.
 func errStoppedCloud(dir string) error {
 	return fmt.Errorf("a stopped local cloud is in %s: 'orrery mini start' boots its VMs again, 'orrery mini down' deletes them", dir)
@@ -64,13 +60,6 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	hash, err := c.keptInitSecret()
 	if err != nil {
 		return err
-	}
-	for _, n := range c.nodes {
-		// QEMU starts the console log afresh; the last run's may tell why
-		// it was stopped.
-		if err := os.Rename(n.SerialLog(), filepath.Join(n.Dir, PreviousSerialLog)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("keep %s's last console log: %w", n.Name, err)
-		}
 	}
 	if err := c.startNetwork(ctx, hash); err != nil {
 		return err

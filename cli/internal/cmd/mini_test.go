@@ -150,7 +150,7 @@ func stopStart(t *testing.T, run func(...string) (int, string, string), dir stri
 	}
 	marks := map[string]string{}
 	for _, n := range before.Nodes {
-		marks[n.Name] = waitGuestReport(t, n.SerialLog(), "disk")
+		marks[n.Name] = waitGuestReport(t, n.SerialLog(), "disk", 1)
 		if !strings.HasPrefix(marks[n.Name], "new ") {
 			t.Fatalf("%s's first boot found its state disk %q, want a blank one", n.Name, marks[n.Name])
 		}
@@ -193,22 +193,26 @@ func stopStart(t *testing.T, run func(...string) (int, string, string), dir stri
 	}
 	for _, n := range before.Nodes {
 		want := "kept " + strings.TrimPrefix(marks[n.Name], "new ")
-		if got := waitGuestReport(t, n.SerialLog(), "disk"); got != want {
+		// The console goes on from the first boot's.
+		if got := waitGuestReport(t, n.SerialLog(), "disk", 2); got != want {
 			t.Errorf("%s after mini start: state disk %q, want %q (the disk it marked)", n.Name, got, want)
 		}
 	}
 }
 
-// waitGuestReport waits for the test guest's first "ORRERY-GUEST key"
-// line in the serial log at path and returns its value.
-func waitGuestReport(t *testing.T, path, key string) string {
+// waitGuestReport waits for the test guest's nth "ORRERY-GUEST key" line
+// (from 1) in the serial log at path and returns its value.
+func waitGuestReport(t *testing.T, path, key string, nth int) string {
 	t.Helper()
 	prefix := "ORRERY-GUEST " + key + " "
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		raw, _ := os.ReadFile(path)
+		seen := 0
 		for _, line := range strings.Split(string(raw), "\n") {
 			if i := strings.Index(line, prefix); i >= 0 {
-				return strings.TrimSpace(line[i+len(prefix):])
+				if seen++; seen == nth {
+					return strings.TrimSpace(line[i+len(prefix):])
+				}
 			}
 		}
 	}

@@ -24,7 +24,7 @@ func qemuArgs(cfg Config, tpmCtrl, qmpSocket, serialSocket string) []string {
 		// QEMU logs a write also when the socket refuses it for want of a
 		// client (checked with QEMU 7.2), so the log is whole.
 		"-chardev", "socket,id=serial0,server=on,wait=off,path=" + opt(serialSocket) +
-			",logfile=" + opt(filepath.Join(cfg.Dir, SerialFile)),
+			",logfile=" + opt(filepath.Join(cfg.Dir, SerialFile)) + logAppend(cfg.AppendSerialLog),
 		"-serial", "chardev:serial0",
 		"-chardev", "socket,id=qmp,server=on,wait=off,path=" + opt(qmpSocket),
 		"-mon", "chardev=qmp,mode=control",
@@ -84,3 +84,11 @@ func qemuArgs(cfg Config, tpmCtrl, qmpSocket, serialSocket string) []string {
 // opt escapes a value inside a QEMU option string, where a comma separates
 // options and a doubled comma stands for a comma.
 func opt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// logAppend is the chardev option that keeps an existing log file.
+func logAppend(on bool) string {
+	if on {
+		return ",logappend=on"
+	}
+	return ""
+}

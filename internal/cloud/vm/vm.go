@@ -97,6 +97,10 @@ type Config struct {
 	// StateDiskMiB > 0 adds a blank qcow2 state disk of that size, the
 	// second virtio disk, with serial "state" (/dev/disk/by-id/virtio-state).
 	StateDiskMiB int
+	// AppendSerialLog adds this start's console to the serial log of the
+	// VM's earlier starts instead of starting it afresh, as for a VM
+	// powered on again with its disks.
+	AppendSerialLog bool
 	// Net attaches the VM to an existing tap device; nil means no network.
 	Net *NetConfig
 	// ExecPrefix is prepended to QEMU's command line, e.g.

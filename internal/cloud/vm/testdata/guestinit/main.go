@@ -26,9 +26,10 @@ func main() {
 			report("error", fmt.Sprintf("mount %s: %v", m.target, err))
 		}
 	}
-	// The TPM driver probes before /init runs; wait a little in case it
-	// is slow under emulation.
-	deadline := time.Now().Add(5 * time.Second)
+	// The TPM driver probes before /init runs; wait in case it is slow
+	// under emulation (5 s once fell short after a reset while a build
+	// loaded both host cores).
+	deadline := time.Now().Add(20 * time.Second)
 	for !exists("/dev/tpm0") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -516,7 +516,7 @@ spec:
 	// containers once, as it should.
 	beforeReboot := assertControlPlaneSteady(t, k, nil)
 	rebootWorker(t, ctx, k, dir, c.Nodes()[1], p)
-	recoverControlPlane(t, ctx, k, dir, out, img, orr, c.Nodes()[0], p)
+	recoverControlPlane(t, ctx, k, dir, out, img, orr, c, p)
 	afterReboot := restartedOnce(t, k, beforeReboot)
 	serviceCheck("after the reboots, a pod on the worker reaches the Service again")
 	next := upgradeServices(t, ctx, k, dir, out, orr, p)

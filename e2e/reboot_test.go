@@ -132,19 +132,28 @@ func rebootWorker(t *testing.T, ctx context.Context, k kubectlFunc, dir string, 
 	p.done("the worker's file survived the reset")
 }
 
-// recoverControlPlane hard-resets the only control plane: its initrd
-// finds no join service and waits for the owner. 'orrery recover' with
-// another cluster's master secret is refused; with the cluster's, the
-// node comes back with its etcd data.
-func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, out, img, orr string, cp *cloud.Node, p *phases) {
+// recoverControlPlane stops the whole cloud and starts it again, as
+// 'orrery mini stop' and 'mini start' do: the only control plane's initrd
+// finds no join service and waits for the owner, the worker's waits for
+// the join service. 'orrery recover' with another cluster's master secret
+// is refused; with the cluster's, the control plane comes back with its
+// etcd data, and the worker rejoins by itself.
+func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, out, img, orr string, c *cloud.Cloud, p *phases) {
 	t.Helper()
+	cp, worker := c.Nodes()[0], c.Nodes()[1]
 	if s, err := k("-n", "default", "create", "configmap", "survives-reset", "--from-literal=value=kept"); err != nil {
 		t.Fatalf("create configmap: %v\n%s", err, s)
 	}
-	before, boot := consoleCount(cp, "serving recovery on port"), bootID(t, k, cp.Name)
-	resetNode(t, ctx, cp)
+	before, boot, workerBoot := consoleCount(cp, "serving recovery on port"), bootID(t, k, cp.Name), bootID(t, k, worker.Name)
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("stop the cloud: %v", err)
+	}
+	p.done("the cloud stopped: VMs powered off, disks kept")
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("start the stopped cloud: %v", err)
+	}
 	waitConsoleMore(t, ctx, cp, "serving recovery on port", before, patience(5*time.Minute))
-	p.done("cp-0 hard reset: waits for recovery")
+	p.done("the cloud started again: cp-0 waits for recovery")
 
 	// While it waits, the owner reads its initrd's log from the node (by
 	// name: with the API server down, 'orrery mini''s state names it),
@@ -186,8 +195,10 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	waitReady(t, k, cp.Name, boot, patience(10*time.Minute))
 	p.done("orrery recover: cp-0 back and Ready")
 	if s, err := k("-n", "default", "get", "configmap", "survives-reset", "-o", "jsonpath={.data.value}"); err != nil || s != "kept" {
-		t.Fatalf("the ConfigMap created before the reset: %v %q", err, s)
+		t.Fatalf("the ConfigMap created before the stop: %v %q", err, s)
 	}
+	waitReady(t, k, worker.Name, workerBoot, patience(10*time.Minute))
+	p.done("worker-0 rejoins by itself and is Ready")
 }
 
 // bootID is node's boot ID as its kubelet reports it: it changes with

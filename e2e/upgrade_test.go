@@ -225,7 +225,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	p.done("the join service is back and refuses the node of a new image")
 
 	r := upgradeCheck(t, ctx, next, kubeconfig, "--measurements", newMeas, "--snp-test-root", root)
-	if r.Measurements == nil || r.Measurements.Accepted || r.Measurements.Set != newSet {
+	if len(r.Measurements) != 1 || r.Measurements[0].Accepted || r.Measurements[0].Set != newSet {
 		t.Fatalf("upgrade check of the new image's measurements: %+v", r.Measurements)
 	}
 	run := func(args ...string) (string, error) {

@@ -41,9 +41,10 @@ The releases stay ordinary Helm releases: 'helm list', 'helm history' and
 }
 
 type upgradeCheckOptions struct {
-	kc                       kubeconfigOptions
-	measurementsPath, output string
-	hardware                 hardwareOptions
+	kc                kubeconfigOptions
+	measurementsPaths []string
+	output            string
+	hardware          hardwareOptions
 }
 
 func newUpgradeCheckCmd() *cobra.Command {
@@ -54,7 +55,8 @@ func newUpgradeCheckCmd() *cobra.Command {
 		Long: `check compares each of Orrery's releases in the cluster with the chart this
 orrery carries, lists the Kubernetes versions, and lists the node images
 (measurement sets) the cluster accepts with the nodes that run each. Given
---measurements, it also tells whether the cluster accepts that image.`,
+--measurements (repeatable), it also tells whether the cluster accepts
+each of those images.`,
 		Example: `  orrery upgrade check
   orrery upgrade check --measurements new-image/measurements.json -o json`,
 		Args: cobra.NoArgs,
@@ -62,13 +64,13 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 			if err := checkOutput(o.output); err != nil {
 				return err
 			}
-			var given *measurementset.Set
-			if o.measurementsPath != "" {
-				s, err := loadSet(o.measurementsPath, o.hardware)
+			var given []measurementset.Set
+			for _, path := range o.measurementsPaths {
+				s, err := loadSet(path, o.hardware)
 				if err != nil {
 					return err
 				}
-				given = &s
+				given = append(given, s)
 			}
 			kubeconfig, cleanup, err := o.kc.resolve(workspaceDir(cmd))
 			if err != nil {
@@ -90,7 +92,7 @@ orrery carries, lists the Kubernetes versions, and lists the node images
 		},
 	}
 	addKubeconfigFlags(c.Flags(), &o.kc)
-	c.Flags().StringVar(&o.measurementsPath, "measurements", "", "an image's measurements.json: tell whether the cluster accepts it")
+	c.Flags().StringArrayVar(&o.measurementsPaths, "measurements", nil, "an image's measurements.json: tell whether the cluster accepts it (repeatable)")
 	addSNPTestRootFlag(c.Flags(), &o.hardware)
 	addOutputFlag(c, &o.output)
 	describeOutput(c, upgrade.Report{})
@@ -142,7 +144,7 @@ func writeCheck(w io.Writer, r upgrade.Report) error {
 	if len(r.Unknown) > 0 {
 		fmt.Fprintf(w, "  nodes whose image is not one of these, or not recorded: %s\n", strings.Join(r.Unknown, ", "))
 	}
-	if m := r.Measurements; m != nil {
+	for _, m := range r.Measurements {
 		if m.Accepted {
 			fmt.Fprintf(w, "\nThe given measurements are image %s, which the cluster accepts.\n", m.Set)
 		} else {

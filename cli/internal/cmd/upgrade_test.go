@@ -126,6 +126,14 @@ func TestUpgradeCommands(t *testing.T) {
 	if !strings.Contains(out, "which the cluster does not accept") {
 		t.Errorf("check of the new image's measurements:\n%s", out)
 	}
+	// Several images at once, in the order given.
+	oldPath, _ := writeSet(t, 1, false)
+	out, errOut, code = run(t, "", "upgrade", "check", "--kubeconfig", kubeconfig, "--measurements", newPath, "--measurements", oldPath, "-o", "json")
+	r = upgrade.Report{}
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || len(r.Measurements) != 2 ||
+		r.Measurements[0] != (upgrade.MeasurementsReport{Set: newSet.Name}) || r.Measurements[1] != (upgrade.MeasurementsReport{Set: initSet.Name, Accepted: true}) {
+		t.Errorf("check of two images: exit %d, %+v: %s%s", code, r.Measurements, out, errOut)
+	}
 
 	// Measurements that enforce nothing are refused before the cluster is
 	// asked anything.

@@ -21,9 +21,9 @@ type Report struct {
 	// each; Unknown lists nodes whose image no record names.
 	Images  []ImageReport `json:"images"`
 	Unknown []string      `json:"nodesOfUnknownImage,omitempty"`
-	// Measurements is the image of the measurements file the owner gave,
-	// if any.
-	Measurements *MeasurementsReport `json:"measurements,omitempty"`
+	// Measurements are the images of the measurements files the owner
+	// gave, in order.
+	Measurements []MeasurementsReport `json:"measurements,omitempty"`
 	// UpToDate means an 'upgrade apply' without options changes nothing.
 	UpToDate bool `json:"upToDate"`
 }
@@ -54,9 +54,9 @@ type MeasurementsReport struct {
 	Accepted bool   `json:"accepted"`
 }
 
-// Check reports on the cluster. given is the set of a measurements file
-// the owner asks about, or nil.
-func Check(ctx context.Context, c *Cluster, given *measurementset.Set) (Report, error) {
+// Check reports on the cluster. given are the sets of measurements files
+// the owner asks about.
+func Check(ctx context.Context, c *Cluster, given []measurementset.Set) (Report, error) {
 	installed, err := c.Read()
 	if err != nil {
 		return Report{}, err
@@ -110,8 +110,8 @@ func Check(ctx context.Context, c *Cluster, given *measurementset.Set) (Report, 
 			r.Unknown = append(r.Unknown, n.Node)
 		}
 	}
-	if given != nil {
-		r.Measurements = &MeasurementsReport{Set: given.Name, Accepted: slices.Contains(accepted, given.Name)}
+	for _, g := range given {
+		r.Measurements = append(r.Measurements, MeasurementsReport{Set: g.Name, Accepted: slices.Contains(accepted, g.Name)})
 	}
 	return r, nil
 }

@@ -179,11 +179,14 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 	if err := c.takeLock(); err != nil {
 		return nil, err
 	}
-	// Before the clean-up below is armed: it would delete the stopped
-	// cloud's disks.
-	if st, err := readState(spec.Dir); err == nil && st.Phase == PhaseStopped {
+	// Before the clean-up below is armed: a cloud recorded here, stopped
+	// or crashed, has disks that the clean-up would delete.
+	if st, err := readState(spec.Dir); err == nil {
 		c.lock.Close()
-		return nil, errStoppedCloud(spec.Dir)
+		return nil, errRecordedCloud(spec.Dir, st)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		c.lock.Close()
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -422,11 +425,11 @@ func (c *Cloud) takeLock() error {
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return fmt.Errorf("a local cloud is already running from %s: run 'orrery mini down' first", c.spec.Dir)
+		return fmt.Errorf("a local cloud is already running from %s, or another 'orrery mini' command is at work on it: 'orrery mini status' shows it", c.spec.Dir)
 	}
 	if st, err := readState(c.spec.Dir); err == nil && st.live() {
 		f.Close()
-		return fmt.Errorf("%s lists VMs of an earlier run that are still running: run 'orrery mini down' first", filepath.Join(c.spec.Dir, StateFile))
+		return fmt.Errorf("%s lists VMs of an earlier run that are still running: 'orrery mini stop' stops them keeping their disks, 'orrery mini down' deletes them", filepath.Join(c.spec.Dir, StateFile))
 	}
 	c.lock = f
 	return nil

@@ -493,6 +493,16 @@ func TestStopAfterCrashThenResume(t *testing.T) {
 	if already, err := cloud.StopDir(ctx, dir); err != nil || !already {
 		t.Errorf("second StopDir: already %v, %v; want stopped already", already, err)
 	}
+	// No process holds the directory now: only the state file stands
+	// between a new cloud and the stopped one's disks.
+	if _, err := cloud.Up(ctx, spec); err == nil || !strings.Contains(err.Error(), "stopped local cloud") {
+		t.Fatalf("Up over the stopped cloud: %v; want a refusal that names it", err)
+	}
+	for _, f := range []string{vm.StateFile, vm.TPMDir} {
+		if _, err := os.Stat(filepath.Join(n.Dir, f)); err != nil {
+			t.Fatalf("the refused Up removed %s: %v", f, err)
+		}
+	}
 
 	r, err := cloud.Resume(ctx, dir, testWriter{t})
 	if err != nil {

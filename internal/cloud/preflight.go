@@ -16,7 +16,13 @@ import (
 
 // Preflight checks that this machine can run spec and returns every
 // problem found, each saying what to do, joined into one error.
-func Preflight(spec Spec) error {
+func Preflight(spec Spec) error { return preflight(spec, false) }
+
+// preflightStart is Preflight for starting a stopped cloud again: its
+// disks exist already, and its flags are fixed.
+func preflightStart(spec Spec) error { return preflight(spec, true) }
+
+func preflight(spec Spec, stopped bool) error {
 	var problems []error
 	if !hasNetAdmin() {
 		problems = append(problems, errors.New("creating the cloud's bridge and taps needs root or CAP_NET_ADMIN: run with sudo"))
@@ -32,7 +38,9 @@ func Preflight(spec Spec) error {
 		}
 	}
 	if spec.Image != "" {
-		if _, err := os.Stat(spec.Image); err != nil {
+		if _, err := os.Stat(spec.Image); err != nil && stopped {
+			problems = append(problems, fmt.Errorf("OS image %s, which the VMs were made from, is gone: 'orrery mini down' deletes the VMs, 'orrery mini up' makes new ones", spec.Image))
+		} else if err != nil {
 			problems = append(problems, fmt.Errorf("OS image %s not found: build it with 'make image'", spec.Image))
 		}
 		fw := vm.DefaultFirmware()
@@ -53,7 +61,15 @@ func Preflight(spec Spec) error {
 		mem = 2048
 	}
 	if avail, err := memAvailableMiB(); err == nil && avail < vms*mem+512 {
-		problems = append(problems, fmt.Errorf("%d VMs of %d MiB need %d MiB of memory but only %d MiB are available: use fewer VMs or --memory", vms, mem, vms*mem+512, avail))
+		what := "use fewer VMs or --memory"
+		if stopped {
+			what = "free memory on this machine first"
+		}
+		problems = append(problems, fmt.Errorf("%d VMs of %d MiB need %d MiB of memory but only %d MiB are available: %s", vms, mem, vms*mem+512, avail, what))
+	}
+	if stopped {
+		// The disks exist; what they write from here on is not known.
+		return errors.Join(problems...)
 	}
 	needMiB := uint64(vms) * uint64(diskUseMiB(spec.StateDiskMiB))
 	dir := spec.Dir

@@ -159,6 +159,11 @@ func Cleanup(ctx context.Context, dir string) error {
 			return err
 		}
 	}
+	unlock, err := lockIdle(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	errs := killVMs(st)
 	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
 		errs = append(errs, err)
@@ -174,7 +179,7 @@ func Cleanup(ctx context.Context, dir string) error {
 // cloud, and waits until it has exited; it reports whether one ran.
 func stopSupervisor(dir string, st State) bool {
 	pid := st.SupervisorPID
-	if pid <= 0 || pid == os.Getpid() || syscall.Kill(pid, syscall.SIGTERM) != nil {
+	if pid <= 0 || pid == os.Getpid() || !supervises(pid, dir, st) || syscall.Kill(pid, syscall.SIGTERM) != nil {
 		return false
 	}
 	// It waits up to the VMs' shutdown timeout (30 s by default) before
@@ -183,7 +188,28 @@ func stopSupervisor(dir string, st State) bool {
 	for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil {
 		time.Sleep(100 * time.Millisecond)
 	}
+	// A supervisor that hangs still holds the cloud's lock.
+	if syscall.Kill(pid, syscall.SIGKILL) == nil {
+		for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	return true
+}
+
+// supervises reports whether process pid is the supervisor of the cloud
+// in dir, whose command line names the cloud's directory: after a crash
+// the recorded PID may be another process's by now.
+func supervises(pid int, dir string, st State) bool {
+	want := st.Spec.Dir
+	if want == "" {
+		want, _ = filepath.Abs(dir)
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return false
+	}
+	return slices.Contains(strings.Split(string(cmdline), "\x00"), want)
 }
 
 // killVMs kills whatever processes of the recorded VMs still run, as a

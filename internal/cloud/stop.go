@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -25,9 +26,13 @@ import (
 // their disks kept.
 const PhaseStopped = "stopped"
 
-// errStoppedCloud refuses to make a new cloud over a stopped one.
-func errStoppedCloud(dir string) error {
-	return fmt.Errorf("a stopped local cloud is in %s: 'orrery mini start' boots its VMs again, 'orrery mini down' deletes them", dir)
+// errRecordedCloud refuses to make a new cloud where st records one that
+// does not run: its VMs' disks are still there.
+func errRecordedCloud(dir string, st State) error {
+	if st.Phase == PhaseStopped {
+		return fmt.Errorf("a stopped local cloud is in %s: 'orrery mini start' boots its VMs again, 'orrery mini down' deletes them", dir)
+	}
+	return fmt.Errorf("a local cloud in %s ended without stopping (its supervisor is gone): 'orrery mini stop' keeps its disks ('orrery mini start' then boots them again), 'orrery mini down' deletes them", dir)
 }
 
 // Stop powers the VMs off and stops the network and the services, and
@@ -121,6 +126,11 @@ func Resume(ctx context.Context, dir string, progress io.Writer) (_ *Cloud, err 
 			c.lock.Close()
 		}
 	}()
+	// The state was read before the lock was taken: another command may
+	// have changed it in between.
+	if now, err := readState(dir); err != nil || now.Phase != PhaseStopped {
+		return nil, fmt.Errorf("the local cloud in %s changed while it was being started (%v): run 'orrery mini status' and try again", dir, err)
+	}
 	if c.ca, err = c.platformCA(); err != nil {
 		return nil, fmt.Errorf("platform CA: %w", err)
 	}
@@ -174,10 +184,21 @@ func StopDir(ctx context.Context, dir string) (alreadyStopped bool, err error) {
 		return true, nil
 	}
 	if stopSupervisor(dir, st) {
-		if st, err = readState(dir); err == nil && st.Phase == PhaseStopped {
+		st, err = readState(dir)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return false, fmt.Errorf("the local cloud in %s was still starting: its supervisor removed what it had made", dir)
+		case err != nil:
+			return false, err
+		case st.Phase == PhaseStopped:
 			return false, nil
 		}
 	}
+	unlock, err := lockIdle(dir)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
 	errs := killVMs(st)
 	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
 		errs = append(errs, err)
@@ -189,8 +210,20 @@ func StopDir(ctx context.Context, dir string) (alreadyStopped bool, err error) {
 		n.PID = 0
 	}
 	st.Phase, st.Stopped, st.SupervisorPID = PhaseStopped, time.Now(), 0
-	if err := writeStateFile(dir, st); err != nil {
-		return false, err
+	return false, writeStateFile(dir, st)
+}
+
+// lockIdle takes the lock of the cloud in dir, which no supervisor holds
+// any more, so that no 'mini start' or 'mini up' begins while files are
+// changed under it; unlock releases it.
+func lockIdle(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
 	}
-	return false, removeIfExists(filepath.Join(dir, LockFile))
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another 'orrery mini' command is at work on %s: wait for it to end, then run this again", dir)
+	}
+	return func() { f.Close() }, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -29,9 +30,9 @@ func StartSupervised(ctx context.Context, spec Spec, command []string, progress 
 	// A running cloud is the likelier reason to refuse, and it holds the
 	// memory and disk Preflight would count as missing.
 	if st, err := ReadState(spec.Dir); err == nil && st.Live() {
-		return State{}, fmt.Errorf("a local cloud from %s is running: 'orrery mini status' shows it, 'orrery mini down' stops it", spec.Dir)
-	} else if err == nil && st.Phase == PhaseStopped {
-		return State{}, errStoppedCloud(spec.Dir)
+		return State{}, fmt.Errorf("a local cloud from %s is running: 'orrery mini status' shows it, 'orrery mini stop' or 'orrery mini down' stops it", spec.Dir)
+	} else if err == nil {
+		return State{}, errRecordedCloud(spec.Dir, st)
 	}
 	if err := Preflight(spec); err != nil {
 		return State{}, fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
@@ -39,7 +40,7 @@ func StartSupervised(ctx context.Context, spec Spec, command []string, progress 
 	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
 		return State{}, fmt.Errorf("create the cloud's directory: %w", err)
 	}
-	return supervise(ctx, spec.Dir, command, progress, func() error {
+	return supervise(ctx, spec.Dir, command, progress, spec.ShutdownTimeout, func() error {
 		if err := Cleanup(context.Background(), spec.Dir); err != nil {
 			return fmt.Errorf("interrupted; cleaning up failed: %w", err)
 		}
@@ -62,10 +63,10 @@ func ResumeSupervised(ctx context.Context, dir string, command []string, progres
 	if st.Phase != PhaseStopped {
 		return State{}, errNotStopped(dir, st)
 	}
-	if err := Preflight(st.Spec); err != nil {
+	if err := preflightStart(st.Spec); err != nil {
 		return State{}, fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
 	}
-	return supervise(ctx, dir, command, progress, func() error {
+	return supervise(ctx, dir, command, progress, st.Spec.ShutdownTimeout, func() error {
 		if _, err := StopDir(context.Background(), dir); err != nil {
 			return fmt.Errorf("interrupted; stopping the VMs failed: %w", err)
 		}
@@ -75,14 +76,22 @@ func ResumeSupervised(ctx context.Context, dir string, command []string, progres
 
 // supervise starts command as the supervisor of the cloud in dir and
 // follows its log until the cloud is up. If ctx ends first, it stops the
-// supervisor and returns what interrupted says.
-func supervise(ctx context.Context, dir string, command []string, progress io.Writer, interrupted func() error) (State, error) {
+// supervisor (which gets shutdownTimeout to power the VMs off) and
+// returns what interrupted says.
+func supervise(ctx context.Context, dir string, command []string, progress io.Writer, shutdownTimeout time.Duration, interrupted func() error) (State, error) {
 	logPath := filepath.Join(dir, SupervisorLog)
-	logFile, err := os.Create(logPath)
+	// Appended to: after a crash, the last run's end tells why.
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return State{}, fmt.Errorf("create the supervisor's log: %w", err)
+		return State{}, fmt.Errorf("open the supervisor's log: %w", err)
 	}
 	defer logFile.Close()
+	fmt.Fprintf(logFile, "=== %s: %s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(command, " "))
+	// What is in the log so far is not this run's progress.
+	from, err := logFile.Seek(0, io.SeekEnd)
+	if err != nil {
+		return State{}, err
+	}
 	sup := exec.Command(command[0], command[1:]...)
 	sup.Stdout, sup.Stderr = logFile, logFile
 	// Its own session: the supervisor outlives the caller and a Ctrl-C in
@@ -95,7 +104,7 @@ func supervise(ctx context.Context, dir string, command []string, progress io.Wr
 	exited := make(chan error, 1)
 	go func() { exited <- sup.Wait() }()
 	fmt.Fprintf(progress, "Starting the local cloud in %s (log: %s)\n", dir, logPath)
-	st, err := followUntilUp(ctx, dir, logPath, exited, progress)
+	st, err := followUntilUp(ctx, dir, logPath, from, exited, progress)
 	if err == nil {
 		return st, nil
 	}
@@ -106,7 +115,7 @@ func supervise(ctx context.Context, dir string, command []string, progress io.Wr
 	_ = sup.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
-	case <-time.After(60 * time.Second):
+	case <-time.After(time.Minute + shutdownTimeout):
 		_ = sup.Process.Kill()
 	}
 	return State{}, interrupted()
@@ -114,12 +123,15 @@ func supervise(ctx context.Context, dir string, command []string, progress io.Wr
 
 // followUntilUp copies the supervisor's log to progress until the cloud's
 // state says it is up, the supervisor exits, or ctx ends.
-func followUntilUp(ctx context.Context, dir, logPath string, exited <-chan error, progress io.Writer) (State, error) {
+func followUntilUp(ctx context.Context, dir, logPath string, from int64, exited <-chan error, progress io.Writer) (State, error) {
 	follow, err := os.Open(logPath)
 	if err != nil {
 		return State{}, err
 	}
 	defer follow.Close()
+	if _, err := follow.Seek(from, io.SeekStart); err != nil {
+		return State{}, err
+	}
 	lines := bufio.NewReader(follow)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -130,6 +142,8 @@ func followUntilUp(ctx context.Context, dir, logPath string, exited <-chan error
 		}
 		select {
 		case err := <-exited:
+			// Its last lines say why.
+			copyLines(lines, follow, progress)
 			return State{}, fmt.Errorf("the supervisor stopped before the cloud was up (%v); see %s", err, logPath)
 		case <-ctx.Done():
 			return State{}, ctx.Err()

@@ -195,36 +195,55 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 		}
 	}()
 
-	if c.ca, err = c.platformCA(); err != nil {
-		return nil, fmt.Errorf("platform CA: %w", err)
+	if err := c.prepare(ctx); err != nil {
+		return nil, err
 	}
 	hash, err := c.initSecret()
 	if err != nil {
 		return nil, fmt.Errorf("init secret: %w", err)
 	}
-	if spec.SEVSNP {
-		if err := c.startChip(); err != nil {
-			return nil, fmt.Errorf("simulated SEV-SNP chip: %w", err)
-		}
-	}
 	c.planNodes()
-	c.accel, c.why = spec.Accel, "forced"
-	if c.accel == "" {
-		c.accel, c.why = vm.Probe(ctx, spec.probeKernel())
-	}
-	c.progress("accelerator: %s (%s)", c.accel, c.why)
-	if err := c.startNetwork(ctx, hash); err != nil {
+	if err := c.boot(ctx, hash); err != nil {
 		return nil, err
-	}
-	if err := c.startVMs(ctx); err != nil {
-		return nil, err
-	}
-	c.phase = PhaseUp
-	if err := c.writeState(); err != nil {
-		return nil, fmt.Errorf("record the cloud's state: %w", err)
 	}
 	c.progress("up: %d VMs in %s", len(c.nodes), time.Since(c.started).Round(100*time.Millisecond))
 	return c, nil
+}
+
+// prepare loads (or makes) what the cloud's VMs are attested by, the
+// platform CA and the simulated SEV-SNP chip, and chooses the
+// accelerator.
+func (c *Cloud) prepare(ctx context.Context) (err error) {
+	if c.ca, err = c.platformCA(); err != nil {
+		return fmt.Errorf("platform CA: %w", err)
+	}
+	if c.spec.SEVSNP {
+		if err := c.startChip(); err != nil {
+			return fmt.Errorf("simulated SEV-SNP chip: %w", err)
+		}
+	}
+	c.accel, c.why = c.spec.Accel, "forced"
+	if c.accel == "" {
+		c.accel, c.why = vm.Probe(ctx, c.spec.probeKernel())
+	}
+	c.progress("accelerator: %s (%s)", c.accel, c.why)
+	return nil
+}
+
+// boot starts the network and services, whose metadata API publishes
+// initSecretHash, and the VMs, and records the cloud as up.
+func (c *Cloud) boot(ctx context.Context, initSecretHash []byte) error {
+	if err := c.startNetwork(ctx, initSecretHash); err != nil {
+		return err
+	}
+	if err := c.startVMs(ctx); err != nil {
+		return err
+	}
+	c.phase = PhaseUp
+	if err := c.writeState(); err != nil {
+		return fmt.Errorf("record the cloud's state: %w", err)
+	}
+	return nil
 }
 
 // withDefaults fills in the zero fields of s.

@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/orrery-dev/orrery/internal/cloud/netenv"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
 )
 
@@ -150,24 +149,15 @@ func Cleanup(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	// A live supervisor stops the VMs in order itself; then what is left
-	// is files.
-	if stopSupervisor(dir, st) {
-		if st, err = readState(dir); errors.Is(err, os.ErrNotExist) {
-			return nil
-		} else if err != nil {
-			return err
-		}
+	st, unlock, err := halt(ctx, dir, st)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
-	unlock, err := lockIdle(dir)
-	if err != nil {
+	if unlock == nil {
 		return err
 	}
 	defer unlock()
-	errs := killVMs(st)
-	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
-		errs = append(errs, err)
-	}
+	errs := []error{err}
 	for _, n := range st.Nodes {
 		errs = append(errs, removeNodeDir(n.Dir, st.KeepLogs))
 	}

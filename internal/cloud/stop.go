@@ -13,7 +13,6 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/orrery-dev/orrery/internal/cloud/netenv"
-	"github.com/orrery-dev/orrery/internal/cloud/vm"
 )
 
 // A stopped cloud keeps every file: the VMs' disks, UEFI variables and
@@ -66,15 +65,8 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := c.startNetwork(ctx, hash); err != nil {
+	if err := c.boot(ctx, hash); err != nil {
 		return err
-	}
-	if err := c.startVMs(ctx); err != nil {
-		return err
-	}
-	c.phase = PhaseUp
-	if err := c.writeState(); err != nil {
-		return fmt.Errorf("record the cloud's state: %w", err)
 	}
 	c.progress("up: %d VMs started from their kept disks in %s", len(c.nodes), time.Since(c.started).Round(100*time.Millisecond))
 	return nil
@@ -131,19 +123,9 @@ func Resume(ctx context.Context, dir string, progress io.Writer) (_ *Cloud, err 
 	if now, err := readState(dir); err != nil || now.Phase != PhaseStopped {
 		return nil, fmt.Errorf("the local cloud in %s changed while it was being started (%v): run 'orrery mini status' and try again", dir, err)
 	}
-	if c.ca, err = c.platformCA(); err != nil {
-		return nil, fmt.Errorf("platform CA: %w", err)
+	if err := c.prepare(ctx); err != nil {
+		return nil, err
 	}
-	if spec.SEVSNP {
-		if err := c.startChip(); err != nil {
-			return nil, fmt.Errorf("simulated SEV-SNP chip: %w", err)
-		}
-	}
-	c.accel, c.why = spec.Accel, "forced"
-	if c.accel == "" {
-		c.accel, c.why = vm.Probe(ctx, spec.probeKernel())
-	}
-	c.progress("accelerator: %s (%s)", c.accel, c.why)
 	if err := c.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -155,7 +137,7 @@ func errNotStopped(dir string, st State) error {
 	if st.live() {
 		return fmt.Errorf("the local cloud in %s runs already: 'orrery mini status' shows it", dir)
 	}
-	return fmt.Errorf("the local cloud in %s ended without stopping (its supervisor is gone): 'orrery mini stop' stops what is left and keeps the disks", dir)
+	return errRecordedCloud(dir, st)
 }
 
 // imageStamp identifies the contents of a disk image cheaply: its size
@@ -183,34 +165,46 @@ func StopDir(ctx context.Context, dir string) (alreadyStopped bool, err error) {
 	if st.Phase == PhaseStopped {
 		return true, nil
 	}
-	if stopSupervisor(dir, st) {
-		st, err = readState(dir)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return false, fmt.Errorf("the local cloud in %s was still starting: its supervisor removed what it had made", dir)
-		case err != nil:
-			return false, err
-		case st.Phase == PhaseStopped:
-			return false, nil
-		}
+	st, unlock, err := halt(ctx, dir, st)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("the local cloud in %s was still starting: its supervisor removed what it had made", dir)
 	}
-	unlock, err := lockIdle(dir)
-	if err != nil {
+	if unlock != nil {
+		defer unlock()
+	}
+	if err != nil || st.Phase == PhaseStopped {
 		return false, err
-	}
-	defer unlock()
-	errs := killVMs(st)
-	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return false, errors.Join(errs...)
 	}
 	for _, n := range st.Nodes {
 		n.PID = 0
 	}
 	st.Phase, st.Stopped, st.SupervisorPID = PhaseStopped, time.Now(), 0
 	return false, writeStateFile(dir, st)
+}
+
+// halt ends what runs of the cloud recorded as st in dir: its supervisor,
+// if one runs, stops the VMs in order; what is left after a crash is
+// killed, as a power cut would, and the network removed. It returns the
+// state as it is then and holds the cloud's lock (unlock releases it, nil
+// if the lock was not taken). A cloud whose supervisor removed it, because
+// it was still starting, gives os.ErrNotExist.
+func halt(ctx context.Context, dir string, st State) (now State, unlock func(), err error) {
+	if stopSupervisor(dir, st) {
+		if st, err = readState(dir); err != nil {
+			return st, nil, err
+		}
+	}
+	if unlock, err = lockIdle(dir); err != nil {
+		return st, nil, err
+	}
+	if st.Phase == PhaseStopped {
+		return st, unlock, nil
+	}
+	errs := killVMs(st)
+	if err := netenv.Cleanup(ctx, st.Namespace, st.Bridge, tapPrefix(st.Bridge)); err != nil {
+		errs = append(errs, err)
+	}
+	return st, unlock, errors.Join(errs...)
 }
 
 // lockIdle takes the lock of the cloud in dir, which no supervisor holds

@@ -5,18 +5,21 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 // FormatEntry renders an entry as one line, the way journalctl's
-// short-iso-precise output does, in UTC: time, writer[pid]: message.
+// short-iso-precise output does, in UTC: time, writer[pid]: message. The
+// writer and the message are the node's to choose: their control
+// characters are escaped, so one entry is one line and drives no terminal.
 func FormatEntry(e *nodepb.JournalEntry) string {
 	t := time.UnixMicro(e.GetTimeUnixMicros()).UTC().Format("2006-01-02T15:04:05.000000Z")
-	who := e.GetIdentifier()
+	who := termtext.Line(e.GetIdentifier())
 	if who == "" {
-		who = e.GetUnit()
+		who = termtext.Line(e.GetUnit())
 	}
 	if e.GetPid() != 0 {
 		who = fmt.Sprintf("%s[%d]", who, e.GetPid())
 	}
-	return t + " " + who + ": " + e.GetMessage()
+	return t + " " + who + ": " + termtext.Line(e.GetMessage())
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/toolout"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 // InitConfig is what Init needs: the node, what it must prove, and the
@@ -270,7 +271,7 @@ func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.
 		}
 		switch k := resp.GetKind().(type) {
 		case *initpb.InitResponse_Progress:
-			r.step(k.Progress.GetMessage())
+			r.step(termtext.Line(k.Progress.GetMessage()))
 		case *initpb.InitResponse_Log:
 			kubeadmOut.Write(k.Log.GetData())
 			r.emit(ToolOutput, "", k.Log.GetData())
@@ -310,11 +311,11 @@ func streamError(node string, err error) error {
 	st := status.Convert(err)
 	switch st.Code() {
 	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown, codes.Internal:
-		return fmt.Errorf("init on %s: %s (%s); if the connection dropped, run the same command again: the node returns its result", node, st.Message(), st.Code())
+		return fmt.Errorf("init on %s: %s (%s); if the connection dropped, run the same command again: the node returns its result", node, termtext.Line(st.Message()), st.Code())
 	}
 	// The node refused the request as it stands: retrying the same
 	// command cannot help.
-	return fmt.Errorf("init on %s: %s (%s)", node, st.Message(), st.Code())
+	return fmt.Errorf("init on %s: %s (%s)", node, termtext.Line(st.Message()), st.Code())
 }
 
 // kubeadmWaits says what a kubeadm phase's time is mostly spent on where
@@ -353,9 +354,9 @@ func initFailed(ws workspace.Dir, f *initpb.InitFailure, kubeadmOut *toolout.Fol
 		}
 		return path
 	}
-	msg := "init failed on the node: " + f.GetErrorMessage()
+	msg := "init failed on the node: " + termtext.Line(f.GetErrorMessage())
 	if len(kubeadmOut.Output()) > 0 {
-		msg += "\nthe end of kubeadm's output:\n" + indent(kubeadmOut.Tail(15), "    ") +
+		msg += "\nthe end of kubeadm's output:\n" + indent(termtext.Lines(kubeadmOut.Tail(15)), "    ") +
 			"\nall of it is in " + save(workspace.KubeadmLogFile, kubeadmOut.Output())
 	}
 	return errors.New(msg + "\nthe node's journal and its control-plane containers' logs are in " + save(workspace.JournalFile, f.GetJournal()))

@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 // RecoverConfig is what Recover needs.
@@ -87,10 +88,10 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 		r.notice(fmt.Sprintf("%s opened its state disk and boots on (%s)", cfg.Node, time.Since(start).Round(time.Second)))
 		return nil
 	case codes.AlreadyExists:
-		r.notice(fmt.Sprintf("%s needs no recovery: %s", cfg.Node, status.Convert(err).Message()))
+		r.notice(fmt.Sprintf("%s needs no recovery: %s", cfg.Node, termtext.Line(status.Convert(err).Message())))
 		return nil
 	case codes.PermissionDenied:
-		return fmt.Errorf("%w (%s)", ErrWrongMasterSecret, status.Convert(err).Message())
+		return fmt.Errorf("%w (%s)", ErrWrongMasterSecret, termtext.Line(status.Convert(err).Message()))
 	}
-	return fmt.Errorf("recover %s: %w", cfg.Node, err)
+	return fmt.Errorf("recover %s: %w", cfg.Node, termtext.Error(err))
 }

@@ -303,11 +303,13 @@ func (o clusterOptions) apiServerNodes(ctx context.Context) ([]target, error) {
 	return ts, nil
 }
 
-// dialNode reaches one node, verified, within the command's timeout.
+// dialNode reaches one node, verified, within the command's timeout. A
+// node named by the owner must prove that it is that node: its address
+// is only what its Node object or the local cloud's state says.
 func (o clusterOptions) dialNode(ctx context.Context, owner inspect.Owner, t target) (*inspect.Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	n, err := owner.Dial(ctx, t.Addr)
+	n, err := owner.Dial(ctx, t.Addr, t.Name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", t.label(), err)
 	}

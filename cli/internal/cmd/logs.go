@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/nodeservice"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 type logsOptions struct {
@@ -102,7 +103,7 @@ func runJournal(cmd *cobra.Command, o logsOptions, node string, req *nodepb.Jour
 	defer n.Close()
 	stream, err := n.Client.Journal(ctx, req)
 	if err != nil {
-		return err
+		return termtext.Error(err)
 	}
 	return printEntries(cmd.OutOrStdout(), stream, o.output)
 }
@@ -120,8 +121,10 @@ func dialOne(ctx context.Context, cmd *cobra.Command, o clusterOptions, node str
 	return o.dialNode(ctx, owner, ts[0])
 }
 
+// printEntries prints each entry on one line: as text (FormatEntry
+// escapes what the node wrote), or as JSON with what encoding/json leaves
+// raw escaped too.
 func printEntries(w io.Writer, stream nodepb.NodeService_JournalClient, output string) error {
-	enc := json.NewEncoder(w)
 	for {
 		batch, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -131,11 +134,15 @@ func printEntries(w io.Writer, stream nodepb.NodeService_JournalClient, output s
 			if stream.Context().Err() != nil {
 				return nil // Ctrl-C while following
 			}
-			return err
+			return termtext.Error(err)
 		}
 		for _, e := range batch.GetEntries() {
 			if output == "json" {
-				if err := enc.Encode(jsonEntry(e)); err != nil {
+				line, err := json.Marshal(jsonEntry(e))
+				if err != nil {
+					return err
+				}
+				if _, err := w.Write(append(termtext.JSON(line), '\n')); err != nil {
 					return err
 				}
 				continue

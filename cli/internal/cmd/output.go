@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
+
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 // addOutputFlag adds -o/--output: text for people; json, yaml or a
@@ -43,11 +46,20 @@ func parseJSONPath(output string) (*jsonpath.JSONPath, error) {
 }
 
 // writeData writes v as JSON, as YAML with the same field names, or
-// through a jsonpath template over its JSON form.
+// through a jsonpath template over its JSON form. Much of v is what nodes
+// and the API server said: JSON escapes what is not printable (and reads
+// back as it was); YAML and jsonpath print strings escaped as
+// termtext.Line does.
 func writeData(w io.Writer, output string, v any) error {
 	switch {
 	case output == "yaml":
-		b, err := yaml.Marshal(v)
+		// YAML cannot hold control characters at all (the encoder
+		// refuses them): they are printed escaped, as in jsonpath.
+		data, err := viaJSON(v)
+		if err != nil {
+			return err
+		}
+		b, err := yaml.Marshal(escapeStrings(data))
 		if err != nil {
 			return err
 		}
@@ -58,23 +70,52 @@ func writeData(w io.Writer, output string, v any) error {
 		if err != nil {
 			return err
 		}
-		raw, err := json.Marshal(v)
+		data, err := viaJSON(v)
 		if err != nil {
 			return err
 		}
-		var data any
-		if err := json.Unmarshal(raw, &data); err != nil {
-			return err
-		}
-		if err := jp.Execute(w, data); err != nil {
+		if err := jp.Execute(w, escapeStrings(data)); err != nil {
 			return fmt.Errorf("--output: %w", err)
 		}
 		_, err = fmt.Fprintln(w)
 		return err
 	}
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(termtext.JSON(b.Bytes()))
+	return err
+}
+
+// viaJSON is v as its JSON form decodes: maps, slices and scalars.
+func viaJSON(v any) (any, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var data any
+	err = json.Unmarshal(raw, &data)
+	return data, err
+}
+
+// escapeStrings is decoded JSON with every string escaped for one line.
+func escapeStrings(v any) any {
+	switch t := v.(type) {
+	case string:
+		return termtext.Line(t)
+	case []any:
+		for i := range t {
+			t[i] = escapeStrings(t[i])
+		}
+	case map[string]any:
+		for k, e := range t {
+			t[k] = escapeStrings(e)
+		}
+	}
+	return v
 }
 
 // describeOutput appends to c's help the field paths that -o json, yaml

@@ -11,7 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
+
+var termtextUnsafe = termtext.Unsafe
 
 // checkYAMLMatchesJSON runs a command with -o json and with -o yaml and
 // checks that both parse to the same data: the same field names and
@@ -94,5 +98,55 @@ func TestDataCommandsListTheirFields(t *testing.T) {
 	walk(newRootCmd())
 	if n < 7 {
 		t.Errorf("%d commands take -o json/yaml/jsonpath; want at least 7", n)
+	}
+}
+
+// TestOutputEscapesWhatNodesSaid: a unit's description, a node's error
+// or version, as a node or kubelet wrote it, reaches the terminal in no
+// format as a control sequence, and json and yaml still read back to the
+// same text.
+func TestOutputEscapesWhatNodesSaid(t *testing.T) {
+	hostile := "ok\x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b[2K\u009b1A\u202e\x7f\nfake line"
+	data := []unitState{{Name: "evil.service", Description: hostile}}
+	for _, format := range []string{"json", "yaml", "jsonpath={[*].description}"} {
+		t.Run(format, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := writeData(&b, format, data); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range b.String() {
+				if (r < 0x20 && r != '\n') || r == 0x7f || termtextUnsafe(r) {
+					t.Fatalf("-o %s printed %U raw:\n%q", format, r, b.String())
+				}
+			}
+			var back []unitState
+			want := hostile
+			switch format {
+			case "json":
+				if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+					t.Fatal(err)
+				}
+			case "yaml":
+				if err := yaml.Unmarshal(b.Bytes(), &back); err != nil {
+					t.Fatal(err)
+				}
+				want = termtext.Line(hostile)
+			default:
+				if strings.Count(b.String(), "\n") != 1 {
+					t.Fatalf("-o %s split one description over lines: %q", format, b.String())
+				}
+				return
+			}
+			if back[0].Description != want {
+				t.Errorf("-o %s reads back as %q, want %q", format, back[0].Description, want)
+			}
+		})
+	}
+	var b bytes.Buffer
+	if err := writeUnits(&b, data); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(b.String(), "\n"); lines != 2 {
+		t.Errorf("the text table has %d lines for one unit, want 2 (header and unit):\n%s", lines, b.String())
 	}
 }

@@ -10,10 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/internal/logging"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 // Execute runs the command line with args and returns the exit code.
+// Everything it prints passes through termtext: nodes and the API server
+// supply much of it, and none of theirs may drive the owner's terminal.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	stdout, stderr = termtext.NewWriter(stdout), termtext.NewWriter(stderr)
 	root := newRootCmd()
 	root.SetArgs(args)
 	root.SetOut(stdout)

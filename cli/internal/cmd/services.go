@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 func newServicesCmd() *cobra.Command {
@@ -41,7 +42,7 @@ unit the node has loaded is shown.`,
 			defer n.Close()
 			resp, err := n.Client.Units(cmd.Context(), &nodepb.UnitsRequest{Pattern: pattern})
 			if err != nil {
-				return err
+				return termtext.Error(err)
 			}
 			units := make([]unitState, 0, len(resp.GetUnits()))
 			for _, u := range resp.GetUnits() {
@@ -82,6 +83,8 @@ func unitOf(u *nodepb.Unit) unitState {
 	return s
 }
 
+// writeUnits prints one unit a line: the node names and describes its
+// units, so each field is escaped to stay in its cell.
 func writeUnits(w io.Writer, units []unitState) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "UNIT\tLOAD\tACTIVE\tSUB\tSINCE\tRESTARTS\tRESULT\tDESCRIPTION")
@@ -94,7 +97,8 @@ func writeUnits(w io.Writer, units []unitState) error {
 		if result == "" {
 			result = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", u.Name, u.Load, u.Active, u.Sub, since, u.Restarts, result, u.Description)
+		l := termtext.Line
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l(u.Name), l(u.Load), l(u.Active), l(u.Sub), since, u.Restarts, l(result), l(u.Description))
 	}
 	return tw.Flush()
 }

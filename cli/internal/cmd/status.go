@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/owner/clusterstatus"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 func newStatusCmd() *cobra.Command {
@@ -68,7 +69,9 @@ func writeStatus(w io.Writer, r clusterstatus.Report) error {
 		if image == "" {
 			image = "<not recorded>"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\n", n.Name, roles, n.Ready, n.KubeletVersion, image)
+		// A kubelet writes its own Node: its version and labels are its word.
+		l := termtext.Line
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\n", l(n.Name), l(roles), n.Ready, l(n.KubeletVersion), l(image))
 	}
 	fmt.Fprintln(tw, "\nRELEASE\tNAMESPACE\tCHART\tREVISION\tSTATUS\tHEALTHY\tAVAILABLE")
 	for _, rel := range r.Releases {
@@ -83,7 +86,7 @@ func writeStatus(w io.Writer, r clusterstatus.Report) error {
 	}
 	for _, rel := range r.Releases {
 		for _, p := range rel.Problems {
-			fmt.Fprintf(w, "  %s: %s\n", rel.Name, p)
+			fmt.Fprintf(w, "  %s: %s\n", rel.Name, termtext.Line(p))
 		}
 	}
 	if r.Behind {

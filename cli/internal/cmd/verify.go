@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 type verifyOptions struct {
@@ -191,23 +192,26 @@ func verifyNode(ctx context.Context, o clusterOptions, own inspect.Owner, t targ
 	v.OK, v.Image, v.OS, v.Attestation = true, n.Image, n.Status.GetImage(), n.Variant.String()
 	v.ClusterID = hex.EncodeToString(own.ClusterID)
 	v.Instance, v.InstanceID, v.Hardware = n.Instance.Name, n.Instance.ID, n.Hardware
-	if t.Name == "" && n.Status.GetNodeName() != "" {
-		v.Name = n.Status.GetNodeName() // named by address: the node's own word, for display only
+	if t.Name == "" && n.Instance.Name != "" {
+		v.Name = n.Instance.Name // named by address: the instance its platform certified
 	}
 	return v
 }
 
+// writeVerdict prints a node's verdict. Its error may quote the node, and
+// its OS is the node's word: each stays on its line.
 func writeVerdict(w io.Writer, v nodeVerdict) {
+	l := termtext.Line
 	if !v.OK {
-		fmt.Fprintf(w, "%s (%s): REFUSED: %s\n", v.Name, v.Address, v.Error)
+		fmt.Fprintf(w, "%s (%s): REFUSED: %s\n", l(v.Name), v.Address, l(v.Error))
 		return
 	}
-	fmt.Fprintf(w, "%s (%s): OK\n", v.Name, v.Address)
-	fmt.Fprintf(w, "  image:        %s (%s)\n", v.Image, v.OS)
+	fmt.Fprintf(w, "%s (%s): OK\n", l(v.Name), v.Address)
+	fmt.Fprintf(w, "  image:        %s (%s)\n", l(v.Image), l(v.OS))
 	fmt.Fprintf(w, "  cluster ID:   %s (PCR 15)\n", v.ClusterID)
 	fmt.Fprintf(w, "  attestation:  %s", v.Attestation)
 	if v.Instance != "" {
-		fmt.Fprintf(w, ", instance %q (ID %s)", v.Instance, v.InstanceID)
+		fmt.Fprintf(w, ", instance %q (ID %s)", v.Instance, l(v.InstanceID))
 	}
 	fmt.Fprintln(w)
 	writeHardware(w, v.Hardware)
@@ -224,6 +228,6 @@ func writeHardware(w io.Writer, fields []attestation.Field) {
 		width = max(width, len(f.Name)+1)
 	}
 	for _, f := range fields {
-		fmt.Fprintf(w, "  %-*s  %s\n", width, f.Name+":", f.Value)
+		fmt.Fprintf(w, "  %-*s  %s\n", width, f.Name+":", termtext.Line(f.Value))
 	}
 }

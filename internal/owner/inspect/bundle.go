@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/nodeservice"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 // MaxNodeBundle bounds what the owner takes from one node's support
@@ -47,7 +48,7 @@ func (b *Bundle) Add(name string, data []byte) error {
 func (b *Bundle) AddNode(ctx context.Context, dir string, n *Node) error {
 	stream, err := n.Client.Support(ctx, &nodepb.SupportRequest{})
 	if err != nil {
-		return err
+		return termtext.Error(err)
 	}
 	pr, pw := io.Pipe()
 	go func() {
@@ -77,7 +78,7 @@ func (b *Bundle) AddNode(ctx context.Context, dir string, n *Node) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("the node's support bundle: %w", err)
+			return fmt.Errorf("the node's support bundle: %w", termtext.Error(err))
 		}
 		if h.Typeflag != tar.TypeReg || !validName(h.Name) {
 			return fmt.Errorf("the node's support bundle holds %q, which is not one of its plain files", h.Name)

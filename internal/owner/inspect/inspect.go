@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
 // Image is one image the owner accepts: its measurements, named for the
@@ -73,8 +74,13 @@ func (n *Node) Close() error { return n.conn.Close() }
 
 // Dial connects to the node service at addr (HOST:PORT), which must
 // attest with one of the owner's images and the owner's cluster ID, and
-// asks for its status: when Dial returns, the node is verified.
-func (o Owner) Dial(ctx context.Context, addr string) (*Node, error) {
+// asks for its status: when Dial returns, the node is verified. If name is
+// not empty, the node must also be the one the owner asked for: the
+// instance its platform certified in its attestation key's certificate
+// must be name. The address of a node comes from its Node object, which
+// its own kubelet may rewrite to lead to another, genuine node; only the
+// attestation says which node answered.
+func (o Owner) Dial(ctx context.Context, addr, name string) (*Node, error) {
 	vs, err := o.validators()
 	if err != nil {
 		return nil, err
@@ -95,16 +101,48 @@ func (o Owner) Dial(ctx context.Context, addr string) (*Node, error) {
 		if herr := d.HandshakeError(addr, err); herr != err {
 			return nil, herr
 		}
-		return nil, fmt.Errorf("node service at %s: %w", addr, err)
+		return nil, fmt.Errorf("node service at %s: %w", addr, termtext.Error(err))
 	}
 	info, _ := p.AuthInfo.(atls.AuthInfo)
 	n.Variant, n.Instance, n.Hardware = info.PeerVariant, info.PeerInstance, info.PeerHardware
+	if err := checkIdentity(addr, name, n.Instance); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	for _, v := range vs {
 		if m, locked := v.result(); m != "" {
 			n.Image, n.Locked = m, locked
 		}
 	}
 	return n, nil
+}
+
+// WrongNodeError means the node that answered at an address is not the
+// node the owner asked for.
+type WrongNodeError struct {
+	Addr, Want string
+	// Got is the instance the node's attestation proved; zero if it
+	// proved none.
+	Got attestation.Instance
+}
+
+func (e *WrongNodeError) Error() string {
+	if e.Got.IsZero() {
+		return fmt.Sprintf("the node at %s proved no instance name (its attestation key's certificate names none, or --insecure-trust-any-ak accepted any key), so it cannot be told from another node: "+
+			"it was not taken for %s; name the node by its address to read it anyway", e.Addr, e.Want)
+	}
+	return fmt.Sprintf("the node at %s is %s, not %s: the address listed for %s leads to another node "+
+		"(a node's kubelet may rewrite its own Node's addresses: treat %s as compromised until you know why, and compare 'kubectl get node %s -o wide' with your cloud's record of the VM)",
+		e.Addr, e.Got, e.Want, e.Want, e.Want, e.Want)
+}
+
+// checkIdentity checks that the instance a node proved is the one named
+// (any, if name is empty).
+func checkIdentity(addr, name string, got attestation.Instance) error {
+	if name == "" || got.Name == name {
+		return nil
+	}
+	return &WrongNodeError{Addr: addr, Want: name, Got: got}
 }
 
 // validators makes, per attestation variant among the images, one

@@ -14,8 +14,10 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/atls/atlstest"
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/nodeservice"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
@@ -72,7 +74,7 @@ func TestDialChecksImageClusterAndOwner(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	got, err := owner.Dial(ctx, addr)
+	got, err := owner.Dial(ctx, addr, "")
 	if err != nil {
 		t.Fatalf("the owner's node was refused: %v", err)
 	}
@@ -84,7 +86,7 @@ func TestDialChecksImageClusterAndOwner(t *testing.T) {
 	// A node of the image waiting in its initrd (PCR 15 zero) answers
 	// too, and says it is not locked.
 	waiting := qemutest.NewNodeOf(t, n.CA).Boot(t, "image-2", "image-2")
-	w, err := owner.Dial(ctx, serve(t, waiting, pub))
+	w, err := owner.Dial(ctx, serve(t, waiting, pub), "")
 	if err != nil {
 		t.Fatalf("a node of the owner's image in its initrd: %v", err)
 	}
@@ -95,7 +97,7 @@ func TestDialChecksImageClusterAndOwner(t *testing.T) {
 
 	otherCluster := owner
 	otherCluster.ClusterID = []byte("cluster-b")
-	_, err = otherCluster.Dial(ctx, addr)
+	_, err = otherCluster.Dial(ctx, addr, "")
 	var notAttested *dialer.NotAttestedError
 	if !errors.As(err, &notAttested) || !strings.Contains(err.Error(), "PCR 15") {
 		t.Errorf("a node of another cluster: %v, want a refusal that names PCR 15", err)
@@ -103,13 +105,65 @@ func TestDialChecksImageClusterAndOwner(t *testing.T) {
 
 	oldOnly := owner
 	oldOnly.Images = owner.Images[:1]
-	if _, err := oldOnly.Dial(ctx, addr); !errors.As(err, &notAttested) {
+	if _, err := oldOnly.Dial(ctx, addr, ""); !errors.As(err, &notAttested) {
 		t.Errorf("a node of a retired image: %v, want a refusal", err)
 	}
 
 	stranger := owner
 	_, stranger.Key, _ = ed25519.GenerateKey(rand.Reader)
-	if _, err := stranger.Dial(ctx, addr); err == nil || !strings.Contains(err.Error(), "answers only its owner") {
+	if _, err := stranger.Dial(ctx, addr, ""); err == nil || !strings.Contains(err.Error(), "answers only its owner") {
 		t.Errorf("a caller with another key: %v, want the node's refusal", err)
+	}
+}
+
+// TestDialChecksWhoAnswered is root on worker-0 rewriting its Node's
+// address to worker-1's: both are genuine nodes of the owner's image and
+// cluster, and worker-1's node service even calls itself worker-0 (its
+// status is its own word). Asked for worker-0, the owner must refuse the
+// node at that address, since its attestation proves it is worker-1.
+func TestDialChecksWhoAnswered(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := qemutest.NewNode(t).CA
+	worker0 := qemutest.NewInstance(t, ca, platformca.NewInstance("worker-0")).Boot(t, "image", "image").Lock(t, "cluster-a")
+	worker1 := qemutest.NewInstance(t, ca, platformca.NewInstance("worker-1")).Boot(t, "image", "image").Lock(t, "cluster-a")
+	owner := Owner{
+		Key: key, ClusterID: []byte("cluster-a"),
+		Images:      []Image{{Name: "image.json", Policy: image(t, "image")}},
+		PlatformCAs: []*x509.Certificate{ca.Cert},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr0, addr1 := serve(t, worker0, pub), serve(t, worker1, pub)
+
+	n, err := owner.Dial(ctx, addr0, "worker-0")
+	if err != nil {
+		t.Fatalf("worker-0 at its own address: %v", err)
+	}
+	n.Close()
+
+	_, err = owner.Dial(ctx, addr1, "worker-0")
+	var wrong *WrongNodeError
+	if !errors.As(err, &wrong) || wrong.Got != worker1.Instance || !strings.Contains(err.Error(), "worker-1") {
+		t.Fatalf("worker-0's name at worker-1's address: %v, want a refusal naming worker-1", err)
+	}
+
+	// Named by address, any node of the cluster answers, and it is known
+	// by the instance it proved, not by what it says.
+	n, err = owner.Dial(ctx, addr1, "")
+	if err != nil {
+		t.Fatalf("worker-1 by address: %v", err)
+	}
+	defer n.Close()
+	if n.Instance.Name != "worker-1" || n.Status.GetNodeName() != "worker-0" {
+		t.Fatalf("by address: proved %v, said %q", n.Instance, n.Status.GetNodeName())
+	}
+
+	// A node whose platform certified no instance cannot be told apart.
+	anon := qemutest.NewInstance(t, ca, attestation.Instance{}).Boot(t, "image", "image").Lock(t, "cluster-a")
+	if _, err := owner.Dial(ctx, serve(t, anon, pub), "worker-0"); !errors.As(err, &wrong) || !wrong.Got.IsZero() {
+		t.Fatalf("a node with no certified instance, named: %v, want a refusal", err)
 	}
 }

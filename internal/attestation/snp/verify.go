@@ -14,7 +14,9 @@
 // Verification never uses the network. The VCEK (or VLEK) certificate
 // travels with the evidence; AMD's ARK and ASK are the ones go-sev-guest
 // embeds; CRLs and any certificate the evidence lacks come from a
-// Collateral cache the owner fills (see Collateral).
+// Collateral cache the owner fills (see Collateral) and keeps fresh: a
+// product CRL past its nextUpdate is refused (go-sev-guest would use
+// it), since a key AMD revoked after it was issued would pass.
 package snp
 
 import (
@@ -49,7 +51,8 @@ type Config struct {
 	// whose CRL the owner cannot have (the real reports in this
 	// package's tests); a verifier that skips logs a warning each time.
 	SkipRevocationCheck bool
-	// Now is the clock for certificate validity; nil means time.Now.
+	// Now is the clock for certificate validity and for the CRL's
+	// nextUpdate; nil means time.Now.
 	Now func() time.Time
 	// Logger receives warn-only mismatches; nil discards them.
 	Logger *slog.Logger
@@ -154,7 +157,9 @@ func (v *Verifier) VerifyTEE(ctx context.Context, att *attestpb.Attestation, rep
 
 // VerifyReport checks, in this order, that the report is signed by a key
 // whose certificate chains to the trusted roots, is valid now and not
-// revoked; that its REPORT_DATA is reportData; that it is not a debug
+// revoked by its product's CRL (a CRL past its nextUpdate is refused
+// with ErrCollateralExpired; Config.SkipRevocationCheck skips both);
+// that its REPORT_DATA is reportData; that it is not a debug
 // guest; and that its fields meet the policy (enforced checks reject
 // with a *tee.Mismatch, warn-only ones are logged). It returns the
 // report's fields for display.
@@ -189,7 +194,7 @@ func (v *Verifier) VerifyReport(ctx context.Context, evidence *spb.Attestation, 
 // a description of the root the chain ends in.
 func (v *Verifier) verifySignature(ctx context.Context, att *spb.Attestation) (string, error) {
 	now := v.cfg.Now()
-	getter := offlineGetter{own: v.own, cache: v.cfg.Collateral, roots: v.roots}
+	getter := &offlineGetter{own: v.own, cache: v.cfg.Collateral, roots: v.roots, now: now}
 	opts := &verify.Options{
 		// The evidence's own VCEK or VLEK certificate is used when it
 		// has one; the ARK and ASK are the trusted roots either way.
@@ -203,6 +208,9 @@ func (v *Verifier) verifySignature(ctx context.Context, att *spb.Attestation) (s
 		v.log.Warn("SEV-SNP revocation check skipped: a revoked AMD signing key would pass")
 	}
 	if err := verify.SnpAttestationContext(ctx, att, opts); err != nil {
+		if getter.expired != nil {
+			return "", fmt.Errorf("SEV-SNP report refused: %w", getter.expired)
+		}
 		err = explainVerify(err, now)
 		if !v.testRoot && strings.Contains(err.Error(), "could not be verified by any trusted roots") {
 			err = fmt.Errorf("%w; the local cloud's simulated SEV-SNP VMs sign under a test root, which is accepted only where the owner names it (--snp-test-root orrery-mini/snp-test-root.json)", err)

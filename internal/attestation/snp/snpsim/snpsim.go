@@ -239,10 +239,13 @@ func (c *Chip) ExtendedReport(guest Guest, reportData [abi.ReportDataSize]byte) 
 }
 
 // TestRootWithCRL is TestRoot with a CRL of the chip's ARK that revokes
-// nothing, valid for a year from now: what the local cloud hands the
-// owner.
+// nothing, issued now and valid until the ARK expires: what the local
+// cloud hands the owner. A verifier refuses a CRL past its nextUpdate,
+// and this one also travels into a cluster's measurement sets, whose
+// names cover it, so it cannot be refreshed there; a chip's CRL never
+// revokes anything, so a long life costs nothing.
 func (c *Chip) TestRootWithCRL(now time.Time) (snp.TestRoot, error) {
-	der, err := c.crl(now, now.AddDate(1, 0, 0))
+	der, err := c.crl(now, c.signer.Ark.NotAfter)
 	if err != nil {
 		return snp.TestRoot{}, err
 	}

@@ -2,6 +2,8 @@ package snpsim
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"testing"
@@ -61,3 +63,33 @@ func TestSaveLoadKeepsTheRoot(t *testing.T) {
 }
 
 const hex48 = "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+
+// The test root's CRL, which the local cloud hands the owner and which a
+// cluster's measurement sets keep, stays valid as long as the ARK: a
+// verifier refuses a CRL past its nextUpdate, and a long-running local
+// cloud has no way to replace the sets' copy.
+func TestTestRootCRLLastsAsLongAsTheARK(t *testing.T) {
+	now := time.Date(2026, time.November, 1, 0, 0, 0, 0, time.UTC)
+	chip, err := NewChip(Config{Keys: test.DefaultAmdKeys(), Now: now.Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := chip.TestRootWithCRL(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode([]byte(root.CRL))
+	if block == nil {
+		t.Fatal("the test root has no PEM CRL")
+	}
+	crl, err := x509.ParseRevocationList(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !crl.ThisUpdate.Equal(now) || !crl.NextUpdate.Equal(chip.signer.Ark.NotAfter) {
+		t.Fatalf("the test root's CRL is valid from %s to %s, want from %s until the ARK expires (%s)", crl.ThisUpdate, crl.NextUpdate, now, chip.signer.Ark.NotAfter)
+	}
+	if crl.NextUpdate.Before(now.AddDate(20, 0, 0)) {
+		t.Fatalf("the test root's CRL expires on %s, within 20 years", crl.NextUpdate)
+	}
+}

@@ -19,7 +19,6 @@ import (
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
@@ -97,11 +96,12 @@ func (b *bootstrapper) join(ctx context.Context, bootstrapped func()) {
 	}
 	cfg := b.joinConfig()
 	cfg.PlatformCAs = cas
-	if b.detected.Variant == variant.GCPSEVSNP {
-		if cfg.PeerSEVSNP, err = b.detected.PeerSEVSNP(); err != nil {
-			b.log.Error("the join client cannot run: it cannot tell what a join service's SEV-SNP report must show", "phase", "join", "error", err)
-			return
-		}
+	// A node holds its join service to the hardware evidence of its own
+	// kind; on a qemu-vtpm node that is none.
+	if cfg.Peer, err = b.detected.PeerPolicy(); err != nil {
+		b.log.Error("the join client cannot run: it cannot tell what a join service's hardware evidence must show, and takes no ticket from a join service it cannot check; this node can still be initialised with 'orrery init'",
+			"phase", "join", "variant", b.detected.Variant.String(), "error", err)
+		return
 	}
 	err = joinclient.Run(ctx, cfg)
 	switch {

@@ -22,7 +22,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
@@ -220,13 +219,13 @@ func joinServiceDialer(issuer *vtpm.Issuer, platform nodeattest.Platform) (*join
 	if err != nil {
 		return nil, fmt.Errorf("read the platform CA that certified this node's attestation key: %w", err)
 	}
-	cfg := joinconn.Config{Issuer: issuer, OpenTPM: tpmdev.Open, PlatformCAs: cas}
-	if platform.Variant == variant.GCPSEVSNP {
-		if cfg.PeerSEVSNP, err = platform.PeerSEVSNP(); err != nil {
-			return nil, err
-		}
+	// The join service must show the hardware evidence of this node's
+	// own kind: on an SEV-SNP or TDX node, never a vTPM alone.
+	peer, err := platform.PeerPolicy()
+	if err != nil {
+		return nil, fmt.Errorf("join service dialer: %w", err)
 	}
-	return joinconn.New(cfg)
+	return joinconn.New(joinconn.Config{Issuer: issuer, OpenTPM: tpmdev.Open, PlatformCAs: cas, Peer: peer})
 }
 
 // detectPlatform asks until it knows which attestation the platform

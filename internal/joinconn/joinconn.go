@@ -15,11 +15,32 @@
 //     every control plane, and no image this one trusts runs the join
 //     service anywhere else.
 //
+// On a confidential VM the host still controls the vTPM, and the
+// platform CA the node trusts is read from that vTPM: the vTPM alone
+// would let the host play the join service from any VM and hand the node
+// a ticket (its disk key, its owner's access key, the cluster it joins).
+// There the service must also show hardware evidence of this node's own
+// kind (Config.Peer, from nodeattest.Platform.PeerPolicy), bound to the
+// same session as its vTPM quote:
+//   - on an SEV-SNP node, an SEV-SNP report with the node's own launch
+//     measurement (variant gcp-sev-snp);
+//   - on a TDX node, a TD quote with the node's own MRTD, RTMR1 and RTMR2
+//     (variant gcp-tdx; tdx.PeerRTMRs says why those), from Intel's
+//     quoting enclave.
+//
+// The service must attest as the node does: a node of a hardware variant
+// never accepts a join service that shows a vTPM alone. The node has no
+// collateral cache, so it checks neither the revocation of the report's
+// signing key nor (on TDX) the platform's TCB status; the owner's
+// commands and the join service, which have one, do.
+//
 // An image may also trust the control planes of other images, named on
 // its kernel command line (TrustParam): a new image, during a rollout,
 // trusts the join services of the image it replaces. The command line is
 // part of the UKI, measured into PCR 11, so a node of an image that trusts
 // more attests otherwise, and joins only if the owner accepted that image.
+// A TDX node trusts no other image: its RTMRs name its own boot chain,
+// and the parameter names the other image by its PCRs only.
 //
 // So an answer comes from a genuine node of this image (or of an image it
 // trusts) that is locked to
@@ -56,8 +77,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/gcp"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
-	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
@@ -91,15 +112,23 @@ const callTimeout = 2 * time.Minute
 // control plane of this node's image; nothing it sent was used.
 type RefusedError struct {
 	Addr string
-	// Err is why: the attestation's check (naming a PCR that differs, or
-	// the attestation key's certificate), or that it did not attest.
+	// Hardware is what the service's hardware evidence had to show
+	// (nodeattest.PeerPolicy.Describe); "" on a qemu-vtpm node.
+	Hardware string
+	// Err is why: the attestation's check (naming a PCR or a hardware
+	// report's field that differs, or the attestation key's
+	// certificate), or that it did not attest, or not as this node does.
 	Err error
 }
 
 func (e *RefusedError) Error() string {
+	hw := ""
+	if e.Hardware != "" {
+		hw = ", and " + e.Hardware + " beside it"
+	}
 	return fmt.Sprintf("refused the join service at %s, and used nothing it sent: it did not prove that it is a control plane running this node's image "+
-		"(attestation key certified by this node's platform CA, PCRs %v equal to this node's own, PCRs %v zero, PCR %d set by the node lock): %v; "+
-		"check that the control planes run this image and that nothing else answers on their port %d", e.Addr, ImagePCRs, ZeroPCRs, LockPCR, e.Err, joinpb.Port)
+		"(attestation key certified by this node's platform CA, PCRs %v equal to this node's own, PCRs %v zero, PCR %d set by the node lock%s): %v; "+
+		"check that the control planes run this image and that nothing else answers on their port %d", e.Addr, ImagePCRs, ZeroPCRs, LockPCR, hw, e.Err, joinpb.Port)
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
@@ -123,11 +152,12 @@ type Config struct {
 	// Cmdline returns the kernel command line, which may name further
 	// images to trust (TrustParam); nil reads /proc/cmdline.
 	Cmdline func() ([]byte, error)
-	// PeerSEVSNP, on an SEV-SNP node, is what the join service's SEV-SNP
-	// report must show besides its PCRs (nodeattest.Platform.PeerSEVSNP:
-	// this node's own launch measurement and signing root). The join
-	// service then attests as gcp-sev-snp; nil expects qemu-vtpm.
-	PeerSEVSNP *snp.Policy
+	// Peer is what the join service's hardware evidence must show besides
+	// its PCRs: what this node's own shows (nodeattest.Platform.PeerPolicy).
+	// Its variant must be the Issuer's: the service attests as this node
+	// does. The zero value, a vTPM alone, is accepted only with a
+	// qemu-vtpm Issuer.
+	Peer nodeattest.PeerPolicy
 }
 
 // TrustParam is the kernel command-line parameter that names another
@@ -150,6 +180,12 @@ func New(cfg Config) (*Dialer, error) {
 	}
 	if len(cfg.PlatformCAs) == 0 {
 		return nil, errors.New("join service dialer: no platform CA to check the join service's attestation key against; the node would accept an answer from anyone")
+	}
+	if cfg.Peer.Variant == (variant.Variant{}) {
+		cfg.Peer.Variant = variant.QEMUVTPM
+	}
+	if own := cfg.Issuer.Variant(); cfg.Peer.Variant != own {
+		return nil, fmt.Errorf("join service dialer: this node attests as %s, but would hold its join service to %s: a node holds its join service to the evidence of its own kind (give it nodeattest.Platform.PeerPolicy)", own, cfg.Peer.Variant)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -175,6 +211,11 @@ func New(cfg Config) (*Dialer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("join service dialer: %w", err)
 	}
+	if len(trusted) > 0 && cfg.Peer.ImageBound() {
+		log.Warn("not trusting the join services of the further images named on the kernel command line: on this platform a join service's hardware evidence names its image, which the command line does not give; only control planes of this node's own image can admit it",
+			"images", len(trusted), "variant", cfg.Peer.Variant.String())
+		trusted = nil
+	}
 	var vs anyOf
 	for _, images := range append([]measurements.M{m}, trusted...) {
 		v, err := serviceValidator(cfg, withZeroPCRs(images), log.With("check", "join service attestation"))
@@ -189,22 +230,28 @@ func New(cfg Config) (*Dialer, error) {
 	return &Dialer{cfg: cfg, service: vs}, nil
 }
 
-// serviceValidator checks a join service of the image m: through its
-// vTPM alone, or on an SEV-SNP node also through its SEV-SNP report. The
-// report's revocation is not checked here (a node has no collateral
-// cache; the owner's and the join service's own checks have one).
+// serviceValidator checks a join service of the image m as a node of
+// cfg.Peer's variant: through its vTPM alone on a qemu-vtpm node, through
+// its vTPM and its hardware evidence (cfg.Peer.TEEVerifier) on an
+// SEV-SNP or TDX node. No variant falls back to another.
 func serviceValidator(cfg Config, m measurements.M, log *slog.Logger) (attestation.Validator, error) {
-	if cfg.PeerSEVSNP == nil {
-		return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR}, Logger: log})
-	}
-	tv, err := snp.NewVerifier(snp.Config{Policy: *cfg.PeerSEVSNP, SkipRevocationCheck: true, Logger: slog.New(slog.DiscardHandler)})
+	tv, err := cfg.Peer.TEEVerifier()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("what the join service's hardware evidence must show: %w", err)
 	}
-	return gcp.NewSEVSNPValidator(gcp.ValidatorConfig{
+	gc := gcp.ValidatorConfig{
 		Measurements: m, AKRoots: cfg.PlatformCAs, AKInstance: noInstance,
 		NonZero: []uint32{LockPCR}, TEE: tv, Logger: log,
-	})
+	}
+	switch cfg.Peer.Variant {
+	case variant.QEMUVTPM:
+		return qemu.NewValidator(qemu.ValidatorConfig{Measurements: m, PlatformCAs: cfg.PlatformCAs, NonZero: []uint32{LockPCR}, Logger: log})
+	case variant.GCPSEVSNP:
+		return gcp.NewSEVSNPValidator(gc)
+	case variant.GCPTDX:
+		return gcp.NewTDXValidator(gc)
+	}
+	return nil, fmt.Errorf("no join service check for a %s node", cfg.Peer.Variant)
 }
 
 // noInstance: the node does not ask which VM its join service runs on.
@@ -309,14 +356,14 @@ func (d *Dialer) Call(ctx context.Context, addr string, call func(ctx context.Co
 	var p peer.Peer
 	if err := call(ctx, joinpb.NewJoinServiceClient(conn), grpc.Peer(&p)); err != nil {
 		if herr := hs.failure(); herr != nil {
-			return &RefusedError{Addr: addr, Err: herr}
+			return &RefusedError{Addr: addr, Hardware: d.cfg.Peer.Describe(), Err: herr}
 		}
 		return err
 	}
 	// Checked again after the answer, so that a change to the
 	// credentials cannot silently let an unproven answer through.
 	if info, ok := p.AuthInfo.(atls.AuthInfo); !ok || info.PeerVariant != d.service.Variant() {
-		return &RefusedError{Addr: addr, Err: errors.New("it answered over a connection on which it did not attest")}
+		return &RefusedError{Addr: addr, Hardware: d.cfg.Peer.Describe(), Err: errors.New("it answered over a connection on which it did not attest")}
 	}
 	return nil
 }

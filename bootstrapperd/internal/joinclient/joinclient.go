@@ -39,7 +39,7 @@ import (
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/diskhandoff"
 	"github.com/orrery-dev/orrery/internal/joinconn"
@@ -92,12 +92,13 @@ type Config struct {
 	// node, the CA that certified its own (qemu.ReadPlatformCA).
 	// Required.
 	PlatformCAs []*x509.Certificate
-	// PeerSEVSNP, on an SEV-SNP node, is what the join service's SEV-SNP
-	// report must show (see joinconn.Config.PeerSEVSNP); nil on others.
-	PeerSEVSNP *snp.Policy
-	Lock       Locker
-	Disk       StateDisk
-	Joiner     Joiner
+	// Peer is what the join service's hardware evidence must show (see
+	// joinconn.Config.Peer): nodeattest.Platform.PeerPolicy. The zero
+	// value suits a qemu-vtpm node only.
+	Peer   nodeattest.PeerPolicy
+	Lock   Locker
+	Disk   StateDisk
+	Joiner Joiner
 	// StateDir keeps what a later rejoin needs (the measurement salt).
 	StateDir string
 	// RecordOwner keeps the public half of the owner's access key from
@@ -131,7 +132,7 @@ var ErrLockLost = errors.New("the node was locked to a cluster by someone else (
 func Run(ctx context.Context, cfg Config) error {
 	cfg, log, status := cfg.withDefaults()
 	service, err := joinconn.New(joinconn.Config{
-		Issuer: cfg.Issuer, OpenTPM: cfg.OpenTPM, PlatformCAs: cfg.PlatformCAs, PeerSEVSNP: cfg.PeerSEVSNP, Logger: log, DialNet: cfg.dialNet, Cmdline: cfg.cmdline,
+		Issuer: cfg.Issuer, OpenTPM: cfg.OpenTPM, PlatformCAs: cfg.PlatformCAs, Peer: cfg.Peer, Logger: log, DialNet: cfg.dialNet, Cmdline: cfg.cmdline,
 	})
 	if err != nil {
 		return fmt.Errorf("join client: %w", err)

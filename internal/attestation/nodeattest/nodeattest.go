@@ -15,10 +15,15 @@
 // What the node picks decides nothing: a verifier accepts only the
 // variant its owner's measurements name, so a node that claims the wrong
 // platform is refused, not trusted.
+//
+// A node holds its own peers (the join service) to its own platform's
+// evidence too (Platform.PeerPolicy): an SEV-SNP or TDX node never takes
+// a vTPM's word alone, since the host controls the vTPM.
 package nodeattest
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"time"
@@ -30,6 +35,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/gcp"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/tdx"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/metadata"
@@ -49,6 +56,11 @@ type Platform struct {
 	// report gets an extended SEV-SNP report (simulated platform only;
 	// on hardware go-sev-guest asks the kernel).
 	report func(data [abi.ReportDataSize]byte) ([]byte, error)
+	// tdReport gets a TD report (tests only; on hardware go-tdx-guest's
+	// device asks the kernel).
+	tdReport func(data [tee.ReportDataSize]byte) ([]byte, error)
+	// tdxRoots replace Intel's root for peers' TD quotes (tests only).
+	tdxRoots *x509.CertPool
 }
 
 // Selfer is the part of the metadata client Detect needs.
@@ -124,12 +136,62 @@ func (p Platform) OwnReport() (*spb.Attestation, error) {
 	return abi.ReportCertsToProto(raw)
 }
 
-// PeerSEVSNP is the SEV-SNP policy this node holds a peer of its own
-// image and platform to (the join service it rejoins through): the
-// launch measurement of its own report and, on the simulated platform,
-// the test root its own report was signed under. A real platform's
-// peers are held to AMD's roots.
-func (p Platform) PeerSEVSNP() (*snp.Policy, error) {
+// OwnTD is what this node's own TD report shows of its measurement
+// registers; nil report data.
+func (p Platform) OwnTD() (tdx.Measurements, error) {
+	if p.Variant != variant.GCPTDX {
+		return tdx.Measurements{}, fmt.Errorf("this node is a %s node, not a TDX one", p.Variant)
+	}
+	get := p.tdReport
+	if get == nil {
+		get = hardwareTDReport
+	}
+	raw, err := get([tee.ReportDataSize]byte{})
+	if err != nil {
+		return tdx.Measurements{}, fmt.Errorf("get this node's own TD report: %w", err)
+	}
+	return tdReportMeasurements(raw)
+}
+
+// PeerPolicy is what this node holds a peer of its own image and
+// platform to (the join service it joins or rejoins through): that it
+// attests as this node's variant, and that its hardware evidence shows
+// what this node's own does.
+//   - SEV-SNP: the launch measurement of this node's own report, under
+//     AMD's roots, or, on the simulated platform, under the test root
+//     its own report was signed under;
+//   - TDX: the MRTD, RTMR1 and RTMR2 of this node's own TD report
+//     (tdx.PeerPolicy says why those), under Intel's root;
+//   - qemu-vtpm: no hardware evidence; the vTPM alone.
+func (p Platform) PeerPolicy() (PeerPolicy, error) {
+	switch p.Variant {
+	case variant.QEMUVTPM:
+		return PeerPolicy{Variant: p.Variant}, nil
+	case variant.GCPSEVSNP:
+		pol, err := p.peerSEVSNP()
+		if err != nil {
+			return PeerPolicy{}, fmt.Errorf("what a peer's SEV-SNP report must show: %w", err)
+		}
+		return PeerPolicy{Variant: p.Variant, SEVSNP: pol}, nil
+	case variant.GCPTDX:
+		own, err := p.OwnTD()
+		if err != nil {
+			return PeerPolicy{}, fmt.Errorf("what a peer's TD quote must show: %w", err)
+		}
+		pol := tdx.PeerPolicy(own)
+		if err := pol.Validate(); err != nil {
+			return PeerPolicy{}, fmt.Errorf("what a peer's TD quote must show: %w", err)
+		}
+		return PeerPolicy{Variant: p.Variant, TDX: &pol, TDXRoots: p.tdxRoots}, nil
+	}
+	return PeerPolicy{}, fmt.Errorf("no peer policy for a %s node", p.Variant)
+}
+
+// peerSEVSNP is the SEV-SNP policy this node holds a peer of its own
+// image and platform to: the launch measurement of its own report and,
+// on the simulated platform, the test root its own report was signed
+// under. A real platform's peers are held to AMD's roots.
+func (p Platform) peerSEVSNP() (*snp.Policy, error) {
 	own, err := p.OwnReport()
 	if err != nil {
 		return nil, err

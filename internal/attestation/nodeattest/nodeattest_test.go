@@ -1,15 +1,21 @@
 package nodeattest
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-sev-guest/abi"
 	test "github.com/google/go-sev-guest/testing"
+	attestpb "github.com/google/go-tpm-tools/proto/attest"
 
 	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
+	"github.com/orrery-dev/orrery/internal/attestation/tdx"
+	"github.com/orrery-dev/orrery/internal/attestation/tdx/tdxtest"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/metadata"
 )
@@ -39,11 +45,11 @@ func TestDetect(t *testing.T) {
 	if err != nil || p.Variant != variant.GCPSEVSNP || !p.Simulated {
 		t.Fatalf("a simulated SEV-SNP VM: %+v %v", p, err)
 	}
-	peer, err := p.PeerSEVSNP()
+	peer, err := p.PeerPolicy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if peer.Measurement.Expected[0] != 0x42 || peer.TestRoot == nil || !peer.TestRoot.NotARealCPU {
+	if peer.Variant != variant.GCPSEVSNP || peer.SEVSNP.Measurement.Expected[0] != 0x42 || peer.SEVSNP.TestRoot == nil || !peer.SEVSNP.TestRoot.NotARealCPU {
 		t.Fatalf("the peer policy of a simulated VM: %+v", peer)
 	}
 
@@ -56,7 +62,108 @@ func TestDetect(t *testing.T) {
 	if _, err := Detect(ctx, fakeMeta{err: errors.New("no route")}); err == nil {
 		t.Fatal("a metadata failure was taken for a plain VM: an SEV-SNP VM would attest as the wrong variant")
 	}
-	if _, err := (Platform{Variant: variant.QEMUVTPM}).PeerSEVSNP(); err == nil {
+	if _, err := (Platform{Variant: variant.QEMUVTPM}).peerSEVSNP(); err == nil {
 		t.Fatal("a vTPM node made an SEV-SNP peer policy")
+	}
+}
+
+// tdxNode is a TDX platform whose TD report comes from td, and whose
+// peers' quotes are checked under td's test PKI.
+func tdxNode(td *tdxtest.TD) Platform {
+	return Platform{Variant: variant.GCPTDX, tdReport: td.Report, tdxRoots: td.PKI.Roots()}
+}
+
+// attestationOf is what a gcp-tdx peer running td sends of its TD quote
+// for reportData.
+func attestationOf(t *testing.T, td *tdxtest.TD, reportData []byte) *attestpb.Attestation {
+	t.Helper()
+	raw, err := td.GetRawQuote([64]byte(reportData))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := tdx.ParseQuote(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &attestpb.Attestation{TeeAttestation: &attestpb.Attestation_TdxAttestation{TdxAttestation: q}}
+}
+
+// A TDX node holds its peer to its own MRTD and boot chain (RTMR1, RTMR2),
+// read from its own TD report, and to Intel's root.
+func TestTDXPeerPolicy(t *testing.T) {
+	pki := tdxtest.NewPKI(t, time.Now())
+	self := tdxtest.NewTD(t, pki)
+	peer, err := tdxNode(self).PeerPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peer.Variant != variant.GCPTDX || peer.TDX == nil || peer.SEVSNP != nil || !peer.ImageBound() {
+		t.Fatalf("the peer policy of a TDX node: %+v", peer)
+	}
+	if !bytes.Equal(peer.TDX.MRTD.Expected, self.MRTD) || !bytes.Equal(peer.TDX.RTMR[1].Expected, self.RTMR[1]) ||
+		!bytes.Equal(peer.TDX.RTMR[2].Expected, self.RTMR[2]) || peer.TDX.RTMR[0] != nil || peer.TDX.RTMR[3] != nil {
+		t.Fatalf("the peer policy does not hold this node's MRTD, RTMR1 and RTMR2 alone: %+v", peer.TDX)
+	}
+
+	reportData := tee.ReportData([]byte("nonce"), []byte("tls key"))
+	for name, tc := range map[string]struct {
+		change  func(td *tdxtest.TD, p *PeerPolicy)
+		wantErr string
+	}{
+		"a peer of the same image":                {},
+		"a peer of another machine shape":         {change: func(td *tdxtest.TD, _ *PeerPolicy) { td.RTMR[0] = bytes.Repeat([]byte{1}, 48) }},
+		"a peer of other firmware":                {change: func(td *tdxtest.TD, _ *PeerPolicy) { td.MRTD = bytes.Repeat([]byte{1}, 48) }, wantErr: "mrtd is 0101"},
+		"a peer of another boot chain":            {change: func(td *tdxtest.TD, _ *PeerPolicy) { td.RTMR[1] = bytes.Repeat([]byte{1}, 48) }, wantErr: "rtmr1 is 0101"},
+		"a peer under a root that is not Intel's": {change: func(_ *tdxtest.TD, p *PeerPolicy) { p.TDXRoots = nil }, wantErr: "does not end in a trusted root"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			other := *self
+			p := peer
+			if tc.change != nil {
+				tc.change(&other, &p)
+			}
+			v, err := p.TEEVerifier()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = v.VerifyTEE(context.Background(), attestationOf(t, &other, reportData), reportData)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("VerifyTEE() = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestTDXPeerPolicyNeedsATDReport(t *testing.T) {
+	for name, report := range map[string]func([64]byte) ([]byte, error){
+		"no device":        func([64]byte) ([]byte, error) { return nil, errors.New("no /dev/tdx_guest") },
+		"too short":        func([64]byte) ([]byte, error) { return make([]byte, 512), nil },
+		"not a TDX report": func([64]byte) ([]byte, error) { return make([]byte, 1024), nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if p, err := (Platform{Variant: variant.GCPTDX, tdReport: report}).PeerPolicy(); err == nil {
+				t.Fatalf("a TDX node made a peer policy without its own TD report: %+v", p)
+			}
+		})
+	}
+	if _, err := (Platform{Variant: variant.GCPSEVSNP}).OwnTD(); err == nil {
+		t.Fatal("an SEV-SNP node read a TD report")
+	}
+}
+
+// A vTPM node holds its peer to nothing but the vTPM, and only a vTPM
+// node does.
+func TestQEMUPeerPolicy(t *testing.T) {
+	peer, err := (Platform{Variant: variant.QEMUVTPM}).PeerPolicy()
+	if err != nil || peer.Variant != variant.QEMUVTPM || peer.ImageBound() || peer.Describe() != "" {
+		t.Fatalf("the peer policy of a vTPM node: %+v %v", peer, err)
+	}
+	if v, err := peer.TEEVerifier(); v != nil || err != nil {
+		t.Fatalf("a vTPM node's peer has a hardware verifier: %v %v", v, err)
+	}
+	for _, p := range []PeerPolicy{{Variant: variant.GCPSEVSNP}, {Variant: variant.GCPTDX}, {}} {
+		if _, err := p.TEEVerifier(); err == nil {
+			t.Errorf("a %q peer policy without its hardware's policy made a verifier", p.Variant)
+		}
 	}
 }

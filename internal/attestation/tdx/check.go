@@ -160,6 +160,9 @@ func attributesText(raw []byte) string {
 }
 
 func levelText[S ~string](status S, date string, advisories []string) string {
+	if status == "" {
+		return "not checked (verified without Intel's collateral)"
+	}
 	s := string(status) + ", TCB date " + date
 	if len(advisories) > 0 {
 		s += ", advisories " + strings.Join(advisories, " ")

@@ -24,12 +24,18 @@
 // ConfigurationNeeded, no matching level) is refused: go-tdx-guest
 // offers no way to accept one.
 //
-// Its validate package then checks the quote's fields: XFAM and TD
-// attributes free of the bits it allows no TD, REPORT_DATA equal to the
-// session's (a mismatch means the quote was replayed or relayed), and
-// each field of the owner's Policy, one at a time so that each can be
-// enforced or warn-only on its own. A debug TD is refused whatever the
-// policy says.
+// A verifier without a cache (Config.SkipCollateral: a node checking its
+// join service) has go-tdx-guest check the signatures and the PCK chain
+// only, and checks itself that the QE and the TDX module are Intel's, by
+// the identities Intel's QE identity and TCB info state for them, which
+// do not change (intel.go). It checks neither revocation nor TCB status.
+//
+// go-tdx-guest's validate package then checks the quote's fields: XFAM
+// and TD attributes free of the bits it allows no TD, REPORT_DATA equal
+// to the session's (a mismatch means the quote was replayed or relayed),
+// and each field of the owner's Policy, one at a time so that each can
+// be enforced or warn-only on its own. A debug TD is refused whatever
+// the policy says.
 //
 // # Collateral cache
 //

@@ -10,6 +10,8 @@ import (
 	tdxpb "github.com/google/go-tdx-guest/proto/tdx"
 	"github.com/google/go-tdx-guest/verify"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tdx/tdxtest"
 )
 
 // FuzzParsePolicy feeds the strict decoder arbitrary input (seeds in
@@ -77,7 +79,7 @@ func FuzzVerifyQuotePCKCert(f *testing.F) {
 	f.Fuzz(func(t *testing.T, der []byte) {
 		q := proto.Clone(base).(*tdxpb.QuoteV4)
 		data := q.GetSignedData().GetCertificationData().GetQeReportCertificationData().GetPckCertificateChainData()
-		data.PckCertChain = append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pemChain(chain.IntermediateCertificate, chain.RootCertificate)...)
+		data.PckCertChain = append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), tdxtest.PEMChain(chain.IntermediateCertificate, chain.RootCertificate)...)
 		data.Size = uint32(len(data.PckCertChain))
 		if _, err := v.VerifyQuote(context.Background(), q, rd); err == nil {
 			t.Fatal("VerifyQuote accepted a quote that Intel's collateral refuses")

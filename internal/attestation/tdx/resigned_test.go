@@ -10,17 +10,18 @@ import (
 	"github.com/google/go-tdx-guest/abi"
 	tdxpb "github.com/google/go-tdx-guest/proto/tdx"
 
+	"github.com/orrery-dev/orrery/internal/attestation/tdx/tdxtest"
 	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 // These tests carry the real TD report body, re-signed under a test PKI
-// (see testPKI), through go-tdx-guest's verification to the checks that
+// (see tdxtest.PKI), through go-tdx-guest's verification to the checks that
 // follow it.
 
 // resigned is a verifier trusting pki, at realTime, with collateral per
 // spec, and the real quote sealed by pki after body changed its TD
 // report body.
-func resigned(t *testing.T, pki *testPKI, policy Policy, spec collateralSpec, body func(*tdxpb.TDQuoteBody)) (*Verifier, *tdxpb.QuoteV4, *bytes.Buffer) {
+func resigned(t *testing.T, pki *tdxtest.PKI, policy Policy, spec collateralSpec, body func(*tdxpb.TDQuoteBody)) (*Verifier, *tdxpb.QuoteV4, *bytes.Buffer) {
 	t.Helper()
 	q := parseQuote(t, realQuoteRaw(t))
 	if body != nil {
@@ -28,13 +29,13 @@ func resigned(t *testing.T, pki *testPKI, policy Policy, spec collateralSpec, bo
 	}
 	var log bytes.Buffer
 	v, err := NewVerifier(Config{
-		Policy: policy, Collateral: pki.collateral(t, spec), Now: fixedClock(realTime),
-		TrustedRoots: pki.roots(), Logger: textLogger(&log),
+		Policy: policy, Collateral: collateralOf(t, pki, spec), Now: fixedClock(realTime),
+		TrustedRoots: pki.Roots(), Logger: textLogger(&log),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v, pki.seal(t, q), &log
+	return v, pki.Seal(t, q), &log
 }
 
 func TestResignedRealQuoteAccepted(t *testing.T) {
@@ -116,11 +117,11 @@ func TestResignedRefused(t *testing.T) {
 			if tc.body != nil {
 				tc.body(q.GetTdQuoteBody())
 			}
-			q = pki.seal(t, q)
+			q = pki.Seal(t, q)
 			if tc.afterSeal != nil {
 				tc.afterSeal(q)
 			}
-			cfg := Config{Policy: realPolicy(t), Collateral: pki.collateral(t, tc.spec), Now: fixedClock(realTime), TrustedRoots: pki.roots()}
+			cfg := Config{Policy: realPolicy(t), Collateral: collateralOf(t, pki, tc.spec), Now: fixedClock(realTime), TrustedRoots: pki.Roots()}
 			if tc.config != nil {
 				tc.config(&cfg)
 			}
@@ -274,11 +275,11 @@ func mismatches(err error) []string {
 
 func TestSkipRevocationCheckWarns(t *testing.T) {
 	pki := newTestPKI(t)
-	q := pki.seal(t, parseQuote(t, realQuoteRaw(t)))
+	q := pki.Seal(t, parseQuote(t, realQuoteRaw(t)))
 	var log bytes.Buffer
 	v, err := NewVerifier(Config{
-		Policy: realPolicy(t), Collateral: pki.collateral(t, collateralSpec{revokePCK: true}), Now: fixedClock(realTime),
-		TrustedRoots: pki.roots(), SkipRevocationCheck: true, Logger: textLogger(&log),
+		Policy: realPolicy(t), Collateral: collateralOf(t, pki, collateralSpec{revokePCK: true}), Now: fixedClock(realTime),
+		TrustedRoots: pki.Roots(), SkipRevocationCheck: true, Logger: textLogger(&log),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,7 @@ var (
 	ErrCollateralExpired   = errors.New("TDX collateral in the cache has expired (or this machine's clock is wrong): fetch fresh TCB info, QE identity and CRLs from Intel PCS into the cache")
 	ErrCollateralInvalid   = errors.New("TDX collateral in the cache does not verify or does not fit this platform: fetch it again from Intel PCS")
 	ErrNotBound            = errors.New("the TDX quote's REPORT_DATA does not bind this session's nonce and TLS key: the quote was replayed, relayed or made for another connection")
+	ErrNotIntelEnclave     = errors.New("the TDX quote was not signed by Intel's TD quoting enclave, or not for a TDX module Intel signed: whoever runs an SGX platform can have its PCK key certify an enclave of its own, so the quote does not show a genuine TD")
 	ErrQuoteFieldsRejected = errors.New("the TDX quote's XFAM or TD attributes have bits no TD may have")
 )
 
@@ -46,8 +47,9 @@ var (
 type Config struct {
 	// Policy is the owner's TDX policy. Required.
 	Policy Policy
-	// Collateral serves Intel's TCB info, QE identity and CRLs. Required:
-	// verification never falls back to the network.
+	// Collateral serves Intel's TCB info, QE identity and CRLs. Required
+	// unless SkipCollateral: verification never falls back to the
+	// network.
 	Collateral Collateral
 	// Now is the clock for certificate and collateral validity; nil
 	// means time.Now.
@@ -59,6 +61,16 @@ type Config struct {
 	// A revoked platform key would then pass; a verifier that skips
 	// logs a warning each time.
 	SkipRevocationCheck bool
+	// SkipCollateral verifies without any of Intel's collateral, for a
+	// verifier that has no cache: a node checking its join service (the
+	// owner's commands and the join service have one). Neither
+	// revocation nor the TCB status of the platform and of its quoting
+	// enclave is checked then, so a revoked or out-of-date platform
+	// passes; a verifier that skips logs a warning each time. What the
+	// collateral would also state, that the quoting enclave and the TDX
+	// module are Intel's, is checked against Intel's fixed identities
+	// instead (see checkIntelIdentities). Collateral may then be nil.
+	SkipCollateral bool
 	// Logger receives warn-only mismatches; nil discards them.
 	Logger *slog.Logger
 }
@@ -78,7 +90,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Collateral == nil {
+	if cfg.Collateral == nil && !cfg.SkipCollateral {
 		return nil, errors.New("TDX verifier: no collateral cache: set Config.Collateral (e.g. a CollateralDir), verification uses no network")
 	}
 	v := &Verifier{cfg: cfg, roots: cfg.TrustedRoots, log: cfg.Logger}
@@ -109,11 +121,13 @@ func (v *Verifier) VerifyTEE(ctx context.Context, att *attestpb.Attestation, rep
 // VerifyQuote checks, in this order: that go-tdx-guest verifies the quote
 // with the cached collateral (signatures, PCK chain to the trusted
 // roots, revocation, collateral validity, TDX module and QE identity,
-// TCB status UpToDate); that XFAM and TD attributes have only allowed
-// bits; that REPORT_DATA is reportData; that the TD is not a debug TD;
-// and that the quote's fields meet the policy (enforced checks reject
-// with a *tee.Mismatch, warn-only ones are logged). It returns the
-// quote's fields for display.
+// TCB status UpToDate), or, with Config.SkipCollateral, the signatures
+// and the PCK chain to the trusted roots, and that the quoting enclave
+// and the TDX module are Intel's; that XFAM and TD attributes have only
+// allowed bits; that REPORT_DATA is reportData; that the TD is not a
+// debug TD; and that the quote's fields meet the policy (enforced checks
+// reject with a *tee.Mismatch, warn-only ones are logged). It returns
+// the quote's fields for display.
 func (v *Verifier) VerifyQuote(ctx context.Context, quote *tdxpb.QuoteV4, reportData []byte) ([]tee.Field, error) {
 	if quote == nil {
 		return nil, ErrNoEvidence
@@ -160,22 +174,27 @@ func ParseQuote(raw []byte) (quote *tdxpb.QuoteV4, err error) {
 // and its QE matched.
 type tcbLevels struct{ tdx, qe pcs.TcbLevel }
 
-// verifyQuote runs go-tdx-guest's verification offline.
+// verifyQuote runs go-tdx-guest's verification offline. Without
+// collateral it returns no TCB levels.
 func (v *Verifier) verifyQuote(ctx context.Context, quote *tdxpb.QuoteV4) (tcbLevels, error) {
 	if err := ctx.Err(); err != nil {
 		return tcbLevels{}, err
 	}
 	now := v.cfg.Now()
 	getter := &recordingGetter{src: v.cfg.Collateral}
+	withCollateral := !v.cfg.SkipCollateral
 	// go-tdx-guest keeps state in its options: a fresh set per quote.
 	opts := &verify.Options{
-		GetCollateral:    true,
-		CheckRevocations: !v.cfg.SkipRevocationCheck,
+		GetCollateral:    withCollateral,
+		CheckRevocations: withCollateral && !v.cfg.SkipRevocationCheck,
 		Getter:           getter,
 		Now:              &verify.TimeSet{PckCertChain: now, TcbInfo: now, QeIdentity: now, PckCrl: now, RootCaCrl: now},
 		TrustedRoots:     v.roots,
 	}
-	if v.cfg.SkipRevocationCheck {
+	switch {
+	case !withCollateral:
+		v.log.Warn("TDX quote verified without Intel's collateral: a revoked or out-of-date platform would pass")
+	case v.cfg.SkipRevocationCheck:
 		v.log.Warn("TDX revocation check skipped: a revoked Intel platform key would pass")
 	}
 	if err := verify.TdxQuoteContext(ctx, quote, opts); err != nil {
@@ -183,6 +202,9 @@ func (v *Verifier) verifyQuote(ctx context.Context, quote *tdxpb.QuoteV4) (tcbLe
 			return tcbLevels{}, fmt.Errorf("verify TDX quote: %w", getter.miss)
 		}
 		return tcbLevels{}, explain(err, now)
+	}
+	if !withCollateral {
+		return tcbLevels{}, checkIntelIdentities(quote)
 	}
 	tdx, qe, err := verify.SupportedTcbLevelsFromCollateral(quote, opts)
 	if err != nil {

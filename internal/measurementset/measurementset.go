@@ -236,3 +236,39 @@ func ParseList(body []byte) ([]Set, error) {
 	slices.SortFunc(sets, func(a, b Set) int { return strings.Compare(a.Name, b.Name) })
 	return sets, errors.Join(errs...)
 }
+
+// Evidence is how strong the evidence is that a set demands of its
+// nodes, weakest first.
+type Evidence int
+
+const (
+	// EvidenceVTPM is a vTPM quote alone: the host controls the vTPM.
+	EvidenceVTPM Evidence = iota
+	// EvidenceTestRoot is a hardware report under a test root: whoever
+	// holds the root's keys signs any report.
+	EvidenceTestRoot
+	// EvidenceHardware is a hardware report under the CPU vendor's
+	// roots.
+	EvidenceHardware
+)
+
+func (e Evidence) String() string {
+	switch e {
+	case EvidenceVTPM:
+		return "a vTPM quote alone"
+	case EvidenceTestRoot:
+		return "a hardware report under a test root"
+	}
+	return "a hardware report under the CPU vendor's roots"
+}
+
+// Evidence is what the set demands.
+func (s Set) Evidence() Evidence {
+	switch {
+	case s.SEVSNP != nil && s.SEVSNP.TestRoot != nil:
+		return EvidenceTestRoot
+	case s.SEVSNP != nil || s.TDX != nil:
+		return EvidenceHardware
+	}
+	return EvidenceVTPM
+}

@@ -52,7 +52,7 @@ func addClusterFlags(f *pflag.FlagSet, o *clusterOptions, timeout time.Duration)
 	f.StringArrayVar(&o.measurements, "measurements", nil, measurementsUsage+"; repeatable: during an upgrade, the nodes may run either image")
 	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
-	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini': supplies the default --platform-ca and --snp-test-root, and the nodes' addresses when the API server does not answer")
+	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini': supplies the default --platform-ca, and the nodes' addresses when the API server does not answer")
 	f.BoolVar(&o.trustAnyAK, "insecure-trust-any-ak", false, "accept any attestation key (development only: a software TPM can then impersonate a node)")
 	f.DurationVar(&o.timeout, "timeout", timeout, "how long to wait for each node")
 }
@@ -123,12 +123,15 @@ func (o *clusterOptions) owner(cmd *cobra.Command, names []string) (inspect.Owne
 
 // images reads the measurements files the owner named, or the image 'make
 // image' built (its SEV-SNP measurements for a cloud of 'orrery mini up
-// --sev-snp', whose test root is then taken too).
+// --sev-snp', whose test root the owner names).
 func (o clusterOptions) images() ([]inspect.Image, error) {
-	paths, hw := withMiniDefaults(o.measurements, o.hardware, o.miniDir)
+	paths, err := withMiniDefaults(o.measurements, o.hardware, o.miniDir)
+	if err != nil {
+		return nil, err
+	}
 	var images []inspect.Image
 	for _, p := range paths {
-		pol, err := loadPolicy(p, hw)
+		pol, err := loadPolicy(p, o.hardware)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: pass the image's measurements with --measurements, or build the image with 'make image'", err)
 		}

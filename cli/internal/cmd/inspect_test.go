@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/atls/atlstest"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/nodeservice"
@@ -36,11 +37,17 @@ func (oneUnit) Units(context.Context, string) ([]*nodepb.Unit, error) {
 	return []*nodepb.Unit{{Name: "kubelet.service", LoadState: "loaded", ActiveState: "inactive", SubState: "dead", Description: "kubelet"}}, nil
 }
 
-// runningNode is a node of the owner's cluster: a swtpm node locked to the
-// cluster of the workspace in dir, serving the node service with a real
-// journal. It returns the node's address and the args that name the
-// owner's files.
-func runningNode(t *testing.T, dir string) (string, []string) {
+// ownersCluster is the owner's side of a test cluster: a workspace with a
+// master secret, and the platform that certifies its nodes.
+type ownersCluster struct {
+	dir       string
+	clusterID []byte
+	owner     func() (ed25519.PublicKey, error)
+	ca        *platformca.CA
+	caFile    string
+}
+
+func newOwnersCluster(t *testing.T, dir string) *ownersCluster {
 	t.Helper()
 	plan, err := workspace.Dir(dir).PlanInit("cp-0", "demo", false)
 	if err != nil {
@@ -50,31 +57,44 @@ func runningNode(t *testing.T, dir string) (string, []string) {
 		t.Fatal(err)
 	}
 	ms, st := plan.MasterSecret, plan.State
-	secretPath := filepath.Join(dir, workspace.MasterSecretFile)
 	msec, _ := ms.MeasurementSecret()
 	clusterID, _ := keys.ClusterID(msec, st.MeasurementSalt)
-	n := qemutest.NewNode(t).Boot(t, "image-1", "image-1").Lock(t, string(clusterID))
+	access, _ := ms.OwnerAccessKey()
+	c := &ownersCluster{dir: dir, clusterID: clusterID, owner: func() (ed25519.PublicKey, error) { return access.Public().(ed25519.PublicKey), nil }}
+	probe := qemutest.NewNode(t)
+	c.ca, c.caFile = probe.CA, probe.CAFile(t)
+	return c
+}
 
+// serveNode runs a node of the cluster, certified as instance name,
+// locked to the cluster and serving the node service with a real journal
+// on listen (HOST:PORT; port 0 picks one). It returns the address.
+func (c *ownersCluster) serveNode(t *testing.T, name, listen string) string {
+	t.Helper()
+	n := qemutest.NewInstance(t, c.ca, platformca.NewInstance(name)).Boot(t, "image-1", "image-1").Lock(t, string(c.clusterID))
 	journal := t.TempDir()
 	now := time.Now()
 	boot := "3798e9c5525f4d6eb22a3dc5cebfef1f"
 	journaltest.Write(t, journal, []journaltest.Entry{
 		{Time: now.Add(-time.Minute), BootID: boot, Message: "Linux version 6.1", Fields: map[string]string{"_TRANSPORT": "kernel", "SYSLOG_IDENTIFIER": "kernel"}},
 		{Time: now.Add(-30 * time.Second), BootID: boot, Message: "kubeadm join --token " + leakedToken, Fields: map[string]string{"_SYSTEMD_UNIT": "bootstrapperd.service", "SYSLOG_IDENTIFIER": "bootstrapperd"}},
-		{Time: now.Add(-10 * time.Second), BootID: boot, Message: "kubelet stopped", Fields: map[string]string{"_SYSTEMD_UNIT": "kubelet.service", "SYSLOG_IDENTIFIER": "kubelet", "_PID": "42"}},
+		{Time: now.Add(-10 * time.Second), BootID: boot, Message: "kubelet stopped on " + name, Fields: map[string]string{"_SYSTEMD_UNIT": "kubelet.service", "SYSLOG_IDENTIFIER": "kubelet", "_PID": "42"}},
 	})
-	access, _ := ms.OwnerAccessKey()
-	owner := func() (ed25519.PublicKey, error) { return access.Public().(ed25519.PublicKey), nil }
 	svc, err := nodeservice.New(nodeservice.Config{
-		Owner: owner, Journal: nodeservice.Journalctl{Dir: journal}, Units: oneUnit{},
-		Status: nodeservice.Host{Stage: "system", ClusterID: func() ([]byte, error) { return clusterID, nil }}.Status,
+		Owner: c.owner, Journal: nodeservice.Journalctl{Dir: journal}, Units: oneUnit{},
+		Status: nodeservice.Host{Stage: "system", ClusterID: func() ([]byte, error) { return c.clusterID, nil }}.Status,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := atlstest.Serve(t, atls.Config{Issuer: n.Issuer, AuthorizeClient: owneraccess.Authorize(owner)},
+	return atlstest.ServeAt(t, listen, atls.Config{Issuer: n.Issuer, AuthorizeClient: owneraccess.Authorize(c.owner)},
 		func(s *grpc.Server) { nodepb.RegisterNodeServiceServer(s, svc) })
+}
 
+// ownerArgs writes the image's measurements and returns the args that
+// name the owner's files.
+func (c *ownersCluster) ownerArgs(t *testing.T) []string {
+	t.Helper()
 	m := measurements.M{}
 	for pcr, v := range qemutest.NewNode(t).Boot(t, "image-1", "image-1").PCRs(t) {
 		if pcr == 4 || pcr == 9 || pcr == 11 || pcr == 15 {
@@ -82,12 +102,22 @@ func runningNode(t *testing.T, dir string) (string, []string) {
 		}
 	}
 	raw, _ := m.MarshalJSON()
-	mpath := filepath.Join(dir, "measurements.json")
+	mpath := filepath.Join(c.dir, "measurements.json")
 	if err := os.WriteFile(mpath, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return addr, []string{"--master-secret", secretPath, "--measurements", mpath, "--platform-ca", n.CAFile(t),
-		"--kubeconfig", filepath.Join(dir, "none.conf"), "--mini-dir", filepath.Join(dir, "no-mini"), "--timeout", "30s"}
+	return []string{"--master-secret", filepath.Join(c.dir, workspace.MasterSecretFile), "--measurements", mpath, "--platform-ca", c.caFile,
+		"--kubeconfig", filepath.Join(c.dir, "none.conf"), "--mini-dir", filepath.Join(c.dir, "no-mini"), "--timeout", "30s"}
+}
+
+// runningNode is a node of the owner's cluster: a swtpm node locked to the
+// cluster of the workspace in dir, serving the node service with a real
+// journal. It returns the node's address and the args that name the
+// owner's files.
+func runningNode(t *testing.T, dir string) (string, []string) {
+	t.Helper()
+	c := newOwnersCluster(t, dir)
+	return c.serveNode(t, "cp-0", "127.0.0.1:0"), c.ownerArgs(t)
 }
 
 func TestInspectARunningNode(t *testing.T) {
@@ -100,7 +130,7 @@ func TestInspectARunningNode(t *testing.T) {
 		t.Fatalf("verify: exit %d\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = cmd("logs", addr, "kubelet")
-	if code != 0 || !strings.Contains(out, "kubelet[42]: kubelet stopped") || strings.Contains(out, "bootstrapperd") {
+	if code != 0 || !strings.Contains(out, "kubelet[42]: kubelet stopped on cp-0") || strings.Contains(out, "bootstrapperd") {
 		t.Fatalf("logs kubelet: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, _ = cmd("logs", addr)

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -33,7 +34,7 @@ func addHardwareFlags(f *pflag.FlagSet, o *hardwareOptions) {
 // addSNPTestRootFlag adds the flag that names a test root, alone for a
 // command that only reads measurements files.
 func addSNPTestRootFlag(f *pflag.FlagSet, o *hardwareOptions) {
-	f.StringVar(&o.snpTestRoot, "snp-test-root", "", "accept SEV-SNP reports signed under this test root, a JSON file as 'orrery mini up --sev-snp' writes it (orrery-mini/"+snpTestRootFile+"): its reports come from the local cloud, not from any real CPU")
+	f.StringVar(&o.snpTestRoot, "snp-test-root", "", "accept SEV-SNP reports signed under this test root, a JSON file as 'orrery mini up --sev-snp' writes it (orrery-mini/"+snpTestRootFile+"): its reports come from the local cloud, not from any real CPU. Only this flag names a test root: none is read from the working directory or from a measurements file")
 }
 
 // collateral is the owner's collateral caches the flags name.
@@ -50,30 +51,32 @@ const (
 // secretMeasurementsUsage is the help of --measurements of the commands
 // that hand a node secrets (init, recover): they take no test root the
 // owner did not name, since the local cloud writes it.
-const secretMeasurementsUsage = "the image's measurements file; for simulated SEV-SNP VMs also name the local cloud's test root (--snp-test-root)"
+const secretMeasurementsUsage = "the image's measurements file; for simulated SEV-SNP VMs also name the local cloud's test root (--snp-test-root); a file that names its own test root is refused"
 
 // measurementsUsage is the help of --measurements of the commands that
 // only read nodes.
 const measurementsUsage = "the image's measurements file (default: " + imageMeasurements + ", or " + imageSNPMeasuments +
-	" with the local cloud's test root for a cloud of 'orrery mini up --sev-snp')"
+	" for a cloud of 'orrery mini up --sev-snp', whose test root you name with --snp-test-root); a file that names its own test root is refused"
 
-// withMiniDefaults fills in what the owner did not name: the image 'make
-// image' built, and for a local cloud of simulated SEV-SNP VMs (miniDir
-// holds a test root) that image's SEV-SNP measurements and the root.
-func withMiniDefaults(paths []string, o hardwareOptions, miniDir string) ([]string, hardwareOptions) {
+// withMiniDefaults picks the image 'make image' built when the owner named
+// none: its SEV-SNP measurements for a local cloud of simulated SEV-SNP
+// VMs (miniDir holds a test root). The test root itself is never taken
+// unnamed: whoever can write a file in the working directory would
+// otherwise replace AMD's roots. The owner who relies on the defaults is
+// told to name it.
+func withMiniDefaults(paths []string, o hardwareOptions, miniDir string) ([]string, error) {
+	if len(paths) > 0 {
+		return paths, nil
+	}
 	testRoot := filepath.Join(miniDir, snpTestRootFile)
-	_, err := os.Stat(testRoot)
-	snp := err == nil
-	if len(paths) == 0 {
-		paths = []string{imageMeasurements}
-		if snp {
-			paths = []string{imageSNPMeasuments}
-		}
+	if _, err := os.Stat(testRoot); err != nil {
+		return []string{imageMeasurements}, nil
 	}
-	if o.snpTestRoot == "" && snp {
-		o.snpTestRoot = testRoot
+	if o.snpTestRoot == "" {
+		return nil, fmt.Errorf("the local cloud in %s runs simulated SEV-SNP VMs, whose reports its test root signs, not a real CPU: "+
+			"name that root with --snp-test-root %s to accept them, or name the image's measurements with --measurements", miniDir, testRoot)
 	}
-	return paths, o
+	return []string{imageSNPMeasuments}, nil
 }
 
 // loadPolicy reads an image's measurements file and, if the owner named

@@ -168,6 +168,7 @@ type upgradeApplyOptions struct {
 	retire             []string
 	timeout            time.Duration
 	dryRun, yes, force bool
+	allowWeaker        bool
 }
 
 func newUpgradeApplyCmd() *cobra.Command {
@@ -191,6 +192,11 @@ func newUpgradeApplyCmd() *cobra.Command {
 --measurements adds a new image's measurement set, so that nodes of either
 image join and rejoin during a rollout; --retire stops accepting a set once
 no node runs it ('orrery upgrade check' lists the sets and their nodes).
+A set that demands weaker evidence than the strongest set the cluster
+accepts (a vTPM quote alone where the nodes show SEV-SNP reports, a test
+root where they show AMD's) is refused unless --allow-weaker-evidence.
+A measurements file that names its own test root is always refused: only
+you name one, with --snp-test-root.
 
 A release changed by hand with helm since Orrery's last revision is not
 touched without --force. Running apply again when everything is current
@@ -216,6 +222,7 @@ first; apply then says where each release stands.`,
 	f.BoolVar(&o.dryRun, "dry-run", false, "show what would change, and change nothing")
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.force, "force", false, "upgrade releases changed outside Orrery, go back to older charts, retire images nodes still run")
+	f.BoolVar(&o.allowWeaker, "allow-weaker-evidence", false, "accept an image whose measurements demand weaker evidence than the cluster's strongest set: a vTPM-only set in a cluster of SEV-SNP or TDX nodes, or a set under a test root in one under AMD's roots (nodes the host could fake)")
 	return c
 }
 
@@ -243,7 +250,7 @@ func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgrade
 			}
 		}()
 	}
-	opts := upgrade.Options{Retire: o.retire, Force: o.force}
+	opts := upgrade.Options{Retire: o.retire, Force: o.force, AllowWeakerEvidence: o.allowWeaker}
 	for _, p := range o.measurementsPaths {
 		s, err := loadSet(p, o.hardware)
 		if err != nil {

@@ -16,13 +16,20 @@ import (
 // server stops when the test ends.
 func Serve(tb testing.TB, cfg atls.Config, register func(*grpc.Server), opts ...grpc.ServerOption) string {
 	tb.Helper()
+	return ServeAt(tb, "127.0.0.1:0", cfg, register, opts...)
+}
+
+// ServeAt is Serve on listen (HOST:PORT): for a test whose client dials a
+// fixed port, as the owner's commands dial a node's.
+func ServeAt(tb testing.TB, listen string, cfg atls.Config, register func(*grpc.Server), opts ...grpc.ServerOption) string {
+	tb.Helper()
 	creds, err := atls.NewCredentials(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(creds)}, opts...)...)
 	register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		tb.Fatal(err)
 	}

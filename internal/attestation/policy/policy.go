@@ -128,7 +128,17 @@ func ParseYAML(data []byte) (Policy, error) {
 	return ParseJSON(j)
 }
 
-// Load reads a policy from a .json, .yaml or .yml file.
+// ErrTestRootInFile is wrapped by Load's refusal of a file that names an
+// SEV-SNP test root.
+var ErrTestRootInFile = errors.New("the measurements file names an SEV-SNP test root")
+
+// Load reads a policy from a .json, .yaml or .yml file. A file may not
+// name an SEV-SNP test root ("testRoot" in its SEV-SNP section): such a
+// file keeps the image's PCRs and launch measurement, so it passes for the
+// image's own, and would swap AMD's roots for whoever wrote it. Only the
+// owner names a test root, with LoadWithTestRoot. (The cluster's
+// measurement sets carry the test root the owner named, and are read with
+// ParseJSON.)
 func Load(path string) (Policy, error) {
 	var parse func([]byte) (Policy, error)
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {
@@ -146,6 +156,10 @@ func Load(path string) (Policy, error) {
 	p, err := parse(data)
 	if err != nil {
 		return Policy{}, fmt.Errorf("load measurements from %s: %w", path, err)
+	}
+	if p.SEVSNP != nil && p.SEVSNP.TestRoot != nil {
+		return Policy{}, fmt.Errorf("%w (%q in its %q section): %s: a measurements file that travels with an image may not replace AMD's roots; "+
+			"use the file 'make image' wrote, and name the local cloud's test root yourself with --snp-test-root", ErrTestRootInFile, "testRoot", SEVSNPKey, path)
 	}
 	return p, nil
 }

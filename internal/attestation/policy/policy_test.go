@@ -1,11 +1,14 @@
 package policy
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 )
 
@@ -123,4 +126,57 @@ func TestLoadWithTestRoot(t *testing.T) {
 	if p, err := LoadWithTestRoot(snpFile, ""); err != nil || p.SEVSNP.TestRoot != nil {
 		t.Fatalf("no test root named: %v %+v", err, p.SEVSNP)
 	}
+}
+
+// TestLoadRefusesATestRootInTheFile: a measurements file that names its
+// own SEV-SNP test root keeps the image's PCRs and launch measurement, so
+// it passes for the image's file; loading it would let whoever wrote it
+// sign the nodes' reports. Only the owner names a test root.
+func TestLoadRefusesATestRootInTheFile(t *testing.T) {
+	chip, err := snpsim.NewChip(snpsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ParseJSON([]byte(withS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := chip.TestRoot()
+	section := *p.SEVSNP
+	section.TestRoot = &root
+	p.SEVSNP = &section
+	raw, err := p.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cluster's own records may carry it: the owner put it there.
+	if _, err := ParseJSON(raw); err != nil {
+		t.Fatalf("a policy with a test root does not parse: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "measurements-sev-snp.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, load := range map[string]func() (Policy, error){
+		"Load":                            func() (Policy, error) { return Load(path) },
+		"LoadWithTestRoot, none named":    func() (Policy, error) { return LoadWithTestRoot(path, "") },
+		"LoadWithTestRoot, another named": func() (Policy, error) { return LoadWithTestRoot(path, writeRoot(t, chip)) },
+	} {
+		if _, err := load(); !errors.Is(err, ErrTestRootInFile) || !strings.Contains(err.Error(), "--snp-test-root") {
+			t.Errorf("%s: %v, want ErrTestRootInFile that names --snp-test-root", name, err)
+		}
+	}
+}
+
+func writeRoot(t *testing.T, chip *snpsim.Chip) string {
+	t.Helper()
+	raw, err := json.Marshal(chip.TestRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "root.json")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

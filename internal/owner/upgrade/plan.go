@@ -34,6 +34,12 @@ type Options struct {
 	// their current values), older charts over newer ones, and retires
 	// sets that nodes still run.
 	Force bool
+	// AllowWeakerEvidence adds sets that demand weaker evidence than the
+	// strongest set the cluster accepts (see measurementset.Evidence):
+	// a vTPM-only set in a cluster of SEV-SNP nodes, a set under a test
+	// root in one under AMD's. Without it such a set is refused: the
+	// cluster would admit nodes the host can fake.
+	AllowWeakerEvidence bool
 }
 
 // Step is what happens to one release.
@@ -174,10 +180,25 @@ func changeSets(values map[string]any, opts Options) (changes, notes []string, e
 		}
 		return n
 	}
+	strongest := -1
+	for i, s := range sets {
+		if strongest < 0 || s.Evidence() > sets[strongest].Evidence() {
+			strongest = i
+		}
+	}
 	for _, add := range opts.Add {
 		if slices.Contains(names(), add.Name) {
 			notes = append(notes, fmt.Sprintf("the cluster accepts image %s already", add.Name))
 			continue
+		}
+		if strongest >= 0 && add.Evidence() < sets[strongest].Evidence() {
+			have := sets[strongest]
+			if !opts.AllowWeakerEvidence {
+				return nil, nil, fmt.Errorf("image %s would admit nodes on weaker evidence than the cluster's: it demands %s, while image %s demands %s; "+
+					"a node of it could be one the host fakes. Use the image's measurements for the cluster's hardware (measurements-sev-snp.json for SEV-SNP), or pass --allow-weaker-evidence if that is what you want",
+					add.Name, add.Evidence(), have.Name, have.Evidence())
+			}
+			notes = append(notes, fmt.Sprintf("--allow-weaker-evidence: image %s demands %s, weaker than image %s (%s)", add.Name, add.Evidence(), have.Name, have.Evidence()))
 		}
 		sets = append(sets, add)
 		changes = append(changes, "accept image "+add.Name)

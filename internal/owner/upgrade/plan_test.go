@@ -1,11 +1,17 @@
 package upgrade
 
 import (
+	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/release"
 
+	"github.com/orrery-dev/orrery/internal/attestation/measurements"
+	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
 	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/services"
@@ -113,5 +119,67 @@ func TestPlanCases(t *testing.T) {
 	}
 	if n := len(in[2].Values["measurementSets"].([]any)); n != 1 {
 		t.Errorf("MakePlan changed the installed values: %d sets", n)
+	}
+}
+
+// hardwareSet is an SEV-SNP image's set, under AMD's roots or, with a
+// chip, under its test root.
+func hardwareSet(t *testing.T, b byte, chip *snpsim.Chip) measurementset.Set {
+	t.Helper()
+	pol := &snp.Policy{Measurement: &snp.Expected{Expected: bytes.Repeat([]byte{b}, 48)}}
+	if chip != nil {
+		root := chip.TestRoot()
+		pol.TestRoot = &root
+	}
+	p := policy.Policy{PCRs: measurements.M{4: {Expected: bytes.Repeat([]byte{b}, 32)}}, SEVSNP: pol}
+	s, err := measurementset.FromPolicy(p, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestPlanRefusesWeakerEvidence: an upgrade must not quietly let a cluster
+// of SEV-SNP nodes admit nodes on a vTPM quote alone (the host controls
+// the vTPM), nor a cluster under AMD's roots admit nodes under a test
+// root (its keys sign any report).
+func TestPlanRefusesWeakerEvidence(t *testing.T) {
+	chip, err := snpsim.NewChip(snpsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	amd, amdNext := hardwareSet(t, 1, nil), hardwareSet(t, 2, nil)
+	test, testNext := hardwareSet(t, 3, chip), hardwareSet(t, 4, chip)
+	vtpm := testSet(t, 5)
+	load := testCharts(t, "0.2.1", false)
+	for name, tc := range map[string]struct {
+		cluster []measurementset.Set
+		add     measurementset.Set
+		refused bool
+	}{
+		"vTPM set into an SEV-SNP cluster":           {[]measurementset.Set{amd}, vtpm, true},
+		"vTPM set into a test-root cluster":          {[]measurementset.Set{test}, vtpm, true},
+		"test-root set into a cluster under AMD's":   {[]measurementset.Set{amd}, test, true},
+		"weaker than the strongest of two sets":      {[]measurementset.Set{test, amd}, testNext, true},
+		"SEV-SNP set into an SEV-SNP cluster":        {[]measurementset.Set{amd}, amdNext, false},
+		"test-root set into a test-root cluster":     {[]measurementset.Set{test}, testNext, false},
+		"SEV-SNP set into a vTPM cluster (stronger)": {[]measurementset.Set{vtpm}, amd, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := MakePlan(installedAt(t, "0.2.1", tc.cluster...), load, Options{Add: []measurementset.Set{tc.add}})
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "weaker evidence") || !strings.Contains(err.Error(), "--allow-weaker-evidence") {
+				t.Fatalf("err = %v, want a refusal naming --allow-weaker-evidence", err)
+			}
+			p, err := MakePlan(installedAt(t, "0.2.1", tc.cluster...), load, Options{Add: []measurementset.Set{tc.add}, AllowWeakerEvidence: true})
+			if err != nil || !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, "--allow-weaker-evidence") }) {
+				t.Fatalf("with --allow-weaker-evidence: %v, notes %v", err, p)
+			}
+		})
 	}
 }

@@ -129,15 +129,17 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 }
 
 // checkKept checks what the node keeps on its state disk that decides
-// what its OS runs (keptfiles), with what the join service's ticket says
-// of the cluster; a key from a recovery says nothing, and only control
-// planes serve recovery.
+// what its OS runs (keptfiles), with what the join service's ticket or
+// the owner's recovery says of the cluster and of the node's role. The
+// metadata service's role, the host's word, counts for nothing here.
 func checkKept(c *console, key unlock.Key) error {
 	t := time.Now()
-	facts := keptfiles.Facts{ControlPlane: true}
-	if cl := key.Cluster; cl != nil {
-		facts = keptfiles.Facts{ControlPlane: cl.ControlPlane, CACert: cl.CACert, Endpoint: cl.Endpoint}
+	cl := key.Cluster
+	if cl == nil {
+		return errors.New("the disk key came without the cluster's word on this node's role and cluster, so nothing its disk keeps can be trusted: the OS does not start; " +
+			"rejoin through a join service or recover with the orrery built with this image")
 	}
+	facts := keptfiles.Facts{ControlPlane: cl.ControlPlane, CACert: cl.CACert, Endpoint: cl.Endpoint}
 	kept := &keptfiles.Checker{Root: sysroot, Say: func(format string, args ...any) { c.log("kept", format, args...) }}
 	if err := kept.Check(facts); err != nil {
 		return fmt.Errorf("%w. Root on this node changed it since the node wrote it, so the OS does not start: "+
@@ -279,9 +281,9 @@ func serveWhileWaiting(ctx context.Context, c *console, meta *metadata.Client, i
 			c.log("recover", "cannot serve recovery: %v", err)
 			return
 		}
-		// A Recover request is two 32-byte fields, a node service one a
-		// few small ones.
-		srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(1024))
+		// A Recover request is two 32-byte fields and the cluster's CA
+		// certificate (about 1 KiB), a node service one a few small ones.
+		srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(4096))
 		if recovery {
 			recoverpb.RegisterRecoverServiceServer(srv, &unlock.RecoverServer{
 				DiskUUID: uuid, Unlocker: u, Say: func(format string, args ...any) { c.log("recover", format, args...) },

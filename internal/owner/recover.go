@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -31,9 +32,24 @@ type RecoverConfig struct {
 	Collateral validator.Collateral
 	// MasterSecret is the cluster's, as 'orrery init' saved it.
 	MasterSecret keys.MasterSecret
-	Logger       *slog.Logger
-	Progress     Progress
+	// ControlPlane is the instance the owner's records name as the
+	// cluster's control plane (the workspace's first node): the node
+	// that answers must be it, proved by its platform-certified
+	// attestation key, before it gets the master secret and the
+	// control plane's role. The zero Instance refuses every node.
+	ControlPlane attestation.Instance
+	// CACert (DER) and Endpoint (host:port) are the cluster's, from the
+	// owner's admin kubeconfig: the node checks the files its disk keeps
+	// against them, with a control plane's latitude.
+	CACert   []byte
+	Endpoint string
+	Logger   *slog.Logger
+	Progress Progress
 }
+
+// ErrNotTheControlPlane means the node that answered is not the control
+// plane the owner's records name; it got nothing.
+var ErrNotTheControlPlane = errors.New("the node is not the control plane your workspace records")
 
 // ErrWrongMasterSecret means the node refused the master secret: it does
 // not open the node's state disk. The node is unchanged and keeps waiting.
@@ -48,13 +64,19 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 	if err := cfg.MasterSecret.Validate(); err != nil {
 		return fmt.Errorf("master secret: %w", err)
 	}
+	if cfg.ControlPlane.Name == "" || cfg.ControlPlane.ID == "" {
+		return errors.New("no record of the cluster's control plane (its instance name and ID): recover needs the state file 'orrery init' wrote beside the master secret")
+	}
+	if len(cfg.CACert) == 0 || cfg.Endpoint == "" {
+		return errors.New("no cluster CA certificate or API server endpoint: recover needs the admin kubeconfig 'orrery init' wrote beside the master secret")
+	}
 	v, err := validator.New(validator.Config{
 		Policy: cfg.Measurements, PlatformCAs: []*x509.Certificate{cfg.PlatformCA}, Collateral: cfg.Collateral, Logger: orDiscard(cfg.Logger),
 	})
 	if err != nil {
 		return err
 	}
-	d, err := dialer.New(v)
+	d, err := dialer.New(onlyInstance{v, cfg.ControlPlane})
 	if err != nil {
 		return err
 	}
@@ -82,6 +104,7 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 	defer conn.Close()
 	_, err = recoverpb.NewRecoverServiceClient(conn).Recover(ctx, &recoverpb.RecoverRequest{
 		MasterSecret: cfg.MasterSecret.Key, MasterSecretSalt: cfg.MasterSecret.Salt,
+		ClusterCaCert: cfg.CACert, ApiServerEndpoint: cfg.Endpoint,
 	})
 	switch status.Code(err) {
 	case codes.OK:
@@ -94,4 +117,30 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 		return fmt.Errorf("%w (%s)", ErrWrongMasterSecret, termtext.Line(status.Convert(err).Message()))
 	}
 	return fmt.Errorf("recover %s: %w", cfg.Node, termtext.Error(err))
+}
+
+// onlyInstance accepts, in the TLS handshake, only a node whose
+// certified instance is want: the master secret goes to no other, and
+// the host's metadata, which decides which nodes serve recovery, cannot
+// make a worker the control plane.
+type onlyInstance struct {
+	attestation.ProofValidator
+	want attestation.Instance
+}
+
+func (o onlyInstance) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
+	p, err := o.ValidateProof(ctx, doc, nonce)
+	return p.UserData, err
+}
+
+func (o onlyInstance) ValidateProof(ctx context.Context, doc, nonce []byte) (attestation.Proof, error) {
+	p, err := o.ProofValidator.ValidateProof(ctx, doc, nonce)
+	if err != nil {
+		return attestation.Proof{}, err
+	}
+	if p.Instance != o.want {
+		return attestation.Proof{}, fmt.Errorf("%w: it is %s, and your workspace records %s as the control plane; recover hands the master secret to that node alone",
+			ErrNotTheControlPlane, p.Instance, o.want)
+	}
+	return p, nil
 }

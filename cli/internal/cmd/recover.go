@@ -2,16 +2,20 @@ package cmd
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -40,9 +44,14 @@ func newRecoverCmd() *cobra.Command {
 plane was down: its initrd found no join service to get its state disk's key
 from, and waits, serving recovery on port %d (its console says so).
 
-recover checks the node's attestation against the image's measurements,
-sends it the cluster's master secret (the file 'orrery init' wrote), and
-waits until the node says it opened its disk. The node derives its key
+recover checks the node's attestation against the image's measurements
+and that the node is the control plane your workspace records ('orrery
+init' wrote its instance into the state file; the VM's platform certifies
+it in the node's attestation key), then sends it the cluster's master
+secret and the cluster's CA and API server from the admin kubeconfig
+beside it, and waits until the node says it opened its disk. The node
+keeps a control plane's files on your word alone, never on the cloud's
+metadata. The node derives its key
 itself; a master secret of another cluster is refused, and the node keeps
 waiting, unchanged. Workers need no recovery: they rejoin by themselves once
 a control plane is back.`, recoverpb.Port),
@@ -95,12 +104,46 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	if err != nil {
 		return fmt.Errorf("%w (pass --master-secret, or --workspace: the directory where 'orrery init' wrote it)", err)
 	}
+	cp, caCert, endpoint, err := recordedControlPlane(workspace.Dir(filepath.Dir(o.masterSecretPath)))
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	p := &progressPrinter{out: out, start: start}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	return owner.Recover(ctx, owner.RecoverConfig{
 		Node: addr, Measurements: m, PlatformCA: ca, Collateral: o.hardware.collateral(), MasterSecret: ms,
-		Logger: log, Progress: p.event,
+		ControlPlane: cp, CACert: caCert, Endpoint: endpoint, Logger: log, Progress: p.event,
 	})
+}
+
+// recordedControlPlane reads, from the workspace 'orrery init' wrote, the
+// control plane it initialised (the state file) and the cluster's CA and
+// API server (the admin kubeconfig): recover gives the master secret and
+// a control plane's role to that instance alone.
+func recordedControlPlane(ws workspace.Dir) (attestation.Instance, []byte, string, error) {
+	st, err := ws.ReadState()
+	if err != nil {
+		return attestation.Instance{}, nil, "", fmt.Errorf("read %s beside the master secret: %w", workspace.StateFile, err)
+	}
+	if st.FirstNode == nil || st.FirstNode.Name == "" || st.FirstNode.InstanceID == "" {
+		return attestation.Instance{}, nil, "", fmt.Errorf("%s records no control plane instance (an 'orrery init' that did not finish, or an older one): recover cannot tell the control plane from another node", ws.Path(workspace.StateFile))
+	}
+	path := ws.Path(workspace.KubeconfigFile)
+	kc, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return attestation.Instance{}, nil, "", fmt.Errorf("read the admin kubeconfig beside the master secret: %w", err)
+	}
+	ctx := kc.Contexts[kc.CurrentContext]
+	if ctx == nil || kc.Clusters[ctx.Cluster] == nil {
+		return attestation.Instance{}, nil, "", fmt.Errorf("%s has no current context with a cluster", path)
+	}
+	cl := kc.Clusters[ctx.Cluster]
+	block, _ := pem.Decode(cl.CertificateAuthorityData)
+	u, err := url.Parse(cl.Server)
+	if block == nil || err != nil || u.Host == "" {
+		return attestation.Instance{}, nil, "", fmt.Errorf("%s: its cluster has no PEM CA certificate or no https server URL", path)
+	}
+	return attestation.Instance{Name: st.FirstNode.Name, ID: st.FirstNode.InstanceID}, block.Bytes, u.Host, nil
 }

@@ -5,11 +5,17 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/pem"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
 
 // The refusals of recover's own input; the protocol is tested with the
@@ -27,6 +33,12 @@ func TestRecoverInput(t *testing.T) {
 	if err := keys.WriteMasterSecretFile(secret, ms); err != nil {
 		t.Fatal(err)
 	}
+	// A master secret whose workspace records no control plane.
+	bare := filepath.Join(t.TempDir(), "orrery-master-secret.json")
+	if err := keys.WriteMasterSecretFile(bare, ms); err != nil {
+		t.Fatal(err)
+	}
+	writeRecoverWorkspace(t, filepath.Dir(secret))
 	m := writeMeasurements(t, pcr11[:])
 	tests := map[string]struct {
 		args    []string
@@ -43,6 +55,10 @@ func TestRecoverInput(t *testing.T) {
 		"missing measurements": {
 			args:    []string{"--measurements", "/nonexistent/m.json", "--platform-ca", caPath, "--master-secret", secret},
 			wantErr: "load measurements",
+		},
+		"a workspace without its state": {
+			args:    []string{"--measurements", m, "--platform-ca", caPath, "--master-secret", bare},
+			wantErr: "read orrery-state.json beside the master secret",
 		},
 		"a node of another image": {
 			args:    []string{"--measurements", writeMeasurements(t, bytes.Repeat([]byte{9}, 32)), "--platform-ca", caPath, "--master-secret", secret},
@@ -63,5 +79,30 @@ func TestRecoverInput(t *testing.T) {
 				t.Error("the master secret was printed")
 			}
 		})
+	}
+}
+
+// writeRecoverWorkspace writes what 'orrery init' leaves beside the master
+// secret that recover reads: the state with the control plane's instance,
+// and the admin kubeconfig with the cluster's CA and API server.
+func writeRecoverWorkspace(t *testing.T, dir string) {
+	t.Helper()
+	ws := workspace.Dir(dir)
+	st := workspace.State{Node: "10.42.1.100:9000", ClusterName: "demo", MeasurementSalt: bytes.Repeat([]byte{1}, 32),
+		FirstNode: &workspace.FirstNode{Name: "cp-0", InstanceID: "42", DiskUUID: "6c9b5e9e-8c2b-4c43-9d55-6f6c0e0b7e51"}}
+	if err := ws.WriteState(st); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := platformca.New("kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["demo"] = &clientcmdapi.Cluster{Server: "https://10.42.1.100:6443", CertificateAuthorityData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})}
+	kc.Contexts["admin@demo"] = &clientcmdapi.Context{Cluster: "demo", AuthInfo: "admin"}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{}
+	kc.CurrentContext = "admin@demo"
+	if err := clientcmd.WriteToFile(*kc, ws.Path(workspace.KubeconfigFile)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -56,13 +56,14 @@ var ErrRefused = errors.New("refusing what the state disk keeps")
 // its state disk.
 type Facts struct {
 	// ControlPlane is true on a node the owner approved as a control
-	// plane (the join service's word; a recovery, which only the owner
-	// runs and only on control planes, counts as one). A worker keeps no
-	// static pods and no cluster keys.
+	// plane: the join service's word in a rejoin ticket, or the owner's
+	// in a recovery, which the owner sends only to the instance its
+	// records name as the control plane. Never the metadata's: the host
+	// writes it. A worker keeps no static pods and no cluster keys.
 	ControlPlane bool
-	// CACert is the cluster CA certificate (DER) from the join service,
-	// nil if the disk key came from a recovery: the node's own copy is
-	// then only checked to be a CA certificate.
+	// CACert is the cluster CA certificate (DER) from the join service
+	// or the owner; nil only in tests of older cases: the node's own copy
+	// is then only checked to be a CA certificate.
 	CACert []byte
 	// Endpoint is the API server (host:port) from the join service; a
 	// worker's kubelet talks to it and nothing else. "" is not checked.

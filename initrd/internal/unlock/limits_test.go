@@ -20,9 +20,9 @@ import (
 )
 
 // transportLimit is the largest request the recovery server takes:
-// initrd/init serves it with grpc.MaxRecvMsgSize(1024), as serveRecovery
+// initrd/init serves it with grpc.MaxRecvMsgSize(4096), as serveRecovery
 // does.
-const transportLimit = 1024
+const transportLimit = 4096
 
 // stubLUKS answers for a disk that is not there.
 type stubLUKS struct {
@@ -68,14 +68,14 @@ func TestRecoverRepliesAreBounded(t *testing.T) {
 		tried    bool
 	}{
 		"largest request the transport allows": {
-			req: largest(transportLimit), wantCode: codes.InvalidArgument, wantMsg: "master key has 987 bytes, want 32",
+			req: largest(transportLimit), wantCode: codes.InvalidArgument, wantMsg: "master key has 4059 bytes, want 32",
 		},
 		"wrong master secret": {
-			req: largest(68), testKey: func(context.Context) (bool, error) { return false, nil },
+			req: withCluster(t, masterSecret(t)), testKey: func(context.Context) (bool, error) { return false, nil },
 			wantCode: codes.PermissionDenied, wantMsg: "does not open the node's state disk", tried: true,
 		},
 		"cryptsetup fails with 1 MiB of output": {
-			req: largest(68), testKey: func(context.Context) (bool, error) { return false, longOutput },
+			req: withCluster(t, masterSecret(t)), testKey: func(context.Context) (bool, error) { return false, longOutput },
 			wantCode: codes.Internal, wantMsg: "open the state disk: try the key on /dev/vdb: cryptsetup: ", tried: true,
 		},
 	}
@@ -110,7 +110,7 @@ func TestRecoverTriesOneKeyAtATime(t *testing.T) {
 	errs := make(chan error)
 	for range 10 {
 		go func() {
-			_, err := s.Recover(context.Background(), &recoverpb.RecoverRequest{MasterSecret: ms.Key, MasterSecretSalt: ms.Salt})
+			_, err := s.Recover(context.Background(), withCluster(t, ms))
 			errs <- err
 		}()
 	}

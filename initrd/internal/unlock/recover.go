@@ -40,7 +40,7 @@ type RecoverServer struct {
 //
 // Until its master secret opens the disk the peer is anyone on the
 // network, so a request costs a bounded amount: the gRPC server takes
-// requests of at most 1 KiB (initrd/init), the fields' lengths are
+// requests of at most 4 KiB (initrd/init), the fields' lengths are
 // checked before anything else, one key at a time is tried on the disk,
 // and an error says at most statuslimit.MaxMessage bytes.
 func (s *RecoverServer) Recover(ctx context.Context, req *recoverpb.RecoverRequest) (*recoverpb.RecoverResponse, error) {
@@ -61,6 +61,19 @@ func (s *RecoverServer) tryRecover(ctx context.Context, req *recoverpb.RecoverRe
 		s.Say("refused a recovery from %s: %v", from, err)
 		return nil, status.Errorf(codes.InvalidArgument, "%v: send the master secret file 'orrery init' wrote", err)
 	}
+	// The owner's word that this node is its cluster's control plane:
+	// the metadata service that made the node serve recovery is the
+	// host's, and must not decide what the disk may keep.
+	if len(req.GetClusterCaCert()) == 0 || req.GetApiServerEndpoint() == "" {
+		s.Say("refused a recovery from %s: it names no cluster CA certificate and API server (an orrery older than this image)", from)
+		return nil, status.Error(codes.InvalidArgument,
+			"the request names no cluster CA certificate and API server endpoint, so the node cannot check what its disk keeps: recover with the orrery built with this node's image")
+	}
+	cluster, err := checkedCluster(req.GetClusterCaCert(), req.GetApiServerEndpoint(), true)
+	if err != nil {
+		s.Say("refused a recovery from %s: %v", from, err)
+		return nil, status.Errorf(codes.InvalidArgument, "the request's cluster: %v: send the cluster CA and API server of the admin kubeconfig 'orrery init' wrote", err)
+	}
 	diskKey, err := ms.DiskKey(s.DiskUUID)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "derive the disk key: %v", err)
@@ -78,7 +91,7 @@ func (s *RecoverServer) tryRecover(ctx context.Context, req *recoverpb.RecoverRe
 		return nil, err
 	}
 	defer release()
-	err = s.Unlocker.Try(ctx, Key{DiskKey: diskKey, MeasurementSecret: secret, OwnerAccessKey: owner.Public().(ed25519.PublicKey), From: from})
+	err = s.Unlocker.Try(ctx, Key{DiskKey: diskKey, MeasurementSecret: secret, Cluster: cluster, OwnerAccessKey: owner.Public().(ed25519.PublicKey), From: from})
 	switch {
 	case errors.Is(err, ErrWrongKey):
 		s.Say("refused a recovery from %s: its master secret does not open the state disk (UUID %s), which is untouched; still waiting", from, s.DiskUUID)

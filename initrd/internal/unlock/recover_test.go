@@ -19,7 +19,9 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/atls/atlstest"
+	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
+	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner"
@@ -33,7 +35,34 @@ import (
 func serveRecovery(t *testing.T, node *qemutest.Node, s *RecoverServer) string {
 	t.Helper()
 	return atlstest.Serve(t, atls.Config{Issuer: node.Issuer}, func(srv *grpc.Server) { recoverpb.RegisterRecoverServiceServer(srv, s) },
-		grpc.MaxRecvMsgSize(1024))
+		grpc.MaxRecvMsgSize(4096))
+}
+
+// testClusterCA is a cluster CA certificate (DER), as the owner's admin
+// kubeconfig holds it.
+func testClusterCA(t *testing.T) []byte {
+	t.Helper()
+	ca, err := platformca.New("kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.Cert.Raw
+}
+
+const testEndpoint = "10.42.1.100:6443"
+
+// withCluster is the owner's recovery request: ms and the cluster.
+func withCluster(t *testing.T, ms keys.MasterSecret) *recoverpb.RecoverRequest {
+	return &recoverpb.RecoverRequest{MasterSecret: ms.Key, MasterSecretSalt: ms.Salt, ClusterCaCert: testClusterCA(t), ApiServerEndpoint: testEndpoint}
+}
+
+// recoverConfig is the owner's recovery of node, which its records name
+// as the control plane, at addr with ms.
+func recoverConfig(t *testing.T, node *qemutest.Node, addr string, ms keys.MasterSecret) owner.RecoverConfig {
+	return owner.RecoverConfig{
+		Node: addr, Measurements: policy.Policy{PCRs: imageOf(t, node)}, PlatformCA: node.CA.Cert, MasterSecret: ms,
+		ControlPlane: node.Instance, CACert: testClusterCA(t), Endpoint: testEndpoint,
+	}
 }
 
 func masterSecret(t *testing.T) keys.MasterSecret {
@@ -65,10 +94,8 @@ func TestRecoverWrongThenRightMasterSecret(t *testing.T) {
 	node, u, _, console, addr := recoveryNode(t, ms)
 	before := header(t, u)
 	var events strings.Builder
-	cfg := owner.RecoverConfig{
-		Node: addr, Measurements: policy.Policy{PCRs: imageOf(t, node)}, PlatformCA: node.CA.Cert,
-		Progress: func(e owner.Event) { events.WriteString(e.Text + "\n") },
-	}
+	cfg := recoverConfig(t, node, addr, ms)
+	cfg.Progress = func(e owner.Event) { events.WriteString(e.Text + "\n") }
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -96,6 +123,9 @@ func TestRecoverWrongThenRightMasterSecret(t *testing.T) {
 		!access.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(got.OwnerAccessKey)) {
 		t.Errorf("the unlocker keeps %+v; want the measurement secret, the owner's access key, the owner as sender, and no disk key", got)
 	}
+	if cl := u.Key().Cluster; cl == nil || !cl.ControlPlane || !bytes.Equal(cl.CACert, cfg.CACert) || cl.Endpoint != cfg.Endpoint {
+		t.Errorf("the unlocker keeps the cluster %+v; want the owner's CA and endpoint, as a control plane", cl)
+	}
 
 	// A second recovery finds the node open and changes nothing.
 	if err := owner.Recover(ctx, cfg); err != nil {
@@ -119,7 +149,9 @@ func TestRecoverRefusesAnotherImage(t *testing.T) {
 	impostor.Measure(t, 11, "a debug shell", "initrd: something else")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err := owner.Recover(ctx, owner.RecoverConfig{Node: addr, Measurements: policy.Policy{PCRs: imageOf(t, genuine)}, PlatformCA: impostor.CA.Cert, MasterSecret: ms})
+	cfg := recoverConfig(t, impostor, addr, ms)
+	cfg.Measurements = policy.Policy{PCRs: imageOf(t, genuine)}
+	err := owner.Recover(ctx, cfg)
 	var notAttested *dialer.NotAttestedError
 	if !errors.As(err, &notAttested) || !strings.Contains(err.Error(), "PCR 11") {
 		t.Fatalf("Recover from a node of another image = %v, want a refusal naming PCR 11", err)
@@ -173,7 +205,7 @@ func TestRecoverSurvivesGarbage(t *testing.T) {
 	defer stalled.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := owner.Recover(ctx, owner.RecoverConfig{Node: addr, Measurements: policy.Policy{PCRs: imageOf(t, node)}, PlatformCA: node.CA.Cert, MasterSecret: ms}); err != nil {
+	if err := owner.Recover(ctx, recoverConfig(t, node, addr, ms)); err != nil {
 		t.Fatal(err)
 	}
 	if !isOpen(u) {
@@ -212,4 +244,56 @@ func dialRecovery(t *testing.T, node *qemutest.Node, addr string) *grpc.ClientCo
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// TestRecoverGoesToTheRecordedControlPlaneOnly is the host relabelling a
+// worker a control plane in its metadata, so that the worker's initrd
+// serves recovery, and pointing the owner's 'recover' at it: the worker
+// runs the genuine image, but its certified instance is not the control
+// plane the owner's workspace records, so it gets neither the master
+// secret nor a control plane's latitude over what its disk keeps.
+func TestRecoverGoesToTheRecordedControlPlaneOnly(t *testing.T) {
+	ms := masterSecret(t)
+	worker, u, luks, _, addr := recoveryNode(t, ms)
+	cfg := recoverConfig(t, worker, addr, ms)
+	cfg.ControlPlane = attestation.Instance{Name: "cp-0", ID: "4242"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := owner.Recover(ctx, cfg)
+	if !errors.Is(err, owner.ErrNotTheControlPlane) || !strings.Contains(err.Error(), worker.Instance.Name) {
+		t.Fatalf("Recover of a node the workspace does not record = %v, want ErrNotTheControlPlane naming it", err)
+	}
+	if isOpen(u) || luks.keyTests() != 0 {
+		t.Error("the relabelled worker received the master secret")
+	}
+}
+
+// TestRecoverNeedsTheOwnersWordOnTheCluster: a request without the
+// cluster's CA and API server (an older orrery), or with a CA that is
+// none, is refused before the disk is touched; the node would otherwise
+// keep what its disk holds on no one's word.
+func TestRecoverNeedsTheOwnersWordOnTheCluster(t *testing.T) {
+	ms := masterSecret(t)
+	key, _ := ms.DiskKey(diskUUID)
+	u, luks := newDisk(t, key)
+	s := &RecoverServer{DiskUUID: diskUUID, Unlocker: u, Say: func(string, ...any) {}}
+	notCA := withCluster(t, ms)
+	notCA.ClusterCaCert = []byte("not a certificate")
+	scheme := withCluster(t, ms)
+	scheme.ApiServerEndpoint = "https://10.42.1.100:6443"
+	for name, req := range map[string]*recoverpb.RecoverRequest{
+		"no cluster":          {MasterSecret: ms.Key, MasterSecretSalt: ms.Salt},
+		"no endpoint":         {MasterSecret: ms.Key, MasterSecretSalt: ms.Salt, ClusterCaCert: testClusterCA(t)},
+		"garbage CA":          notCA,
+		"endpoint with a URL": scheme,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := s.Recover(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+				t.Errorf("Recover = %v, want InvalidArgument", err)
+			}
+		})
+	}
+	if isOpen(u) || luks.keyTests() != 0 {
+		t.Error("a request without the owner's word on the cluster reached the disk")
+	}
 }

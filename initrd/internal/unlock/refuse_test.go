@@ -18,7 +18,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/cryptsetup/headertest"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
-	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
 )
 
 // Ways a host rewrites the header of a node's state disk, each with the
@@ -148,7 +147,7 @@ func TestRecoverRefusedDisk(t *testing.T) {
 	headertest.Rewrite(t, u.Device, headertest.NullSegment)
 	var console strings.Builder
 	s := &RecoverServer{DiskUUID: diskUUID, Unlocker: u, Say: func(format string, args ...any) { console.WriteString(format + "\n") }}
-	_, err = s.Recover(context.Background(), &recoverpb.RecoverRequest{MasterSecret: ms.Key, MasterSecretSalt: ms.Salt})
+	_, err = s.Recover(context.Background(), withCluster(t, ms))
 	st := status.Convert(err)
 	if st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "segments.0.encryption") || !strings.Contains(st.Message(), "do not recover this node") {
 		t.Fatalf("Recover = %v", err)

@@ -164,20 +164,27 @@ const maxEndpoint = 255
 // the node's kept files against these, so a ticket that fails is
 // refused whole.
 func clusterOf(t *joinpb.IssueRejoinTicketResponse) (*Cluster, error) {
-	ca, err := x509.ParseCertificate(t.GetClusterCaCert())
+	if k := t.GetOwnerAccessKey(); len(k) != 0 && len(k) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("its owner access key has %d bytes, want %d", len(k), ed25519.PublicKeySize)
+	}
+	return checkedCluster(t.GetClusterCaCert(), t.GetApiServerEndpoint(), t.GetControlPlane())
+}
+
+// checkedCluster is a Cluster of caCert and endpoint once both are
+// checked: the CA must be a DER X.509 CA certificate, and the endpoint a
+// host and a numeric port with no scheme, of at most maxEndpoint bytes.
+func checkedCluster(caCert []byte, endpoint string, controlPlane bool) (*Cluster, error) {
+	ca, err := x509.ParseCertificate(caCert)
 	if err != nil {
-		return nil, fmt.Errorf("its cluster CA certificate (%d bytes) is not a DER X.509 certificate: %w", len(t.GetClusterCaCert()), err)
+		return nil, fmt.Errorf("its cluster CA certificate (%d bytes) is not a DER X.509 certificate: %w", len(caCert), err)
 	}
 	if !ca.IsCA {
 		return nil, fmt.Errorf("its cluster CA certificate (subject %q) is not a CA certificate", ca.Subject.String())
 	}
-	if err := checkEndpoint(t.GetApiServerEndpoint()); err != nil {
+	if err := checkEndpoint(endpoint); err != nil {
 		return nil, fmt.Errorf("its API server endpoint: %w", err)
 	}
-	if k := t.GetOwnerAccessKey(); len(k) != 0 && len(k) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("its owner access key has %d bytes, want %d", len(k), ed25519.PublicKeySize)
-	}
-	return &Cluster{CACert: t.GetClusterCaCert(), Endpoint: t.GetApiServerEndpoint(), ControlPlane: t.GetControlPlane()}, nil
+	return &Cluster{CACert: caCert, Endpoint: endpoint, ControlPlane: controlPlane}, nil
 }
 
 // checkEndpoint checks that e is host:port, as net.SplitHostPort reads

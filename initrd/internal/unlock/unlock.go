@@ -31,11 +31,11 @@ type Key struct {
 	// MeasurementSecret, with the measurement salt kept on the disk,
 	// gives the cluster ID to extend PCR 15 with.
 	MeasurementSecret []byte
-	// Cluster is what the cluster's join service says of it, to check
-	// the Kubernetes files kept on the disk against. Set by a rejoin,
-	// from the join service's ticket (checked by the Rejoiner); nil when
-	// the key came from the owner's recovery (RecoverServer), which says
-	// nothing of the cluster. Callers must handle nil.
+	// Cluster is what the cluster's join service (a rejoin ticket,
+	// checked by the Rejoiner) or the owner (a recovery, checked by the
+	// RecoverServer) says of it, to check the Kubernetes files kept on
+	// the disk against. Callers must handle nil, and trust a disk key
+	// that comes without it with nothing the disk keeps.
 	Cluster *Cluster
 	// OwnerAccessKey is the public half of the owner's access key, for
 	// the node service: from the join service's ticket, or derived from
@@ -45,9 +45,9 @@ type Key struct {
 	From string
 }
 
-// Cluster is what a rejoin ticket says of the node's cluster. It comes
-// from the join service whose key opens the disk, over attested TLS, so
-// the initrd trusts it over anything the host serves.
+// Cluster is what a rejoin ticket or the owner's recovery says of the
+// node's cluster. It comes with the key that opens the disk, over
+// attested TLS, so the initrd trusts it over anything the host serves.
 type Cluster struct {
 	// CACert is the cluster CA's certificate, DER; a CA certificate.
 	CACert []byte
@@ -55,8 +55,9 @@ type Cluster struct {
 	// brackets).
 	Endpoint string
 	// ControlPlane is true if the owner approved this node's instance
-	// as a control plane; the node's metadata role, the host's word,
-	// does not count.
+	// as a control plane (the join service's word), or recovered it (the
+	// owner's own); the node's metadata role, the host's word, does not
+	// count.
 	ControlPlane bool
 }
 

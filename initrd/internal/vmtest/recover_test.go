@@ -134,10 +134,15 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 	for _, marker := range []string{"enter-initrd", "leave-initrd"} {
 		pcr11 = extend(pcr11, []byte(marker))
 	}
+	clusterCA, err := platformca.New("kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := owner.RecoverConfig{
 		Node:         "127.0.0.1:" + strconv.Itoa(port),
 		Measurements: policy.Policy{PCRs: measurements.M{11: {Expected: pcr11}, 15: {Expected: make([]byte, 32)}}},
 		PlatformCA:   ca.Cert,
+		ControlPlane: inst, CACert: clusterCA.Cert.Raw, Endpoint: "10.42.1.100:6443",
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer rcancel()

@@ -32,8 +32,18 @@ type RecoverRequest struct {
 	// master_secret_salt is the 32-byte HKDF salt saved with the master
 	// secret. Any other length is rejected.
 	MasterSecretSalt []byte `protobuf:"bytes,2,opt,name=master_secret_salt,json=masterSecretSalt,proto3" json:"master_secret_salt,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// cluster_ca_cert is the cluster CA certificate (DER), as the owner's
+	// admin kubeconfig holds it, and api_server_endpoint the API server
+	// ("host:port"). With them the owner names the node a control plane of
+	// its cluster: the node keeps a control plane's files (static pods,
+	// cluster keys) only on the owner's word, never on the metadata
+	// service's, which the host writes. The owner sends them only to the
+	// instance its records name as the control plane. A request without
+	// them is refused.
+	ClusterCaCert     []byte `protobuf:"bytes,3,opt,name=cluster_ca_cert,json=clusterCaCert,proto3" json:"cluster_ca_cert,omitempty"`
+	ApiServerEndpoint string `protobuf:"bytes,4,opt,name=api_server_endpoint,json=apiServerEndpoint,proto3" json:"api_server_endpoint,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RecoverRequest) Reset() {
@@ -80,6 +90,20 @@ func (x *RecoverRequest) GetMasterSecretSalt() []byte {
 	return nil
 }
 
+func (x *RecoverRequest) GetClusterCaCert() []byte {
+	if x != nil {
+		return x.ClusterCaCert
+	}
+	return nil
+}
+
+func (x *RecoverRequest) GetApiServerEndpoint() string {
+	if x != nil {
+		return x.ApiServerEndpoint
+	}
+	return ""
+}
+
 // RecoverResponse is empty: success is the OK status, failure the error
 // status. It is a message of its own so fields can be added later.
 type RecoverResponse struct {
@@ -122,10 +146,12 @@ var File_internal_proto_recoverpb_recover_proto protoreflect.FileDescriptor
 
 const file_internal_proto_recoverpb_recover_proto_rawDesc = "" +
 	"\n" +
-	"&internal/proto/recoverpb/recover.proto\x12\x11orrery.recover.v1\"c\n" +
+	"&internal/proto/recoverpb/recover.proto\x12\x11orrery.recover.v1\"\xbb\x01\n" +
 	"\x0eRecoverRequest\x12#\n" +
 	"\rmaster_secret\x18\x01 \x01(\fR\fmasterSecret\x12,\n" +
-	"\x12master_secret_salt\x18\x02 \x01(\fR\x10masterSecretSalt\"\x11\n" +
+	"\x12master_secret_salt\x18\x02 \x01(\fR\x10masterSecretSalt\x12&\n" +
+	"\x0fcluster_ca_cert\x18\x03 \x01(\fR\rclusterCaCert\x12.\n" +
+	"\x13api_server_endpoint\x18\x04 \x01(\tR\x11apiServerEndpoint\"\x11\n" +
 	"\x0fRecoverResponse2b\n" +
 	"\x0eRecoverService\x12P\n" +
 	"\aRecover\x12!.orrery.recover.v1.RecoverRequest\x1a\".orrery.recover.v1.RecoverResponseB7Z5github.com/orrery-dev/orrery/internal/proto/recoverpbb\x06proto3"

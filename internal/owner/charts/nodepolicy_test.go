@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/apiservertest"
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/orreryapi"
 	"github.com/orrery-dev/orrery/internal/owner/noderemove"
 	"github.com/orrery-dev/orrery/internal/removednodes"
@@ -567,6 +568,32 @@ func TestRemovedNodeCannotComeBack(t *testing.T) {
 	}
 	if err := noderemove.Remove(ctx, cfg, "worker-9"); err == nil || !strings.Contains(err.Error(), "no node worker-9") {
 		t.Errorf("removing a node nobody knows: %v", err)
+	}
+
+	// A control plane whose Node is gone (its own kubelet may delete
+	// it) is known by the records: its disk's instance is approved.
+	const cpDisk = "0f9c3a51-7d2e-4b8a-9e61-2c5d8f0a7b34"
+	if _, err := dyn.Resource(admittedNodes).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind, "metadata": map[string]any{"name": "disk-" + cpDisk},
+		"spec": map[string]any{"diskUUID": cpDisk, "instance": map[string]any{"name": "cp-1", "id": "5150"}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps(controlplanes.Namespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: controlplanes.ConfigMapName, Namespace: controlplanes.Namespace},
+		Data:       map[string]string{controlplanes.Key: "5150"},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := noderemove.Remove(ctx, cfg, "cp-1"); err == nil || !strings.Contains(err.Error(), "is a control plane (instance 5150") {
+		t.Errorf("removing an approved control plane without a Node: %v", err)
+	}
+	rec, err = dyn.Resource(admittedNodes).Get(ctx, "disk-"+cpDisk, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, _, _ := unstructured.NestedString(rec.Object, "spec", "removedAt"); at != "" {
+		t.Error("a refused removal marked the control plane's disk removed")
 	}
 }
 

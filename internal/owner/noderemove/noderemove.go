@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/orreryapi"
 	"github.com/orrery-dev/orrery/internal/removednodes"
 )
@@ -79,6 +81,11 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 			return fmt.Errorf("node %s is a control plane: 'orrery node remove' removes workers only (a control plane's etcd member and certificates would stay behind)", name)
 		}
 	}
+	// A control plane is known by the cluster's records too: its Node,
+	// and so its label, may be gone.
+	if err := refuseApprovedControlPlane(ctx, cfg, name); err != nil {
+		return err
+	}
 	records, err := markRecordsRemoved(ctx, cfg, name, now)
 	if err != nil {
 		return err
@@ -107,6 +114,34 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 		fmt.Fprintf(cfg.Out, "node %s: deleted\n", name)
 	}
 	fmt.Fprintf(cfg.Out, "node %s removed: it gets no join or rejoin ticket again\n", name)
+	return nil
+}
+
+// refuseApprovedControlPlane refuses name if a disk was admitted for it
+// on an instance the owner approved as a control plane.
+func refuseApprovedControlPlane(ctx context.Context, cfg Config, name string) error {
+	cm, err := cfg.Client.CoreV1().ConfigMaps(controlplanes.Namespace).Get(ctx, controlplanes.ConfigMapName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the approved control planes (%s/%s): %w", controlplanes.Namespace, controlplanes.ConfigMapName, err)
+	}
+	approved, err := controlplanes.Parse(cm.Data[controlplanes.Key])
+	if err != nil {
+		return fmt.Errorf("the approved control planes (%s/%s): %w", controlplanes.Namespace, controlplanes.ConfigMapName, err)
+	}
+	recs, err := cfg.Dynamic.Resource(admittedNodes).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the admitted nodes (is this the kubeconfig of a cluster 'orrery init' set up?): %w", err)
+	}
+	for _, r := range recs.Items {
+		n, _, _ := unstructured.NestedString(r.Object, "spec", "instance", "name")
+		id, _, _ := unstructured.NestedString(r.Object, "spec", "instance", "id")
+		if n == name && slices.Contains(approved, id) {
+			return fmt.Errorf("node %s is a control plane (instance %s is approved as one in %s/%s): 'orrery node remove' removes workers only", name, id, controlplanes.Namespace, controlplanes.ConfigMapName)
+		}
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -14,8 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/apiservertest"
+	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/tarfiles"
 )
 
 // TestNamedNodeMustProveItIsThatNode is root on worker-0 rewriting its
@@ -94,5 +97,88 @@ func TestNoTestRootIsTakenUnnamed(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "--snp-test-root "+filepath.Join(mini, snpTestRootFile)) {
 			t.Errorf("%s with a test root in the mini dir, unnamed: exit %d, want the flag named\n%s", args[0], code, errOut)
 		}
+	}
+}
+
+// TestPlantedWorkspaceKubeconfigRunsNothing: a kubeconfig planted in the
+// workspace (a checkout, a shared directory) whose user gets credentials
+// from a command: client-go would run it as the owner. Found unnamed, it
+// is refused before anything runs; so is one that is a link.
+func TestPlantedWorkspaceKubeconfigRunsNothing(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	planted := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ["-c", "touch ` + marker + `"], interactiveMode: Never}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(filepath.Join(dir, workspace.KubeconfigFile), []byte(planted), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", "")
+	for _, args := range [][]string{{"status"}, {"control-plane", "list"}, {"upgrade", "check"}} {
+		var out, errOut bytes.Buffer
+		code := Execute(context.Background(), append(args, "--workspace", dir), &out, &errOut)
+		if code == 0 || !strings.Contains(errOut.String(), "runs a command or a plugin for its credentials") {
+			t.Errorf("%s with a planted exec kubeconfig: exit %d, %s", strings.Join(args, " "), code, errOut.String())
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the planted kubeconfig's command ran")
+	}
+
+	linked := t.TempDir()
+	if err := os.Symlink(filepath.Join(dir, workspace.KubeconfigFile), filepath.Join(linked, workspace.KubeconfigFile)); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := Execute(context.Background(), []string{"status", "--workspace", linked}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "not a regular file") {
+		t.Errorf("status with a linked workspace kubeconfig: exit %d, %s", code, errOut.String())
+	}
+}
+
+// TestSupportLeavesOutALinkToTheMasterSecret: a link planted under the
+// name of one of the owner's logs, pointing at the master secret, must not
+// carry the secret into the bundle the owner sends out.
+func TestSupportLeavesOutALinkToTheMasterSecret(t *testing.T) {
+	dir := t.TempDir()
+	addr, owner := runningNode(t, dir)
+	secret := filepath.Join(dir, workspace.MasterSecretFile)
+	if err := os.Symlink(secret, filepath.Join(dir, workspace.JournalFile)); err != nil {
+		t.Fatal(err)
+	}
+	// A copy, not a link: the content gives it away.
+	raw, err := os.ReadFile(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, workspace.KubeadmLogFile), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "support.tar.gz")
+	var out, errOut bytes.Buffer
+	code := Execute(context.Background(), append([]string{"support", addr, "--file", bundle, "--workspace", dir}, owner...), &out, &errOut)
+	if code != 0 {
+		t.Fatalf("support: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	f, err := os.Open(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	files, err := tarfiles.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := keys.ReadMasterSecretFile(secret)
+	for name, content := range files {
+		if holdsSecret([]byte(content), ms) {
+			t.Errorf("bundle file %s holds the master secret", name)
+		}
+	}
+	if !strings.Contains(errOut.String(), workspace.JournalFile+" left out") || !strings.Contains(errOut.String(), workspace.KubeadmLogFile+" left out: it holds the master secret") {
+		t.Errorf("support does not say what it left out:\n%s", errOut.String())
 	}
 }

@@ -54,6 +54,9 @@ func (o kubeconfigOptions) loadingRules(ws workspace.Dir) (rules *clientcmd.Clie
 		}
 	case exists(ws.Path(workspace.KubeconfigFile)):
 		single = ws.Path(workspace.KubeconfigFile)
+		if err := checkWorkspaceKubeconfig(ws); err != nil {
+			return nil, "", err
+		}
 	default:
 		single = homeKubeconfig()
 	}
@@ -65,6 +68,32 @@ func (o kubeconfigOptions) loadingRules(ws workspace.Dir) (rules *clientcmd.Clie
 	}
 	rules.ExplicitPath = single
 	return rules, single, nil
+}
+
+// checkWorkspaceKubeconfig checks the admin kubeconfig the command found
+// in the workspace, unnamed: a plain file whose users authenticate with
+// what the file holds. The workspace is often a checkout or a shared
+// directory, and a kubeconfig planted there would otherwise run a command
+// of its choosing on the owner's machine (an exec credential plugin, which
+// client-go runs), or be a link to a file elsewhere. Orrery's admin
+// kubeconfig holds a client certificate; a kubeconfig the owner names
+// (--kubeconfig, $KUBECONFIG) is the owner's choice and is not checked.
+func checkWorkspaceKubeconfig(ws workspace.Dir) error {
+	if err := ws.CheckRegular(workspace.KubeconfigFile); err != nil {
+		return err
+	}
+	path := ws.Path(workspace.KubeconfigFile)
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig %s: %w", path, err)
+	}
+	for name, u := range cfg.AuthInfos {
+		if u.Exec != nil || u.AuthProvider != nil {
+			return fmt.Errorf("%s, found in the workspace, has user %q that runs a command or a plugin for its credentials; 'orrery init' writes none, and a kubeconfig planted in the workspace could run anything as you: "+
+				"delete it, or name a kubeconfig you trust with --kubeconfig", path, name)
+		}
+	}
+	return nil
 }
 
 // load reads the kubeconfig the rules name with the chosen context made

@@ -131,6 +131,9 @@ func recordedControlPlane(ws workspace.Dir) (attestation.Instance, []byte, strin
 		return attestation.Instance{}, nil, "", fmt.Errorf("%s records no control plane instance (an 'orrery init' that did not finish, or an older one): recover cannot tell the control plane from another node", ws.Path(workspace.StateFile))
 	}
 	path := ws.Path(workspace.KubeconfigFile)
+	if err := ws.CheckRegular(workspace.KubeconfigFile); err != nil {
+		return attestation.Instance{}, nil, "", fmt.Errorf("the admin kubeconfig beside the master secret: %w", err)
+	}
 	kc, err := clientcmd.LoadFromFile(path)
 	if err != nil {
 		return attestation.Instance{}, nil, "", fmt.Errorf("read the admin kubeconfig beside the master secret: %w", err)

@@ -3,9 +3,12 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/atomicfile"
+	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/nodeservice"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
@@ -96,11 +100,24 @@ func runSupport(cmd *cobra.Command, o supportOptions, names []string) error {
 		}
 	}
 	fmt.Fprintln(progress, "collected")
+	// The owner's logs: plain files only (a link planted under a log's
+	// name could point at the master secret), and nothing that holds
+	// the master secret goes in whatever it is called.
+	ms, _ := keys.ReadMasterSecretFile(o.cluster.masterSecretPath)
 	for _, name := range []string{workspace.JournalFile, workspace.KubeadmLogFile, workspace.UpgradeLogFile} {
-		if data, err := os.ReadFile(o.cluster.ws.Path(name)); err == nil {
-			if err := b.Add("owner/"+name, []byte(nodeservice.Redact(string(data)))); err != nil {
-				return err
-			}
+		data, err := o.cluster.ws.ReadFile(name)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			fmt.Fprintf(progress, "owner's %s left out: %v\n", name, err)
+			continue
+		case holdsSecret(data, ms):
+			fmt.Fprintf(progress, "owner's %s left out: it holds the master secret\n", name)
+			continue
+		}
+		if err := b.Add("owner/"+name, []byte(nodeservice.Redact(string(data)))); err != nil {
+			return err
 		}
 	}
 	if err := b.Close(); err != nil {
@@ -206,4 +223,18 @@ func table(write func(io.Writer)) []byte {
 	write(tw)
 	tw.Flush()
 	return b.Bytes()
+}
+
+// holdsSecret reports whether data holds ms's key, raw or as the master
+// secret file writes it (base64) or in hex.
+func holdsSecret(data []byte, ms keys.MasterSecret) bool {
+	if len(ms.Key) == 0 {
+		return false
+	}
+	for _, form := range [][]byte{ms.Key, []byte(base64.StdEncoding.EncodeToString(ms.Key)), []byte(hex.EncodeToString(ms.Key))} {
+		if bytes.Contains(data, form) {
+			return true
+		}
+	}
+	return false
 }

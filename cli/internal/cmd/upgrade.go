@@ -240,7 +240,7 @@ func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgrade
 	defer cleanup()
 	// The last upgrade's output stays in the workspace, for 'orrery
 	// support'; a workspace it cannot be written to costs only that.
-	if f, ferr := os.OpenFile(o.workspace.Path(workspace.UpgradeLogFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); ferr == nil {
+	if f, ferr := o.workspace.CreateLog(workspace.UpgradeLogFile); ferr == nil {
 		defer f.Close()
 		fmt.Fprintf(f, "orrery upgrade apply at %s\n", time.Now().UTC().Format(time.RFC3339))
 		out = io.MultiWriter(out, f)

@@ -7,10 +7,12 @@ package workspace
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
 
@@ -64,7 +66,7 @@ func (d Dir) Create() error {
 func (d Dir) ReadState() (State, error) {
 	path := d.Path(StateFile)
 	var st State
-	raw, err := os.ReadFile(path)
+	raw, err := d.ReadFile(StateFile)
 	if err != nil {
 		return st, err
 	}
@@ -97,21 +99,62 @@ func (d Dir) WriteKubeconfig(kubeconfig []byte) (string, error) {
 // its path.
 func (d Dir) Save(name string, data []byte) (string, error) {
 	path := d.Path(name)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	if err := d.replace(name, data); err != nil {
 		return "", fmt.Errorf("save %s: %w", path, err)
 	}
 	return path, nil
 }
 
+// replace writes name whole through a new temporary file (never opened
+// through a link) renamed over it: a symbolic link planted under a
+// workspace name is replaced, and the file it points to (the master
+// secret, say) is not written.
 func (d Dir) replace(name string, data []byte) error {
 	path := d.Path(name)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
+	return nil
+}
+
+// CreateLog makes the workspace file name anew for a log written as it
+// goes, and returns it open. The old file's name is removed first: opened
+// as it was, a link planted under that name (to the master secret, say)
+// would have its target truncated and overwritten.
+func (d Dir) CreateLog(name string) (*os.File, error) {
+	path := d.Path(name)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("replace %s: %w", path, err)
+	}
+	return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+}
+
+// ErrNotRegular is wrapped by the refusal of a workspace file that is a
+// symbolic link or anything else but a regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
+// ReadFile reads the workspace file name, which must be a regular file:
+// a workspace is often a checkout or a shared directory, and a link
+// planted there under a workspace name would make the owner's command
+// read (and copy into a support bundle, say) whatever it points to.
+func (d Dir) ReadFile(name string) ([]byte, error) {
+	path := d.Path(name)
+	if err := d.CheckRegular(name); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(path)
+}
+
+// CheckRegular checks that the workspace file name is a regular file
+// (not following a link to tell); a missing file is fs.ErrNotExist.
+func (d Dir) CheckRegular(name string) error {
+	path := d.Path(name)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s: %w (%s): the owner's workspace files are plain files that orrery writes; remove it and pass the file you mean with its flag", path, ErrNotRegular, fi.Mode().Type())
 	}
 	return nil
 }

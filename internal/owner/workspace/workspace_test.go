@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,5 +158,50 @@ func TestPlanInitReplaces(t *testing.T) {
 	}
 	if st, err := d.ReadState(); err != nil || st.ClusterName != "next" {
 		t.Fatalf("the new state: %+v, %v", st, err)
+	}
+}
+
+// TestPlantedLinksAreNotFollowed is a workspace in a checkout or shared
+// directory where someone planted links under the workspace's names, to
+// the master secret: writing the admin kubeconfig, a saved log or the
+// upgrade log must not write through them, and reading the state must not
+// read through one.
+func TestPlantedLinksAreNotFollowed(t *testing.T) {
+	d := Dir(t.TempDir())
+	secret := d.Path("the-real-secret")
+	const content = "the owner's master secret"
+	if err := os.WriteFile(secret, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{KubeconfigFile, JournalFile, UpgradeLogFile, KubeconfigFile + ".tmp", StateFile} {
+		if err := os.Symlink(secret, d.Path(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.ReadState(); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("ReadState through a link = %v, want ErrNotRegular", err)
+	}
+	if _, err := d.ReadFile(JournalFile); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("ReadFile through a link = %v, want ErrNotRegular", err)
+	}
+	if _, err := d.WriteKubeconfig([]byte("apiVersion: v1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Save(JournalFile, []byte("a log")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := d.CreateLog(UpgradeLogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("an upgrade's log")
+	f.Close()
+	if got, err := os.ReadFile(secret); err != nil || string(got) != content {
+		t.Fatalf("the link's target now holds %q (%v): a write went through a planted link", got, err)
+	}
+	for _, name := range []string{KubeconfigFile, JournalFile, UpgradeLogFile} {
+		if err := d.CheckRegular(name); err != nil {
+			t.Errorf("%s after writing: %v, want a regular file of its own", name, err)
+		}
 	}
 }

@@ -172,8 +172,8 @@ func Up(ctx context.Context, spec Spec) (_ *Cloud, err error) {
 		return nil, err
 	}
 	spec = spec.withDefaults()
-	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create state directory: %w", err)
+	if err := makeDir(spec.Dir); err != nil {
+		return nil, err
 	}
 	c := &Cloud{spec: spec, started: time.Now(), phase: PhaseStarting, leases: map[string]bool{}, leased: make(chan struct{})}
 	if err := c.takeLock(); err != nil {

@@ -90,14 +90,107 @@ func ReadState(dir string) (State, error) { return readState(dir) }
 
 func readState(dir string) (State, error) {
 	var st State
-	raw, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if err := CheckDir(dir); err != nil {
+		return st, err
+	}
+	path := filepath.Join(dir, StateFile)
+	if fi, err := os.Lstat(path); err != nil {
+		return st, err
+	} else if !fi.Mode().IsRegular() {
+		return st, fmt.Errorf("state file %s is not a regular file (%s): remove it", path, fi.Mode().Type())
+	}
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return st, err
 	}
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return st, fmt.Errorf("state file %s is damaged (%v): remove it after checking no VM of it runs", filepath.Join(dir, StateFile), err)
+		return st, fmt.Errorf("state file %s is damaged (%v): remove it after checking no VM of it runs", path, err)
+	}
+	if err := st.checkNodeDirs(dir); err != nil {
+		return State{}, fmt.Errorf("state file %s: %w: it was not written by orrery mini; remove the directory after checking no VM of it runs", path, err)
 	}
 	return st, nil
+}
+
+// ErrNotOwnDir is wrapped by CheckDir's refusal.
+var ErrNotOwnDir = errors.New("not a local cloud's directory of this user")
+
+// CheckDir checks that dir can be a local cloud's directory: a directory
+// itself (not a link), owned by this user or root, that no one else may
+// enter, as Up makes it (mode 0700). The commands that read a cloud's
+// state act on what it names: the VMs' directories they delete (as root),
+// the processes they signal, the platform CA whose keys the owner trusts.
+// A directory of that name planted where they run (a checkout's
+// orrery-mini/, made 0755 by git) must be none of those.
+func CheckDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s: %w: it is not a directory (%s)", dir, ErrNotOwnDir, fi.Mode().Type())
+	case !ok || (int(st.Uid) != os.Geteuid() && st.Uid != 0):
+		return fmt.Errorf("%s: %w: another user owns it; pass the directory 'orrery mini up' made with --mini-dir", dir, ErrNotOwnDir)
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("%s: %w: its mode is %#o, and 'orrery mini up' makes it %#o: a directory others may read or write, or one a checkout planted, is not trusted for the VMs it names or the platform CA it holds; "+
+			"remove it, or pass the right one with --mini-dir", dir, ErrNotOwnDir, fi.Mode().Perm(), 0o700)
+	}
+	return nil
+}
+
+// makeDir makes dir the cloud's directory: created mode 0700, or, if it
+// exists and records no cloud yet, tightened to that; one that records a
+// cloud must pass CheckDir as it is.
+func makeDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create the cloud's directory: %w", err)
+	}
+	err := CheckDir(dir)
+	if err == nil || !errors.Is(err, ErrNotOwnDir) {
+		return err
+	}
+	if _, serr := os.Lstat(filepath.Join(dir, StateFile)); !errors.Is(serr, os.ErrNotExist) {
+		return err
+	}
+	fi, lerr := os.Lstat(dir)
+	if lerr != nil || !fi.IsDir() {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || (int(st.Uid) != os.Geteuid() && st.Uid != 0) {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+// checkNodeDirs checks that every node's directory is the cloud's own
+// directory for that node, as Up names them: Cleanup deletes them.
+func (st State) checkNodeDirs(dir string) error {
+	base := st.Spec.Dir
+	if base == "" {
+		base, _ = filepath.Abs(dir)
+	}
+	for _, n := range st.Nodes {
+		if n == nil || !validNodeName(n.Name) || filepath.Clean(n.Dir) != filepath.Join(base, n.Name) {
+			return fmt.Errorf("a node's directory is not the cloud's own directory for it")
+		}
+	}
+	return nil
+}
+
+// validNodeName is a name Up gives a VM: lower-case letters, digits and
+// dashes.
+func validNodeName(name string) bool {
+	if name == "" || len(name) > 63 {
+		return false
+	}
+	for _, r := range name {
+		if !(r == '-' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // live reports whether any process of the recorded cloud still runs.

@@ -37,8 +37,8 @@ func StartSupervised(ctx context.Context, spec Spec, command []string, progress 
 	if err := Preflight(spec); err != nil {
 		return State{}, fmt.Errorf("this machine cannot run the local cloud yet:\n%w", err)
 	}
-	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
-		return State{}, fmt.Errorf("create the cloud's directory: %w", err)
+	if err := makeDir(spec.Dir); err != nil {
+		return State{}, err
 	}
 	return supervise(ctx, spec.Dir, command, progress, spec.ShutdownTimeout, func() error {
 		if err := Cleanup(context.Background(), spec.Dir); err != nil {

@@ -161,6 +161,8 @@ func (o clusterOptions) platformCA() (*x509.Certificate, error) {
 	if path == "" {
 		if _, err := cloud.ReadState(o.miniDir); errors.Is(err, fs.ErrNotExist) {
 			return nil, errors.New("no --platform-ca given and no 'orrery mini' state in " + o.miniDir + ": pass the platform CA certificate with --platform-ca, or --insecure-trust-any-ak for development")
+		} else if err != nil {
+			return nil, fmt.Errorf("no --platform-ca given, and the local cloud's CA is not taken: %w", err)
 		}
 		path = filepath.Join(o.miniDir, cloud.PlatformCACert)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/apiservertest"
+	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/nodepb"
@@ -180,5 +182,35 @@ func TestSupportLeavesOutALinkToTheMasterSecret(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), workspace.JournalFile+" left out") || !strings.Contains(errOut.String(), workspace.KubeadmLogFile+" left out: it holds the master secret") {
 		t.Errorf("support does not say what it left out:\n%s", errOut.String())
+	}
+}
+
+// TestPlantedMiniDirGivesNoPlatformCA: an orrery-mini/ planted in the
+// working directory (a checkout makes it 0755) with a platform CA of the
+// attacker's: verify and recover, given no --platform-ca, must not take it
+// as the root of the nodes' attestation keys.
+func TestPlantedMiniDirGivesNoPlatformCA(t *testing.T) {
+	c := newOwnersCluster(t, t.TempDir())
+	mini := filepath.Join(c.dir, "orrery-mini")
+	if err := os.MkdirAll(mini, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mini, cloud.StateFile), []byte(`{"phase":"up","nodes":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mini, cloud.PlatformCACert), []byte("planted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(c.dir, workspace.MasterSecretFile)
+	args := c.ownerArgs(t) // writes measurements.json
+	measurements := args[slices.Index(args, "--measurements")+1]
+	for _, args := range [][]string{
+		{"verify", "127.0.0.1", "--master-secret", secret, "--measurements", measurements},
+		{"recover", "--node", "127.0.0.1", "--master-secret", secret},
+	} {
+		_, errOut, code := run(t, "", append(args, "--mini-dir", mini, "--timeout", "5s")...)
+		if code == 0 || !strings.Contains(errOut, "the local cloud's CA is not taken") || !strings.Contains(errOut, "its mode is 0755") {
+			t.Errorf("%s with a planted mini dir: exit %d, want a refusal naming its mode\n%s", args[0], code, errOut)
+		}
 	}
 }

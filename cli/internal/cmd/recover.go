@@ -89,6 +89,8 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	if o.platformCAPath == "" {
 		if _, err := cloud.ReadState(o.miniDir); errors.Is(err, fs.ErrNotExist) {
 			return errors.New("no --platform-ca given and no 'orrery mini' state in " + o.miniDir + ": pass --platform-ca")
+		} else if err != nil {
+			return fmt.Errorf("no --platform-ca given, and the local cloud's CA is not taken: %w", err)
 		}
 		o.platformCAPath = filepath.Join(o.miniDir, cloud.PlatformCACert)
 	}

@@ -72,6 +72,7 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 	c.log("state", "state disk %s is initialised (LUKS UUID %s); getting its key from the cluster", dev, uuid)
 	owner := headerOwner(ctx, c, tool, dev)
 	lease := networkUp(ctx, c)
+	bootCtx := ctx // outlives the wait for the key, for the generation check
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	meta := &metadata.Client{BaseURL: metadataURL}
@@ -112,6 +113,10 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 	}
 	clusterID, err := keys.ClusterID(key.MeasurementSecret, salt)
 	if err != nil {
+		return err
+	}
+	// Before the lock: join services admit only nodes whose PCR 15 is zero.
+	if err := checkGeneration(bootCtx, c, joins, meta, uuid, clusterID, key); err != nil {
 		return err
 	}
 	if _, err := nodelock.New(tpmdev.Open, mlog).TryLock(clusterID); err != nil {

@@ -8,7 +8,9 @@
 // 'orrery init' records the first control plane's disk. 'orrery node
 // remove' marks a node's records removed (RemovedAt), and the API server
 // keeps them so for good: the disk's rejoins and joins are refused from
-// then on, whatever Node object the old node re-creates.
+// then on, whatever Node object the old node re-creates. A record also
+// holds the disk's generation, which every rejoin advances, so that an
+// older copy of the disk is refused (see generation.go).
 //
 // Disk UUIDs are not secret (anyone who can read the disk's LUKS header
 // has it), so a record binds the disk to the VM whose attestation key
@@ -38,6 +40,15 @@ type Record struct {
 	// RemovedAt is when the owner removed the disk's node (RFC 3339);
 	// empty while the node belongs to the cluster.
 	RemovedAt string
+	// Generation is the generation the disk held when its node last
+	// booted on it (CheckGeneration, RecordGeneration); 0 for a disk
+	// that never rejoined since the record holds one (a new record, or
+	// one written before generations).
+	Generation uint64
+	// NextGeneration is the generation the join service last told the
+	// disk's node to write, which the node has not recorded yet; 0 if
+	// none is pending.
+	NextGeneration uint64
 }
 
 // Removed reports whether the owner removed the disk's node.
@@ -62,6 +73,10 @@ type specJSON struct {
 	Instance       instanceJSON `json:"instance"`
 	MeasurementSet string       `json:"measurementSet,omitempty"`
 	RemovedAt      string       `json:"removedAt,omitempty"`
+	// Signed, as the CRD's integers are: a negative number someone
+	// wrote is refused by Parse, not wrapped around.
+	Generation     int64 `json:"generation,omitempty"`
+	NextGeneration int64 `json:"nextGeneration,omitempty"`
 }
 
 // Object is the record as an AdmittedNode (JSON-ready).
@@ -73,6 +88,9 @@ func (r Record) Object() (map[string]any, error) {
 	if r.Instance.Name == "" || r.Instance.ID == "" {
 		return nil, errors.New("admitted node record: no instance")
 	}
+	if r.Generation > MaxGeneration || r.NextGeneration > MaxGeneration {
+		return nil, fmt.Errorf("admitted node record: generation %d or %d is more than %d", r.Generation, r.NextGeneration, uint64(MaxGeneration))
+	}
 	return map[string]any{
 		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind,
 		"metadata": map[string]any{"name": name},
@@ -81,6 +99,8 @@ func (r Record) Object() (map[string]any, error) {
 			Instance:       instanceJSON{Name: r.Instance.Name, ID: r.Instance.ID},
 			MeasurementSet: r.MeasurementSet,
 			RemovedAt:      r.RemovedAt,
+			Generation:     int64(r.Generation),
+			NextGeneration: int64(r.NextGeneration),
 		},
 	}, nil
 }
@@ -116,6 +136,16 @@ func Parse(diskUUID string, object []byte) (Record, error) {
 	}
 	if r.Instance.Name == "" || r.Instance.ID == "" {
 		return Record{}, fmt.Errorf("admitted node record for disk %s names no instance", diskUUID)
+	}
+	for _, g := range []struct {
+		field string
+		v     int64
+		to    *uint64
+	}{{"generation", o.Spec.Generation, &r.Generation}, {"nextGeneration", o.Spec.NextGeneration, &r.NextGeneration}} {
+		if g.v < 0 || g.v > MaxGeneration {
+			return Record{}, fmt.Errorf("admitted node record for disk %s holds %s %d, not a number from 0 to %d: set it to the generation the disk's node last reported (its console says) or remove the node", diskUUID, g.field, g.v, int64(MaxGeneration))
+		}
+		*g.to = uint64(g.v)
 	}
 	return r, nil
 }

@@ -9,7 +9,8 @@ import (
 )
 
 func TestRoundTrip(t *testing.T) {
-	r := Record{DiskUUID: "0B5C1F3E-8D2A-4C6B-9E7F-1A2B3C4D5E6F", Instance: attestation.Instance{Name: "worker-0", ID: "42"}, MeasurementSet: "image-0123456789abcdef"}
+	r := Record{DiskUUID: "0B5C1F3E-8D2A-4C6B-9E7F-1A2B3C4D5E6F", Instance: attestation.Instance{Name: "worker-0", ID: "42"}, MeasurementSet: "image-0123456789abcdef",
+		Generation: MaxGeneration - 1, NextGeneration: MaxGeneration}
 	obj, err := r.Object()
 	if err != nil {
 		t.Fatal(err)
@@ -22,8 +23,17 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := Parse(r.DiskUUID, raw)
-	if err != nil || got.Instance != r.Instance || got.DiskUUID != strings.ToLower(r.DiskUUID) || got.MeasurementSet != r.MeasurementSet {
+	if err != nil || got.Instance != r.Instance || got.DiskUUID != strings.ToLower(r.DiskUUID) || got.MeasurementSet != r.MeasurementSet ||
+		got.Generation != r.Generation || got.NextGeneration != r.NextGeneration {
 		t.Fatalf("Parse = %+v, %v", got, err)
+	}
+	// A record written before generations holds none: generation 0.
+	got, err = Parse(r.DiskUUID, []byte(`{"kind":"AdmittedNode","spec":{"diskUUID":"0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f","instance":{"name":"w","id":"1"}}}`))
+	if err != nil || got.Generation != 0 || got.NextGeneration != 0 {
+		t.Fatalf("a record without generations: %+v, %v", got, err)
+	}
+	if _, err := (Record{DiskUUID: r.DiskUUID, Instance: r.Instance, Generation: MaxGeneration + 1}).Object(); err == nil {
+		t.Error("a record with a generation above MaxGeneration was written")
 	}
 }
 
@@ -36,12 +46,18 @@ func TestRefusals(t *testing.T) {
 		t.Error("a record without an instance was written")
 	}
 	for name, obj := range map[string]string{
-		"another disk":  `{"kind":"AdmittedNode","spec":{"diskUUID":"11111111-1111-1111-1111-111111111111","instance":{"name":"w","id":"1"}}}`,
-		"no instance":   `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `"}}`,
-		"another kind":  `{"kind":"ConfigMap","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":"1"}}}`,
-		"not JSON":      `{"kind":`,
-		"oversized":     `{"kind":"AdmittedNode","x":"` + strings.Repeat("a", maxObject) + `"}`,
-		"wrong id type": `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":1}}}`,
+		"another disk":             `{"kind":"AdmittedNode","spec":{"diskUUID":"11111111-1111-1111-1111-111111111111","instance":{"name":"w","id":"1"}}}`,
+		"no instance":              `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `"}}`,
+		"another kind":             `{"kind":"ConfigMap","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":"1"}}}`,
+		"not JSON":                 `{"kind":`,
+		"oversized":                `{"kind":"AdmittedNode","x":"` + strings.Repeat("a", maxObject) + `"}`,
+		"wrong id type":            `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":1}}}`,
+		"negative generation":      `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":"1"},"generation":-1}}`,
+		"huge generation":          `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":"1"},"generation":9007199254740992}}`,
+		"generation past int64":    `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":"1"},"generation":18446744073709551615}}`,
+		"fractional generation":    `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":"1"},"generation":1.5}}`,
+		"generation as a string":   `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":"1"},"generation":"7"}}`,
+		"negative next generation": `{"kind":"AdmittedNode","spec":{"diskUUID":"` + disk + `","instance":{"name":"w","id":"1"},"nextGeneration":-5}}`,
 	} {
 		if _, err := Parse(disk, []byte(obj)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -51,9 +67,11 @@ func TestRefusals(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"kind":"AdmittedNode","spec":{"diskUUID":"0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f","instance":{"name":"w","id":"1"}}}`))
+	f.Add([]byte(`{"kind":"AdmittedNode","spec":{"diskUUID":"0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f","instance":{"name":"w","id":"1"},"generation":3,"nextGeneration":4}}`))
 	f.Fuzz(func(t *testing.T, obj []byte) {
 		r, err := Parse("0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f", obj)
-		if err == nil && (r.Instance.Name == "" || r.Instance.ID == "" || !strings.EqualFold(r.DiskUUID, "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f")) {
+		if err == nil && (r.Instance.Name == "" || r.Instance.ID == "" || !strings.EqualFold(r.DiskUUID, "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f") ||
+			r.Generation > MaxGeneration || r.NextGeneration > MaxGeneration) {
 			t.Fatalf("accepted an incomplete record %+v", r)
 		}
 	})

@@ -36,12 +36,11 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		os.Remove(tmp)
 		return err
 	}
-	// The rename is durable once the directory is.
-	if d, err := os.Open(dir); err == nil {
-		err = errors.Join(d.Sync(), d.Close())
-		if err != nil {
-			return err
-		}
+	// The rename is durable once the directory is: a caller that relies
+	// on it (a disk's generation) must hear that it is not.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
 	}
-	return nil
+	return errors.Join(d.Sync(), d.Close())
 }

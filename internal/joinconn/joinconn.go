@@ -52,9 +52,16 @@
 // (which the metadata service, naming the control planes, can arrange
 // anyway), but it cannot learn a secret of this node's cluster, and the
 // disk key it would hand a rejoining node does not open the node's disk.
+//
+// Once a node knows its cluster ID (its disk opened), it can ask for
+// more: Dialer.OfCluster accepts only a join service whose PCR 15 is that
+// of a node locked to that very cluster. The node's word on its own
+// disk's generation must reach its own cluster's join service, not one
+// of a cluster the host runs on the same image, which would accept any.
 package joinconn
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/hex"
@@ -80,6 +87,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
+	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
@@ -119,6 +127,9 @@ type RefusedError struct {
 	// report's field that differs, or the attestation key's
 	// certificate), or that it did not attest, or not as this node does.
 	Err error
+	// OwnCluster is true if its PCR 15 had to be that of this node's
+	// own cluster (Dialer.OfCluster).
+	OwnCluster bool
 }
 
 func (e *RefusedError) Error() string {
@@ -126,9 +137,13 @@ func (e *RefusedError) Error() string {
 	if e.Hardware != "" {
 		hw = ", and " + e.Hardware + " beside it"
 	}
+	lock := "set by the node lock"
+	if e.OwnCluster {
+		lock = "locked to this node's own cluster"
+	}
 	return fmt.Sprintf("refused the join service at %s, and used nothing it sent: it did not prove that it is a control plane running this node's image "+
-		"(attestation key certified by this node's platform CA, PCRs %v equal to this node's own, PCRs %v zero, PCR %d set by the node lock%s): %v; "+
-		"check that the control planes run this image and that nothing else answers on their port %d", e.Addr, ImagePCRs, ZeroPCRs, LockPCR, hw, e.Err, joinpb.Port)
+		"(attestation key certified by this node's platform CA, PCRs %v equal to this node's own, PCRs %v zero, PCR %d %s%s): %v; "+
+		"check that the control planes run this image and that nothing else answers on their port %d", e.Addr, ImagePCRs, ZeroPCRs, LockPCR, lock, hw, e.Err, joinpb.Port)
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
@@ -168,8 +183,15 @@ const TrustParam = "orrery.trust_join_service"
 
 // Dialer calls join services.
 type Dialer struct {
-	cfg     Config
+	cfg Config
+	// images name the images whose join services it accepts, by their
+	// ImagePCRs: this node's own, then the ones it trusts.
+	images []measurements.M
+	// cluster is the cluster ID the service's PCR 15 must show; nil for
+	// any cluster.
+	cluster []byte
 	service anyOf
+	log     *slog.Logger
 }
 
 // New reads this node's own PCRs and returns a dialer that accepts only
@@ -216,18 +238,48 @@ func New(cfg Config) (*Dialer, error) {
 			"images", len(trusted), "variant", cfg.Peer.Variant.String())
 		trusted = nil
 	}
+	d := &Dialer{cfg: cfg, images: append([]measurements.M{m}, trusted...), log: log}
+	if d.service, err = d.validators(); err != nil {
+		return nil, err
+	}
+	if len(trusted) > 0 {
+		log.Info("trusting the join services of further images named on the kernel command line", "images", len(trusted))
+	}
+	return d, nil
+}
+
+// OfCluster returns a dialer that accepts, of the join services d
+// accepts, only those locked to the cluster clusterID: their PCR 15 must
+// be nodelock.Expected(clusterID). The node need not be locked itself
+// (join services admit only nodes whose PCR 15 is zero).
+func (d *Dialer) OfCluster(clusterID []byte) (*Dialer, error) {
+	if len(clusterID) == 0 {
+		return nil, errors.New("join service dialer: no cluster ID to hold the join service to")
+	}
+	out := *d
+	out.cluster = bytes.Clone(clusterID)
+	var err error
+	if out.service, err = out.validators(); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// validators check the join service of each of d's images.
+func (d *Dialer) validators() (anyOf, error) {
 	var vs anyOf
-	for _, images := range append([]measurements.M{m}, trusted...) {
-		v, err := serviceValidator(cfg, withZeroPCRs(images), log.With("check", "join service attestation"))
+	for _, image := range d.images {
+		m := withZeroPCRs(image)
+		if d.cluster != nil {
+			m[LockPCR] = measurements.Measurement{Expected: nodelock.Expected(d.cluster)}
+		}
+		v, err := serviceValidator(d.cfg, m, d.log.With("check", "join service attestation"))
 		if err != nil {
 			return nil, fmt.Errorf("join service dialer: %w", err)
 		}
 		vs = append(vs, v)
 	}
-	if len(trusted) > 0 {
-		log.Info("trusting the join services of further images named on the kernel command line", "images", len(trusted))
-	}
-	return &Dialer{cfg: cfg, service: vs}, nil
+	return vs, nil
 }
 
 // serviceValidator checks a join service of the image m as a node of
@@ -331,9 +383,9 @@ func (a anyOf) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) 
 }
 
 // Call connects to the join service at addr ("host:port") and runs call
-// on the connection. call must pass the given option to its one RPC,
-// which records the connection's peer. The request goes out only after
-// the service's attestation was accepted; if it was not, or if the answer
+// on the connection. call must pass the given option to each of its RPCs,
+// which records the connection's peer. A request goes out only after the
+// service's attestation was accepted; if it was not, or if the answer
 // came over a connection on which the service did not attest, Call
 // returns a *RefusedError and call's result must not be used.
 func (d *Dialer) Call(ctx context.Context, addr string, call func(ctx context.Context, c joinpb.JoinServiceClient, opt grpc.CallOption) error) error {
@@ -356,14 +408,14 @@ func (d *Dialer) Call(ctx context.Context, addr string, call func(ctx context.Co
 	var p peer.Peer
 	if err := call(ctx, joinpb.NewJoinServiceClient(conn), grpc.Peer(&p)); err != nil {
 		if herr := hs.failure(); herr != nil {
-			return &RefusedError{Addr: addr, Hardware: d.cfg.Peer.Describe(), Err: herr}
+			return &RefusedError{Addr: addr, Hardware: d.cfg.Peer.Describe(), Err: herr, OwnCluster: d.cluster != nil}
 		}
 		return err
 	}
 	// Checked again after the answer, so that a change to the
 	// credentials cannot silently let an unproven answer through.
 	if info, ok := p.AuthInfo.(atls.AuthInfo); !ok || info.PeerVariant != d.service.Variant() {
-		return &RefusedError{Addr: addr, Hardware: d.cfg.Peer.Describe(), Err: errors.New("it answered over a connection on which it did not attest")}
+		return &RefusedError{Addr: addr, Hardware: d.cfg.Peer.Describe(), Err: errors.New("it answered over a connection on which it did not attest"), OwnCluster: d.cluster != nil}
 	}
 	return nil
 }

@@ -171,3 +171,57 @@ func TestRefusedErrorNamesTheZeroPCRs(t *testing.T) {
 		t.Errorf("%v\ndoes not say %q", err, want)
 	}
 }
+
+// Once the node knows its cluster, it holds the join service to PCR 15 of
+// that very cluster: a genuine control plane of another cluster of the
+// same image (which the host can run) is refused and asked nothing.
+func TestOfClusterRefusesAnotherCluster(t *testing.T) {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1")
+	cp := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1").Lock(t, "cluster A")
+	svc := &joinService{}
+	d, err := joinconn.New(joinconn.Config{
+		Issuer: self.Issuer, OpenTPM: self.TPM.Open, PlatformCAs: []*x509.Certificate{ca.Cert},
+		DialNet: serve(t, cp, self, svc),
+		Cmdline: func() ([]byte, error) { return []byte("console=ttyS0"), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.OfCluster(nil); err == nil {
+		t.Fatal("OfCluster without a cluster ID succeeded")
+	}
+	ask := func(d *joinconn.Dialer) error {
+		return d.Call(context.Background(), "10.42.1.100:30090", func(ctx context.Context, c joinpb.JoinServiceClient, opt grpc.CallOption) error {
+			_, err := c.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{}, opt, grpc.WaitForReady(false))
+			return err
+		})
+	}
+	other, err := d.OfCluster([]byte("cluster B"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ask(other)
+	var refused *joinconn.RefusedError
+	if !errors.As(err, &refused) || !refused.OwnCluster || !strings.Contains(err.Error(), "PCR 15") || !strings.Contains(err.Error(), "locked to this node's own cluster") {
+		t.Fatalf("another cluster's join service: err = %v, want a *RefusedError naming PCR 15 and this node's cluster", err)
+	}
+	if n := svc.calls.Load(); n != 0 {
+		t.Fatalf("the other cluster's join service got %d requests", n)
+	}
+	own, err := d.OfCluster([]byte("cluster A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*joinconn.Dialer{own, d} {
+		if err := ask(d); err != nil {
+			t.Fatalf("the node's own cluster's join service: %v", err)
+		}
+	}
+	if n := svc.calls.Load(); n != 2 {
+		t.Fatalf("the join service got %d requests, want 2", n)
+	}
+}

@@ -141,7 +141,7 @@ func (r *Rejoiner) ask(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("refusing its rejoin ticket, whose key is not tried: %w", err)
 	}
-	err = r.Unlocker.Try(ctx, Key{DiskKey: t.GetStateDiskKey(), MeasurementSecret: t.GetMeasurementSecret(), Cluster: cluster, OwnerAccessKey: t.GetOwnerAccessKey(), From: "the join service at " + addr})
+	err = r.Unlocker.Try(ctx, Key{DiskKey: t.GetStateDiskKey(), MeasurementSecret: t.GetMeasurementSecret(), Cluster: cluster, OwnerAccessKey: t.GetOwnerAccessKey(), From: "the join service at " + addr, JoinService: addr})
 	if errors.Is(err, ErrWrongKey) {
 		// A service of another cluster of this image, or a cluster that
 		// lost its keys: never this disk's key. Said at once, even if

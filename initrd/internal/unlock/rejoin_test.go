@@ -177,8 +177,9 @@ func TestRejoinOpensTheDisk(t *testing.T) {
 	if !isOpen(u) {
 		t.Fatalf("the disk did not open; console:\n%s", console)
 	}
+	// JoinService: the node checks its disk's generation with it next.
 	if got := u.Key(); !bytes.Equal(got.MeasurementSecret, bytes.Repeat([]byte{2}, 32)) || !strings.Contains(got.From, "10.42.1.100:30090") ||
-		!bytes.Equal(got.OwnerAccessKey, bytes.Repeat([]byte{9}, 32)) {
+		!bytes.Equal(got.OwnerAccessKey, bytes.Repeat([]byte{9}, 32)) || got.JoinService != "10.42.1.100:30090" {
 		t.Errorf("opened with %+v", got)
 	}
 	// What the initrd checks the kept files against comes with the key.

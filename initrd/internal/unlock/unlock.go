@@ -43,6 +43,11 @@ type Key struct {
 	OwnerAccessKey []byte
 	// From says who sent it, for the console.
 	From string
+	// JoinService is the address of the join service whose rejoin
+	// ticket carried the key, which the node then tells its disk's
+	// generation (initrd/internal/diskgen); empty when the owner's
+	// recovery sent the key.
+	JoinService string
 }
 
 // Cluster is what a rejoin ticket or the owner's recovery says of the
@@ -225,7 +230,7 @@ func (u *Unlocker) Try(ctx context.Context, k Key) error {
 	// The kernel holds the volume key now; the copy of the header is
 	// no longer needed, and the disk key is not kept.
 	os.Remove(header)
-	u.key = Key{MeasurementSecret: bytes.Clone(k.MeasurementSecret), Cluster: k.Cluster.clone(), OwnerAccessKey: bytes.Clone(k.OwnerAccessKey), From: k.From}
+	u.key = Key{MeasurementSecret: bytes.Clone(k.MeasurementSecret), Cluster: k.Cluster.clone(), OwnerAccessKey: bytes.Clone(k.OwnerAccessKey), From: k.From, JoinService: k.JoinService}
 	close(u.opened)
 	return nil
 }

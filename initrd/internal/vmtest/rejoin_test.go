@@ -101,13 +101,23 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	msec, err := ms.MeasurementSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterID, err := keys.ClusterID(msec, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	nodes := measurements.M{11: {Expected: pcr11}, 15: {Expected: make([]byte, 32)}}
 	other := joinservicetest.Serve(t, joinservicetest.Config{
 		Identity: controlPlane("cp-0", "another cluster"), PlatformCA: ca.Cert, Measurements: nodes,
 		MasterSecret: otherMS, MeasurementSalt: salt, Admitted: admitted,
 	})
 	own := joinservicetest.Serve(t, joinservicetest.Config{
-		Identity: controlPlane("cp-1", "this cluster"), PlatformCA: ca.Cert, Measurements: nodes,
+		// Locked to the node's cluster: the node checks its disk's
+		// generation only with a join service of its own cluster.
+		Identity: controlPlane("cp-1", string(clusterID)), PlatformCA: ca.Cert, Measurements: nodes,
 		MasterSecret: ms, MeasurementSalt: salt, Admitted: admitted,
 	})
 	join := ":" + strconv.Itoa(30090)
@@ -117,6 +127,7 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	for _, want := range []string{
 		"the join service at 169.254.169.5:30090 gave a key that does not open the state disk",
 		"state disk opened with the key from the join service at 169.254.169.6:30090",
+		"state disk generation 1 recorded by the join service at 169.254.169.6:30090 (the disk held 0)",
 		"node locked to cluster", "switch-root", "ORRERY-ROOT done",
 	} {
 		if !strings.Contains(console, want) {
@@ -158,14 +169,6 @@ func TestRejoinInTheInitrd(t *testing.T) {
 		t.Error("the OS started on a disk whose kubelet flags were changed")
 	}
 
-	msec, err := ms.MeasurementSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	clusterID, err := keys.ClusterID(msec, salt)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// PCR 15 computed here without the code under test.
 	d := extend(make([]byte, 32), clusterID)
 	if got := rootReports(console, "pcr15"); len(got) != 1 || got[0] != hex.EncodeToString(d) || !bytes.Equal(nodelock.Expected(clusterID), d) {

@@ -566,6 +566,209 @@ func (x *IssueRejoinTicketResponse) GetOwnerAccessKey() []byte {
 	return nil
 }
 
+// CheckDiskGenerationRequest is sent by the initrd of a rejoining node
+// once its state disk is open and mounted.
+type CheckDiskGenerationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// disk_uuid is the state disk's LUKS2 UUID, as in
+	// IssueRejoinTicketRequest.
+	DiskUuid string `protobuf:"bytes,1,opt,name=disk_uuid,json=diskUuid,proto3" json:"disk_uuid,omitempty"`
+	// generation is the generation the state disk holds
+	// (/var/lib/orrery/disk-generation on the disk), 0 for a disk that holds
+	// none: one that never rejoined since this check exists. The join
+	// service refuses a value above 2^53-1 (INVALID_ARGUMENT).
+	Generation    uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckDiskGenerationRequest) Reset() {
+	*x = CheckDiskGenerationRequest{}
+	mi := &file_internal_proto_joinpb_join_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckDiskGenerationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckDiskGenerationRequest) ProtoMessage() {}
+
+func (x *CheckDiskGenerationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_joinpb_join_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckDiskGenerationRequest.ProtoReflect.Descriptor instead.
+func (*CheckDiskGenerationRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_joinpb_join_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CheckDiskGenerationRequest) GetDiskUuid() string {
+	if x != nil {
+		return x.DiskUuid
+	}
+	return ""
+}
+
+func (x *CheckDiskGenerationRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// CheckDiskGenerationResponse accepts the presented generation.
+type CheckDiskGenerationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// next_generation is the generation the node writes to its state disk
+	// and then records with RecordDiskGeneration: larger than every
+	// generation the join service answered for this disk before. The node
+	// refuses an answer that is not larger than what it presented.
+	NextGeneration uint64 `protobuf:"varint,1,opt,name=next_generation,json=nextGeneration,proto3" json:"next_generation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CheckDiskGenerationResponse) Reset() {
+	*x = CheckDiskGenerationResponse{}
+	mi := &file_internal_proto_joinpb_join_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckDiskGenerationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckDiskGenerationResponse) ProtoMessage() {}
+
+func (x *CheckDiskGenerationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_joinpb_join_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckDiskGenerationResponse.ProtoReflect.Descriptor instead.
+func (*CheckDiskGenerationResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_joinpb_join_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CheckDiskGenerationResponse) GetNextGeneration() uint64 {
+	if x != nil {
+		return x.NextGeneration
+	}
+	return 0
+}
+
+// RecordDiskGenerationRequest says that the state disk holds generation.
+type RecordDiskGenerationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// disk_uuid is the state disk's LUKS2 UUID.
+	DiskUuid string `protobuf:"bytes,1,opt,name=disk_uuid,json=diskUuid,proto3" json:"disk_uuid,omitempty"`
+	// generation is CheckDiskGenerationResponse.next_generation, which the
+	// node wrote to its state disk and synced.
+	Generation    uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordDiskGenerationRequest) Reset() {
+	*x = RecordDiskGenerationRequest{}
+	mi := &file_internal_proto_joinpb_join_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordDiskGenerationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordDiskGenerationRequest) ProtoMessage() {}
+
+func (x *RecordDiskGenerationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_joinpb_join_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordDiskGenerationRequest.ProtoReflect.Descriptor instead.
+func (*RecordDiskGenerationRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_joinpb_join_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RecordDiskGenerationRequest) GetDiskUuid() string {
+	if x != nil {
+		return x.DiskUuid
+	}
+	return ""
+}
+
+func (x *RecordDiskGenerationRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// RecordDiskGenerationResponse says that the join service recorded the
+// generation: the node boots on.
+type RecordDiskGenerationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordDiskGenerationResponse) Reset() {
+	*x = RecordDiskGenerationResponse{}
+	mi := &file_internal_proto_joinpb_join_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordDiskGenerationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordDiskGenerationResponse) ProtoMessage() {}
+
+func (x *RecordDiskGenerationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_joinpb_join_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordDiskGenerationResponse.ProtoReflect.Descriptor instead.
+func (*RecordDiskGenerationResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_joinpb_join_proto_rawDescGZIP(), []int{9}
+}
+
 var File_internal_proto_joinpb_join_proto protoreflect.FileDescriptor
 
 const file_internal_proto_joinpb_join_proto_rawDesc = "" +
@@ -603,10 +806,25 @@ const file_internal_proto_joinpb_join_proto_rawDesc = "" +
 	"\x0fcluster_ca_cert\x18\x03 \x01(\fR\rclusterCaCert\x12.\n" +
 	"\x13api_server_endpoint\x18\x04 \x01(\tR\x11apiServerEndpoint\x12#\n" +
 	"\rcontrol_plane\x18\x05 \x01(\bR\fcontrolPlane\x12(\n" +
-	"\x10owner_access_key\x18\x06 \x01(\fR\x0eownerAccessKey2\xdb\x01\n" +
+	"\x10owner_access_key\x18\x06 \x01(\fR\x0eownerAccessKey\"Y\n" +
+	"\x1aCheckDiskGenerationRequest\x12\x1b\n" +
+	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\"F\n" +
+	"\x1bCheckDiskGenerationResponse\x12'\n" +
+	"\x0fnext_generation\x18\x01 \x01(\x04R\x0enextGeneration\"Z\n" +
+	"\x1bRecordDiskGenerationRequest\x12\x1b\n" +
+	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\"\x1e\n" +
+	"\x1cRecordDiskGenerationResponse2\xbe\x03\n" +
 	"\vJoinService\x12b\n" +
 	"\x0fIssueJoinTicket\x12&.orrery.join.v1.IssueJoinTicketRequest\x1a'.orrery.join.v1.IssueJoinTicketResponse\x12h\n" +
-	"\x11IssueRejoinTicket\x12(.orrery.join.v1.IssueRejoinTicketRequest\x1a).orrery.join.v1.IssueRejoinTicketResponseB4Z2github.com/orrery-dev/orrery/internal/proto/joinpbb\x06proto3"
+	"\x11IssueRejoinTicket\x12(.orrery.join.v1.IssueRejoinTicketRequest\x1a).orrery.join.v1.IssueRejoinTicketResponse\x12n\n" +
+	"\x13CheckDiskGeneration\x12*.orrery.join.v1.CheckDiskGenerationRequest\x1a+.orrery.join.v1.CheckDiskGenerationResponse\x12q\n" +
+	"\x14RecordDiskGeneration\x12+.orrery.join.v1.RecordDiskGenerationRequest\x1a,.orrery.join.v1.RecordDiskGenerationResponseB4Z2github.com/orrery-dev/orrery/internal/proto/joinpbb\x06proto3"
 
 var (
 	file_internal_proto_joinpb_join_proto_rawDescOnce sync.Once
@@ -620,24 +838,32 @@ func file_internal_proto_joinpb_join_proto_rawDescGZIP() []byte {
 	return file_internal_proto_joinpb_join_proto_rawDescData
 }
 
-var file_internal_proto_joinpb_join_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_internal_proto_joinpb_join_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_internal_proto_joinpb_join_proto_goTypes = []any{
-	(*IssueJoinTicketRequest)(nil),    // 0: orrery.join.v1.IssueJoinTicketRequest
-	(*IssueJoinTicketResponse)(nil),   // 1: orrery.join.v1.IssueJoinTicketResponse
-	(*ControlPlaneFile)(nil),          // 2: orrery.join.v1.ControlPlaneFile
-	(*KubernetesComponent)(nil),       // 3: orrery.join.v1.KubernetesComponent
-	(*IssueRejoinTicketRequest)(nil),  // 4: orrery.join.v1.IssueRejoinTicketRequest
-	(*IssueRejoinTicketResponse)(nil), // 5: orrery.join.v1.IssueRejoinTicketResponse
+	(*IssueJoinTicketRequest)(nil),       // 0: orrery.join.v1.IssueJoinTicketRequest
+	(*IssueJoinTicketResponse)(nil),      // 1: orrery.join.v1.IssueJoinTicketResponse
+	(*ControlPlaneFile)(nil),             // 2: orrery.join.v1.ControlPlaneFile
+	(*KubernetesComponent)(nil),          // 3: orrery.join.v1.KubernetesComponent
+	(*IssueRejoinTicketRequest)(nil),     // 4: orrery.join.v1.IssueRejoinTicketRequest
+	(*IssueRejoinTicketResponse)(nil),    // 5: orrery.join.v1.IssueRejoinTicketResponse
+	(*CheckDiskGenerationRequest)(nil),   // 6: orrery.join.v1.CheckDiskGenerationRequest
+	(*CheckDiskGenerationResponse)(nil),  // 7: orrery.join.v1.CheckDiskGenerationResponse
+	(*RecordDiskGenerationRequest)(nil),  // 8: orrery.join.v1.RecordDiskGenerationRequest
+	(*RecordDiskGenerationResponse)(nil), // 9: orrery.join.v1.RecordDiskGenerationResponse
 }
 var file_internal_proto_joinpb_join_proto_depIdxs = []int32{
 	2, // 0: orrery.join.v1.IssueJoinTicketResponse.control_plane_files:type_name -> orrery.join.v1.ControlPlaneFile
 	3, // 1: orrery.join.v1.IssueJoinTicketResponse.kubernetes_components:type_name -> orrery.join.v1.KubernetesComponent
 	0, // 2: orrery.join.v1.JoinService.IssueJoinTicket:input_type -> orrery.join.v1.IssueJoinTicketRequest
 	4, // 3: orrery.join.v1.JoinService.IssueRejoinTicket:input_type -> orrery.join.v1.IssueRejoinTicketRequest
-	1, // 4: orrery.join.v1.JoinService.IssueJoinTicket:output_type -> orrery.join.v1.IssueJoinTicketResponse
-	5, // 5: orrery.join.v1.JoinService.IssueRejoinTicket:output_type -> orrery.join.v1.IssueRejoinTicketResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
+	6, // 4: orrery.join.v1.JoinService.CheckDiskGeneration:input_type -> orrery.join.v1.CheckDiskGenerationRequest
+	8, // 5: orrery.join.v1.JoinService.RecordDiskGeneration:input_type -> orrery.join.v1.RecordDiskGenerationRequest
+	1, // 6: orrery.join.v1.JoinService.IssueJoinTicket:output_type -> orrery.join.v1.IssueJoinTicketResponse
+	5, // 7: orrery.join.v1.JoinService.IssueRejoinTicket:output_type -> orrery.join.v1.IssueRejoinTicketResponse
+	7, // 8: orrery.join.v1.JoinService.CheckDiskGeneration:output_type -> orrery.join.v1.CheckDiskGenerationResponse
+	9, // 9: orrery.join.v1.JoinService.RecordDiskGeneration:output_type -> orrery.join.v1.RecordDiskGenerationResponse
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -654,7 +880,7 @@ func file_internal_proto_joinpb_join_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_joinpb_join_proto_rawDesc), len(file_internal_proto_joinpb_join_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

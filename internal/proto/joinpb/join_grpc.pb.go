@@ -19,17 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	JoinService_IssueJoinTicket_FullMethodName   = "/orrery.join.v1.JoinService/IssueJoinTicket"
-	JoinService_IssueRejoinTicket_FullMethodName = "/orrery.join.v1.JoinService/IssueRejoinTicket"
+	JoinService_IssueJoinTicket_FullMethodName      = "/orrery.join.v1.JoinService/IssueJoinTicket"
+	JoinService_IssueRejoinTicket_FullMethodName    = "/orrery.join.v1.JoinService/IssueRejoinTicket"
+	JoinService_CheckDiskGeneration_FullMethodName  = "/orrery.join.v1.JoinService/CheckDiskGeneration"
+	JoinService_RecordDiskGeneration_FullMethodName = "/orrery.join.v1.JoinService/RecordDiskGeneration"
 )
 
 // JoinServiceClient is the client API for JoinService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// JoinService is served by the join service. It keeps no state per node: the
-// keys it hands out are derived on demand by the key service from the
-// node's state-disk UUID.
+// JoinService is served by the join service. The keys it hands out are
+// derived on demand by the key service from the node's state-disk UUID;
+// what it keeps per disk is the cluster's record of admitted nodes (one
+// AdmittedNode per disk: the VM it was admitted for, and the disk's
+// generation).
 type JoinServiceClient interface {
 	// IssueJoinTicket gives a node that has never been part of the cluster
 	// what it needs to join: its state-disk key, the secrets to compute the
@@ -41,6 +45,29 @@ type JoinServiceClient interface {
 	// again, what its initrd needs to open the state disk, to extend PCR 15
 	// with the cluster ID, and to check the Kubernetes files kept on the disk.
 	IssueRejoinTicket(ctx context.Context, in *IssueRejoinTicketRequest, opts ...grpc.CallOption) (*IssueRejoinTicketResponse, error)
+	// CheckDiskGeneration is the first half of a rejoining node's proof that
+	// its state disk is not an older copy of itself: once the rejoin
+	// ticket's key opened the disk, the node presents the generation the
+	// disk holds, and the join service answers the next generation to
+	// write if it is the disk's current one. The node writes that value to
+	// the disk before anything else, then calls RecordDiskGeneration. A
+	// disk that presents an older generation is refused
+	// (FAILED_PRECONDITION, with what to do) and nothing is written to it:
+	// the node does not boot on. The caller must pass the same checks as
+	// IssueRejoinTicket (attestation, the record names its instance, not
+	// removed); the node dials a join service whose PCR 15 shows the
+	// node's own cluster, and asks before it locks itself (its PCR 15 is
+	// zero, as every join service requires). A join service older than
+	// this call answers UNIMPLEMENTED; it records no generation, and the
+	// node boots on with a console warning.
+	CheckDiskGeneration(ctx context.Context, in *CheckDiskGenerationRequest, opts ...grpc.CallOption) (*CheckDiskGenerationResponse, error)
+	// RecordDiskGeneration is the second half: the node says that its
+	// state disk now holds the generation CheckDiskGeneration answered
+	// (written and synced), and the join service records it as the disk's
+	// current one. A generation that is not the last one answered for the
+	// disk (another boot of the disk asked since) is refused with ABORTED,
+	// and the node starts over with CheckDiskGeneration.
+	RecordDiskGeneration(ctx context.Context, in *RecordDiskGenerationRequest, opts ...grpc.CallOption) (*RecordDiskGenerationResponse, error)
 }
 
 type joinServiceClient struct {
@@ -71,13 +98,35 @@ func (c *joinServiceClient) IssueRejoinTicket(ctx context.Context, in *IssueRejo
 	return out, nil
 }
 
+func (c *joinServiceClient) CheckDiskGeneration(ctx context.Context, in *CheckDiskGenerationRequest, opts ...grpc.CallOption) (*CheckDiskGenerationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckDiskGenerationResponse)
+	err := c.cc.Invoke(ctx, JoinService_CheckDiskGeneration_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *joinServiceClient) RecordDiskGeneration(ctx context.Context, in *RecordDiskGenerationRequest, opts ...grpc.CallOption) (*RecordDiskGenerationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordDiskGenerationResponse)
+	err := c.cc.Invoke(ctx, JoinService_RecordDiskGeneration_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JoinServiceServer is the server API for JoinService service.
 // All implementations must embed UnimplementedJoinServiceServer
 // for forward compatibility.
 //
-// JoinService is served by the join service. It keeps no state per node: the
-// keys it hands out are derived on demand by the key service from the
-// node's state-disk UUID.
+// JoinService is served by the join service. The keys it hands out are
+// derived on demand by the key service from the node's state-disk UUID;
+// what it keeps per disk is the cluster's record of admitted nodes (one
+// AdmittedNode per disk: the VM it was admitted for, and the disk's
+// generation).
 type JoinServiceServer interface {
 	// IssueJoinTicket gives a node that has never been part of the cluster
 	// what it needs to join: its state-disk key, the secrets to compute the
@@ -89,6 +138,29 @@ type JoinServiceServer interface {
 	// again, what its initrd needs to open the state disk, to extend PCR 15
 	// with the cluster ID, and to check the Kubernetes files kept on the disk.
 	IssueRejoinTicket(context.Context, *IssueRejoinTicketRequest) (*IssueRejoinTicketResponse, error)
+	// CheckDiskGeneration is the first half of a rejoining node's proof that
+	// its state disk is not an older copy of itself: once the rejoin
+	// ticket's key opened the disk, the node presents the generation the
+	// disk holds, and the join service answers the next generation to
+	// write if it is the disk's current one. The node writes that value to
+	// the disk before anything else, then calls RecordDiskGeneration. A
+	// disk that presents an older generation is refused
+	// (FAILED_PRECONDITION, with what to do) and nothing is written to it:
+	// the node does not boot on. The caller must pass the same checks as
+	// IssueRejoinTicket (attestation, the record names its instance, not
+	// removed); the node dials a join service whose PCR 15 shows the
+	// node's own cluster, and asks before it locks itself (its PCR 15 is
+	// zero, as every join service requires). A join service older than
+	// this call answers UNIMPLEMENTED; it records no generation, and the
+	// node boots on with a console warning.
+	CheckDiskGeneration(context.Context, *CheckDiskGenerationRequest) (*CheckDiskGenerationResponse, error)
+	// RecordDiskGeneration is the second half: the node says that its
+	// state disk now holds the generation CheckDiskGeneration answered
+	// (written and synced), and the join service records it as the disk's
+	// current one. A generation that is not the last one answered for the
+	// disk (another boot of the disk asked since) is refused with ABORTED,
+	// and the node starts over with CheckDiskGeneration.
+	RecordDiskGeneration(context.Context, *RecordDiskGenerationRequest) (*RecordDiskGenerationResponse, error)
 	mustEmbedUnimplementedJoinServiceServer()
 }
 
@@ -104,6 +176,12 @@ func (UnimplementedJoinServiceServer) IssueJoinTicket(context.Context, *IssueJoi
 }
 func (UnimplementedJoinServiceServer) IssueRejoinTicket(context.Context, *IssueRejoinTicketRequest) (*IssueRejoinTicketResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueRejoinTicket not implemented")
+}
+func (UnimplementedJoinServiceServer) CheckDiskGeneration(context.Context, *CheckDiskGenerationRequest) (*CheckDiskGenerationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckDiskGeneration not implemented")
+}
+func (UnimplementedJoinServiceServer) RecordDiskGeneration(context.Context, *RecordDiskGenerationRequest) (*RecordDiskGenerationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordDiskGeneration not implemented")
 }
 func (UnimplementedJoinServiceServer) mustEmbedUnimplementedJoinServiceServer() {}
 func (UnimplementedJoinServiceServer) testEmbeddedByValue()                     {}
@@ -162,6 +240,42 @@ func _JoinService_IssueRejoinTicket_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JoinService_CheckDiskGeneration_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckDiskGenerationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JoinServiceServer).CheckDiskGeneration(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JoinService_CheckDiskGeneration_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JoinServiceServer).CheckDiskGeneration(ctx, req.(*CheckDiskGenerationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JoinService_RecordDiskGeneration_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordDiskGenerationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JoinServiceServer).RecordDiskGeneration(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JoinService_RecordDiskGeneration_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JoinServiceServer).RecordDiskGeneration(ctx, req.(*RecordDiskGenerationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JoinService_ServiceDesc is the grpc.ServiceDesc for JoinService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -176,6 +290,14 @@ var JoinService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IssueRejoinTicket",
 			Handler:    _JoinService_IssueRejoinTicket_Handler,
+		},
+		{
+			MethodName: "CheckDiskGeneration",
+			Handler:    _JoinService_CheckDiskGeneration_Handler,
+		},
+		{
+			MethodName: "RecordDiskGeneration",
+			Handler:    _JoinService_RecordDiskGeneration_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

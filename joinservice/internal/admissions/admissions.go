@@ -2,11 +2,12 @@
 // internal/admitted for the format) in the API server: one AdmittedNode per
 // state disk, created when the join service admits the disk's node, read
 // when a node asks to rejoin with that disk, and updated with the
-// measurement set the node attested with.
+// measurement set the node attested with and the disk's generation.
 package admissions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -112,4 +113,128 @@ func (s *Store) Attested(ctx context.Context, diskUUID, set string) error {
 		return fmt.Errorf("record the measurement set of disk %s: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
 	}
 	return nil
+}
+
+// ErrNotFound is returned by CheckGeneration and RecordGeneration for a
+// disk the cluster has no record of.
+var ErrNotFound = errors.New("the cluster has no record of the disk")
+
+// CheckGeneration decides on the generation a rejoining node's disk
+// presents (admitted.Record.CheckGeneration) and stores the generation it
+// issues, which it returns, before the node may write it. It fails with
+// an *admitted.GenerationError for an older copy of the disk, and
+// ErrRemoved or ErrNotFound for a disk with no record to rejoin with.
+func (s *Store) CheckGeneration(ctx context.Context, diskUUID string, presented uint64) (uint64, error) {
+	rec, err := s.update(ctx, diskUUID, func(r admitted.Record) (admitted.Record, error) { return r.CheckGeneration(presented) })
+	return rec.NextGeneration, err
+}
+
+// RecordGeneration records that diskUUID holds generation g, the one
+// CheckGeneration issued last (admitted.ErrNotIssued otherwise).
+func (s *Store) RecordGeneration(ctx context.Context, diskUUID string, g uint64) error {
+	_, err := s.update(ctx, diskUUID, func(r admitted.Record) (admitted.Record, error) { return r.RecordGeneration(g) })
+	return err
+}
+
+// updateAttempts bounds how often update reads a record again after
+// another writer changed it between its read and its write.
+const updateAttempts = 5
+
+// update reads the record of diskUUID, applies change, and writes the
+// generations it returns, on the condition that nobody wrote the record
+// in between (its resourceVersion): two rejoins of one disk never both
+// act on the same read. It returns the record as written.
+func (s *Store) update(ctx context.Context, diskUUID string, change func(admitted.Record) (admitted.Record, error)) (admitted.Record, error) {
+	name, err := admitted.Name(diskUUID)
+	if err != nil {
+		return admitted.Record{}, err
+	}
+	for range updateAttempts {
+		rec, version, err := s.read(ctx, diskUUID, name)
+		if err != nil {
+			return admitted.Record{}, err
+		}
+		if rec.Removed() {
+			return admitted.Record{}, fmt.Errorf("%w at %s", ErrRemoved, rec.RemovedAt)
+		}
+		next, err := change(rec)
+		if err != nil {
+			return admitted.Record{}, err
+		}
+		if next.Generation == rec.Generation && next.NextGeneration == rec.NextGeneration {
+			return next, nil
+		}
+		code, body, err := s.Conn.DoPatch(ctx, path(name), generationPatch(version, next))
+		if err != nil {
+			return admitted.Record{}, fmt.Errorf("record the generation of disk %s: %w", diskUUID, err)
+		}
+		switch code {
+		case http.StatusOK:
+			return next, checkKept(diskUUID, body, next)
+		case http.StatusConflict:
+			continue
+		default:
+			return admitted.Record{}, fmt.Errorf("record the generation of disk %s: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
+		}
+	}
+	return admitted.Record{}, fmt.Errorf("record the generation of disk %s: the record changed under every one of %d attempts; ask again", diskUUID, updateAttempts)
+}
+
+// checkKept checks that the record the API server answered a write with
+// holds the generations written: an AdmittedNode CRD older than them
+// drops unknown fields without a word, and the disk's generation would
+// never be kept.
+func checkKept(diskUUID string, body []byte, want admitted.Record) error {
+	got, err := admitted.Parse(diskUUID, body)
+	if err != nil {
+		return fmt.Errorf("read back the record of disk %s: %w", diskUUID, err)
+	}
+	if got.Generation != want.Generation || got.NextGeneration != want.NextGeneration {
+		return fmt.Errorf("the API server did not keep the generation of disk %s (it holds %d, next %d; written %d, next %d): the AdmittedNode CRD is older than the join service; upgrade the orrery-crds chart ('orrery upgrade apply')",
+			diskUUID, got.Generation, got.NextGeneration, want.Generation, want.NextGeneration)
+	}
+	return nil
+}
+
+// generationPatch is a merge patch that writes rec's generations if the
+// object is still at resourceVersion version; a NextGeneration of 0
+// removes the field.
+func generationPatch(version string, rec admitted.Record) map[string]any {
+	var next any
+	if rec.NextGeneration != 0 {
+		next = rec.NextGeneration
+	}
+	return map[string]any{
+		"metadata": map[string]any{"resourceVersion": version},
+		"spec":     map[string]any{"generation": rec.Generation, "nextGeneration": next},
+	}
+}
+
+// read returns the record of diskUUID, stored as name, and its
+// resourceVersion.
+func (s *Store) read(ctx context.Context, diskUUID, name string) (admitted.Record, string, error) {
+	code, body, err := s.Conn.Do(ctx, http.MethodGet, path(name), nil)
+	if err != nil {
+		return admitted.Record{}, "", fmt.Errorf("read the record of disk %s: %w", diskUUID, err)
+	}
+	switch code {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return admitted.Record{}, "", fmt.Errorf("disk %s: %w", diskUUID, ErrNotFound)
+	default:
+		return admitted.Record{}, "", fmt.Errorf("read the record of disk %s: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
+	}
+	rec, err := admitted.Parse(diskUUID, body)
+	if err != nil {
+		return admitted.Record{}, "", err
+	}
+	var meta struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &meta); err != nil || meta.Metadata.ResourceVersion == "" {
+		return admitted.Record{}, "", fmt.Errorf("the record of disk %s has no resourceVersion", diskUUID)
+	}
+	return rec, meta.Metadata.ResourceVersion, nil
 }

@@ -18,6 +18,14 @@ type Memory struct {
 	disks   map[string]attestation.Instance
 	sets    map[string]string
 	removed map[string]string
+	// gens are the disks' Generation and NextGeneration.
+	gens map[string][2]uint64
+}
+
+func (m *Memory) init() {
+	if m.disks == nil {
+		m.disks, m.sets, m.removed, m.gens = map[string]attestation.Instance{}, map[string]string{}, map[string]string{}, map[string][2]uint64{}
+	}
 }
 
 // Admit records diskUUID for inst, like Store.Admit.
@@ -31,9 +39,7 @@ func (m *Memory) Admit(_ context.Context, diskUUID string, inst attestation.Inst
 	if at, ok := m.removed[diskUUID]; ok {
 		return fmt.Errorf("%w at %s", ErrRemoved, at)
 	}
-	if m.disks == nil {
-		m.disks, m.sets, m.removed = map[string]attestation.Instance{}, map[string]string{}, map[string]string{}
-	}
+	m.init()
 	m.disks[diskUUID] = inst
 	if set != "" {
 		m.sets[diskUUID] = set
@@ -65,9 +71,7 @@ func (m *Memory) Set(diskUUID string) string {
 func (m *Memory) Remove(diskUUID, at string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.disks == nil {
-		m.disks, m.sets, m.removed = map[string]attestation.Instance{}, map[string]string{}, map[string]string{}
-	}
+	m.init()
 	m.removed[strings.ToLower(diskUUID)] = at
 }
 
@@ -76,6 +80,53 @@ func (m *Memory) Lookup(_ context.Context, diskUUID string) (admitted.Record, bo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	disk := strings.ToLower(diskUUID)
+	return m.lookup(disk)
+}
+
+func (m *Memory) lookup(disk string) (admitted.Record, bool, error) {
 	inst, ok := m.disks[disk]
-	return admitted.Record{DiskUUID: disk, Instance: inst, MeasurementSet: m.sets[disk], RemovedAt: m.removed[disk]}, ok, nil
+	g := m.gens[disk]
+	return admitted.Record{DiskUUID: disk, Instance: inst, MeasurementSet: m.sets[disk], RemovedAt: m.removed[disk], Generation: g[0], NextGeneration: g[1]}, ok, nil
+}
+
+// CheckGeneration decides on the generation a disk presents, like
+// Store.CheckGeneration.
+func (m *Memory) CheckGeneration(_ context.Context, diskUUID string, presented uint64) (uint64, error) {
+	rec, err := m.update(diskUUID, func(r admitted.Record) (admitted.Record, error) { return r.CheckGeneration(presented) })
+	return rec.NextGeneration, err
+}
+
+// RecordGeneration records a disk's generation, like
+// Store.RecordGeneration.
+func (m *Memory) RecordGeneration(_ context.Context, diskUUID string, g uint64) error {
+	_, err := m.update(diskUUID, func(r admitted.Record) (admitted.Record, error) { return r.RecordGeneration(g) })
+	return err
+}
+
+// SetGeneration sets the generations of diskUUID's record, as an owner
+// may with kubectl.
+func (m *Memory) SetGeneration(diskUUID string, generation, next uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.init()
+	m.gens[strings.ToLower(diskUUID)] = [2]uint64{generation, next}
+}
+
+func (m *Memory) update(diskUUID string, change func(admitted.Record) (admitted.Record, error)) (admitted.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	disk := strings.ToLower(diskUUID)
+	rec, ok, _ := m.lookup(disk)
+	switch {
+	case !ok:
+		return admitted.Record{}, fmt.Errorf("disk %s: %w", disk, ErrNotFound)
+	case rec.Removed():
+		return admitted.Record{}, fmt.Errorf("%w at %s", ErrRemoved, rec.RemovedAt)
+	}
+	next, err := change(rec)
+	if err != nil {
+		return admitted.Record{}, err
+	}
+	m.gens[disk] = [2]uint64{next.Generation, next.NextGeneration}
+	return next, nil
 }

@@ -35,6 +35,12 @@
 //     for a disk never admitted or admitted for another VM, are refused.
 //     Disk UUIDs are not secret; the certified instance is what a node
 //     cannot borrow.
+//
+// A rejoining node then proves that the disk its ticket opened is not an
+// older copy of itself (CheckDiskGeneration, RecordDiskGeneration; see
+// internal/admitted for the protocol): the host can swap a state disk for
+// a copy it took earlier, which the same key opens. Both calls pass the
+// same checks as a rejoin ticket.
 package joinserver
 
 import (
@@ -91,6 +97,13 @@ type Admissions interface {
 	Lookup(ctx context.Context, diskUUID string) (rec admitted.Record, found bool, err error)
 	// Attested records the set the disk's node attested with again.
 	Attested(ctx context.Context, diskUUID, set string) error
+	// CheckGeneration decides on the generation diskUUID presents at a
+	// rejoin and returns, stored, the next one for the node to write; an
+	// *admitted.GenerationError for an older copy of the disk.
+	CheckGeneration(ctx context.Context, diskUUID string, presented uint64) (next uint64, err error)
+	// RecordGeneration records that diskUUID holds g, the generation
+	// CheckGeneration issued last (admitted.ErrNotIssued otherwise).
+	RecordGeneration(ctx context.Context, diskUUID string, g uint64) error
 }
 
 // Nodes tells whether the cluster still has a node: an owner removes a
@@ -275,52 +288,73 @@ func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinp
 	return nil
 }
 
-// IssueRejoinTicket implements joinpb.JoinServiceServer.
-func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinTicketRequest) (*joinpb.IssueRejoinTicketResponse, error) {
+// rejoining is a node that passed the checks of every rejoin call
+// (checkRejoin).
+type rejoining struct {
+	inst             attestation.Instance
+	disk, keyID, set string
+	// rec is the disk's record as the checks read it.
+	rec admitted.Record
+	log *slog.Logger
+}
+
+// checkRejoin runs the checks that a rejoin ticket and each step of the
+// disk's generation check pass: the caller attested, with a measurement
+// set still accepted, as a certified instance the owner has not removed,
+// for a disk admitted for that very instance, whose Node exists.
+func (s *Server) checkRejoin(ctx context.Context, diskUUID string) (rejoining, error) {
 	info, err := requireAttested(ctx)
 	if err != nil {
-		return nil, err
+		return rejoining{}, err
 	}
 	inst, err := requireInstance(info)
 	if err != nil {
 		s.log.Warn("refused a rejoin: the node's attestation names no instance", "peer", peerAddr(ctx), "variant", info.PeerVariant.String())
-		return nil, err
+		return rejoining{}, err
 	}
-	keyID, err := keys.DiskKeyID(req.GetDiskUuid())
+	keyID, err := keys.DiskKeyID(diskUUID)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return rejoining{}, status.Error(codes.InvalidArgument, err.Error())
 	}
-	disk := strings.ToLower(req.GetDiskUuid())
-	log := s.log.With("node", inst.Name, "instanceID", inst.ID, "diskUUID", disk)
-	set, err := s.currentSet(ctx, info)
+	r := rejoining{inst: inst, disk: strings.ToLower(diskUUID), keyID: keyID}
+	r.log = s.log.With("node", inst.Name, "instanceID", inst.ID, "diskUUID", r.disk)
+	if r.set, err = s.currentSet(ctx, info); err != nil {
+		r.log.Warn("refused a rejoin: the connection's attestation no longer admits the node", "reason", err.Error())
+		return rejoining{}, err
+	}
+	if err := s.refuseRemoved(ctx, r.log, "rejoin", inst); err != nil {
+		return rejoining{}, err
+	}
+	if r.rec, err = s.authorizeRejoin(ctx, r.log, r.disk, inst); err != nil {
+		return rejoining{}, err
+	}
+	return r, nil
+}
+
+// IssueRejoinTicket implements joinpb.JoinServiceServer.
+func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinTicketRequest) (*joinpb.IssueRejoinTicketResponse, error) {
+	r, err := s.checkRejoin(ctx, req.GetDiskUuid())
 	if err != nil {
-		log.Warn("refused a rejoin: the connection's attestation no longer admits the node", "reason", err.Error())
-		return nil, err
-	}
-	if err := s.refuseRemoved(ctx, log, "rejoin", inst); err != nil {
-		return nil, err
-	}
-	if err := s.authorizeRejoin(ctx, log, disk, inst); err != nil {
 		return nil, err
 	}
 	// The initrd keeps the static pod manifests on its disk only if this
 	// says so: an unreadable list refuses the rejoin rather than tell a
 	// control plane it is a worker, or the reverse.
-	controlPlane, err := s.approvedControlPlane(ctx, inst)
+	controlPlane, err := s.approvedControlPlane(ctx, r.inst)
 	if err != nil {
-		log.Error("cannot read the approved control planes", "error", err.Error())
+		r.log.Error("cannot read the approved control planes", "error", err.Error())
 		return nil, err
 	}
-	k, err := s.ticketKeys(ctx, log, keyID)
+	k, err := s.ticketKeys(ctx, r.log, r.keyID)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Admissions.Attested(ctx, disk, set); err != nil {
+	if err := s.cfg.Admissions.Attested(ctx, r.disk, r.set); err != nil {
 		// Informative only (which image the node runs): not a reason
 		// to keep a node from its disk.
-		log.Warn("cannot record the node's measurement set", "error", err.Error())
+		r.log.Warn("cannot record the node's measurement set", "error", err.Error())
 	}
-	log.Info("issued rejoin ticket", "controlPlane", controlPlane)
+	r.log.Info("issued rejoin ticket", "controlPlane", controlPlane)
 	return &joinpb.IssueRejoinTicketResponse{
 		StateDiskKey: k.disk, MeasurementSecret: k.measurementSecret,
 		ClusterCaCert: s.cfg.CA.Raw, ApiServerEndpoint: s.cfg.Endpoint, ControlPlane: controlPlane,
@@ -330,37 +364,37 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 
 // authorizeRejoin decides whether instance inst gets a rejoin ticket for
 // disk: the disk must be admitted, for this very VM, whose node the owner
-// has not removed. Every refusal is logged.
-func (s *Server) authorizeRejoin(ctx context.Context, log *slog.Logger, disk string, inst attestation.Instance) error {
+// has not removed. Every refusal is logged. It returns the disk's record.
+func (s *Server) authorizeRejoin(ctx context.Context, log *slog.Logger, disk string, inst attestation.Instance) (admitted.Record, error) {
 	rec, found, err := s.cfg.Admissions.Lookup(ctx, disk)
 	owner := rec.Instance
 	switch {
 	case err != nil:
 		log.Error("cannot read the record of admitted disks", "error", err)
-		return status.Errorf(codes.Unavailable, "read the record of admitted disks: %v", err)
+		return rec, status.Errorf(codes.Unavailable, "read the record of admitted disks: %v", err)
 	case !found:
 		log.Warn("refused a rejoin: the state disk was never admitted, or its node was removed")
-		return status.Errorf(codes.PermissionDenied,
+		return rec, status.Errorf(codes.PermissionDenied,
 			"state disk %s was never admitted to this cluster, or the owner removed its node: a rejoin ticket goes only to the VM the disk was admitted for; to bring this VM back, recreate it and let it join as a new node", disk)
 	case rec.Removed():
 		log.Warn("refused a rejoin: the owner removed the state disk's node", "removedAt", rec.RemovedAt)
-		return status.Errorf(codes.PermissionDenied,
+		return rec, status.Errorf(codes.PermissionDenied,
 			"the owner removed node %s from the cluster at %s ('orrery node remove'): its state disk %s gets no rejoin ticket, for good; to bring this VM back, recreate it with a new disk and name and let it join as a new node", owner.Name, rec.RemovedAt, disk)
 	case owner.ID != inst.ID:
 		log.Warn("refused a rejoin: the state disk was admitted for another VM", "admittedFor", owner.String())
-		return status.Errorf(codes.PermissionDenied,
+		return rec, status.Errorf(codes.PermissionDenied,
 			"state disk %s was admitted for %s, not for this node, %s: a rejoin ticket goes only to the VM the disk was admitted for", disk, owner, inst)
 	}
 	switch exists, err := s.cfg.Nodes.NodeExists(ctx, owner.Name); {
 	case err != nil:
 		log.Error("cannot read the cluster's nodes", "error", err)
-		return status.Errorf(codes.Unavailable, "read the cluster's nodes: %v", err)
+		return rec, status.Errorf(codes.Unavailable, "read the cluster's nodes: %v", err)
 	case !exists:
 		log.Warn("refused a rejoin: the owner removed the node from the cluster")
-		return status.Errorf(codes.PermissionDenied,
+		return rec, status.Errorf(codes.PermissionDenied,
 			"node %s was removed from the cluster (kubectl delete node): its state disk %s gets no rejoin ticket; to bring this VM back, recreate it and let it join as a new node", owner.Name, disk)
 	}
-	return nil
+	return rec, nil
 }
 
 // keysOfTicket are what a ticket carries from the key service.

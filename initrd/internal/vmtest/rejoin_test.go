@@ -121,6 +121,11 @@ func TestRejoinInTheInitrd(t *testing.T) {
 		MasterSecret: ms, MeasurementSalt: salt, Admitted: admitted,
 	})
 	join := ":" + strconv.Itoa(30090)
+	// The hypervisor operator keeps a copy of the state disk as it is
+	// before the rejoin, to swap in later.
+	stateDisk := filepath.Join(dir, vm.StateFile)
+	older := filepath.Join(t.TempDir(), "state-before-rejoin.qcow2")
+	copyFile(t, stateDisk, older)
 	v := start("initrd-rejoin", forward("169.254.169.5"+join, other)+forward("169.254.169.6"+join, own))
 	console = waitExit(t, v)
 	t.Logf("console:\n%s", strings.Join(initLines(console), "\n"))
@@ -169,6 +174,19 @@ func TestRejoinInTheInitrd(t *testing.T) {
 		t.Error("the OS started on a disk whose kubelet flags were changed")
 	}
 
+	// The copy from before the rejoin, swapped in: it opens with the same
+	// key, but its generation is older than the cluster's record.
+	copyFile(t, older, stateDisk)
+	rolledBack := waitExit(t, start("initrd-rejoin-rolled-back", forward("169.254.169.5"+join, other)+forward("169.254.169.6"+join, own)))
+	for _, want := range []string{"presents generation 0", "older copy of the disk"} {
+		if !strings.Contains(rolledBack, want) {
+			t.Errorf("the rolled-back boot's console lacks %q\n%s", want, consoleReport(rolledBack))
+		}
+	}
+	if strings.Contains(rolledBack, "ORRERY-ROOT pid") || strings.Contains(rolledBack, "node locked to cluster") {
+		t.Error("the node booted on an older copy of its state disk")
+	}
+
 	// PCR 15 computed here without the code under test.
 	d := extend(make([]byte, 32), clusterID)
 	if got := rootReports(console, "pcr15"); len(got) != 1 || got[0] != hex.EncodeToString(d) || !bytes.Equal(nodelock.Expected(clusterID), d) {
@@ -180,5 +198,17 @@ func TestRejoinInTheInitrd(t *testing.T) {
 				t.Fatal("the console shows a secret")
 			}
 		}
+	}
+}
+
+// copyFile copies a disk image, as the host copies a VM's disk.
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
 
 // consoleCount counts the lines of n's console that contain s: a reset
@@ -171,7 +172,19 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	}
 	p.done("the owner reads cp-0's initrd log while it waits")
 
-	wrong := filepath.Join(dir, "wrong-master-secret.json")
+	// Another cluster's master secret, in a workspace that records the
+	// same control plane (recover gives the key to that node alone).
+	intruder := t.TempDir()
+	for _, name := range []string{workspace.StateFile, workspace.KubeconfigFile} {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(intruder, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrong := filepath.Join(intruder, workspace.MasterSecretFile)
 	ms, err := keys.GenerateMasterSecret(rand.Reader)
 	if err != nil {
 		t.Fatal(err)

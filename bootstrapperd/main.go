@@ -6,7 +6,9 @@
 // is not needed on that node again.
 //
 // 'bootstrapperd pcrs' prints the node's PCR values and exits: a unit runs
-// it at boot so the journal and console show them.
+// it at boot so the journal and console show them. 'bootstrapperd
+// static-pods' makes a control plane's static pods what kubeadm writes for
+// its cluster: a unit runs it before kubelet (see rewriteStaticPods).
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/tpmdev"
 )
@@ -26,6 +29,11 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "pcrs" {
 		exit(printPCRs(os.Stdout))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "static-pods" {
+		p := nodePaths()
+		tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: p.runDir}
+		exit(rewriteStaticPods(ctx, manifestsDir, tool, tpmdev.Open, os.Stdout))
 	}
 	fs := flag.NewFlagSet("bootstrapperd", flag.ExitOnError)
 	p := nodePaths()
@@ -37,7 +45,7 @@ func main() {
 	fs.StringVar(&p.firmwareLog, "firmware-event-log", p.firmwareLog, "the firmware's TCG event log")
 	fs.StringVar(&p.bootstrappedMarker, "bootstrapped-marker", p.bootstrappedMarker, "file that marks the node as part of a cluster")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: bootstrapperd [flags]\n       bootstrapperd pcrs\n\n")
+		fmt.Fprintf(fs.Output(), "usage: bootstrapperd [flags]\n       bootstrapperd pcrs\n       bootstrapperd static-pods\n\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])

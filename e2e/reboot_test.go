@@ -48,6 +48,12 @@ func resetNode(t *testing.T, ctx context.Context, n *cloud.Node) {
 // hostPathPod runs busybox on node with the node's /var/lib/orrery-e2e
 // mounted at /data.
 func hostPathPod(name, node, script string) string {
+	return hostDirPod(name, node, "/var/lib/orrery-e2e", script)
+}
+
+// hostDirPod runs busybox on node with the node's folder dir mounted at
+// /data: root on the node, as a container escape would have it.
+func hostDirPod(name, node, dir, script string) string {
 	return `apiVersion: v1
 kind: Pod
 metadata: {name: ` + name + `, namespace: default}
@@ -55,7 +61,7 @@ spec:
   nodeName: ` + node + `
   restartPolicy: Never
   tolerations: [{operator: Exists}]
-  volumes: [{name: data, hostPath: {path: /var/lib/orrery-e2e, type: DirectoryOrCreate}}]
+  volumes: [{name: data, hostPath: {path: ` + dir + `, type: DirectoryOrCreate}}]
   containers:
   - name: c
     image: ghcr.io/flannel-io/flannel:v0.28.4
@@ -145,6 +151,15 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	if s, err := k("-n", "default", "create", "configmap", "survives-reset", "--from-literal=value=kept"); err != nil {
 		t.Fatalf("create configmap: %v\n%s", err, s)
 	}
+	// Root on cp-0 opens the scheduler's port to the network in its
+	// static pod; after the restart, the pod is kubeadm's again.
+	const opened, closed = "--bind-address=0.0.0.0", "--bind-address=127.0.0.1"
+	logs := runPod(t, k, dir, "plant-static-pod", hostDirPod("plant-static-pod", cp.Name, "/etc/kubernetes/manifests",
+		"sed s/"+closed+"/"+opened+"/ /data/kube-scheduler.yaml > /tmp/s && cat /tmp/s > /data/kube-scheduler.yaml && grep -c -- "+opened+" /data/kube-scheduler.yaml && echo planted"), "planted")
+	if !strings.Contains(logs, "1\nplanted") {
+		t.Fatalf("the pod did not change cp-0's kube-scheduler static pod:\n%s", logs)
+	}
+	p.done("root on cp-0 changes its kube-scheduler static pod")
 	before, boot, workerBoot := consoleCount(cp, "serving recovery on port"), bootID(t, k, cp.Name), bootID(t, k, worker.Name)
 	if err := c.Stop(ctx); err != nil {
 		t.Fatalf("stop the cloud: %v", err)
@@ -207,6 +222,15 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	}
 	waitReady(t, k, cp.Name, boot, patience(10*time.Minute))
 	p.done("orrery recover: cp-0 back and Ready")
+	if consoleCount(cp, "rewrote the static pods kube-scheduler in") == 0 {
+		t.Errorf("cp-0's console does not say that its changed kube-scheduler static pod was rewritten")
+	}
+	logs = runPod(t, k, dir, "read-static-pod", hostDirPod("read-static-pod", cp.Name, "/etc/kubernetes/manifests",
+		"grep -c -- "+closed+" /data/kube-scheduler.yaml; echo checked"), "checked")
+	if !strings.Contains(logs, "1\nchecked") {
+		t.Errorf("cp-0's kube-scheduler static pod after the restart is not kubeadm's:\n%s", logs)
+	}
+	p.done("cp-0's changed static pod is kubeadm's again")
 	if s, err := k("-n", "default", "get", "configmap", "survives-reset", "-o", "jsonpath={.data.value}"); err != nil || s != "kept" {
 		t.Fatalf("the ConfigMap created before the stop: %v %q", err, s)
 	}

@@ -521,8 +521,9 @@ type container struct {
 
 // checkManifest checks a control plane's static pod: one container,
 // named as the component, running the component's own command from an
-// image the root carries. Its flags are kubeadm's and are not checked
-// here: root on a control plane holds the cluster's keys anyway.
+// image the root carries. Its flags, mounts and privileges are not
+// checked here: in the OS, before kubelet runs it, bootstrapperd rewrites
+// it whole from what kubeadm writes for this cluster (orrery-static-pods).
 func checkManifest(b []byte, component string, images map[string]bool) error {
 	var p staticPod
 	if err := yaml.Unmarshal(b, &p); err != nil {

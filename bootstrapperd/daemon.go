@@ -9,18 +9,18 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/nodestate"
-	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/rekey"
 	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
-	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 // paths are where the daemon finds and keeps its files. On a node they are
@@ -42,7 +42,7 @@ type paths struct {
 	// pkiDir receives a control plane's cluster PKI.
 	pkiDir string
 	// ownerKey is where the node keeps the owner's access key for the
-	// node service (owneraccess.Path).
+	// inspect service (owneraccess.Path).
 	ownerKey        string
 	adminKubeconfig string
 	metadataURL     string
@@ -50,12 +50,12 @@ type paths struct {
 
 func nodePaths() paths {
 	return paths{
-		measurementLog:     measurelog.DefaultPath,
+		measurementLog:     pcrlog.DefaultPath,
 		firmwareLog:        vtpm.DefaultFirmwareEventLogPath,
 		bootstrappedMarker: "/var/lib/orrery/bootstrapped",
-		stateDir:           diskhandoff.StateDir,
+		stateDir:           handoff.StateDir,
 		runDir:             "/run/orrery",
-		firstBootKey:       diskhandoff.KeyFile,
+		firstBootKey:       handoff.KeyFile,
 		sysfs:              "/sys",
 		kubeletPKIDir:      "/var/lib/kubelet/pki",
 		pkiDir:             "/etc/kubernetes/pki",
@@ -97,7 +97,7 @@ type bootstrapper struct {
 	detected     nodeattest.Platform
 	meta         *metadata.Client
 	tool         *kubeadm.Tool
-	disk         *statedisk.Disk
+	disk         *rekey.Disk
 	// notify tells systemd the daemon's state (sd_notify).
 	notify func(state string)
 }
@@ -105,7 +105,7 @@ type bootstrapper struct {
 // newBootstrapper builds the bootstrapper of a node whose files are at p and whose TPM
 // openTPM opens.
 func newBootstrapper(p paths, openTPM tpmdev.Opener, log *slog.Logger) (*bootstrapper, error) {
-	mlog := &measurelog.Log{Path: p.measurementLog}
+	mlog := &pcrlog.Log{Path: p.measurementLog}
 	icfg := qemu.IssuerConfig{OpenTPM: openTPM, FirmwareEventLogPath: p.firmwareLog, MeasurementLog: mlog}
 	// Until the platform is known (run asks), the node attests as a
 	// plain vTPM node.
@@ -114,7 +114,7 @@ func newBootstrapper(p paths, openTPM tpmdev.Opener, log *slog.Logger) (*bootstr
 		return nil, fmt.Errorf("set up attestation: %w", err)
 	}
 	meta := &metadata.Client{BaseURL: p.metadataURL}
-	disk := &statedisk.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: p.sysfs, FirstBootKey: p.firstBootKey, TmpDir: p.runDir}
+	disk := &rekey.Disk{LUKS: &cryptsetup.Tool{}, Sysfs: p.sysfs, FirstBootKey: p.firstBootKey, TmpDir: p.runDir}
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: p.runDir, AdminKubeconfig: p.adminKubeconfig}
 	return &bootstrapper{
 		paths:   p,

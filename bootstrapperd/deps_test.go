@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/orrery-dev/orrery/internal/deptest"
+	"github.com/orrery-dev/orrery/internal/testkit/deptest"
 )
 
 // TestDeps keeps the local cloud and the owner's side out of the node

@@ -21,7 +21,7 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/logging"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 func main() {

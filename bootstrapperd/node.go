@@ -23,7 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 
@@ -244,7 +244,7 @@ func failureReport(ctx context.Context) ([]byte, error) {
 	return append(report, failurelog.ContainerLogs("/var/log/pods", failurelog.DefaultLimits)...), err
 }
 
-// recordOwner keeps the owner's access key where the node service reads
+// recordOwner keeps the owner's access key where the inspect service reads
 // it, and in the state disk's header for the initrd of later boots.
 func (b *bootstrapper) recordOwner(ctx context.Context, key ed25519.PublicKey) error {
 	if err := owneraccess.Write(b.paths.ownerKey, key); err != nil {

@@ -27,18 +27,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/nodestate"
-	"github.com/orrery-dev/orrery/bootstrapperd/internal/statedisk"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/rekey"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/role"
-	"github.com/orrery-dev/orrery/internal/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 
@@ -218,7 +218,7 @@ func newInitNode(t *testing.T, certified string, metadata ...string) *initNode {
 	if err := os.WriteFile(n.b.tool.AdminKubeconfig, []byte("admin kubeconfig"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n.b.disk = &statedisk.Disk{LUKS: rekeyedDisk{}, Device: "/dev/vdb", VolumeRecord: filepath.Join(n.dir, "no-record"),
+	n.b.disk = &rekey.Disk{LUKS: rekeyedDisk{}, Device: "/dev/vdb", VolumeRecord: filepath.Join(n.dir, "no-record"),
 		FirstBootKey: filepath.Join(n.dir, "no-first-boot-key"), TmpDir: n.dir}
 	n.b.tool.Instance = selfInstance(n.b.openTPM, n.b.log) // as run does
 	return n

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-tpm-tools/client"
 	"github.com/google/go-tpm/legacy/tpm2"
 
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 // printPCRs writes the SHA-256 PCR bank, one "PCR[n] sha256=<hex>" line per

@@ -25,12 +25,12 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/logging"
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
-	"github.com/orrery-dev/orrery/internal/syncbuffer"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 // testBootstrapper is a bootstrapper whose files are in dir and whose TPM
@@ -165,7 +165,7 @@ func TestStopsDespiteAnOpenStream(t *testing.T) {
 func TestRejoinedNodeReportsItsClusterAndExits(t *testing.T) {
 	tpm := swtpmtest.Start(t)
 	dir := t.TempDir()
-	mlog := &measurelog.Log{Path: filepath.Join(dir, "measurements.log")}
+	mlog := &pcrlog.Log{Path: filepath.Join(dir, "measurements.log")}
 	clusterID := []byte("0123456789abcdef0123456789abcdef")
 	if ok, err := nodelock.New(tpm.Open, mlog).TryLock(clusterID); err != nil || !ok {
 		t.Fatalf("TryLock: %v %v", ok, err)
@@ -197,7 +197,7 @@ func TestRejoinedNodeReportsItsClusterAndExits(t *testing.T) {
 func TestInterruptedJoinIsFinishedNotReportedRejoined(t *testing.T) {
 	tpm := swtpmtest.Start(t)
 	dir := t.TempDir()
-	mlog := &measurelog.Log{Path: filepath.Join(dir, "measurements.log")}
+	mlog := &pcrlog.Log{Path: filepath.Join(dir, "measurements.log")}
 	if ok, err := nodelock.New(tpm.Open, mlog).TryLock([]byte("0123456789abcdef0123456789abcdef")); err != nil || !ok {
 		t.Fatalf("TryLock: %v %v", ok, err)
 	}

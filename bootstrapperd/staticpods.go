@@ -9,7 +9,7 @@ import (
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/clustersettings"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 

@@ -11,10 +11,10 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
-	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/clusternet"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 

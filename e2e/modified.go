@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
-	"github.com/orrery-dev/orrery/internal/uki"
+	"github.com/orrery-dev/orrery/internal/imagebuild/uki"
 )
 
 // stub is the systemd-stub the image build uses (systemd-boot-efi).

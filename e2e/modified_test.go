@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/uki"
+	"github.com/orrery-dev/orrery/internal/imagebuild/uki"
 )
 
 // TestModifiedImage checks the suite's own tool: the modified disk boots

@@ -17,8 +17,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/joinconn"
-	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
 
 var helm = flag.String("helm", "build/components/hostbin/helm", "the helm CLI built with the components")

@@ -21,7 +21,7 @@ readonly PACKAGES=(
 	mkosi systemd-boot-efi dosfstools mtools cpio busybox-static # 'make image': OS tree, UKI stub, ESP
 	gcc libc6-dev libseccomp-dev iptables nftables jq # 'make components': runc and flanneld (cgo), iptables/nft in images
 	systemd          # systemd-measure: the PCR 11 prediction is checked against it
-	systemd-journal-remote # writes real journal files for the node service's tests
+	systemd-journal-remote # writes real journal files for the inspect service's tests
 	procps           # pgrep: the e2e suite checks that mini down leaves no VM process
 	git ca-certificates make
 )

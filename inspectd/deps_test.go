@@ -3,10 +3,10 @@ package main
 import (
 	"testing"
 
-	"github.com/orrery-dev/orrery/internal/deptest"
+	"github.com/orrery-dev/orrery/internal/testkit/deptest"
 )
 
-// TestDeps keeps the node service small and read-only: nothing of the
+// TestDeps keeps the inspect service small and read-only: nothing of the
 // local cloud, the owner's side, the bootstrapper's flows, or a client of
 // the API server, whose credentials it must not need.
 func TestDeps(t *testing.T) {

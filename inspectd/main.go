@@ -1,5 +1,5 @@
 // Command orrery-inspectd lets the owner inspect a running node: it serves
-// nodepb.NodeService (status, journal, units, kernel log, support bundle)
+// inspectpb.InspectService (status, journal, units, kernel log, support bundle)
 // over attested TLS on port 9001, in which the node attests and the
 // client must prove the owner's access key. It only reads.
 //
@@ -29,15 +29,15 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
+	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/logging"
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
-	"github.com/orrery-dev/orrery/internal/nodeservice"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 	"github.com/orrery-dev/orrery/internal/sdsocket"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 type config struct {
@@ -54,7 +54,7 @@ func main() {
 	defer stop()
 	c := config{
 		ownerKey:       owneraccess.Path,
-		measurementLog: measurelog.DefaultPath,
+		measurementLog: pcrlog.DefaultPath,
 		firmwareLog:    vtpm.DefaultFirmwareEventLogPath,
 		metadataURL:    metadata.DefaultBaseURL,
 	}
@@ -78,7 +78,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	mlog := &measurelog.Log{Path: c.measurementLog}
+	mlog := &pcrlog.Log{Path: c.measurementLog}
 	p, err := nodeattest.DetectUntil(ctx, &metadata.Client{BaseURL: c.metadataURL}, func(_ int, err error) {
 		log.Warn("cannot tell which attestation this node's platform offers yet; retrying", "error", err.Error())
 	})
@@ -101,11 +101,11 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	lock := nodelock.New(tpmdev.Open, mlog)
-	svc, err := nodeservice.New(nodeservice.Config{
+	svc, err := inspectserver.New(inspectserver.Config{
 		Owner:   owner,
-		Journal: nodeservice.Journalctl{},
+		Journal: inspectserver.Journalctl{},
 		Units:   systemdUnits{},
-		Status:  nodeservice.Host{Stage: "system", ClusterID: lock.Cluster}.Status,
+		Status:  inspectserver.Host{Stage: "system", ClusterID: lock.Cluster}.Status,
 		Log:     log,
 	})
 	if err != nil {
@@ -114,7 +114,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	// Answers are bounded by the service; what a client may send is one
 	// small request.
 	srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(16<<10), grpc.MaxHeaderListSize(16<<10))
-	nodepb.RegisterNodeServiceServer(srv, svc)
+	inspectpb.RegisterInspectServiceServer(srv, svc)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	log.Info("serving the owner", "listen", lis.Addr().String(), "attestation", p.Variant.String())

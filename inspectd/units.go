@@ -8,7 +8,7 @@ import (
 
 	sdbus "github.com/coreos/go-systemd/v22/dbus"
 
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 )
 
 // maxUnits caps a Units answer; a node loads about two hundred.
@@ -20,7 +20,7 @@ type systemdUnits struct{}
 
 // Units returns the loaded units whose names match pattern (every unit if
 // it is empty), sorted by name.
-func (systemdUnits) Units(ctx context.Context, pattern string) ([]*nodepb.Unit, error) {
+func (systemdUnits) Units(ctx context.Context, pattern string) ([]*inspectpb.Unit, error) {
 	conn, err := sdbus.NewSystemConnectionContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("connect to systemd over D-Bus: %w", err)
@@ -37,9 +37,9 @@ func (systemdUnits) Units(ctx context.Context, pattern string) ([]*nodepb.Unit, 
 	if len(list) > maxUnits {
 		list = list[:maxUnits]
 	}
-	units := make([]*nodepb.Unit, 0, len(list))
+	units := make([]*inspectpb.Unit, 0, len(list))
 	for _, s := range list {
-		u := &nodepb.Unit{Name: s.Name, Description: s.Description, LoadState: s.LoadState, ActiveState: s.ActiveState, SubState: s.SubState}
+		u := &inspectpb.Unit{Name: s.Name, Description: s.Description, LoadState: s.LoadState, ActiveState: s.ActiveState, SubState: s.SubState}
 		// A unit that vanishes between the list and this call keeps
 		// what the list said.
 		if props, err := conn.GetUnitPropertiesContext(ctx, s.Name); err == nil {
@@ -54,7 +54,7 @@ func (systemdUnits) Units(ctx context.Context, pattern string) ([]*nodepb.Unit, 
 		}
 		units = append(units, u)
 	}
-	slices.SortFunc(units, func(a, b *nodepb.Unit) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(units, func(a, b *inspectpb.Unit) int { return strings.Compare(a.Name, b.Name) })
 	return units, nil
 }
 

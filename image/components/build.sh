@@ -201,7 +201,7 @@ build_etcd() {
 
 # ORRERY_COMPONENTS_ONLY=testbin builds etcd, kube-apiserver and kubeadm
 # alone, for the tests that run a real API server and drive kubeadm against
-# it (internal/apiservertest; 'make test'), and stops: no other binary, no
+# it (internal/testkit/apiservertest; 'make test'), and stops: no other binary, no
 # image, no manifest.
 if [[ ${ORRERY_COMPONENTS_ONLY:-} == testbin ]]; then
 	APISERVER_MODFILE=$(k8s_apiserver_modfile)

@@ -23,10 +23,10 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/snp/launch"
-	"github.com/orrery-dev/orrery/internal/diskimage"
-	"github.com/orrery-dev/orrery/internal/pe"
-	"github.com/orrery-dev/orrery/internal/predict"
-	"github.com/orrery-dev/orrery/internal/uki"
+	"github.com/orrery-dev/orrery/internal/imagebuild/diskimage"
+	"github.com/orrery-dev/orrery/internal/imagebuild/pcrpredict"
+	"github.com/orrery-dev/orrery/internal/imagebuild/pe"
+	"github.com/orrery-dev/orrery/internal/imagebuild/uki"
 )
 
 func main() {
@@ -142,7 +142,7 @@ func runMeasure(args []string, _ io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("measure: %w", err)
 		}
-		pcr5, err := predict.PCR5(f)
+		pcr5, err := pcrpredict.PCR5(f)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("measure: %s: %w", *disk, err)
@@ -150,7 +150,7 @@ func runMeasure(args []string, _ io.Writer) error {
 		evs = append(evs, pcr5...)
 	}
 	m := measurements.M{}
-	for pcr, v := range predict.Replay(evs) {
+	for pcr, v := range pcrpredict.Replay(evs) {
 		m[pcr] = measurements.Measurement{Expected: v}
 	}
 	for _, pcr := range []uint32{12, 13, 15} {
@@ -197,7 +197,7 @@ func runMeasure(args []string, _ io.Writer) error {
 // predictEvents lists what the boot chain measures into PCRs 4, 9 and 11
 // (PCR 5 comes from the disk, see runMeasure),
 // up to the moment bootstrapperd attests (after the initrd's last marker).
-func predictEvents(img []byte) ([]predict.Event, error) {
+func predictEvents(img []byte) ([]pcrpredict.Event, error) {
 	appHash, err := pe.AuthenticodeSHA256(img)
 	if err != nil {
 		return nil, err
@@ -215,14 +215,14 @@ func predictEvents(img []byte) ([]predict.Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
-	options, err := predict.LoadOptions(sections[uki.Cmdline])
+	options, err := pcrpredict.LoadOptions(sections[uki.Cmdline])
 	if err != nil {
 		return nil, err
 	}
-	evs := predict.BootApplication(appHash, `\EFI\BOOT\BOOTX64.EFI`)
-	evs = append(evs, predict.UKISections(sections)...)
-	evs = append(evs, predict.Kernel(kernelHash), options, predict.Initrd(sections[uki.Initrd]))
-	evs = append(evs, predict.Markers(predict.EnterInitrd, predict.LeaveInitrd)...)
+	evs := pcrpredict.BootApplication(appHash, `\EFI\BOOT\BOOTX64.EFI`)
+	evs = append(evs, pcrpredict.UKISections(sections)...)
+	evs = append(evs, pcrpredict.Kernel(kernelHash), options, pcrpredict.Initrd(sections[uki.Initrd]))
+	evs = append(evs, pcrpredict.Markers(pcrpredict.EnterInitrd, pcrpredict.LeaveInitrd)...)
 	return evs, nil
 }
 

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/orrery-dev/orrery/internal/deptest"
+	"github.com/orrery-dev/orrery/internal/testkit/deptest"
 )
 
 // TestDeps keeps heavy dependencies out of /init: it runs before the OS,
@@ -13,7 +13,7 @@ import (
 // DHCP client, the metadata client) the initrd grew from 7.6 to 10.6 MB
 // compressed, 20.6 to 29.5 MB unpacked (go run ./initrd/mkinitrd).
 func TestDeps(t *testing.T) {
-	deptest.Forbid(t, "github.com/orrery-dev/orrery/internal/measurelog",
+	deptest.Forbid(t, "github.com/orrery-dev/orrery/internal/tpm/pcrlog",
 		// Kubernetes' libraries (sigs.k8s.io/yaml, which reads
 		// measurement files, is small and allowed).
 		"k8s.io/",

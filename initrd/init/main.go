@@ -24,10 +24,10 @@ import (
 	"github.com/orrery-dev/orrery/initrd/internal/modules"
 	"github.com/orrery-dev/orrery/initrd/internal/statedisk"
 	"github.com/orrery-dev/orrery/initrd/internal/verity"
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
-	"github.com/orrery-dev/orrery/internal/disks"
-	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/disk/blockdev"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
 	"github.com/u-root/u-root/pkg/mount"
 	"golang.org/x/sys/unix"
 )
@@ -109,7 +109,7 @@ func run(c *console, onFailure *cmdline.OnFailure) error {
 	c.log("modules", "loaded %d modules and their dependencies in %s", n, since(t))
 
 	ctx := context.Background()
-	mlog := &measurelog.Log{Path: measurelog.DefaultPath}
+	mlog := &pcrlog.Log{Path: pcrlog.DefaultPath}
 	tpm, err := openTPM(ctx)
 	if err != nil {
 		return step("tpm", err)
@@ -174,9 +174,9 @@ func mountEarly() error {
 
 // openTPM waits for the TPM's resource manager device to appear.
 func openTPM(ctx context.Context) (*os.File, error) {
-	_, err := disks.Wait(ctx, tpmTimeout, 50*time.Millisecond, func() (string, error) {
+	_, err := blockdev.Wait(ctx, tpmTimeout, 50*time.Millisecond, func() (string, error) {
 		if _, err := os.Stat(tpmDevice); err != nil {
-			return "", fmt.Errorf("%s: %w", tpmDevice, disks.ErrNotFound)
+			return "", fmt.Errorf("%s: %w", tpmDevice, blockdev.ErrNotFound)
 		}
 		return tpmDevice, nil
 	})
@@ -194,8 +194,8 @@ func openRoot(ctx context.Context, c *console, tool *cryptsetup.Tool, cfg cmdlin
 		dev  *string
 		name string
 	}{{&data, verity.RootPartName}, {&hash, verity.VerityPartName}} {
-		*p.dev, err = disks.Wait(ctx, diskTimeout, 50*time.Millisecond, func() (string, error) {
-			return disks.ByPartName("/sys", p.name)
+		*p.dev, err = blockdev.Wait(ctx, diskTimeout, 50*time.Millisecond, func() (string, error) {
+			return blockdev.ByPartName("/sys", p.name)
 		})
 		if err != nil {
 			return fmt.Errorf("find the root filesystem: %w (the boot disk needs GPT partitions %q and %q)", err, verity.RootPartName, verity.VerityPartName)
@@ -212,12 +212,12 @@ func openRoot(ctx context.Context, c *console, tool *cryptsetup.Tool, cfg cmdlin
 	return nil
 }
 
-func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *measurelog.Log) error {
-	dev, err := disks.Wait(ctx, diskTimeout, 50*time.Millisecond, func() (string, error) {
-		return disks.BySerial("/sys", diskhandoff.Serial)
+func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *pcrlog.Log) error {
+	dev, err := blockdev.Wait(ctx, diskTimeout, 50*time.Millisecond, func() (string, error) {
+		return blockdev.BySerial("/sys", handoff.Serial)
 	})
-	if errors.Is(err, disks.ErrNotFound) {
-		return fmt.Errorf("no state disk: attach a blank virtual disk with serial %q", diskhandoff.Serial)
+	if errors.Is(err, blockdev.ErrNotFound) {
+		return fmt.Errorf("no state disk: attach a blank virtual disk with serial %q", handoff.Serial)
 	}
 	if err != nil {
 		return err
@@ -235,7 +235,7 @@ func prepareState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *
 		c.log("state", "%s was formatted at an earlier boot that never joined a cluster; its only key was lost with that boot's /run, so it holds nothing readable: preparing it afresh", dev)
 	}
 	c.log("state", "first boot: formatted LUKS2 in %s, opened in %s, created ext4 in %s; mounted on %s/var, /etc from the image with a tmpfs layer; passphrase in %s",
-		res.FormatTime.Round(time.Millisecond), res.OpenTime.Round(time.Millisecond), res.MkfsTime.Round(time.Millisecond), sysroot, diskhandoff.KeyFile)
+		res.FormatTime.Round(time.Millisecond), res.OpenTime.Round(time.Millisecond), res.MkfsTime.Round(time.Millisecond), sysroot, handoff.KeyFile)
 	return nil
 }
 
@@ -265,7 +265,7 @@ func fail(c *console, err error, action cmdline.OnFailure) {
 
 // console writes the initrd's log lines to the console (PID 1's stdout),
 // each with the time since /init started, and keeps them for the owner's
-// node service.
+// inspect service.
 type console struct {
 	start time.Time
 	kept  lineLog

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/nodeservice"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/inspectserver"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 )
 
 // keptLines is how many of its log lines the initrd keeps for its owner:
@@ -21,7 +21,7 @@ type logLine struct {
 	text string
 }
 
-// lineLog keeps the initrd's newest log lines, for the node service.
+// lineLog keeps the initrd's newest log lines, for the inspect service.
 type lineLog struct {
 	mu    sync.Mutex
 	lines []logLine
@@ -59,8 +59,8 @@ var errInitrdJournal = errors.New("the node is in its initrd, which serves its o
 // pollEvery is how often a follower looks for new lines.
 const pollEvery = 500 * time.Millisecond
 
-// Read implements nodeservice.JournalReader over the initrd's log.
-func (l *lineLog) Read(ctx context.Context, q nodeservice.Query, emit func([]*nodepb.JournalEntry) error) error {
+// Read implements inspectserver.JournalReader over the initrd's log.
+func (l *lineLog) Read(ctx context.Context, q inspectserver.Query, emit func([]*inspectpb.JournalEntry) error) error {
 	if q.Kernel || q.Boot != 0 || q.Unit != "" {
 		return errInitrdJournal
 	}
@@ -69,9 +69,9 @@ func (l *lineLog) Read(ctx context.Context, q nodeservice.Query, emit func([]*no
 	for {
 		lines := l.after(since, n)
 		if len(lines) > 0 {
-			es := make([]*nodepb.JournalEntry, len(lines))
+			es := make([]*inspectpb.JournalEntry, len(lines))
 			for i, ln := range lines {
-				es[i] = &nodepb.JournalEntry{TimeUnixMicros: ln.at.UnixMicro(), Identifier: "orrery-init", Pid: 1, Priority: 6, Message: nodeservice.Redact(ln.text)}
+				es[i] = &inspectpb.JournalEntry{TimeUnixMicros: ln.at.UnixMicro(), Identifier: "orrery-init", Pid: 1, Priority: 6, Message: inspectserver.Redact(ln.text)}
 			}
 			if err := emit(es); err != nil {
 				return err

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/nodeservice"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/inspectserver"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 )
 
-func collect(t *testing.T, l *lineLog, q nodeservice.Query) []string {
+func collect(t *testing.T, l *lineLog, q inspectserver.Query) []string {
 	t.Helper()
 	var got []string
-	err := l.Read(context.Background(), q, func(es []*nodepb.JournalEntry) error {
+	err := l.Read(context.Background(), q, func(es []*inspectpb.JournalEntry) error {
 		for _, e := range es {
 			got = append(got, e.GetMessage())
 		}
@@ -34,14 +34,14 @@ func TestInitrdLogForTheOwner(t *testing.T) {
 	}
 	c.log("kubeadm", "kubeadm join --token abcdef.0123456789abcdef")
 
-	got := collect(t, &c.kept, nodeservice.Query{Lines: 3})
-	if len(got) != 3 || got[0] != fmt.Sprintf("rejoin: attempt %d", keptLines+8) || !strings.HasSuffix(got[2], nodeservice.Redacted) {
+	got := collect(t, &c.kept, inspectserver.Query{Lines: 3})
+	if len(got) != 3 || got[0] != fmt.Sprintf("rejoin: attempt %d", keptLines+8) || !strings.HasSuffix(got[2], inspectserver.Redacted) {
 		t.Fatalf("the newest 3 lines: %q", got)
 	}
-	if got := collect(t, &c.kept, nodeservice.Query{Lines: nodeservice.MaxLines}); len(got) != keptLines {
+	if got := collect(t, &c.kept, inspectserver.Query{Lines: inspectserver.MaxLines}); len(got) != keptLines {
 		t.Fatalf("kept %d lines, want the newest %d", len(got), keptLines)
 	}
-	for _, q := range []nodeservice.Query{{Kernel: true, Lines: 1}, {Unit: "kubelet.service", Lines: 1}, {Boot: -1, Lines: 1}} {
+	for _, q := range []inspectserver.Query{{Kernel: true, Lines: 1}, {Unit: "kubelet.service", Lines: 1}, {Boot: -1, Lines: 1}} {
 		if err := c.kept.Read(context.Background(), q, nil); !errors.Is(err, errInitrdJournal) {
 			t.Errorf("%+v: %v, want the initrd's refusal", q, err)
 		}
@@ -52,7 +52,7 @@ func TestInitrdLogForTheOwner(t *testing.T) {
 	lines := make(chan string, 10)
 	done := make(chan error)
 	go func() {
-		done <- c.kept.Read(ctx, nodeservice.Query{Lines: 1, Follow: true}, func(es []*nodepb.JournalEntry) error {
+		done <- c.kept.Read(ctx, inspectserver.Query{Lines: 1, Follow: true}, func(es []*inspectpb.JournalEntry) error {
 			for _, e := range es {
 				lines <- e.GetMessage()
 			}

@@ -23,19 +23,19 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
+	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/keys"
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
-	"github.com/orrery-dev/orrery/internal/nodeservice"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
 	"github.com/orrery-dev/orrery/internal/role"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 const (
@@ -54,7 +54,7 @@ const (
 // its first join) and takes the network down again for the OS. A disk
 // the Unlocker refuses (its header, or the mapping it makes, is not what
 // Orrery formats) fails the boot, whenever that shows.
-func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *measurelog.Log, dev string) error {
+func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *pcrlog.Log, dev string) error {
 	start := time.Now()
 	u := &unlock.Unlocker{LUKS: tool, Device: dev, MapperName: statedisk.MapperName, KeyDir: "/run/orrery"}
 	// The copy of the header that every key will be tried with, checked
@@ -107,7 +107,7 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *m
 	if err := p.MountState(filepath.Join("/dev/mapper", statedisk.MapperName)); err != nil {
 		return err
 	}
-	salt, err := diskhandoff.ReadMeasurementSalt(filepath.Join(sysroot, diskhandoff.MeasurementSaltFile))
+	salt, err := handoff.ReadMeasurementSalt(filepath.Join(sysroot, handoff.MeasurementSaltFile))
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func checkKept(c *console, key unlock.Key) error {
 }
 
 // recordOwner writes the owner's access key that came with the disk key
-// over the node's copy, which the node service reads: root on the node
+// over the node's copy, which the inspect service reads: root on the node
 // may have changed that copy, and the change must not outlive the boot.
 func recordOwner(c *console, key unlock.Key) {
 	if len(key.OwnerAccessKey) == 0 {
@@ -167,7 +167,7 @@ func recordOwner(c *console, key unlock.Key) {
 		return
 	}
 	if err := owneraccess.Write(filepath.Join(sysroot, owneraccess.Path), key.OwnerAccessKey); err != nil {
-		c.log("owner", "could not record the owner's access key for the node service: %v", err)
+		c.log("owner", "could not record the owner's access key for the inspect service: %v", err)
 	}
 }
 
@@ -203,7 +203,7 @@ func refused(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w. No key is tried on it in this boot: whoever controls the node's disks changed it. "+
-		"Replace it with a blank disk (serial %q) to join the node as a new node", err, diskhandoff.Serial)
+		"Replace it with a blank disk (serial %q) to join the node as a new node", err, handoff.Serial)
 }
 
 // networkUp gets a DHCP lease, trying until it does: without a network
@@ -265,7 +265,7 @@ func headerOwner(ctx context.Context, c *console, tool *cryptsetup.Tool, dev str
 
 // serveWhileWaiting serves, on port 9001 while the node waits for its
 // disk key, RecoverService on a control plane (once the metadata service
-// says this node is one) and, if the owner is known, the node service
+// says this node is one) and, if the owner is known, the inspect service
 // with the initrd's status and log. The returned function stops the
 // server, letting a call in flight answer first.
 func serveWhileWaiting(ctx context.Context, c *console, meta *metadata.Client, issuer *vtpm.Issuer, uuid string, u *unlock.Unlocker, owner ed25519.PublicKey) (stop func()) {
@@ -279,7 +279,7 @@ func serveWhileWaiting(ctx context.Context, c *console, meta *metadata.Client, i
 			return
 		}
 		// The handshake takes any client: recovery's is whoever holds the
-		// master secret, and the node service checks the owner's key on
+		// master secret, and the inspect service checks the owner's key on
 		// every call.
 		creds, err := atls.NewCredentials(atls.Config{Issuer: issuer})
 		if err != nil {
@@ -287,7 +287,7 @@ func serveWhileWaiting(ctx context.Context, c *console, meta *metadata.Client, i
 			return
 		}
 		// A Recover request is two 32-byte fields and the cluster's CA
-		// certificate (about 1 KiB), a node service one a few small ones.
+		// certificate (about 1 KiB), a inspect service one a few small ones.
 		srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(4096))
 		if recovery {
 			recoverpb.RegisterRecoverServiceServer(srv, &unlock.RecoverServer{
@@ -295,7 +295,7 @@ func serveWhileWaiting(ctx context.Context, c *console, meta *metadata.Client, i
 			})
 		}
 		if owner != nil {
-			if err := registerNodeService(srv, c, owner); err != nil {
+			if err := registerInspectService(srv, c, owner); err != nil {
 				c.log("owner", "cannot serve the owner: %v", err)
 			}
 		}
@@ -330,23 +330,23 @@ func serveWhileWaiting(ctx context.Context, c *console, meta *metadata.Client, i
 	}
 }
 
-// registerNodeService adds the node service of the initrd: its status
+// registerInspectService adds the inspect service of the initrd: its status
 // and its own log, for the owner alone.
-func registerNodeService(srv *grpc.Server, c *console, owner ed25519.PublicKey) error {
-	svc, err := nodeservice.New(nodeservice.Config{
+func registerInspectService(srv *grpc.Server, c *console, owner ed25519.PublicKey) error {
+	svc, err := inspectserver.New(inspectserver.Config{
 		Owner:   func() (ed25519.PublicKey, error) { return owner, nil },
 		Journal: &c.kept,
-		Status:  nodeservice.Host{Stage: "initrd"}.Status,
+		Status:  inspectserver.Host{Stage: "initrd"}.Status,
 		Log:     slog.New(slog.NewTextHandler(logWriter{c}, nil)),
 	})
 	if err != nil {
 		return err
 	}
-	nodepb.RegisterNodeServiceServer(srv, svc)
+	inspectpb.RegisterInspectServiceServer(srv, svc)
 	return nil
 }
 
-// logWriter turns the node service's log records into console lines.
+// logWriter turns the inspect service's log records into console lines.
 type logWriter struct{ c *console }
 
 func (w logWriter) Write(p []byte) (int, error) {

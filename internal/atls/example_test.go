@@ -14,7 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
-	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
 )
 
 // A node serves gRPC over attested TLS; the owner's tool connects and
@@ -23,7 +23,7 @@ func Example() {
 	// On the node.
 	issuer, err := qemu.NewIssuer(qemu.IssuerConfig{
 		OpenTPM:        openTPM,
-		MeasurementLog: &measurelog.Log{Path: measurelog.DefaultPath},
+		MeasurementLog: &pcrlog.Log{Path: pcrlog.DefaultPath},
 	})
 	if err != nil {
 		log.Fatal(err)

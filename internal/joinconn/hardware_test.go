@@ -31,7 +31,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
-	"github.com/orrery-dev/orrery/internal/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
 )
 
 // tdxNode is a TDX confidential VM without the VM: a vTPM provisioned as

@@ -25,7 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 // joinService counts the requests that reached it.

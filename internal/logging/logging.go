@@ -15,7 +15,7 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/orrery-dev/orrery/internal/journallog"
+	"github.com/orrery-dev/orrery/internal/logging/journallog"
 )
 
 // Format is where and how a program logs.

@@ -21,8 +21,8 @@ import (
 
 	"github.com/google/go-tpm/legacy/tpm2"
 
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 // PCR is the PCR the lock extends. It is zero at boot and no boot component
@@ -36,7 +36,7 @@ const descriptionPrefix = "node lock: cluster ID "
 // Lock is the node lock.
 type Lock struct {
 	openTPM tpmdev.Opener
-	mlog    *measurelog.Log
+	mlog    *pcrlog.Log
 
 	// mu orders TryLock calls within this process; the TPM's PCR 15 is the
 	// source of truth across processes and restarts.
@@ -44,7 +44,7 @@ type Lock struct {
 }
 
 // New returns the node lock. mlog records the extend for verifiers.
-func New(openTPM tpmdev.Opener, mlog *measurelog.Log) *Lock {
+func New(openTPM tpmdev.Opener, mlog *pcrlog.Log) *Lock {
 	return &Lock{openTPM: openTPM, mlog: mlog}
 }
 
@@ -109,11 +109,11 @@ func (l *Lock) Cluster() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node lock: read the measurement log: %w", err)
 	}
-	entries, err := measurelog.Parse(raw)
+	entries, err := pcrlog.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("node lock: %w", err)
 	}
-	d := measurelog.Describe(entries, PCR)
+	d := pcrlog.Describe(entries, PCR)
 	if len(d) != 1 || !strings.HasPrefix(d[0], descriptionPrefix) {
 		return nil, fmt.Errorf("node lock: the measurement log shows %d extends of PCR %d, not one by the node lock", len(d), PCR)
 	}

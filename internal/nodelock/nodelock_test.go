@@ -11,14 +11,14 @@ import (
 
 	"github.com/google/go-tpm/legacy/tpm2"
 
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 func TestExactlyOneOfManyWins(t *testing.T) {
 	tpm := swtpmtest.Start(t)
-	log := &measurelog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}
+	log := &pcrlog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}
 	lock := nodelock.New(tpm.Open, log)
 
 	const racers = 50
@@ -64,7 +64,7 @@ func TestExactlyOneOfManyWins(t *testing.T) {
 		t.Fatalf("PCR 15 = %x, want %x", got, want)
 	}
 
-	entries, err := measurelog.Read(log.Path)
+	entries, err := pcrlog.Read(log.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestExactlyOneOfManyWins(t *testing.T) {
 
 func TestFreshNodeIsUnlocked(t *testing.T) {
 	tpm := swtpmtest.Start(t)
-	lock := nodelock.New(tpm.Open, &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
+	lock := nodelock.New(tpm.Open, &pcrlog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
 	if locked, err := lock.IsLocked(); err != nil || locked {
 		t.Fatalf("IsLocked on a fresh TPM = %v, %v", locked, err)
 	}
@@ -95,7 +95,7 @@ func TestFreshNodeIsUnlocked(t *testing.T) {
 
 func TestLockedToTellsOwnLockFromAnothers(t *testing.T) {
 	tpm := swtpmtest.Start(t)
-	lock := nodelock.New(tpm.Open, &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
+	lock := nodelock.New(tpm.Open, &pcrlog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
 	mine, theirs := []byte("cluster mine"), []byte("cluster theirs")
 	if ok, err := lock.LockedTo(mine); err != nil || ok {
 		t.Fatalf("LockedTo on a fresh TPM = %v, %v; want false", ok, err)
@@ -104,7 +104,7 @@ func TestLockedToTellsOwnLockFromAnothers(t *testing.T) {
 		t.Fatalf("TryLock = %v, %v", ok, err)
 	}
 	// A restarted daemon, or a retried join, sees its own lock.
-	again := nodelock.New(tpm.Open, &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
+	again := nodelock.New(tpm.Open, &pcrlog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
 	if ok, err := again.LockedTo(mine); err != nil || !ok {
 		t.Fatalf("LockedTo(own cluster) = %v, %v; want true", ok, err)
 	}
@@ -121,7 +121,7 @@ func TestLockedToTellsOwnLockFromAnothers(t *testing.T) {
 
 func TestCluster(t *testing.T) {
 	tpm := swtpmtest.Start(t)
-	log := &measurelog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}
+	log := &pcrlog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}
 	lock := nodelock.New(tpm.Open, log)
 	if _, err := lock.Cluster(); err == nil {
 		t.Fatal("Cluster succeeded on a node that is not locked")
@@ -137,8 +137,8 @@ func TestCluster(t *testing.T) {
 
 	// A log that names another cluster than PCR 15 holds names nothing.
 	other := sha256.Sum256([]byte("other"))
-	forged := &measurelog.Log{Path: filepath.Join(t.TempDir(), "forged.log")}
-	if err := forged.Record(measurelog.Entry{PCR: 15, Digests: map[string]string{"sha256": hex.EncodeToString(other[:])}, Description: "node lock: cluster ID " + hex.EncodeToString(other[:])}, func() error { return nil }); err != nil {
+	forged := &pcrlog.Log{Path: filepath.Join(t.TempDir(), "forged.log")}
+	if err := forged.Record(pcrlog.Entry{PCR: 15, Digests: map[string]string{"sha256": hex.EncodeToString(other[:])}, Description: "node lock: cluster ID " + hex.EncodeToString(other[:])}, func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nodelock.New(tpm.Open, forged).Cluster(); err == nil {

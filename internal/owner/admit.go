@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/orrery-dev/orrery/internal/admitted"
-	"github.com/orrery-dev/orrery/internal/orreryapi"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 )
 
 // admittedNodes is the resource of the record of admitted nodes.

@@ -1,6 +1,6 @@
 // Package owneraccess is the owner's access key as a node sees it: where
 // the node keeps its public half, and the rule that admits a caller to
-// the node service (internal/nodeservice): it proves that key. The key is
+// the inspect service (internal/inspectserver): it proves that key. The key is
 // derived from the master secret (keys.MasterSecret.OwnerAccessKey), so
 // only a holder of the master secret has its private half; nodes get the
 // public half at init (from the master secret) or in their join ticket.
@@ -32,7 +32,7 @@ const Path = "/var/lib/orrery-owner/access-key.pem"
 const pemType = "ORRERY OWNER ACCESS KEY"
 
 // Write stores key at path (world-readable: it is public, and the
-// node service runs as its own user).
+// inspect service runs as its own user).
 func Write(path string, key ed25519.PublicKey) error {
 	if len(key) != ed25519.PublicKeySize {
 		return fmt.Errorf("owner access key has %d bytes, want %d", len(key), ed25519.PublicKeySize)

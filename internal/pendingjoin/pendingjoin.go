@@ -32,7 +32,7 @@ import (
 )
 
 // File is the record's name in the state directory
-// (diskhandoff.StateDir).
+// (handoff.StateDir).
 const File = "pending-join.json"
 
 // record is File's content.

@@ -40,7 +40,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/atomicfile"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
 	"github.com/orrery-dev/orrery/internal/statuslimit"
@@ -108,7 +108,7 @@ type Config struct {
 	RequestPath string
 	// RecordOwner keeps the public half of the owner's access key once
 	// the node is locked to the new cluster, so that the owner can read
-	// the node, a failed init's too, with the node service. Nil keeps
+	// the node, a failed init's too, with the inspect service. Nil keeps
 	// none (tests of other steps).
 	RecordOwner func(ctx context.Context, key ed25519.PublicKey) error
 	// Bootstrapped is called once the node is the first node of a
@@ -450,7 +450,7 @@ type initRun struct {
 }
 
 // recordOwner keeps the public half of the owner's access key for the
-// node service.
+// inspect service.
 func (r *initRun) recordOwner(ctx context.Context, ms keys.MasterSecret) error {
 	if r.s.cfg.RecordOwner == nil {
 		return nil
@@ -504,8 +504,8 @@ func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, me
 		return result{}, err
 	}
 	// The initrd of every later boot computes the cluster ID from it.
-	salt := filepath.Join(filepath.Dir(r.s.cfg.ResultPath), diskhandoff.MeasurementSaltName)
-	if err := diskhandoff.WriteMeasurementSalt(salt, measurementSalt); err != nil {
+	salt := filepath.Join(filepath.Dir(r.s.cfg.ResultPath), handoff.MeasurementSaltName)
+	if err := handoff.WriteMeasurementSalt(salt, measurementSalt); err != nil {
 		return result{}, &stepError{"record the measurement salt on the state disk", err}
 	}
 	if err := r.recordOwner(ctx, ms); err != nil {

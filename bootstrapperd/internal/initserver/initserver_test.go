@@ -24,12 +24,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/keys"
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
-	"github.com/orrery-dev/orrery/internal/swtpm"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 const diskUUID = "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f"
@@ -125,7 +125,7 @@ func newEnv(t *testing.T, tweaks ...func(*Config)) *env {
 		t.Fatal(err)
 	}
 	cfg := Config{
-		Lock:           nodelock.New(e.tpm.Open, &measurelog.Log{Path: filepath.Join(dir, "m.log")}),
+		Lock:           nodelock.New(e.tpm.Open, &pcrlog.Log{Path: filepath.Join(dir, "m.log")}),
 		Disk:           e.disk,
 		Cluster:        e.cluster,
 		InitSecretHash: func(context.Context) ([]byte, error) { return hash, nil },
@@ -331,7 +331,7 @@ func TestInitSucceedsAndIsIdempotentForItsOwner(t *testing.T) {
 	if st, err := os.Stat(e.resultPath); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("result file: %v, %v", st, err)
 	}
-	// The node service will answer the holder of this master secret.
+	// The inspect service will answer the holder of this master secret.
 	owner, _ := ms.OwnerAccessKey()
 	if got, err := owneraccess.Read(e.ownerKeyPath); err != nil || !got.Equal(owner.Public()) {
 		t.Fatalf("owner's access key on the node: %x, %v; want the public half of the master secret's", got, err)
@@ -350,7 +350,7 @@ func TestInitSucceedsAndIsIdempotentForItsOwner(t *testing.T) {
 
 func TestLockedNodeRefusesInit(t *testing.T) {
 	e := newEnv(t)
-	lock := nodelock.New(e.tpm.Open, &measurelog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
+	lock := nodelock.New(e.tpm.Open, &pcrlog.Log{Path: filepath.Join(t.TempDir(), "m.log")})
 	if ok, err := lock.TryLock([]byte("joined another cluster")); err != nil || !ok {
 		t.Fatal(err)
 	}

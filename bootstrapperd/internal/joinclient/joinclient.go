@@ -40,15 +40,15 @@ import (
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
-	"github.com/orrery-dev/orrery/internal/controlplanes"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/role"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 // Metadata tells the client who it is and where the control planes are
@@ -102,7 +102,7 @@ type Config struct {
 	// StateDir keeps what a later rejoin needs (the measurement salt).
 	StateDir string
 	// RecordOwner keeps the public half of the owner's access key from
-	// the ticket, for the node service. Nil keeps none.
+	// the ticket, for the inspect service. Nil keeps none.
 	RecordOwner func(ctx context.Context, key ed25519.PublicKey) error
 	// KubeletPKIDir receives the node's client certificate from the join
 	// ticket (NodeClientCertFile); its key stays in memory.
@@ -309,7 +309,7 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	if err := cfg.Disk.Rekey(ctx, t.GetStateDiskKey()); err != nil {
 		return fmt.Errorf("re-key the state disk: %w", err)
 	}
-	if err := diskhandoff.WriteMeasurementSalt(filepath.Join(cfg.StateDir, diskhandoff.MeasurementSaltName), t.GetMeasurementSalt()); err != nil {
+	if err := handoff.WriteMeasurementSalt(filepath.Join(cfg.StateDir, handoff.MeasurementSaltName), t.GetMeasurementSalt()); err != nil {
 		return err
 	}
 	if err := recordOwner(ctx, cfg, log, t.GetOwnerAccessKey()); err != nil {
@@ -344,7 +344,7 @@ func recordOwner(ctx context.Context, cfg Config, log *slog.Logger, key []byte) 
 		return nil
 	}
 	if len(key) == 0 {
-		log.Warn("the join ticket carries no owner access key (the join service predates it): the node service will refuse everyone until the node joins again", "phase", "owner-key")
+		log.Warn("the join ticket carries no owner access key (the join service predates it): the inspect service will refuse everyone until the node joins again", "phase", "owner-key")
 		return nil
 	}
 	if err := cfg.RecordOwner(ctx, key); err != nil {

@@ -39,7 +39,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 type meta struct {
@@ -302,7 +302,7 @@ func TestJoinWorker(t *testing.T) {
 		t.Fatal("measurement salt not kept for rejoin")
 	}
 	if owner, err := owneraccess.Read(filepath.Join(filepath.Dir(cfg.StateDir), "orrery-owner", "access-key.pem")); err != nil || !bytes.Equal(owner, bytes.Repeat([]byte{8}, 32)) {
-		t.Fatalf("the ticket's owner access key was not kept for the node service: %x, %v", owner, err)
+		t.Fatalf("the ticket's owner access key was not kept for the inspect service: %x, %v", owner, err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.KubeletPKIDir, NodeClientCertFile)); err != nil {
 		t.Fatalf("the issued client certificate is not kept: %v", err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/role"
-	"github.com/orrery-dev/orrery/internal/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
 )
 
 // A reboot between the node lock and the end of kubeadm join: the node

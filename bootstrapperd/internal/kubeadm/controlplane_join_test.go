@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/clusternet"
-	"github.com/orrery-dev/orrery/internal/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 

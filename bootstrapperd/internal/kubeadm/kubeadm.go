@@ -14,8 +14,8 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/clusternet"
-	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 )
 
 // Names of what init stores in the cluster for the join and key services.
@@ -27,7 +27,7 @@ const (
 	MeasurementSaltKey = "measurementSalt"
 	// ControlPlanesKey lists the instance IDs the owner approved as
 	// control planes; the join service hands the cluster's CA keys to
-	// those only (see internal/controlplanes).
+	// those only (see internal/records/controlplanes).
 	ControlPlanesKey = controlplanes.Key
 )
 

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/clusternet"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 

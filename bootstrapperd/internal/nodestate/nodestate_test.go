@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-dev/orrery/internal/measurelog"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 var (
@@ -138,7 +138,7 @@ func TestLoad(t *testing.T) {
 	for name, tc := range loadTests {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			lock := nodelock.New(swtpmtest.Start(t).Open, &measurelog.Log{Path: filepath.Join(dir, "measurements.log")})
+			lock := nodelock.New(swtpmtest.Start(t).Open, &pcrlog.Log{Path: filepath.Join(dir, "measurements.log")})
 			if tc.node.lockTo != nil {
 				if ok, err := lock.TryLock(tc.node.lockTo); err != nil || !ok {
 					t.Fatalf("TryLock = %v, %v", ok, err)

@@ -27,7 +27,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 )
 
 // clusterOptions are the flags of the commands that read running nodes:
@@ -169,7 +169,7 @@ func (o clusterOptions) platformCA() (*x509.Certificate, error) {
 	return platformca.LoadCert(path)
 }
 
-// target is a node to reach: its name if known, and the node service's
+// target is a node to reach: its name if known, and the inspect service's
 // address.
 type target struct {
 	Name string `json:"name,omitempty"`
@@ -239,7 +239,7 @@ func nodeNames(ts []target) string {
 	return strings.Join(n, ", ")
 }
 
-// asAddress reads s as the node service's address if it is one (an IP
+// asAddress reads s as the inspect service's address if it is one (an IP
 // address, [IPv6], HOST:PORT or a URL, which is refused); anything else is
 // a node's name.
 func asAddress(s string) (addr string, ok bool, err error) {
@@ -248,7 +248,7 @@ func asAddress(s string) (addr string, ok bool, err error) {
 	if ipErr != nil && splitErr != nil && !strings.Contains(s, "://") && !strings.HasPrefix(s, "[") {
 		return "", false, nil
 	}
-	addr, err = dialer.ParseAddress(s, nodepb.Port)
+	addr, err = dialer.ParseAddress(s, inspectpb.Port)
 	return addr, true, err
 }
 
@@ -269,7 +269,7 @@ func (o clusterOptions) clusterNodes(ctx context.Context, stderr io.Writer) ([]t
 	fmt.Fprintf(stderr, "The API server did not list the nodes (%v); using the nodes of 'orrery mini' in %s.\n", apiErr, o.miniDir)
 	for _, n := range st.Nodes {
 		if !n.Spare {
-			ts = append(ts, target{Name: n.Name, Addr: netip.AddrPortFrom(n.IP, nodepb.Port).String()})
+			ts = append(ts, target{Name: n.Name, Addr: netip.AddrPortFrom(n.IP, inspectpb.Port).String()})
 		}
 	}
 	return ts, nil
@@ -295,7 +295,7 @@ func (o clusterOptions) apiServerNodes(ctx context.Context) ([]target, error) {
 	for _, n := range list.Items {
 		for _, a := range n.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {
-				addr, err := dialer.ParseAddress(a.Address, nodepb.Port)
+				addr, err := dialer.ParseAddress(a.Address, inspectpb.Port)
 				if err != nil {
 					return nil, fmt.Errorf("the API server lists node %s at an address that is not one: %w", n.Name, err)
 				}

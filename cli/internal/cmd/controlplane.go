@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/orrery-dev/orrery/internal/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/role"
 )
 

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/orrery-dev/orrery/internal/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 )
 
 func TestApproveControlPlane(t *testing.T) {

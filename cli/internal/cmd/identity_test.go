@@ -15,12 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/cloud"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 	"github.com/orrery-dev/orrery/internal/tarfiles"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
 // TestNamedNodeMustProveItIsThatNode is root on worker-0 rewriting its
@@ -28,13 +28,13 @@ import (
 // node of the same image and cluster. The owner's commands look worker-0
 // up in a real API server and dial what it lists: each must refuse the
 // node that answers, since its attestation names worker-1, and say so.
-// The nodes serve on the node service's own port, on loopback addresses
+// The nodes serve on the inspect service's own port, on loopback addresses
 // of their own, as the commands dial them.
 func TestNamedNodeMustProveItIsThatNode(t *testing.T) {
 	srv := apiservertest.Start(t)
 	c := newOwnersCluster(t, t.TempDir())
 	ip1 := "127.0.52.2"
-	c.serveNode(t, "worker-1", net.JoinHostPort(ip1, fmt.Sprint(nodepb.Port)))
+	c.serveNode(t, "worker-1", net.JoinHostPort(ip1, fmt.Sprint(inspectpb.Port)))
 	client, err := kubernetes.NewForConfig(srv.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -18,12 +18,12 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
+	"github.com/orrery-dev/orrery/internal/inspectserver"
+	"github.com/orrery-dev/orrery/internal/inspectserver/journaltest"
 	"github.com/orrery-dev/orrery/internal/keys"
-	"github.com/orrery-dev/orrery/internal/nodeservice"
-	"github.com/orrery-dev/orrery/internal/nodeservice/journaltest"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 	"github.com/orrery-dev/orrery/internal/tarfiles"
 )
 
@@ -33,8 +33,8 @@ const leakedToken = "abcdef.0123456789abcdef"
 
 type oneUnit struct{}
 
-func (oneUnit) Units(context.Context, string) ([]*nodepb.Unit, error) {
-	return []*nodepb.Unit{{Name: "kubelet.service", LoadState: "loaded", ActiveState: "inactive", SubState: "dead", Description: "kubelet"}}, nil
+func (oneUnit) Units(context.Context, string) ([]*inspectpb.Unit, error) {
+	return []*inspectpb.Unit{{Name: "kubelet.service", LoadState: "loaded", ActiveState: "inactive", SubState: "dead", Description: "kubelet"}}, nil
 }
 
 // ownersCluster is the owner's side of a test cluster: a workspace with a
@@ -67,7 +67,7 @@ func newOwnersCluster(t *testing.T, dir string) *ownersCluster {
 }
 
 // serveNode runs a node of the cluster, certified as instance name,
-// locked to the cluster and serving the node service with a real journal
+// locked to the cluster and serving the inspect service with a real journal
 // on listen (HOST:PORT; port 0 picks one). It returns the address.
 func (c *ownersCluster) serveNode(t *testing.T, name, listen string) string {
 	t.Helper()
@@ -80,15 +80,15 @@ func (c *ownersCluster) serveNode(t *testing.T, name, listen string) string {
 		{Time: now.Add(-30 * time.Second), BootID: boot, Message: "kubeadm join --token " + leakedToken, Fields: map[string]string{"_SYSTEMD_UNIT": "bootstrapperd.service", "SYSLOG_IDENTIFIER": "bootstrapperd"}},
 		{Time: now.Add(-10 * time.Second), BootID: boot, Message: "kubelet stopped on " + name, Fields: map[string]string{"_SYSTEMD_UNIT": "kubelet.service", "SYSLOG_IDENTIFIER": "kubelet", "_PID": "42"}},
 	})
-	svc, err := nodeservice.New(nodeservice.Config{
-		Owner: c.owner, Journal: nodeservice.Journalctl{Dir: journal}, Units: oneUnit{},
-		Status: nodeservice.Host{Stage: "system", ClusterID: func() ([]byte, error) { return c.clusterID, nil }}.Status,
+	svc, err := inspectserver.New(inspectserver.Config{
+		Owner: c.owner, Journal: inspectserver.Journalctl{Dir: journal}, Units: oneUnit{},
+		Status: inspectserver.Host{Stage: "system", ClusterID: func() ([]byte, error) { return c.clusterID, nil }}.Status,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return atlstest.ServeAt(t, listen, atls.Config{Issuer: n.Issuer, AuthorizeClient: owneraccess.Authorize(c.owner)},
-		func(s *grpc.Server) { nodepb.RegisterNodeServiceServer(s, svc) })
+		func(s *grpc.Server) { inspectpb.RegisterInspectServiceServer(s, svc) })
 }
 
 // ownerArgs writes the image's measurements and returns the args that
@@ -111,7 +111,7 @@ func (c *ownersCluster) ownerArgs(t *testing.T) []string {
 }
 
 // runningNode is a node of the owner's cluster: a swtpm node locked to the
-// cluster of the workspace in dir, serving the node service with a real
+// cluster of the workspace in dir, serving the inspect service with a real
 // journal. It returns the node's address and the args that name the
 // owner's files.
 func runningNode(t *testing.T, dir string) (string, []string) {
@@ -134,7 +134,7 @@ func TestInspectARunningNode(t *testing.T) {
 		t.Fatalf("logs kubelet: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, _ = cmd("logs", addr)
-	if strings.Contains(out, leakedToken) || !strings.Contains(out, "--token "+nodeservice.Redacted) {
+	if strings.Contains(out, leakedToken) || !strings.Contains(out, "--token "+inspectserver.Redacted) {
 		t.Errorf("logs served a bootstrap token:\n%s", out)
 	}
 	out, errOut, code = cmd("dmesg", addr, "-o", "json")

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/orrery-dev/orrery/internal/nodeservice"
+	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
@@ -48,7 +48,7 @@ what looks like a secret (private keys, bootstrap tokens) before sending.`,
 			if len(args) == 2 {
 				unit = args[1]
 			}
-			return runJournal(cmd, o, args[0], &nodepb.JournalRequest{Unit: unit})
+			return runJournal(cmd, o, args[0], &inspectpb.JournalRequest{Unit: unit})
 		},
 	}
 	addJournalFlags(c, &o)
@@ -66,7 +66,7 @@ one, --boot -1) from its journal, as 'orrery logs' does for units.`,
   orrery dmesg 10.42.1.11 -f`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runJournal(cmd, o, args[0], &nodepb.JournalRequest{Kernel: true})
+			return runJournal(cmd, o, args[0], &inspectpb.JournalRequest{Kernel: true})
 		},
 	}
 	addJournalFlags(c, &o)
@@ -78,12 +78,12 @@ func addJournalFlags(c *cobra.Command, o *logsOptions) {
 	f.BoolVarP(&o.follow, "follow", "f", false, "keep printing new entries until Ctrl-C")
 	f.IntVar(&o.boot, "boot", 0, "which boot: 0 is this one, -1 the one before, and so on")
 	f.StringVar(&o.since, "since", "", "only entries since this time: a duration back from now (10m, 2h) or RFC 3339 (2026-11-28T08:00:00Z)")
-	f.Uint32VarP(&o.lines, "lines", "n", 0, fmt.Sprintf("how many of the newest entries (default %d, at most %d)", nodeservice.DefaultLines, nodeservice.MaxLines))
+	f.Uint32VarP(&o.lines, "lines", "n", 0, fmt.Sprintf("how many of the newest entries (default %d, at most %d)", inspectserver.DefaultLines, inspectserver.MaxLines))
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text, or json (one entry per line)")
 	addClusterFlags(f, &o.cluster, 2*time.Minute)
 }
 
-func runJournal(cmd *cobra.Command, o logsOptions, node string, req *nodepb.JournalRequest) error {
+func runJournal(cmd *cobra.Command, o logsOptions, node string, req *inspectpb.JournalRequest) error {
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("--output %q: use text or json", o.output)
 	}
@@ -124,7 +124,7 @@ func dialOne(ctx context.Context, cmd *cobra.Command, o clusterOptions, node str
 // printEntries prints each entry on one line: as text (FormatEntry
 // escapes what the node wrote), or as JSON with what encoding/json leaves
 // raw escaped too.
-func printEntries(w io.Writer, stream nodepb.NodeService_JournalClient, output string) error {
+func printEntries(w io.Writer, stream inspectpb.InspectService_JournalClient, output string) error {
 	for {
 		batch, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -147,7 +147,7 @@ func printEntries(w io.Writer, stream nodepb.NodeService_JournalClient, output s
 				}
 				continue
 			}
-			if _, err := fmt.Fprintln(w, nodeservice.FormatEntry(e)); err != nil {
+			if _, err := fmt.Fprintln(w, inspectserver.FormatEntry(e)); err != nil {
 				return err
 			}
 		}
@@ -155,7 +155,7 @@ func printEntries(w io.Writer, stream nodepb.NodeService_JournalClient, output s
 }
 
 // jsonEntry is an entry with its time readable.
-func jsonEntry(e *nodepb.JournalEntry) map[string]any {
+func jsonEntry(e *inspectpb.JournalEntry) map[string]any {
 	return map[string]any{
 		"time": time.UnixMicro(e.GetTimeUnixMicros()).UTC().Format(time.RFC3339Nano), "unit": e.GetUnit(),
 		"identifier": e.GetIdentifier(), "pid": e.GetPid(), "priority": e.GetPriority(), "message": e.GetMessage(),

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
@@ -40,7 +40,7 @@ unit the node has loaded is shown.`,
 				return err
 			}
 			defer n.Close()
-			resp, err := n.Client.Units(cmd.Context(), &nodepb.UnitsRequest{Pattern: pattern})
+			resp, err := n.Client.Units(cmd.Context(), &inspectpb.UnitsRequest{Pattern: pattern})
 			if err != nil {
 				return termtext.Error(err)
 			}
@@ -73,7 +73,7 @@ type unitState struct {
 	Result      string     `json:"result,omitempty"`
 }
 
-func unitOf(u *nodepb.Unit) unitState {
+func unitOf(u *inspectpb.Unit) unitState {
 	s := unitState{Name: u.GetName(), Description: u.GetDescription(), Load: u.GetLoadState(), Active: u.GetActiveState(),
 		Sub: u.GetSubState(), MainPID: u.GetMainPid(), Restarts: u.GetRestarts(), Result: u.GetResult()}
 	if t := u.GetSinceUnixMicros(); t != 0 {

@@ -14,10 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
 
 func newUpgradeCmd() *cobra.Command {

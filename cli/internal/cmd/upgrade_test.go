@@ -17,14 +17,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/controlplanes"
-	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/clusterstatus"
 	"github.com/orrery-dev/orrery/internal/owner/services"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
 func writeSet(t *testing.T, b byte, warnOnly bool) (string, measurementset.Set) {

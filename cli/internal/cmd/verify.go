@@ -16,7 +16,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
@@ -48,7 +48,7 @@ service (port %d), which answers only the holder of the master secret.
 With --node, it checks a node that belongs to no cluster yet (port %d),
 before you trust it with 'orrery init'. It also prints the instance (VM
 name and ID) the platform certified in the attestation key's certificate:
-the ID is what 'orrery control-plane approve' takes.`, nodepb.Port, initpb.Port),
+the ID is what 'orrery control-plane approve' takes.`, inspectpb.Port, initpb.Port),
 		Example: `  orrery verify                       # every node of the cluster
   orrery verify cp-0 worker-0 -o json
   orrery verify --measurements old/measurements.json --measurements build/image/measurements.json

@@ -15,16 +15,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
-	"github.com/orrery-dev/orrery/internal/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
+	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
 )
 
 const uuid = "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f"
 
 // service is a join service's record of the disk, with the record's own
-// rules (internal/admitted), and what the test makes it do. It notes
+// rules (internal/records/admitted), and what the test makes it do. It notes
 // what the disk held at each call: the node must have written before it
 // records.
 type service struct {

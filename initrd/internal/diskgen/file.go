@@ -13,7 +13,7 @@
 // generation the service answers, and has the service record it
 // (RecordDiskGeneration); only then does the boot go on. A disk the
 // service refuses is not written to: the boot stops, saying what to do.
-// internal/admitted describes the record's side, and why the node must
+// internal/records/admitted describes the record's side, and why the node must
 // not write before the check.
 package diskgen
 
@@ -27,16 +27,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/atomicfile"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 )
 
 // File is where the state disk keeps its generation (in the OS; the
 // initrd finds it under its sysroot), beside the measurement salt. A
 // disk without it has generation 0: it never rejoined since generations
 // exist.
-const File = diskhandoff.StateDir + "/disk-generation"
+const File = handoff.StateDir + "/disk-generation"
 
 // maxFile bounds what Read reads: a generation is at most 16 digits and
 // a newline.

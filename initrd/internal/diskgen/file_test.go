@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/orrery-dev/orrery/internal/admitted"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 )
 
 func TestReadWrite(t *testing.T) {

@@ -44,7 +44,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/atomicfile"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 )
 
@@ -214,8 +214,8 @@ func (c *Checker) say(format string, args ...any) {
 // own), reach its API server, and carry a control plane's keys only to a
 // control plane.
 func (c *Checker) checkPendingJoin(f Facts, ca *x509.Certificate) error {
-	dir := filepath.Join(c.Root, diskhandoff.StateDir)
-	path := filepath.Join(diskhandoff.StateDir, pendingjoin.File)
+	dir := filepath.Join(c.Root, handoff.StateDir)
+	path := filepath.Join(handoff.StateDir, pendingjoin.File)
 	if fi, err := os.Lstat(pendingjoin.Path(dir)); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
@@ -459,7 +459,7 @@ func TestPendingJoin(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			n := node{root: t.TempDir(), ca: ca}
-			dir := filepath.Join(n.root, diskhandoff.StateDir)
+			dir := filepath.Join(n.root, handoff.StateDir)
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				t.Fatal(err)
 			}

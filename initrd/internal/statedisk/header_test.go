@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/cryptsetup/headertest"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup/headertest"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 )
 
 // keyedDisk is a state disk as a node's later boot finds it, made with
@@ -34,7 +34,7 @@ func keyedDisk(t *testing.T) string {
 		t.Fatal(err)
 	}
 	opts := cryptsetup.StateDisk.FormatOpts()
-	opts.Format, opts.Label = cryptsetup.EncryptedOnly, diskhandoff.KeyedLabel
+	opts.Format, opts.Label = cryptsetup.EncryptedOnly, handoff.KeyedLabel
 	var tool cryptsetup.Tool
 	if err := tool.FormatLUKS2(context.Background(), dev, key, opts); err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestPrepareChecksTheHeader(t *testing.T) {
 	if _, err := p.Prepare(context.Background(), dev); !errors.Is(err, ErrInitialised) {
 		t.Fatalf("Prepare(a state disk) = %v, want ErrInitialised", err)
 	}
-	for _, label := range []string{diskhandoff.KeyedLabel, diskhandoff.FirstBootLabel} {
+	for _, label := range []string{handoff.KeyedLabel, handoff.FirstBootLabel} {
 		t.Run(label, func(t *testing.T) {
 			dev := keyedDisk(t)
 			headertest.Rewrite(t, dev, headertest.NullSegment)

@@ -32,8 +32,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 )
 
 // Defaults for Preparer's fields.
@@ -41,8 +41,8 @@ const (
 	DefaultSysroot = "/sysroot"
 	MapperName     = "state"
 	// Label is the ext4 label of the state disk, and the LUKS2 label
-	// until the disk is keyed to a cluster (diskhandoff.FirstBootLabel).
-	Label = diskhandoff.FirstBootLabel
+	// until the disk is keyed to a cluster (handoff.FirstBootLabel).
+	Label = handoff.FirstBootLabel
 )
 
 // blankCheckSize is how much of a disk must be zero for it to count as
@@ -52,7 +52,7 @@ const blankCheckSize = 1 << 20
 // ErrInitialised means the state disk is already a LUKS volume.
 var ErrInitialised = errors.New("state disk is initialised")
 
-// luksTool is what Prepare needs of cryptsetup (internal/cryptsetup.Tool).
+// luksTool is what Prepare needs of cryptsetup (internal/disk/cryptsetup.Tool).
 type luksTool interface {
 	IsLUKS(ctx context.Context, dev string) (bool, error)
 	CheckHeader(ctx context.Context, dev string, h cryptsetup.Header) (cryptsetup.Volume, error)
@@ -78,11 +78,11 @@ type Preparer struct {
 	// Rand is the source of the passphrase; nil means crypto/rand.
 	Rand io.Reader
 	// KeyFile receives the first-boot passphrase (32 raw bytes, mode
-	// 0400); "" means diskhandoff.KeyFile. It must be on a tmpfs.
+	// 0400); "" means handoff.KeyFile. It must be on a tmpfs.
 	KeyFile string
 	// VolumeRecord receives the UUID, cipher and key size of the volume
 	// Prepare formatted (a cryptsetup.Volume as JSON); "" means
-	// diskhandoff.VolumeRecordFile. It must be on a tmpfs beside KeyFile.
+	// handoff.VolumeRecordFile. It must be on a tmpfs beside KeyFile.
 	VolumeRecord string
 	// Sysroot is where the root filesystem is mounted; "" means
 	// DefaultSysroot. See Layout for what is mounted there.
@@ -127,7 +127,7 @@ type Result struct {
 // (Header: the error names the field that differs); and an error without
 // touching dev if dev is neither LUKS nor blank. A LUKS volume an earlier
 // first boot formatted and nobody keyed to a cluster (see
-// diskhandoff.FirstBootLabel) is prepared afresh, and Result.Abandoned
+// handoff.FirstBootLabel) is prepared afresh, and Result.Abandoned
 // says so.
 func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	var res Result
@@ -138,7 +138,7 @@ func (p *Preparer) Prepare(ctx context.Context, dev string) (Result, error) {
 	res.Abandoned = abandoned
 	keyFile := p.KeyFile
 	if keyFile == "" {
-		keyFile = diskhandoff.KeyFile
+		keyFile = handoff.KeyFile
 	}
 	if err := writeKey(keyFile, p.Rand); err != nil {
 		return res, err
@@ -176,13 +176,13 @@ func (p *Preparer) reclaim(ctx context.Context, dev string) (abandoned bool, err
 			return false, fmt.Errorf("%w: %w. No key was asked for or tried, and the disk is left as it is: "+
 				"whoever controls the node's disks changed it, or it is not a disk Orrery formatted. "+
 				"Replace it with a blank disk (serial %q) to join the node as a new node",
-				ErrRefused, err, diskhandoff.Serial)
+				ErrRefused, err, handoff.Serial)
 		}
 		label, err := p.LUKS.Label(ctx, dev)
 		if err != nil {
 			return false, fmt.Errorf("read the LUKS label of %s: %w", dev, err)
 		}
-		if label != diskhandoff.FirstBootLabel {
+		if label != handoff.FirstBootLabel {
 			return false, ErrInitialised
 		}
 		if err := eraseHeader(dev); err != nil {
@@ -195,7 +195,7 @@ func (p *Preparer) reclaim(ctx context.Context, dev string) (abandoned bool, err
 		return abandoned, err
 	}
 	if !blank {
-		return abandoned, fmt.Errorf("%s is neither blank nor a LUKS volume: refusing to format a disk that holds data; attach a blank disk with serial %q", dev, diskhandoff.Serial)
+		return abandoned, fmt.Errorf("%s is neither blank nor a LUKS volume: refusing to format a disk that holds data; attach a blank disk with serial %q", dev, handoff.Serial)
 	}
 	return abandoned, nil
 }
@@ -220,9 +220,9 @@ func (p *Preparer) format(ctx context.Context, dev, keyFile string) (string, err
 	}
 	record := p.VolumeRecord
 	if record == "" {
-		record = diskhandoff.VolumeRecordFile
+		record = handoff.VolumeRecordFile
 	}
-	if err := diskhandoff.WriteVolumeRecord(record, spec.Format.Volume(uuid)); err != nil {
+	if err := handoff.WriteVolumeRecord(record, spec.Format.Volume(uuid)); err != nil {
 		return "", err
 	}
 	return uuid, nil

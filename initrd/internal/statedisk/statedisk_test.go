@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 )
 
 // fakeLUKS records what Prepare asks of cryptsetup.
@@ -142,23 +142,23 @@ func TestPrepare(t *testing.T) {
 		wantMnts int
 	}{
 		"first boot":  {content: make([]byte, 2<<20), wantKey: true, wantMnts: 5},
-		"initialised": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: diskhandoff.KeyedLabel}, wantIs: ErrInitialised},
+		"initialised": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: handoff.KeyedLabel}, wantIs: ErrInitialised},
 		// Unknown: maybe a cluster's; never reformatted.
 		"initialised, other label": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: ""}, wantIs: ErrInitialised},
 		// Formatted at an earlier first boot, never keyed: its key is
 		// gone with that boot's /run.
-		"abandoned first boot": {content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...), luks: fakeLUKS{isLUKS: true, label: diskhandoff.FirstBootLabel}, wantKey: true, wantMnts: 5},
+		"abandoned first boot": {content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...), luks: fakeLUKS{isLUKS: true, label: handoff.FirstBootLabel}, wantKey: true, wantMnts: 5},
 		"holds data":           {content: append([]byte("XFSB"), make([]byte, 2<<20)...), wantErr: "neither blank nor a LUKS volume"},
 		"open fails":           {content: make([]byte, 2<<20), luks: fakeLUKS{failOpen: true}, wantErr: "open state disk", wantKey: true},
 		// A header a host rewrote: refused before any key, never formatted.
 		"tampered header": {
 			content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...),
-			luks:    fakeLUKS{isLUKS: true, label: diskhandoff.KeyedLabel, badHeader: nullSegment},
+			luks:    fakeLUKS{isLUKS: true, label: handoff.KeyedLabel, badHeader: nullSegment},
 			wantIs:  ErrRefused,
 		},
 		"tampered header, first-boot label": {
 			content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...),
-			luks:    fakeLUKS{isLUKS: true, label: diskhandoff.FirstBootLabel, badHeader: nullSegment},
+			luks:    fakeLUKS{isLUKS: true, label: handoff.FirstBootLabel, badHeader: nullSegment},
 			wantIs:  ErrRefused,
 		},
 		// The header read back after formatting is not the one written.

@@ -19,8 +19,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 const diskUUID = "3f6a1c2e-5b7d-4e8f-9a0b-1c2d3e4f5a6b"

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
 	"github.com/orrery-dev/orrery/internal/statuslimit"
 )

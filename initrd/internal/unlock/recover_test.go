@@ -27,7 +27,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
-	"github.com/orrery-dev/orrery/internal/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
 )
 
 // serveRecovery serves s over attested TLS in which node attests, as the

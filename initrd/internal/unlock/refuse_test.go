@@ -15,8 +15,8 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/cryptsetup/headertest"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup/headertest"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 

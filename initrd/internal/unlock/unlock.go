@@ -22,7 +22,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
 )
 
 // Key is what opens the state disk and locks the node to its cluster.
@@ -38,7 +38,7 @@ type Key struct {
 	// that comes without it with nothing the disk keeps.
 	Cluster *Cluster
 	// OwnerAccessKey is the public half of the owner's access key, for
-	// the node service: from the join service's ticket, or derived from
+	// the inspect service: from the join service's ticket, or derived from
 	// the owner's master secret; nil if a ticket carried none.
 	OwnerAccessKey []byte
 	// From says who sent it, for the console.

@@ -24,7 +24,7 @@ const (
 // ErrMismatch means the root filesystem does not match the root hash.
 var ErrMismatch = errors.New("dm-verity: root filesystem does not match the measured root hash")
 
-// verityTool is what Open needs of veritysetup (internal/cryptsetup.Tool).
+// verityTool is what Open needs of veritysetup (internal/disk/cryptsetup.Tool).
 type verityTool interface {
 	OpenVerity(ctx context.Context, dataDev, name, hashDev, rootHash string) error
 }

@@ -15,9 +15,9 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
-	"github.com/orrery-dev/orrery/internal/cryptsetup"
-	"github.com/orrery-dev/orrery/internal/cryptsetup/headertest"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup/headertest"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
 
@@ -80,8 +80,8 @@ func rekey(t *testing.T, raw string, record cryptsetup.Volume, passphrase []byte
 	if vol != record {
 		t.Fatalf("the state disk is %+v, the first boot recorded %+v", vol, record)
 	}
-	if label, err := tool.Label(ctx, raw); err != nil || label != diskhandoff.FirstBootLabel {
-		t.Fatalf("the first boot's state disk has label %q (%v), want %q", label, err, diskhandoff.FirstBootLabel)
+	if label, err := tool.Label(ctx, raw); err != nil || label != handoff.FirstBootLabel {
+		t.Fatalf("the first boot's state disk has label %q (%v), want %q", label, err, handoff.FirstBootLabel)
 	}
 	diskKey, err := ms.DiskKey(vol.UUID)
 	if err != nil {
@@ -97,7 +97,7 @@ func rekey(t *testing.T, raw string, record cryptsetup.Volume, passphrase []byte
 	if err := tool.AddKey(ctx, raw, firstKey, clusterKey); err != nil {
 		t.Fatalf("add the cluster's disk key (cryptsetup.Tool.AddKey, as bootstrapperd does): %v", err)
 	}
-	if err := tool.SetLabel(ctx, raw, diskhandoff.KeyedLabel); err != nil {
+	if err := tool.SetLabel(ctx, raw, handoff.KeyedLabel); err != nil {
 		t.Fatalf("mark the disk keyed: %v", err)
 	}
 	if err := tool.RemoveKey(ctx, raw, firstKey); err != nil {
@@ -156,7 +156,7 @@ func TestRekeyOnTheHost(t *testing.T) {
 		}
 	}
 	opts := cryptsetup.StateDisk.FormatOpts()
-	opts.Format, opts.Label = cryptsetup.EncryptedOnly, diskhandoff.FirstBootLabel
+	opts.Format, opts.Label = cryptsetup.EncryptedOnly, handoff.FirstBootLabel
 	tool := &cryptsetup.Tool{}
 	if err := tool.FormatLUKS2(ctx, raw, filepath.Join(dir, "format-key"), opts); err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestRekeyOnTheHost(t *testing.T) {
 	if uuid := rekey(t, raw, record, passphrase, ms); uuid != record.UUID {
 		t.Errorf("rekey returned UUID %s, want %s", uuid, record.UUID)
 	}
-	if label, err := tool.Label(ctx, raw); err != nil || label != diskhandoff.KeyedLabel {
-		t.Errorf("label %q (%v), want %q", label, err, diskhandoff.KeyedLabel)
+	if label, err := tool.Label(ctx, raw); err != nil || label != handoff.KeyedLabel {
+		t.Errorf("label %q (%v), want %q", label, err, handoff.KeyedLabel)
 	}
 }

@@ -19,10 +19,10 @@ import (
 
 	"github.com/orrery-dev/orrery/initrd/internal/initrdbuild"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
-	"github.com/orrery-dev/orrery/internal/cryptsetup/headertest"
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/cryptsetup/headertest"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/hostkernel"
-	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
 )
 
 // bootTimeout bounds one boot under TCG, first-boot disk formatting
@@ -356,11 +356,11 @@ func TestFirstBootThenInitialised(t *testing.T) {
 
 	// PCR 11: as the guest read it, as the log replays, and as computed
 	// here from the phase markers alone.
-	entries, err := measurelog.Parse([]byte(strings.Join(rootReports(console, "log"), "\n") + "\n"))
+	entries, err := pcrlog.Parse([]byte(strings.Join(rootReports(console, "log"), "\n") + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	replayed, err := measurelog.Replay(entries, crypto.SHA256, nil)
+	replayed, err := pcrlog.Replay(entries, crypto.SHA256, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestFirstBootThenInitialised(t *testing.T) {
 	if len(got) != 1 || got[0] != hex.EncodeToString(want) || hex.EncodeToString(replayed[11]) != got[0] {
 		t.Errorf("PCR 11: guest %q, log replay %x, expected %x", got, replayed[11], want)
 	}
-	if d := measurelog.Describe(entries, 11); strings.Join(d, ",") != "enter-initrd,leave-initrd" {
+	if d := pcrlog.Describe(entries, 11); strings.Join(d, ",") != "enter-initrd,leave-initrd" {
 		t.Errorf("log describes PCR 11 as %q", d)
 	}
 
@@ -421,7 +421,7 @@ func TestFirstBootThenInitialised(t *testing.T) {
 
 	// Once keyed to a cluster (as bootstrapperd marks it), the disk is
 	// the cluster's: the initrd asks for its key and never formats it.
-	if err := run("cryptsetup", "config", "--label", diskhandoff.KeyedLabel, raw); err != nil {
+	if err := run("cryptsetup", "config", "--label", handoff.KeyedLabel, raw); err != nil {
 		t.Fatal(err)
 	}
 	if err := run("qemu-img", "convert", "-O", "qcow2", raw, filepath.Join(dir, vm.StateFile)); err != nil {

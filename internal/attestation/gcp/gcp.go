@@ -25,8 +25,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 // IssuerConfig configures an issuer on a node.
@@ -36,7 +36,7 @@ type IssuerConfig struct {
 	// FirmwareEventLogPath, normally vtpm.DefaultFirmwareEventLogPath.
 	FirmwareEventLogPath string
 	// MeasurementLog is Orrery's userspace measurement log.
-	MeasurementLog *measurelog.Log
+	MeasurementLog *pcrlog.Log
 	// OpenTEE opens the hardware attestation device. Nil means the
 	// kernel's (SEV-SNP: /dev/sev-guest or configfs-tsm; TDX: likewise),
 	// through go-sev-guest's and go-tdx-guest's quote providers.

@@ -25,7 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
 )
 
 // The tests in this file are attacks by a node with root: it can extend any
@@ -93,10 +93,10 @@ func forgeQuote(t testing.TB, doc []byte, fn func(q *tpmpb.Quote)) []byte {
 
 // keepLog replaces the document's measurement log by the entries for which
 // keep is true, as a node that edits its log would.
-func keepLog(t testing.TB, doc []byte, keep func(measurelog.Entry) bool) []byte {
+func keepLog(t testing.TB, doc []byte, keep func(pcrlog.Entry) bool) []byte {
 	t.Helper()
 	return mutateDoc(t, doc, func(d *vtpm.Document) {
-		entries, err := measurelog.Parse(d.MeasurementLog)
+		entries, err := pcrlog.Parse(d.MeasurementLog)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func keepLog(t testing.TB, doc []byte, keep func(measurelog.Entry) bool) []byte 
 	})
 }
 
-func entryLine(t testing.TB, e measurelog.Entry) []byte {
+func entryLine(t testing.TB, e pcrlog.Entry) []byte {
 	t.Helper()
 	line, err := json.Marshal(e)
 	if err != nil {
@@ -183,7 +183,7 @@ func TestResplitPCRsRefused(t *testing.T) {
 		// PCR 14 takes its own value and PCR 15's, PCR 15 shows PCR 16's
 		// zero, PCR 16 is empty; the log loses the lock's entry.
 		forged := forgeQuote(t, doc, func(q *tpmpb.Quote) { recut(t, q.Pcrs.Pcrs, map[uint32]int{14: 64, 16: 0}) })
-		forged = keepLog(t, forged, func(e measurelog.Entry) bool { return e.PCR != 15 })
+		forged = keepLog(t, forged, func(e pcrlog.Entry) bool { return e.PCR != 15 })
 		if !goTPMToolsAccepts(t, forged) {
 			t.Fatal("forgery broke the quote's signature or digest; the test proves nothing")
 		}
@@ -215,7 +215,7 @@ func TestResplitPCRsRefused(t *testing.T) {
 		// real PCR 11 and its own; the log claims the genuine initrd.
 		forged := forgeQuote(t, doc, func(q *tpmpb.Quote) { recut(t, q.Pcrs.Pcrs, map[uint32]int{10: 0, 12: 64}) })
 		forged = mutateDoc(t, forged, func(d *vtpm.Document) {
-			d.MeasurementLog = entryLine(t, measurelog.NewEntry(11, []byte("enter-initrd"), "initrd: enter-initrd", crypto.SHA256))
+			d.MeasurementLog = entryLine(t, pcrlog.NewEntry(11, []byte("enter-initrd"), "initrd: enter-initrd", crypto.SHA256))
 		})
 		if !goTPMToolsAccepts(t, forged) {
 			t.Fatal("forgery broke the quote's signature or digest; the test proves nothing")
@@ -345,13 +345,13 @@ func TestIncompleteMeasurementLogRefused(t *testing.T) {
 		},
 		"log without the node lock's entry": {
 			func(t *testing.T, doc []byte) []byte {
-				return keepLog(t, doc, func(e measurelog.Entry) bool { return e.PCR != 15 })
+				return keepLog(t, doc, func(e pcrlog.Entry) bool { return e.PCR != 15 })
 			},
 			[]string{"PCR 15", "no entry"},
 		},
 		"log without the initrd's entry": {
 			func(t *testing.T, doc []byte) []byte {
-				return keepLog(t, doc, func(e measurelog.Entry) bool { return e.PCR != 11 })
+				return keepLog(t, doc, func(e pcrlog.Entry) bool { return e.PCR != 11 })
 			},
 			[]string{"PCR 11", "no entry"},
 		},

@@ -10,7 +10,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
 )
 
 // FuzzValidate feeds arbitrary bytes to the validator as an attestation
@@ -35,7 +35,7 @@ func FuzzValidate(f *testing.F) {
 		writeSeed(f, filepath.Join(dir, "resplit-pcrs"), forgeQuote(f, doc, func(q *tpmpb.Quote) {
 			recut(f, q.Pcrs.Pcrs, map[uint32]int{14: 64, 16: 0})
 		}))
-		writeSeed(f, filepath.Join(dir, "no-lock-log-entry"), keepLog(f, doc, func(e measurelog.Entry) bool { return e.PCR != 15 }))
+		writeSeed(f, filepath.Join(dir, "no-lock-log-entry"), keepLog(f, doc, func(e pcrlog.Entry) bool { return e.PCR != 15 }))
 	}
 	v, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: expectedLocked(), TrustAnyAK: true})
 	if err != nil {

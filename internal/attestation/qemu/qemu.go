@@ -25,8 +25,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 // NV indexes where the platform publishes the attestation key.
@@ -41,8 +41,8 @@ type IssuerConfig struct {
 	OpenTPM tpmdev.Opener
 	// FirmwareEventLogPath, normally vtpm.DefaultFirmwareEventLogPath.
 	FirmwareEventLogPath string
-	// MeasurementLog, normally at measurelog.DefaultPath.
-	MeasurementLog *measurelog.Log
+	// MeasurementLog, normally at pcrlog.DefaultPath.
+	MeasurementLog *pcrlog.Log
 }
 
 // NodeIssuerConfig is the issuer configuration of a booted node: its vTPM
@@ -54,7 +54,7 @@ func NodeIssuerConfig() IssuerConfig {
 	return IssuerConfig{
 		OpenTPM:              tpmdev.Open,
 		FirmwareEventLogPath: vtpm.DefaultFirmwareEventLogPath,
-		MeasurementLog:       &measurelog.Log{Path: measurelog.DefaultPath},
+		MeasurementLog:       &pcrlog.Log{Path: pcrlog.DefaultPath},
 	}
 }
 

@@ -25,23 +25,23 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/swtpm"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 // node is a provisioned vTPM with a measurement log, as a booted node has.
 type node struct {
 	tpm    *swtpm.Instance
 	ca     *platformca.CA
-	log    *measurelog.Log
+	log    *pcrlog.Log
 	fwLog  string
 	issuer *vtpm.Issuer
 }
 
 func newNode(t testing.TB) *node {
 	t.Helper()
-	n := &node{tpm: swtpmtest.Start(t), log: &measurelog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}}
+	n := &node{tpm: swtpmtest.Start(t), log: &pcrlog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}}
 	var err error
 	if n.ca, err = platformca.New("test platform CA"); err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func TestFirmwareEventLogReplay(t *testing.T) {
 }
 
 func newNodeWithFirmware(t *testing.T, events []fwEvent) *node {
-	n := &node{tpm: swtpmtest.Start(t), log: &measurelog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}}
+	n := &node{tpm: swtpmtest.Start(t), log: &pcrlog.Log{Path: filepath.Join(t.TempDir(), "measurements.log")}}
 	var err error
 	if n.ca, err = platformca.New("test platform CA"); err != nil {
 		t.Fatal(err)

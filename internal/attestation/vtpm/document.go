@@ -31,7 +31,7 @@ type Document struct {
 	// nonce (in attested TLS: the attester's TLS public key).
 	UserData []byte `json:"userData"`
 	// MeasurementLog is Orrery's userspace measurement log (see
-	// internal/measurelog), as read while the quote was taken.
+	// internal/tpm/pcrlog), as read while the quote was taken.
 	MeasurementLog []byte `json:"measurementLog,omitempty"`
 }
 

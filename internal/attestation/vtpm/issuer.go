@@ -15,8 +15,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/tpmdev"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
 // DefaultFirmwareEventLogPath is where Linux publishes the firmware's event log.
@@ -36,7 +36,7 @@ type IssuerConfig struct {
 	// log (as with a TPM that no firmware measured into).
 	FirmwareEventLogPath string
 	// MeasurementLog is the userspace measurement log. Nil means none.
-	MeasurementLog *measurelog.Log
+	MeasurementLog *pcrlog.Log
 	// OpenTEE opens the machine's TEE attestation device (an SEV-SNP
 	// quote provider, a TDX one), whose report is attached beside the
 	// quote with tee.ReportData of the same nonce and user data. Nil

@@ -26,7 +26,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
-	"github.com/orrery-dev/orrery/internal/measurelog"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
 )
 
 // ValidatorConfig configures a Validator.
@@ -205,7 +205,7 @@ func (v *Validator) validate(ctx context.Context, raw, nonce []byte) ([]byte, at
 	}
 	quoted := q.GetPcrs().GetPcrs()
 
-	userLog, err := measurelog.Parse(doc.MeasurementLog)
+	userLog, err := pcrlog.Parse(doc.MeasurementLog)
 	if err != nil {
 		return nil, none, nil, fmt.Errorf("userspace measurement log: %w", err)
 	}
@@ -462,7 +462,7 @@ func describeFirmwareEvent(e tcg.Event) string {
 
 // replay recomputes every PCR the logs touch and every PCR in loggedPCRs,
 // firmware events first, and compares the result with the quoted values.
-func replay(fw []event, user []measurelog.Entry, quoted map[uint32][]byte) error {
+func replay(fw []event, user []pcrlog.Entry, quoted map[uint32][]byte) error {
 	pcrs := map[uint32][]byte{}
 	for _, e := range fw {
 		if e.digest == nil {
@@ -471,9 +471,9 @@ func replay(fw []event, user []measurelog.Entry, quoted map[uint32][]byte) error
 			pcrs[0] = start
 			continue
 		}
-		pcrs[e.pcr] = measurelog.Extend(crypto.SHA256, pcrs[e.pcr], e.digest)
+		pcrs[e.pcr] = pcrlog.Extend(crypto.SHA256, pcrs[e.pcr], e.digest)
 	}
-	pcrs, err := measurelog.Replay(user, crypto.SHA256, pcrs)
+	pcrs, err := pcrlog.Replay(user, crypto.SHA256, pcrs)
 	if err != nil {
 		return fmt.Errorf("replay userspace measurement log: %w", err)
 	}
@@ -492,7 +492,7 @@ func replay(fw []event, user []measurelog.Entry, quoted map[uint32][]byte) error
 			return fmt.Errorf("event logs measure PCR %d but the quote does not cover it", pcr)
 		case bytes.Equal(got, want):
 			continue
-		case slices.Contains(loggedPCRs, pcr) && !slices.Contains(measurelog.PCRs(user), pcr):
+		case slices.Contains(loggedPCRs, pcr) && !slices.Contains(pcrlog.PCRs(user), pcr):
 			return fmt.Errorf("quoted PCR %d is %x but the userspace measurement log has no entry for it: the log is missing or was cut short", pcr, got)
 		default:
 			return fmt.Errorf("event logs do not replay to the quoted PCR %d (replayed %x, quoted %x): a log was altered or is incomplete", pcr, want, got)
@@ -501,21 +501,21 @@ func replay(fw []event, user []measurelog.Entry, quoted map[uint32][]byte) error
 	return nil
 }
 
-func describe(pcr uint32, fw []event, user []measurelog.Entry) []string {
+func describe(pcr uint32, fw []event, user []pcrlog.Entry) []string {
 	var out []string
 	for _, e := range fw {
 		if e.pcr == pcr && e.digest != nil {
 			out = append(out, e.description)
 		}
 	}
-	return append(out, measurelog.Describe(user, pcr)...)
+	return append(out, pcrlog.Describe(user, pcr)...)
 }
 
 // explain lists, for each enforced PCR that differs, what the logs say was
 // measured into it, so an operator can tell which component changed. The
 // node wrote those descriptions: they are made printable and bounded (see
 // joinDescriptions), so that the only line breaks are the ones put here.
-func (v *Validator) explain(err error, fw []event, user []measurelog.Entry) string {
+func (v *Validator) explain(err error, fw []event, user []pcrlog.Entry) string {
 	var b strings.Builder
 	for _, pcr := range measurements.MismatchedPCRs(err) {
 		what := describe(pcr, fw, user)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/orrery-dev/orrery/internal/cloud/netenv"
-	"github.com/orrery-dev/orrery/internal/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
 	"golang.org/x/sys/unix"
 )
 

@@ -28,7 +28,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/childproc"
 	"github.com/orrery-dev/orrery/internal/cloud/qmp"
-	"github.com/orrery-dev/orrery/internal/swtpm"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm"
 )
 
 // Accel is how QEMU runs the guest's CPUs.

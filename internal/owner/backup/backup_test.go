@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
 const crdName = "widgets.test.orrery.dev"

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
-	"github.com/orrery-dev/orrery/internal/orreryapi"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
 var (

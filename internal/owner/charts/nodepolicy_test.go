@@ -26,11 +26,11 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
-	"github.com/orrery-dev/orrery/internal/controlplanes"
-	"github.com/orrery-dev/orrery/internal/orreryapi"
 	"github.com/orrery-dev/orrery/internal/owner/noderemove"
-	"github.com/orrery-dev/orrery/internal/removednodes"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
+	"github.com/orrery-dev/orrery/internal/records/removednodes"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
 const controlPlaneLabel = "node-role.kubernetes.io/control-plane"

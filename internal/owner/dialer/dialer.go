@@ -45,7 +45,7 @@ const refusedGrace = 15 * time.Second
 func New(v attestation.Validator) (*Dialer, error) { return NewAs(nil, v) }
 
 // NewAs returns a Dialer that proves key to the node (the owner's access
-// key, for the node service) and accepts a node only if one of vs accepts
+// key, for the inspect service) and accepts a node only if one of vs accepts
 // its attestation. A nil key proves a fresh one per connection.
 func NewAs(key crypto.Signer, vs ...attestation.Validator) (*Dialer, error) {
 	creds, err := atls.NewCredentials(atls.Config{Validators: vs, ClientKey: key})

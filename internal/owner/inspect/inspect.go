@@ -1,4 +1,4 @@
-// Package inspect is the owner's side of the node service (nodepb): it
+// Package inspect is the owner's side of the inspect service (inspectpb): it
 // reaches running nodes over attested TLS, checks that each runs one of the
 // owner's images and is locked to the owner's cluster, proves the owner's
 // access key, and reads what the node serves.
@@ -23,7 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
@@ -54,7 +54,7 @@ type Owner struct {
 // Node is a running node that passed the owner's check.
 type Node struct {
 	Addr   string
-	Client nodepb.NodeServiceClient
+	Client inspectpb.InspectServiceClient
 	// Image names the Image whose measurements the node matched.
 	Image string
 	// Locked means PCR 15 holds the owner's cluster ID; otherwise it is
@@ -65,14 +65,14 @@ type Node struct {
 	Instance attestation.Instance
 	Hardware []attestation.Field
 	// Status is what the node said of itself on connecting.
-	Status *nodepb.StatusResponse
+	Status *inspectpb.StatusResponse
 	conn   *grpc.ClientConn
 }
 
 // Close closes the connection.
 func (n *Node) Close() error { return n.conn.Close() }
 
-// Dial connects to the node service at addr (HOST:PORT), which must
+// Dial connects to the inspect service at addr (HOST:PORT), which must
 // attest with one of the owner's images and the owner's cluster ID, and
 // asks for its status: when Dial returns, the node is verified. If name is
 // not empty, the node must also be the one the owner asked for: the
@@ -93,15 +93,15 @@ func (o Owner) Dial(ctx context.Context, addr, name string) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Addr: addr, Client: nodepb.NewNodeServiceClient(conn), conn: conn}
+	n := &Node{Addr: addr, Client: inspectpb.NewInspectServiceClient(conn), conn: conn}
 	var p peer.Peer
-	n.Status, err = n.Client.Status(ctx, &nodepb.StatusRequest{}, grpc.Peer(&p))
+	n.Status, err = n.Client.Status(ctx, &inspectpb.StatusRequest{}, grpc.Peer(&p))
 	if err != nil {
 		conn.Close()
 		if herr := d.HandshakeError(addr, err); herr != err {
 			return nil, herr
 		}
-		return nil, fmt.Errorf("node service at %s: %w", addr, termtext.Error(err))
+		return nil, fmt.Errorf("inspect service at %s: %w", addr, termtext.Error(err))
 	}
 	info, _ := p.AuthInfo.(atls.AuthInfo)
 	n.Variant, n.Instance, n.Hardware = info.PeerVariant, info.PeerInstance, info.PeerHardware

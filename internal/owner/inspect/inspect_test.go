@@ -19,15 +19,15 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
-	"github.com/orrery-dev/orrery/internal/nodeservice"
+	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
-	"github.com/orrery-dev/orrery/internal/proto/nodepb"
+	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 )
 
 type noJournal struct{}
 
-func (noJournal) Read(context.Context, nodeservice.Query, func([]*nodepb.JournalEntry) error) error {
+func (noJournal) Read(context.Context, inspectserver.Query, func([]*inspectpb.JournalEntry) error) error {
 	return nil
 }
 
@@ -35,15 +35,15 @@ func (noJournal) Read(context.Context, nodeservice.Query, func([]*nodepb.Journal
 func serve(t *testing.T, n *qemutest.Node, pub ed25519.PublicKey) string {
 	t.Helper()
 	owner := func() (ed25519.PublicKey, error) { return pub, nil }
-	svc, err := nodeservice.New(nodeservice.Config{
+	svc, err := inspectserver.New(inspectserver.Config{
 		Owner: owner, Journal: noJournal{},
-		Status: func() *nodepb.StatusResponse { return &nodepb.StatusResponse{NodeName: "worker-0"} },
+		Status: func() *inspectpb.StatusResponse { return &inspectpb.StatusResponse{NodeName: "worker-0"} },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return atlstest.Serve(t, atls.Config{Issuer: n.Issuer, AuthorizeClient: owneraccess.Authorize(owner)},
-		func(s *grpc.Server) { nodepb.RegisterNodeServiceServer(s, svc) })
+		func(s *grpc.Server) { inspectpb.RegisterInspectServiceServer(s, svc) })
 }
 
 // image is the measurements of a node that booted name.
@@ -118,7 +118,7 @@ func TestDialChecksImageClusterAndOwner(t *testing.T) {
 
 // TestDialChecksWhoAnswered is root on worker-0 rewriting its Node's
 // address to worker-1's: both are genuine nodes of the owner's image and
-// cluster, and worker-1's node service even calls itself worker-0 (its
+// cluster, and worker-1's inspect service even calls itself worker-0 (its
 // status is its own word). Asked for worker-0, the owner must refuse the
 // node at that address, since its attestation proves it is worker-1.
 func TestDialChecksWhoAnswered(t *testing.T) {

@@ -3,12 +3,12 @@
 // kubelet's certificate and its state disk; removing it must leave it
 // nothing to come back with:
 //
-//  1. its admission records are marked removed (internal/admitted), so the
+//  1. its admission records are marked removed (internal/records/admitted), so the
 //     join service never again hands out its disk key, whatever Node
 //     object it re-creates; the records' schema keeps the mark for good;
 //  2. it is drained: cordoned, and its pods evicted (those of DaemonSets
 //     and static pods excepted, which go with the node);
-//  3. its name and instance go on the removed list (internal/removednodes),
+//  3. its name and instance go on the removed list (internal/records/removednodes),
 //     through which the API server refuses every write of its kubelet's
 //     credentials and the join service every ticket, also for a new disk;
 //  4. its Node is deleted.
@@ -37,9 +37,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/orrery-dev/orrery/internal/controlplanes"
-	"github.com/orrery-dev/orrery/internal/orreryapi"
-	"github.com/orrery-dev/orrery/internal/removednodes"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
+	"github.com/orrery-dev/orrery/internal/records/removednodes"
 )
 
 // controlPlaneLabel marks the nodes this package refuses to remove.

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orrery-dev/orrery/internal/buildinfo"
-	"github.com/orrery-dev/orrery/internal/clusterhealth"
-	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
+	"github.com/orrery-dev/orrery/internal/owner/clusterhealth"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
 
 // Namespace holds Orrery's cluster services and their releases.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/measurementset"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
 
 func TestReleases(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/orrery-dev/orrery/internal/orreryapi"
 	"github.com/orrery-dev/orrery/internal/owner/backup"
 	"github.com/orrery-dev/orrery/internal/owner/services"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 )
 
 // ApplyConfig is what Apply needs besides the plan.

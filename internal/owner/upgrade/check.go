@@ -4,8 +4,8 @@ import (
 	"context"
 	"slices"
 
-	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 

@@ -12,9 +12,9 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
 
-	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/services"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
 
 // setsValue is the orrery-services value that lists the accepted images.

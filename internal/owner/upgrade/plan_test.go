@@ -12,9 +12,9 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
-	"github.com/orrery-dev/orrery/internal/measurementset"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/services"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
 
 // installedAt is every release at version, made by Orrery, accepting sets.

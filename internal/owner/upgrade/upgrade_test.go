@@ -17,12 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
-	"github.com/orrery-dev/orrery/internal/measurementset"
-	"github.com/orrery-dev/orrery/internal/orreryapi"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/services"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
 var measurementSets = schema.GroupVersionResource{Group: orreryapi.Group, Version: orreryapi.Version, Resource: orreryapi.MeasurementSets}

@@ -155,7 +155,7 @@ type IssueJoinTicketResponse struct {
 	ClusterCaCert []byte `protobuf:"bytes,11,opt,name=cluster_ca_cert,json=clusterCaCert,proto3" json:"cluster_ca_cert,omitempty"`
 	// owner_access_key is the 32-byte public half of the owner's Ed25519
 	// access key (internal/keys.OwnerAccessKey). The node's inspection
-	// service (nodepb) answers only a client that proves this key.
+	// service (inspectpb) answers only a client that proves this key.
 	OwnerAccessKey []byte `protobuf:"bytes,12,opt,name=owner_access_key,json=ownerAccessKey,proto3" json:"owner_access_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

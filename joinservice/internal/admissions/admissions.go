@@ -1,5 +1,5 @@
 // Package admissions keeps the cluster's record of admitted nodes (see
-// internal/admitted for the format) in the API server: one AdmittedNode per
+// internal/records/admitted for the format) in the API server: one AdmittedNode per
 // state disk, created when the join service admits the disk's node, read
 // when a node asks to rejoin with that disk, and updated with the
 // measurement set the node attested with and the disk's generation.
@@ -13,9 +13,9 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/orreryapi"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
 )
 

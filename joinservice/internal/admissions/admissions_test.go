@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/orreryapi"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
 )
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 )
 
 // Memory is a record of admitted disks held in memory, with Store's

@@ -18,9 +18,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/measurementset"
-	"github.com/orrery-dev/orrery/internal/orreryapi"
-	"github.com/orrery-dev/orrery/internal/removednodes"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
+	"github.com/orrery-dev/orrery/internal/records/removednodes"
 )
 
 // ServiceAccountDir holds a pod's in-cluster credentials.
@@ -145,7 +145,7 @@ func (c *Conn) NodeExists(ctx context.Context, name string) (bool, error) {
 }
 
 // MeasurementSets lists the cluster's accepted measurement sets (see
-// internal/measurementset). Sets that do not parse are left out and named
+// internal/records/measurementset). Sets that do not parse are left out and named
 // in the error beside the good ones.
 func (c *Conn) MeasurementSets(ctx context.Context) ([]measurementset.Set, error) {
 	code, body, err := c.Do(ctx, http.MethodGet, orreryapi.Path(orreryapi.MeasurementSets, ""), nil)
@@ -158,7 +158,7 @@ func (c *Conn) MeasurementSets(ctx context.Context) ([]measurementset.Set, error
 	return measurementset.ParseList(body)
 }
 
-// RemovedNodes reads the nodes the owner removed (internal/removednodes);
+// RemovedNodes reads the nodes the owner removed (internal/records/removednodes);
 // a cluster without the list has removed none.
 func (c *Conn) RemovedNodes(ctx context.Context) (removednodes.List, error) {
 	code, body, err := c.Do(ctx, http.MethodGet, "/api/v1/namespaces/"+removednodes.Namespace+"/configmaps/"+removednodes.ConfigMapName, nil)

@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/orrery-dev/orrery/internal/apiservertest"
-	"github.com/orrery-dev/orrery/internal/removednodes"
+	"github.com/orrery-dev/orrery/internal/records/removednodes"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
 func connect(t *testing.T) (*Conn, kubernetes.Interface) {

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 )
 
 // The attacks below go through the real transport: a node's swtpm,

@@ -38,7 +38,7 @@
 //
 // A rejoining node then proves that the disk its ticket opened is not an
 // older copy of itself (CheckDiskGeneration, RecordDiskGeneration; see
-// internal/admitted for the protocol): the host can swap a state disk for
+// internal/records/admitted for the protocol): the host can swap a state disk for
 // a copy it took earlier, which the same key opens. Both calls pass the
 // same checks as a rejoin ticket.
 package joinserver
@@ -68,15 +68,15 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/orrery-dev/orrery/internal/admitted"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
-	"github.com/orrery-dev/orrery/internal/controlplanes"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/proto/keypb"
-	"github.com/orrery-dev/orrery/internal/removednodes"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
+	"github.com/orrery-dev/orrery/internal/records/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/removednodes"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 )
 
@@ -120,7 +120,7 @@ type Config struct {
 	Admissions Admissions
 	// Nodes are the cluster's nodes. Required.
 	Nodes Nodes
-	// Removed returns the nodes the owner removed (internal/removednodes);
+	// Removed returns the nodes the owner removed (internal/records/removednodes);
 	// it is asked on every request, and a listed name or instance gets
 	// no ticket. Nil lists none.
 	Removed func(ctx context.Context) (removednodes.List, error)
@@ -143,7 +143,7 @@ type Config struct {
 	// MeasurementSalt returns the cluster's measurement salt.
 	MeasurementSalt func(ctx context.Context) ([]byte, error)
 	// ControlPlanes returns the instance IDs the owner approved as
-	// control planes (see internal/controlplanes); it is asked on every
+	// control planes (see internal/records/controlplanes); it is asked on every
 	// request for control-plane files and on every rejoin (whose ticket
 	// says whether the node is one), so an approval needs no restart. Nil
 	// approves none: every request for control-plane files is refused,

@@ -1,5 +1,5 @@
 // Package setvalidator validates attestations against the cluster's
-// accepted measurement sets (internal/measurementset), read from the API
+// accepted measurement sets (internal/records/measurementset), read from the API
 // server: a node passes if it matches any set, so nodes of the old and the
 // new image join side by side during a rollout. The sets are re-read when
 // they are older than the refresh interval, so 'orrery upgrade apply
@@ -34,7 +34,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
-	"github.com/orrery-dev/orrery/internal/measurementset"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
 
 // Source lists the accepted sets.

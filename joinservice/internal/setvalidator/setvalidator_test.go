@@ -15,7 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
-	"github.com/orrery-dev/orrery/internal/measurementset"
+	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
 
 // fake accepts a document equal to its expected PCR 4 value, and binds

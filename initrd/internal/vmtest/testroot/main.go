@@ -25,7 +25,7 @@ import (
 	"github.com/google/go-tpm/legacy/tpm2"
 	"golang.org/x/sys/unix"
 
-	"github.com/orrery-dev/orrery/internal/diskhandoff"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/keys"
 )
 
@@ -69,7 +69,7 @@ func main() {
 	} else {
 		report("machineid", "%s", strings.TrimSpace(string(id)))
 	}
-	if fi, err := os.Stat(diskhandoff.KeyFile); err != nil {
+	if fi, err := os.Stat(handoff.KeyFile); err != nil {
 		report("nokey", "first-boot key: %v", err) // a later boot has none
 		reportPlanted()
 		plantRefused()
@@ -195,19 +195,19 @@ func plantRefused() {
 // initrd's record of the volume. It writes a measurement salt where
 // bootstrapperd keeps it and reports it (hex): a later boot reads it.
 func handOff() {
-	if key, err := os.ReadFile(diskhandoff.KeyFile); err != nil {
+	if key, err := os.ReadFile(handoff.KeyFile); err != nil {
 		report("error", "read the first-boot key: %v", err)
 	} else {
 		report("firstbootkey", "%s", hex.EncodeToString(key))
 	}
-	if record, err := os.ReadFile(diskhandoff.VolumeRecordFile); err != nil {
+	if record, err := os.ReadFile(handoff.VolumeRecordFile); err != nil {
 		report("error", "read the volume record: %v", err)
 	} else {
 		report("volume", "%s", record)
 	}
 	salt, err := keys.GenerateSalt(rand.Reader)
 	if err == nil {
-		err = diskhandoff.WriteMeasurementSalt(diskhandoff.MeasurementSaltFile, salt)
+		err = handoff.WriteMeasurementSalt(handoff.MeasurementSaltFile, salt)
 	}
 	if err != nil {
 		report("error", "write the measurement salt: %v", err)

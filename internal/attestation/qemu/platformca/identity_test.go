@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 func TestProvisionAKNamesInstance(t *testing.T) {

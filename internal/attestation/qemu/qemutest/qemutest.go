@@ -21,9 +21,9 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
-	"github.com/orrery-dev/orrery/internal/measurelog"
-	"github.com/orrery-dev/orrery/internal/swtpm"
-	"github.com/orrery-dev/orrery/internal/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm"
+	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
 )
 
 // Node is a provisioned vTPM with its issuer.
@@ -32,7 +32,7 @@ type Node struct {
 	CA  *platformca.CA
 	// Instance is what the AK certificate names (zero: nothing).
 	Instance attestation.Instance
-	Log      *measurelog.Log
+	Log      *pcrlog.Log
 	Issuer   *vtpm.Issuer
 }
 
@@ -63,7 +63,7 @@ func NewNodeOf(tb testing.TB, ca *platformca.CA) *Node {
 // instances: an AK certificate without an instance.
 func NewInstance(tb testing.TB, ca *platformca.CA, inst attestation.Instance) *Node {
 	tb.Helper()
-	n := &Node{TPM: swtpmtest.Start(tb), CA: ca, Instance: inst, Log: &measurelog.Log{Path: filepath.Join(tb.TempDir(), "measurements.log")}}
+	n := &Node{TPM: swtpmtest.Start(tb), CA: ca, Instance: inst, Log: &pcrlog.Log{Path: filepath.Join(tb.TempDir(), "measurements.log")}}
 	var err error
 	rw := swtpmtest.Open(tb, n.TPM)
 	if _, err := n.CA.ProvisionAK(rw, inst); err != nil {

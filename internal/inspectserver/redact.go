@@ -1,0 +1,34 @@
+package inspectserver
+
+import "regexp"
+
+// Redacted replaces what Redact removes.
+const Redacted = "[REDACTED]"
+
+// secretPatterns match secrets that a node's programs are known to print,
+// or could: no Orrery component logs a secret, but kubeadm prints the
+// bootstrap tokens and certificate keys it makes, and a failing tool may
+// echo a key file it read. Where a label says what follows, the label
+// stays (group 1) and only the secret goes.
+var secretPatterns = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	// PEM private keys of any kind, also cut off before their END line.
+	{regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`), Redacted},
+	// kubeadm bootstrap tokens: [a-z0-9]{6}.[a-z0-9]{16}.
+	{regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`), Redacted},
+	// kubeadm's certificate key (--certificate-key, "certificate key:"),
+	// which decrypts the control-plane certificates it uploads.
+	{regexp.MustCompile(`(?i)(certificate[-_ ]key[:= ]+)[0-9a-f]{64}`), "${1}" + Redacted},
+	// Bearer tokens, as an HTTP client's debug output shows them.
+	{regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{16,}`), "${1}" + Redacted},
+}
+
+// Redact replaces anything in s that looks like a secret by Redacted.
+func Redact(s string) string {
+	for _, p := range secretPatterns {
+		s = p.re.ReplaceAllString(s, p.with)
+	}
+	return s
+}

@@ -1,0 +1,151 @@
+// Package admitted is the format of the cluster's record of the nodes the
+// join service admitted: one AdmittedNode object (internal/records/orreryapi) per
+// state disk, named after the disk's UUID, holding the instance (VM) the
+// disk was admitted for and the measurement set (image) it last attested
+// with. The join service writes it when it gives a node its join ticket
+// (and refuses a disk already recorded for another VM); a rejoin ticket,
+// which hands out the same disk key, goes only to the VM a record names.
+// 'orrery init' records the first control plane's disk. 'orrery node
+// remove' marks a node's records removed (RemovedAt), and the API server
+// keeps them so for good: the disk's rejoins and joins are refused from
+// then on, whatever Node object the old node re-creates. A record also
+// holds the disk's generation, which every rejoin advances, so that an
+// older copy of the disk is refused (see generation.go).
+//
+// Disk UUIDs are not secret (anyone who can read the disk's LUKS header
+// has it), so a record binds the disk to the VM whose attestation key
+// certificate named it, which nobody else can present.
+package admitted
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/records/orreryapi"
+)
+
+// Record says which VM a state disk was admitted for.
+type Record struct {
+	// DiskUUID is the state disk's LUKS UUID, lower case.
+	DiskUUID string
+	// Instance is the VM the disk belongs to.
+	Instance attestation.Instance
+	// MeasurementSet is the set the node last attested with; empty if not
+	// known (the first control plane, recorded by the CLI).
+	MeasurementSet string
+	// RemovedAt is when the owner removed the disk's node (RFC 3339);
+	// empty while the node belongs to the cluster.
+	RemovedAt string
+	// Generation is the generation the disk held when its node last
+	// booted on it (CheckGeneration, RecordGeneration); 0 for a disk
+	// that never rejoined since the record holds one (a new record, or
+	// one written before generations).
+	Generation uint64
+	// NextGeneration is the generation the join service last told the
+	// disk's node to write, which the node has not recorded yet; 0 if
+	// none is pending.
+	NextGeneration uint64
+}
+
+// Removed reports whether the owner removed the disk's node.
+func (r Record) Removed() bool { return r.RemovedAt != "" }
+
+// Name is the name of the object that records diskUUID, or an error for a
+// malformed UUID.
+func Name(diskUUID string) (string, error) {
+	if _, err := keys.DiskKeyID(diskUUID); err != nil {
+		return "", err
+	}
+	return "disk-" + strings.ToLower(diskUUID), nil
+}
+
+type instanceJSON struct {
+	Name string `json:"name"`
+	ID   string `json:"id"`
+}
+
+type specJSON struct {
+	DiskUUID       string       `json:"diskUUID"`
+	Instance       instanceJSON `json:"instance"`
+	MeasurementSet string       `json:"measurementSet,omitempty"`
+	RemovedAt      string       `json:"removedAt,omitempty"`
+	// Signed, as the CRD's integers are: a negative number someone
+	// wrote is refused by Parse, not wrapped around.
+	Generation     int64 `json:"generation,omitempty"`
+	NextGeneration int64 `json:"nextGeneration,omitempty"`
+}
+
+// Object is the record as an AdmittedNode (JSON-ready).
+func (r Record) Object() (map[string]any, error) {
+	name, err := Name(r.DiskUUID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Instance.Name == "" || r.Instance.ID == "" {
+		return nil, errors.New("admitted node record: no instance")
+	}
+	if r.Generation > MaxGeneration || r.NextGeneration > MaxGeneration {
+		return nil, fmt.Errorf("admitted node record: generation %d or %d is more than %d", r.Generation, r.NextGeneration, uint64(MaxGeneration))
+	}
+	return map[string]any{
+		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind,
+		"metadata": map[string]any{"name": name},
+		"spec": specJSON{
+			DiskUUID:       strings.ToLower(r.DiskUUID),
+			Instance:       instanceJSON{Name: r.Instance.Name, ID: r.Instance.ID},
+			MeasurementSet: r.MeasurementSet,
+			RemovedAt:      r.RemovedAt,
+			Generation:     int64(r.Generation),
+			NextGeneration: int64(r.NextGeneration),
+		},
+	}, nil
+}
+
+// maxObject bounds what Parse reads: a record is a few hundred bytes.
+const maxObject = 64 << 10
+
+// Parse reads a record from an AdmittedNode object as the API server
+// returns it, checking that it records diskUUID: a record under another
+// disk's name is refused.
+func Parse(diskUUID string, object []byte) (Record, error) {
+	if len(object) > maxObject {
+		return Record{}, fmt.Errorf("admitted node record for disk %s is %d bytes, more than %d", diskUUID, len(object), maxObject)
+	}
+	var o struct {
+		Kind string   `json:"kind"`
+		Spec specJSON `json:"spec"`
+	}
+	if err := json.Unmarshal(object, &o); err != nil {
+		return Record{}, fmt.Errorf("decode the admitted node record for disk %s: %w", diskUUID, err)
+	}
+	if o.Kind != orreryapi.AdmittedNodeKind {
+		return Record{}, fmt.Errorf("admitted node record for disk %s is a %.40q, not an %s", diskUUID, o.Kind, orreryapi.AdmittedNodeKind)
+	}
+	r := Record{
+		DiskUUID:       o.Spec.DiskUUID,
+		Instance:       attestation.Instance{Name: o.Spec.Instance.Name, ID: o.Spec.Instance.ID},
+		MeasurementSet: o.Spec.MeasurementSet,
+		RemovedAt:      o.Spec.RemovedAt,
+	}
+	if !strings.EqualFold(r.DiskUUID, diskUUID) {
+		return Record{}, fmt.Errorf("admitted node record for disk %s holds disk %.40q", diskUUID, r.DiskUUID)
+	}
+	if r.Instance.Name == "" || r.Instance.ID == "" {
+		return Record{}, fmt.Errorf("admitted node record for disk %s names no instance", diskUUID)
+	}
+	for _, g := range []struct {
+		field string
+		v     int64
+		to    *uint64
+	}{{"generation", o.Spec.Generation, &r.Generation}, {"nextGeneration", o.Spec.NextGeneration, &r.NextGeneration}} {
+		if g.v < 0 || g.v > MaxGeneration {
+			return Record{}, fmt.Errorf("admitted node record for disk %s holds %s %d, not a number from 0 to %d: set it to the generation the disk's node last reported (its console says) or remove the node", diskUUID, g.field, g.v, int64(MaxGeneration))
+		}
+		*g.to = uint64(g.v)
+	}
+	return r, nil
+}

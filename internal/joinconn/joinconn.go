@@ -71,13 +71,11 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/go-tpm-tools/client"
 	"github.com/google/go-tpm/legacy/tpm2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
 	"github.com/orrery-dev/orrery/internal/atls"
@@ -395,7 +393,7 @@ func (d *Dialer) Call(ctx context.Context, addr string, call func(ctx context.Co
 	if err != nil {
 		return err
 	}
-	hs := &handshakes{TransportCredentials: creds}
+	hs := atls.NewRecorder(creds)
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(hs)}
 	if d.cfg.DialNet != nil {
 		opts = append(opts, grpc.WithContextDialer(d.cfg.DialNet))
@@ -407,7 +405,7 @@ func (d *Dialer) Call(ctx context.Context, addr string, call func(ctx context.Co
 	defer conn.Close()
 	var p peer.Peer
 	if err := call(ctx, joinpb.NewJoinServiceClient(conn), grpc.Peer(&p)); err != nil {
-		if herr := hs.failure(); herr != nil {
+		if herr := hs.Refusal(); herr != nil {
 			return &RefusedError{Addr: addr, Hardware: d.cfg.Peer.Describe(), Err: herr, OwnCluster: d.cluster != nil}
 		}
 		return err
@@ -446,42 +444,4 @@ func ownPCRs(open tpmdev.Opener) (map[uint32][]byte, error) {
 		out[pcr] = v
 	}
 	return out, nil
-}
-
-// handshakes wraps the attested-TLS credentials of one call and keeps the
-// last failed handshake's error: gRPC reports it only as text inside an
-// Unavailable status, and the node must tell a refused service from one
-// that is down.
-type handshakes struct {
-	credentials.TransportCredentials
-	mu  sync.Mutex
-	err error
-}
-
-func (h *handshakes) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := h.TransportCredentials.ClientHandshake(ctx, authority, raw)
-	if err != nil && provedNothing(err) {
-		h.mu.Lock()
-		h.err = err
-		h.mu.Unlock()
-	}
-	return conn, info, err
-}
-
-// Clone keeps one record for the connection gRPC makes from a clone.
-func (h *handshakes) Clone() credentials.TransportCredentials { return h }
-
-func (h *handshakes) failure() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err
-}
-
-// provedNothing tells a handshake in which the service failed to prove
-// itself (its attestation rejected, or none given) from one the network
-// cut short, which is an ordinary retry.
-func provedNothing(err error) bool {
-	var rejected *atls.RejectedError
-	var ended *atls.ServerEndedError
-	return errors.As(err, &rejected) || errors.As(err, &ended)
 }

@@ -11,12 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
@@ -24,7 +22,7 @@ import (
 
 // Dialer opens connections to nodes whose attestation a validator accepts.
 type Dialer struct {
-	creds *recordingCreds
+	creds *atls.Recorder
 	// handshakeTimeout bounds one probe in WaitAttested.
 	handshakeTimeout time.Duration
 	// retryEvery is the pause between WaitAttested's attempts.
@@ -52,25 +50,7 @@ func NewAs(key crypto.Signer, vs ...attestation.Validator) (*Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dialer{creds: &recordingCreds{TransportCredentials: creds}, handshakeTimeout: 2 * time.Minute, retryEvery: 2 * time.Second, RefusedGrace: refusedGrace}, nil
-}
-
-// recordingCreds keep the last handshake's error: gRPC turns it into a
-// status message, and the owner's commands need to tell a node that failed
-// its attestation (*atls.RejectedError) or refused the caller
-// (*atls.ServerEndedError) from one that did not answer.
-type recordingCreds struct {
-	credentials.TransportCredentials
-	mu   sync.Mutex
-	last error
-}
-
-func (r *recordingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := r.TransportCredentials.ClientHandshake(ctx, authority, raw)
-	r.mu.Lock()
-	r.last = err
-	r.mu.Unlock()
-	return conn, info, err
+	return &Dialer{creds: atls.NewRecorder(creds), handshakeTimeout: 2 * time.Minute, retryEvery: 2 * time.Second, RefusedGrace: refusedGrace}, nil
 }
 
 // HandshakeError turns err, a call's error on a connection of d, into a
@@ -78,9 +58,7 @@ func (r *recordingCreds) ClientHandshake(ctx context.Context, authority string, 
 // node's own reason if it ended the handshake; other errors stay as
 // they are.
 func (d *Dialer) HandshakeError(addr string, err error) error {
-	d.creds.mu.Lock()
-	last := d.creds.last
-	d.creds.mu.Unlock()
+	last := d.creds.Refusal()
 	var rejected *atls.RejectedError
 	var ended *atls.ServerEndedError
 	switch {

@@ -23,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/snp/launch"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/imagebuild/diskimage"
 	"github.com/orrery-dev/orrery/internal/imagebuild/pcrpredict"
 	"github.com/orrery-dev/orrery/internal/imagebuild/pe"
@@ -373,7 +374,7 @@ func writeSEVSNP(path, firmware string, m measurements.M) error {
 		return err
 	}
 	p := policy.Policy{PCRs: m, SEVSNP: &snp.Policy{
-		Measurement: &snp.Expected{Expected: digest[:]},
+		Measurement: &tee.Expected{Expected: digest[:]},
 		GuestPolicy: &snp.GuestPolicy{AllowSMT: true},
 	}}
 	j, err := p.MarshalJSON()

@@ -28,6 +28,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
 	"github.com/orrery-dev/orrery/internal/attestation/tdx"
 	"github.com/orrery-dev/orrery/internal/attestation/tdx/tdxtest"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
@@ -83,7 +84,7 @@ func (n *tdxNode) peer() nodeattest.PeerPolicy {
 func (n *tdxNode) validator(t *testing.T) attestation.Validator {
 	t.Helper()
 	tv, err := tdx.NewVerifier(tdx.Config{
-		Policy:         tdx.Policy{MRTD: &tdx.Expected{Expected: n.TD.MRTD}},
+		Policy:         tdx.Policy{MRTD: &tee.Expected{Expected: n.TD.MRTD}},
 		SkipCollateral: true, TrustedRoots: n.TD.PKI.Roots(), Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -390,7 +391,7 @@ func (n *snpNode) issuer(t *testing.T, tee func() (client.TEEDevice, error)) att
 func (n *snpNode) peer() nodeattest.PeerPolicy {
 	root := n.chip.TestRoot()
 	return nodeattest.PeerPolicy{Variant: variant.GCPSEVSNP, SEVSNP: &snp.Policy{
-		Measurement: &snp.Expected{Expected: bytes.Clone(n.guest.Measurement[:])}, TestRoot: &root,
+		Measurement: &tee.Expected{Expected: bytes.Clone(n.guest.Measurement[:])}, TestRoot: &root,
 	}}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 // TestVerifySEVSNP runs 'orrery verify' against a simulated SEV-SNP node
@@ -67,7 +68,7 @@ func TestVerifySEVSNP(t *testing.T) {
 		return path
 	}
 	plain := write("measurements.json", policy.Policy{PCRs: pcrs})
-	withSNP := write("measurements-sev-snp.json", policy.Policy{PCRs: pcrs, SEVSNP: &snp.Policy{Measurement: &snp.Expected{Expected: guest.Measurement[:]}}})
+	withSNP := write("measurements-sev-snp.json", policy.Policy{PCRs: pcrs, SEVSNP: &snp.Policy{Measurement: &tee.Expected{Expected: guest.Measurement[:]}}})
 	root := filepath.Join(dir, snpTestRootFile)
 	if err := chip.WriteTestRoot(root, time.Now().Add(-time.Minute)); err != nil {
 		t.Fatal(err)

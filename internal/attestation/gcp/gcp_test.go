@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 )
@@ -100,7 +101,7 @@ func pcrsOf(t *testing.T, n *simulatedNode) measurements.M {
 
 func (n *simulatedNode) policy(t *testing.T) snp.Policy {
 	root := n.chip.TestRoot()
-	return snp.Policy{Measurement: &snp.Expected{Expected: append([]byte(nil), n.guest.Measurement[:]...)}, TestRoot: &root}
+	return snp.Policy{Measurement: &tee.Expected{Expected: append([]byte(nil), n.guest.Measurement[:]...)}, TestRoot: &root}
 }
 
 func TestSimulatedConfidentialVMAttests(t *testing.T) {

@@ -196,7 +196,7 @@ func (p Platform) peerSEVSNP() (*snp.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	pol := &snp.Policy{Measurement: &snp.Expected{Expected: own.GetReport().GetMeasurement()}}
+	pol := &snp.Policy{Measurement: &tee.Expected{Expected: own.GetReport().GetMeasurement()}}
 	if p.Simulated {
 		chain := own.GetCertificateChain()
 		pol.TestRoot = &snp.TestRoot{NotARealCPU: true, ARK: pemCert(chain.GetArkCert()), ASK: pemCert(chain.GetAskCert())}

@@ -4,16 +4,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/google/go-sev-guest/verify/trust"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 // Collateral is the owner's cache of what AMD's Key Distribution Service
@@ -23,10 +23,6 @@ type Collateral interface {
 	// fs.ErrNotExist if the cache does not hold it.
 	Get(url string) ([]byte, error)
 }
-
-// maxCollateralFile bounds what is read from the cache: KDS's CRLs and
-// certificates are a few kilobytes.
-const maxCollateralFile = 1 << 20
 
 // CollateralDir is a cache directory laid out as KDS's URLs are: the
 // body of https://kdsintf.amd.com/vcek/v1/Milan/crl is the file
@@ -40,19 +36,7 @@ func (d CollateralDir) Get(rawURL string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCollateralFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxCollateralFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes: not a KDS response", path, maxCollateralFile)
-	}
-	return b, nil
+	return tee.ReadCollateralFile(path)
 }
 
 // path is the file that holds the body of rawURL.

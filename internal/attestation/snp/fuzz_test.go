@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-sev-guest/abi"
 	spb "github.com/google/go-sev-guest/proto/sevsnp"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 // FuzzParsePolicy feeds the policy decoder arbitrary text: it must never
@@ -42,7 +44,7 @@ func FuzzVerifyReport(f *testing.F) {
 	}
 	f.Add(genuine)
 	f.Add(genuine[:abi.ReportSize-1])
-	v, err := NewVerifier(Config{Policy: Policy{Measurement: &Expected{Expected: make([]byte, abi.MeasurementSize)}}, SkipRevocationCheck: true, Now: func() time.Time { return realTime }})
+	v, err := NewVerifier(Config{Policy: Policy{Measurement: &tee.Expected{Expected: make([]byte, abi.MeasurementSize)}}, SkipRevocationCheck: true, Now: func() time.Time { return realTime }})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-sev-guest/abi"
 	"github.com/google/go-sev-guest/kds"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 // Policy is the owner's SEV-SNP section of the measurements file: what a
@@ -29,7 +31,7 @@ import (
 type Policy struct {
 	// Measurement is the launch measurement (SHA-384 of the initial
 	// guest memory: the firmware). Required.
-	Measurement *Expected `json:"measurement"`
+	Measurement *tee.Expected `json:"measurement"`
 	// GuestPolicy says which guest policy bits are accepted besides the
 	// always-refused debug bit. Nil accepts SMT and refuses a migration
 	// agent.
@@ -39,17 +41,11 @@ type Policy struct {
 	// ChipIDs lists the chips accepted; nil or an empty list accepts any.
 	ChipIDs *ChipIDs `json:"chipIds,omitempty"`
 	// MinimumReportVersion is the lowest report format version accepted.
-	MinimumReportVersion *MinimumVersion `json:"minimumReportVersion,omitempty"`
+	MinimumReportVersion *tee.MinimumVersion `json:"minimumReportVersion,omitempty"`
 	// TestRoot replaces AMD's roots with a test-only ARK and ASK, such as
 	// the one the local cloud's simulated confidential VMs use. Reports
 	// signed under it prove nothing about any CPU.
 	TestRoot *TestRoot `json:"testRoot,omitempty"`
-}
-
-// Expected is a value the report must show exactly.
-type Expected struct {
-	Expected HexBytes `json:"expected"`
-	WarnOnly bool     `json:"warnOnly,omitempty"`
 }
 
 // GuestPolicy is the accepted guest policy, besides debug.
@@ -72,12 +68,6 @@ type TCB struct {
 type ChipIDs struct {
 	Allowed  []HexBytes `json:"allowed"`
 	WarnOnly bool       `json:"warnOnly,omitempty"`
-}
-
-// MinimumVersion is a lowest accepted version number.
-type MinimumVersion struct {
-	Minimum  uint32 `json:"minimum"`
-	WarnOnly bool   `json:"warnOnly,omitempty"`
 }
 
 // TestRoot is a test-only ARK and ASK. NotARealCPU must be true: the

@@ -30,23 +30,6 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// UnmarshalJSON reads {"expected": "<hex>", "warnOnly": bool}.
-func (e *Expected) UnmarshalJSON(data []byte) error {
-	var got Expected
-	seen, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
-		"expected": strictjson.Hex((*[]byte)(&got.Expected)),
-		"warnOnly": strictjson.Bool(&got.WarnOnly),
-	})
-	if err == nil {
-		err = strictjson.Required(seen, "expected")
-	}
-	if err != nil {
-		return err
-	}
-	*e = got
-	return nil
-}
-
 // UnmarshalJSON reads the accepted guest policy.
 func (g *GuestPolicy) UnmarshalJSON(data []byte) error {
 	var got GuestPolicy
@@ -109,23 +92,6 @@ func (c *ChipIDs) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*c = got
-	return nil
-}
-
-// UnmarshalJSON reads {"minimum": n, "warnOnly": bool}.
-func (m *MinimumVersion) UnmarshalJSON(data []byte) error {
-	var got MinimumVersion
-	seen, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
-		"minimum":  strictjson.Uint32(&got.Minimum),
-		"warnOnly": strictjson.Bool(&got.WarnOnly),
-	})
-	if err == nil {
-		err = strictjson.Required(seen, "minimum")
-	}
-	if err != nil {
-		return err
-	}
-	*m = got
 	return nil
 }
 

@@ -78,7 +78,7 @@ func realVerifier(t *testing.T, p Policy, now time.Time) *Verifier {
 }
 
 func realPolicy(t *testing.T) Policy {
-	return Policy{Measurement: &Expected{Expected: mustHex(t, realVCEKMeasurement)}}
+	return Policy{Measurement: &tee.Expected{Expected: mustHex(t, realVCEKMeasurement)}}
 }
 
 func TestRealReportVerifies(t *testing.T) {
@@ -132,7 +132,7 @@ func TestRealReportMutationsAreRefused(t *testing.T) {
 			want:   "chip ID is",
 		},
 		"a report version below the minimum": {
-			policy: func(p *Policy) { p.MinimumReportVersion = &MinimumVersion{Minimum: 3} },
+			policy: func(p *Policy) { p.MinimumReportVersion = &tee.MinimumVersion{Minimum: 3} },
 			want:   "report version is 2, but the policy wants at least 3",
 		},
 		"SMT when the policy forbids it": {
@@ -189,7 +189,7 @@ func TestRealReportWarnOnlyMismatchPasses(t *testing.T) {
 
 func TestRealDebugReportIsRefused(t *testing.T) {
 	att := realDebug.load(t)
-	p := Policy{Measurement: &Expected{Expected: append([]byte(nil), att.GetReport().GetMeasurement()...)}}
+	p := Policy{Measurement: &tee.Expected{Expected: append([]byte(nil), att.GetReport().GetMeasurement()...)}}
 	_, err := realVerifier(t, p, realTime).VerifyReport(context.Background(), att, att.GetReport().GetReportData())
 	var m *tee.Mismatch
 	if !errors.As(err, &m) || m.Field != "guest policy debug" {
@@ -199,7 +199,7 @@ func TestRealDebugReportIsRefused(t *testing.T) {
 
 func TestRealExpiredCertificateIsRefused(t *testing.T) {
 	att := realVLEK.load(t)
-	p := Policy{Measurement: &Expected{Expected: append([]byte(nil), att.GetReport().GetMeasurement()...)}}
+	p := Policy{Measurement: &tee.Expected{Expected: append([]byte(nil), att.GetReport().GetMeasurement()...)}}
 	// The VLEK certificate is valid from 2024-12-10 to 2025-12-10.
 	_, err := realVerifier(t, p, time.Date(2026, time.March, 1, 0, 0, 0, 0, time.UTC)).VerifyReport(context.Background(), att, att.GetReport().GetReportData())
 	if err == nil || !strings.Contains(err.Error(), "expired") {

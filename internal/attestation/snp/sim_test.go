@@ -59,7 +59,7 @@ func newSim(t *testing.T, cfg snpsim.Config) *simCase {
 		chip:  chip,
 		guest: guest,
 		policy: snp.Policy{
-			Measurement: &snp.Expected{Expected: append([]byte(nil), guest.Measurement[:]...)},
+			Measurement: &tee.Expected{Expected: append([]byte(nil), guest.Measurement[:]...)},
 			MinimumTCB:  &snp.TCB{Bootloader: 4, SNP: 22, Microcode: 213},
 			TestRoot:    &root,
 		},

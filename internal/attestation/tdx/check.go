@@ -65,7 +65,7 @@ func (v *Verifier) checkPolicy(q *tdxpb.QuoteV4) error {
 
 func policyChecks(p Policy, q *tdxpb.QuoteV4) []policyCheck {
 	b := q.GetTdQuoteBody()
-	exact := func(field string, e *Expected, seen []byte, set func(*validate.TdQuoteBodyOptions)) policyCheck {
+	exact := func(field string, e *tee.Expected, seen []byte, set func(*validate.TdQuoteBodyOptions)) policyCheck {
 		c := policyCheck{field: field, warnOnly: e.WarnOnly, seen: hex.EncodeToString(seen), wanted: hex.EncodeToString(e.Expected)}
 		set(&c.opts.TdQuoteBodyOptions)
 		return c
@@ -100,7 +100,7 @@ func policyChecks(p Policy, q *tdxpb.QuoteV4) []policyCheck {
 	if m := p.MinimumQESVN; m != nil {
 		c := policyCheck{field: "minimumQeSvn", warnOnly: m.WarnOnly, seen: fmt.Sprint(qeSVN(q)),
 			wanted: fmt.Sprintf("at least %d (the host must update its quoting enclave)", m.Minimum)}
-		c.opts.HeaderOptions.MinimumQeSvn = m.Minimum
+		c.opts.HeaderOptions.MinimumQeSvn = uint16(m.Minimum) // Validate bounds it
 		checks = append(checks, c)
 	}
 	return checks

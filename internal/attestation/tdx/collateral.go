@@ -5,15 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/google/go-tdx-guest/pcs"
 	"github.com/google/go-tdx-guest/verify/trust"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 // Collateral answers go-tdx-guest's requests for Intel PCS URLs with the
@@ -32,29 +32,13 @@ var ErrCollateralMissing = errors.New("TDX collateral missing from the cache")
 // the CRL distribution point of the root certificate.
 const intelRootCRLURL = "https://certificates.trustedservices.intel.com/IntelSGXRootCA.der"
 
-// maxCollateralFile bounds what is read from the cache: Intel's largest
-// responses (a PCK CRL, a TCB info) are tens of kilobytes.
-const maxCollateralFile = 1 << 20
-
 // CollateralDir is a cache directory laid out as the package doc says.
 type CollateralDir string
 
 // Get implements Collateral.
 func (d CollateralDir) Get(url string) (map[string][]string, []byte, error) {
 	return serve(url, func(name string) ([]byte, error) {
-		f, err := os.Open(filepath.Join(string(d), name))
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		b, err := io.ReadAll(io.LimitReader(f, maxCollateralFile+1))
-		if err != nil {
-			return nil, err
-		}
-		if len(b) > maxCollateralFile {
-			return nil, fmt.Errorf("larger than %d bytes: not an Intel PCS response", maxCollateralFile)
-		}
-		return b, nil
+		return tee.ReadCollateralFile(filepath.Join(string(d), name))
 	})
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-tdx-guest/pcs"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 func TestCollateralDir(t *testing.T) {
@@ -58,7 +60,7 @@ func TestCollateralDir(t *testing.T) {
 
 func TestCollateralDirRefusesHugeFile(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "root-ca-crl.der"), make([]byte, maxCollateralFile+1), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "root-ca-crl.der"), make([]byte, tee.MaxCollateralFile+1), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := CollateralDir(dir).Get(intelRootCRLURL); err == nil || errors.Is(err, ErrCollateralMissing) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-tdx-guest/abi"
 	tdxpb "github.com/google/go-tdx-guest/proto/tdx"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 // realTime is inside the validity of every piece of the real evidence:
@@ -91,14 +93,14 @@ func realCollateral(t testing.TB) CollateralMap {
 
 // realPolicy enforces every field of the real quote.
 func realPolicy(t testing.TB) Policy {
-	exp := func(s string) *Expected { return &Expected{Expected: mustHex(t, s)} }
+	exp := func(s string) *tee.Expected { return &tee.Expected{Expected: mustHex(t, s)} }
 	return Policy{
 		MRTD:             exp(realMRTD),
-		RTMR:             [4]*Expected{exp(realRTMR0), exp(realRTMR1), exp(realRTMR2), exp(realRTMR3)},
+		RTMR:             [4]*tee.Expected{exp(realRTMR0), exp(realRTMR1), exp(realRTMR2), exp(realRTMR3)},
 		MRSEAM:           exp(realMRSEAM),
 		TDAttributes:     exp(realTDAttrs),
 		MinimumTEETCBSVN: &MinimumSVN{Minimum: mustHex(t, realTEETCBSVN)},
-		MinimumQESVN:     &MinimumVersion{Minimum: 0},
+		MinimumQESVN:     &tee.MinimumVersion{Minimum: 0},
 	}
 }
 

@@ -1,6 +1,10 @@
 package tdx
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
+)
 
 // Measurements are a TD's measurement registers, as its own TD report or
 // a quote's TD report body shows them.
@@ -40,9 +44,9 @@ var PeerRTMRs = []int{1, 2}
 // own's PeerRTMRs, the image's boot chain, all enforced. Since RTMR1
 // holds the image's UKI, a peer of another image fails it.
 func PeerPolicy(own Measurements) Policy {
-	p := Policy{MRTD: &Expected{Expected: bytes.Clone(own.MRTD)}}
+	p := Policy{MRTD: &tee.Expected{Expected: bytes.Clone(own.MRTD)}}
 	for _, i := range PeerRTMRs {
-		p.RTMR[i] = &Expected{Expected: bytes.Clone(own.RTMR[i])}
+		p.RTMR[i] = &tee.Expected{Expected: bytes.Clone(own.RTMR[i])}
 	}
 	return p
 }

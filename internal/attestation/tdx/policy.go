@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/google/go-tdx-guest/abi"
+
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/strictjson"
 )
 
@@ -31,16 +34,16 @@ import (
 type Policy struct {
 	// MRTD is the TD's build-time measurement: the firmware image the
 	// host loaded. Required: without it any firmware would pass.
-	MRTD *Expected
+	MRTD *tee.Expected
 	// RTMR are the runtime measurement registers RTMR0 to RTMR3 (JSON
 	// rtmr0 to rtmr3); nil leaves one unchecked.
-	RTMR [4]*Expected
+	RTMR [4]*tee.Expected
 	// MRSEAM is the TDX module's measurement. Intel's signature on the
 	// module is always checked; this pins one build.
-	MRSEAM *Expected
+	MRSEAM *tee.Expected
 	// TDAttributes must equal the quote's TD attributes exactly. A
 	// value with the DEBUG bit is invalid.
-	TDAttributes *Expected
+	TDAttributes *tee.Expected
 	// MinimumTEETCBSVN is the lowest TEE TCB SVN accepted, compared
 	// byte by byte (each byte is one component's SVN).
 	MinimumTEETCBSVN *MinimumSVN
@@ -48,25 +51,13 @@ type Policy struct {
 	// states it. Some platforms leave that field 0 (the real test quote
 	// does, while its QE report says ISV SVN 4); the QE's own TCB is
 	// checked against Intel's QE identity whatever this says.
-	MinimumQESVN *MinimumVersion
-}
-
-// Expected is a value the quote must show exactly.
-type Expected struct {
-	Expected []byte
-	WarnOnly bool
+	MinimumQESVN *tee.MinimumVersion
 }
 
 // MinimumSVN is a lowest accepted SVN per component.
 type MinimumSVN struct {
 	Minimum  []byte
 	WarnOnly bool
-}
-
-// MinimumVersion is a lowest accepted version number.
-type MinimumVersion struct {
-	Minimum  uint16 `json:"minimum"`
-	WarnOnly bool   `json:"warnOnly"`
 }
 
 // tdAttributesDebug is TD attributes bit 0: the host can read and write
@@ -156,6 +147,9 @@ func (p Policy) Validate() error {
 	if m := p.MinimumTEETCBSVN; m != nil {
 		errs = append(errs, checkSize("minimumTeeTcbSvn.minimum", m.Minimum, abi.TeeTcbSvnSize))
 	}
+	if m := p.MinimumQESVN; m != nil && m.Minimum > math.MaxUint16 {
+		errs = append(errs, fmt.Errorf("minimumQeSvn.minimum is %d, above the %d a QE SVN can be", m.Minimum, math.MaxUint16))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("TDX policy: %w", err)
 	}
@@ -171,15 +165,15 @@ func checkSize(field string, b []byte, size int) error {
 
 // policyJSON is the wire form of a Policy.
 type policyJSON struct {
-	MRTD             *Expected       `json:"mrtd"`
-	RTMR0            *Expected       `json:"rtmr0,omitempty"`
-	RTMR1            *Expected       `json:"rtmr1,omitempty"`
-	RTMR2            *Expected       `json:"rtmr2,omitempty"`
-	RTMR3            *Expected       `json:"rtmr3,omitempty"`
-	MRSEAM           *Expected       `json:"mrseam,omitempty"`
-	TDAttributes     *Expected       `json:"tdAttributes,omitempty"`
-	MinimumTEETCBSVN *MinimumSVN     `json:"minimumTeeTcbSvn,omitempty"`
-	MinimumQESVN     *MinimumVersion `json:"minimumQeSvn,omitempty"`
+	MRTD             *tee.Expected       `json:"mrtd"`
+	RTMR0            *tee.Expected       `json:"rtmr0,omitempty"`
+	RTMR1            *tee.Expected       `json:"rtmr1,omitempty"`
+	RTMR2            *tee.Expected       `json:"rtmr2,omitempty"`
+	RTMR3            *tee.Expected       `json:"rtmr3,omitempty"`
+	MRSEAM           *tee.Expected       `json:"mrseam,omitempty"`
+	TDAttributes     *tee.Expected       `json:"tdAttributes,omitempty"`
+	MinimumTEETCBSVN *MinimumSVN         `json:"minimumTeeTcbSvn,omitempty"`
+	MinimumQESVN     *tee.MinimumVersion `json:"minimumQeSvn,omitempty"`
 }
 
 // MarshalJSON writes the policy in the form ParsePolicy reads. It
@@ -196,31 +190,6 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 	})
 }
 
-// MarshalJSON writes the expected value as lowercase hex.
-func (e Expected) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Expected string `json:"expected"`
-		WarnOnly bool   `json:"warnOnly"`
-	}{hex.EncodeToString(e.Expected), e.WarnOnly})
-}
-
-// UnmarshalJSON reads {"expected": "<hex>", "warnOnly": bool} strictly.
-func (e *Expected) UnmarshalJSON(data []byte) error {
-	var got Expected
-	seen, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
-		"expected": strictjson.Hex(&got.Expected),
-		"warnOnly": strictjson.Bool(&got.WarnOnly),
-	})
-	if err != nil {
-		return err
-	}
-	if !seen["expected"] {
-		return &strictjson.FieldError{Path: "expected", Err: errors.New("is missing")}
-	}
-	*e = got
-	return nil
-}
-
 // MarshalJSON writes the minimum as lowercase hex.
 func (m MinimumSVN) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
@@ -234,28 +203,6 @@ func (m *MinimumSVN) UnmarshalJSON(data []byte) error {
 	var got MinimumSVN
 	seen, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
 		"minimum":  strictjson.Hex(&got.Minimum),
-		"warnOnly": strictjson.Bool(&got.WarnOnly),
-	})
-	if err != nil {
-		return err
-	}
-	if !seen["minimum"] {
-		return &strictjson.FieldError{Path: "minimum", Err: errors.New("is missing")}
-	}
-	*m = got
-	return nil
-}
-
-// UnmarshalJSON reads {"minimum": <0-65535>, "warnOnly": bool} strictly.
-func (m *MinimumVersion) UnmarshalJSON(data []byte) error {
-	var got MinimumVersion
-	seen, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
-		"minimum": func(raw json.RawMessage) error {
-			if json.Unmarshal(raw, &got.Minimum) != nil {
-				return errors.New("must be a whole number from 0 to 65535")
-			}
-			return nil
-		},
 		"warnOnly": strictjson.Bool(&got.WarnOnly),
 	})
 	if err != nil {

@@ -184,7 +184,7 @@ func resignedPolicyCases(t *testing.T) map[string]resignedPolicyCase {
 			wantMismatch: []string{"mrtd", "rtmr0"},
 		},
 		"warn-only MRTD differs": {
-			policy:  func(p *Policy) { p.MRTD = &Expected{Expected: other, WarnOnly: true} },
+			policy:  func(p *Policy) { p.MRTD = &tee.Expected{Expected: other, WarnOnly: true} },
 			wantLog: []string{"field=mrtd", "seen=" + realMRTD, "wanted=" + strings.Repeat("ab", 48)},
 		},
 		"warn-only RTMR1 differs, enforced RTMR3 too": {

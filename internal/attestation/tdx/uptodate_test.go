@@ -106,16 +106,16 @@ func upToDateCollateral(t testing.TB) CollateralMap {
 
 // upToDatePolicy enforces every field of that quote at its own value.
 func upToDatePolicy(t testing.TB) Policy {
-	exp := func(s string) *Expected { return &Expected{Expected: mustHex(t, s)} }
+	exp := func(s string) *tee.Expected { return &tee.Expected{Expected: mustHex(t, s)} }
 	return Policy{
 		MRTD:             exp(upToDateMRTD),
-		RTMR:             [4]*Expected{exp(upToDateRTMR0), exp(upToDateRTMR1), exp(upToDateRTMR2), exp(upToDateRTMR3)},
+		RTMR:             [4]*tee.Expected{exp(upToDateRTMR0), exp(upToDateRTMR1), exp(upToDateRTMR2), exp(upToDateRTMR3)},
 		MRSEAM:           exp(upToDateMRSEAM),
 		TDAttributes:     exp(upToDateTDAttrs),
 		MinimumTEETCBSVN: &MinimumSVN{Minimum: mustHex(t, upToDateTEETCBSVN)},
 		// The quote's header leaves QE_SVN 0 (its QE report says ISV
 		// SVN 6, which the QE identity checks).
-		MinimumQESVN: &MinimumVersion{Minimum: 0},
+		MinimumQESVN: &tee.MinimumVersion{Minimum: 0},
 	}
 }
 
@@ -189,7 +189,7 @@ func TestRealQuoteUpToDateRefusals(t *testing.T) {
 			wantErr:    ErrNotBound,
 		},
 		"policy expects another MRTD": {
-			config: func(c *Config) { c.Policy.MRTD = &Expected{Expected: mustHex(t, realMRTD)} },
+			config: func(c *Config) { c.Policy.MRTD = &tee.Expected{Expected: mustHex(t, realMRTD)} },
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

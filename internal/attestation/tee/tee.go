@@ -1,7 +1,8 @@
 // Package tee holds what the hardware-rooted attestation variants (AMD
 // SEV-SNP, Intel TDX) share: how a report binds an attested TLS session,
-// how a policy check that failed is reported, and how a report's fields
-// are shown to the owner.
+// the values their policies hold (an expected value, a minimum version),
+// how a policy check that failed is reported, how a report's fields are
+// shown to the owner, and how the owner's collateral cache is read.
 //
 // The cryptography (report signatures, the vendor's certificate chain,
 // revocation, TCB status) is done by github.com/google/go-sev-guest and

@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
 	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/services"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
@@ -126,7 +127,7 @@ func TestPlanCases(t *testing.T) {
 // chip, under its test root.
 func hardwareSet(t *testing.T, b byte, chip *snpsim.Chip) measurementset.Set {
 	t.Helper()
-	pol := &snp.Policy{Measurement: &snp.Expected{Expected: bytes.Repeat([]byte{b}, 48)}}
+	pol := &snp.Policy{Measurement: &tee.Expected{Expected: bytes.Repeat([]byte{b}, 48)}}
 	if chip != nil {
 		root := chip.TestRoot()
 		pol.TestRoot = &root

@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
 	"github.com/orrery-dev/orrery/internal/attestation/snp"
+	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
 )
@@ -274,7 +275,7 @@ func TestSetsOfAnotherVariantAreLeftOut(t *testing.T) {
 	ctx := context.Background()
 	plain := set(t, 1)
 	p := plain.Policy()
-	p.SEVSNP = &snp.Policy{Measurement: &snp.Expected{Expected: make([]byte, 48)}}
+	p.SEVSNP = &snp.Policy{Measurement: &tee.Expected{Expected: make([]byte, 48)}}
 	hw, err := measurementset.FromPolicy(p, "")
 	if err != nil {
 		t.Fatal(err)

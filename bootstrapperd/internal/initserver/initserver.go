@@ -451,11 +451,11 @@ type initRun struct {
 
 // recordOwner keeps the public half of the owner's access key for the
 // inspect service.
-func (r *initRun) recordOwner(ctx context.Context, ms keys.MasterSecret) error {
+func (r *initRun) recordOwner(ctx context.Context, st *initState) error {
 	if r.s.cfg.RecordOwner == nil {
 		return nil
 	}
-	k, err := ms.OwnerAccessKey()
+	k, err := st.ms.OwnerAccessKey()
 	if err != nil {
 		return err
 	}
@@ -495,72 +495,110 @@ func (r *initRun) fail(ctx context.Context, err error) {
 	close(r.j.done)
 }
 
-// steps re-keys the state disk, runs kubeadm and stores the master secret;
-// it returns the admin kubeconfig.
-func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, measurementSalt []byte) (result, error) {
-	r.phase("rekey-state-disk", "re-keying the state disk with the key derived from the master secret")
-	uuid, err := r.rekey(ctx, ms)
-	if err != nil {
-		return result{}, err
-	}
+// initState is what an init's steps hand each other.
+type initState struct {
+	p               pending
+	ms              keys.MasterSecret
+	measurementSalt []byte
+	// diskUUID is the state disk's, read by the re-key.
+	diskUUID   string
+	kubeconfig []byte
+}
+
+// initStep is one step of an init after the node lock. A step with a
+// phase tells the owner when it starts; fails names it in the error if
+// it fails.
+type initStep struct {
+	phase, say string
+	fails      string
+	// when, if set, says whether the step is needed.
+	when func(*initState) bool
+	run  func(*initRun, context.Context, *initState) error
+}
+
+// initSteps are an init's steps after the node lock, in order. Each can
+// run again after an interruption: the re-key finishes or is a no-op, the
+// records are written anew, and kubeadm is reset first if it had started.
+var initSteps = []initStep{
+	{phase: "rekey-state-disk", say: "re-keying the state disk with the key derived from the master secret", run: (*initRun).rekey},
 	// The initrd of every later boot computes the cluster ID from it.
-	salt := filepath.Join(filepath.Dir(r.s.cfg.ResultPath), handoff.MeasurementSaltName)
-	if err := handoff.WriteMeasurementSalt(salt, measurementSalt); err != nil {
-		return result{}, &stepError{"record the measurement salt on the state disk", err}
-	}
-	if err := r.recordOwner(ctx, ms); err != nil {
-		return result{}, &stepError{"record the owner's access key on the state disk", err}
-	}
-	kubeconfig, err := r.kubeadm(ctx, p)
-	if err != nil {
-		return result{}, err
-	}
-	r.phase("store-master-secret", "storing the master secret for the key service")
-	if err := r.s.cfg.Cluster.StoreMasterSecret(ctx, ms, measurementSalt); err != nil {
-		return result{}, &stepError{"store the master secret in the cluster", err}
-	}
-	res := result{ClusterID: r.j.clusterID, Kubeconfig: kubeconfig, StateDiskUUID: uuid}
-	if err := r.s.saveResult(res); err != nil {
-		return result{}, &stepError{"save the init result", err}
-	}
-	return res, nil
+	{fails: "record the measurement salt on the state disk", run: (*initRun).recordSalt},
+	{fails: "record the owner's access key on the state disk", run: (*initRun).recordOwner},
+	{phase: "kubeadm-reset", say: "undoing the interrupted kubeadm init", fails: "reset the interrupted kubeadm init",
+		when: func(st *initState) bool { return st.p.KubeadmStarted }, run: (*initRun).resetKubeadm},
+	{fails: "record the init's progress on the state disk", run: (*initRun).markKubeadmStarted},
+	{phase: "kubeadm-init", say: "running kubeadm init (this takes a few minutes)", fails: "run kubeadm init", run: (*initRun).kubeadmInit},
+	{phase: "store-master-secret", say: "storing the master secret for the key service", fails: "store the master secret in the cluster", run: (*initRun).storeMasterSecret},
+	{fails: "save the init result", run: (*initRun).saveResult},
 }
 
-// rekey re-keys the state disk and returns its UUID.
-func (r *initRun) rekey(ctx context.Context, ms keys.MasterSecret) (string, error) {
-	uuid, err := r.s.cfg.Disk.UUID(ctx)
-	if err != nil {
-		return "", &stepError{"read the state disk's UUID", err}
-	}
-	diskKey, err := ms.DiskKey(uuid)
-	if err != nil {
-		return "", &stepError{"derive the disk key", err}
-	}
-	if err := r.s.cfg.Disk.Rekey(ctx, diskKey); err != nil {
-		return "", &stepError{"re-key the state disk", err}
-	}
-	return uuid, nil
-}
-
-// kubeadm runs kubeadm init, after undoing one a restart interrupted.
-func (r *initRun) kubeadm(ctx context.Context, p pending) ([]byte, error) {
-	out := &chunkWriter{emit: r.j.emit, source: "kubeadm"}
-	if p.KubeadmStarted {
-		r.phase("kubeadm-reset", "undoing the interrupted kubeadm init")
-		if err := r.s.cfg.Cluster.Reset(ctx, out); err != nil {
-			return nil, &stepError{"reset the interrupted kubeadm init", err}
+// steps runs initSteps; it returns the init's result.
+func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, measurementSalt []byte) (result, error) {
+	st := &initState{p: p, ms: ms, measurementSalt: measurementSalt}
+	for _, step := range initSteps {
+		if step.when != nil && !step.when(st) {
+			continue
+		}
+		if step.phase != "" {
+			r.phase(step.phase, step.say)
+		}
+		if err := step.run(r, ctx, st); err != nil {
+			var se *stepError
+			if step.fails != "" && !errors.As(err, &se) {
+				err = &stepError{step.fails, err}
+			}
+			return result{}, err
 		}
 	}
-	p.KubeadmStarted = true
-	if err := r.s.saveRequest(p); err != nil {
-		return nil, &stepError{"record the init's progress on the state disk", err}
-	}
-	r.phase("kubeadm-init", "running kubeadm init (this takes a few minutes)")
-	kubeconfig, err := r.s.cfg.Cluster.Init(ctx, p.ClusterParams, out)
+	return result{ClusterID: r.j.clusterID, Kubeconfig: st.kubeconfig, StateDiskUUID: st.diskUUID}, nil
+}
+
+// rekey re-keys the state disk and keeps its UUID.
+func (r *initRun) rekey(ctx context.Context, st *initState) error {
+	uuid, err := r.s.cfg.Disk.UUID(ctx)
 	if err != nil {
-		return nil, &stepError{"run kubeadm init", err}
+		return &stepError{"read the state disk's UUID", err}
 	}
-	return kubeconfig, nil
+	diskKey, err := st.ms.DiskKey(uuid)
+	if err != nil {
+		return &stepError{"derive the disk key", err}
+	}
+	if err := r.s.cfg.Disk.Rekey(ctx, diskKey); err != nil {
+		return &stepError{"re-key the state disk", err}
+	}
+	st.diskUUID = uuid
+	return nil
+}
+
+func (r *initRun) recordSalt(_ context.Context, st *initState) error {
+	return handoff.WriteMeasurementSalt(filepath.Join(filepath.Dir(r.s.cfg.ResultPath), handoff.MeasurementSaltName), st.measurementSalt)
+}
+
+func (r *initRun) kubeadmOutput() io.Writer { return &chunkWriter{emit: r.j.emit, source: "kubeadm"} }
+
+func (r *initRun) resetKubeadm(ctx context.Context, _ *initState) error {
+	return r.s.cfg.Cluster.Reset(ctx, r.kubeadmOutput())
+}
+
+// markKubeadmStarted records that kubeadm may have changed the node, so
+// that an init resumed after a restart resets it first.
+func (r *initRun) markKubeadmStarted(_ context.Context, st *initState) error {
+	st.p.KubeadmStarted = true
+	return r.s.saveRequest(st.p)
+}
+
+func (r *initRun) kubeadmInit(ctx context.Context, st *initState) error {
+	kubeconfig, err := r.s.cfg.Cluster.Init(ctx, st.p.ClusterParams, r.kubeadmOutput())
+	st.kubeconfig = kubeconfig
+	return err
+}
+
+func (r *initRun) storeMasterSecret(ctx context.Context, st *initState) error {
+	return r.s.cfg.Cluster.StoreMasterSecret(ctx, st.ms, st.measurementSalt)
+}
+
+func (r *initRun) saveResult(_ context.Context, st *initState) error {
+	return r.s.saveResult(result{ClusterID: r.j.clusterID, Kubeconfig: st.kubeconfig, StateDiskUUID: st.diskUUID})
 }
 
 // handOver waits for the owner to take the result (or for the grace

@@ -19,6 +19,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/u-root/u-root/pkg/mount"
+	"golang.org/x/sys/unix"
+
 	"github.com/orrery-dev/orrery/initrd/internal/clockcheck"
 	"github.com/orrery-dev/orrery/initrd/internal/cmdline"
 	"github.com/orrery-dev/orrery/initrd/internal/modules"
@@ -28,8 +31,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/disk/cryptsetup"
 	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
-	"github.com/u-root/u-root/pkg/mount"
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -75,74 +76,128 @@ func step(name string, err error) error {
 	return &stepError{name, err}
 }
 
-func run(c *console, onFailure *cmdline.OnFailure) error {
-	// The kernel starts /init without PATH; the tools are in /usr/sbin.
-	os.Setenv("PATH", "/usr/sbin:/usr/bin")
-	if err := mountEarly(); err != nil {
-		return step("mount", err)
-	}
-	c.log("start", "orrery initrd, kernel up for %s", uptime())
+// boot is what the initrd's phases hand each other.
+type boot struct {
+	c         *console
+	onFailure *cmdline.OnFailure
+	cfg       cmdline.Config
+	tpm       *os.File
+	mlog      *pcrlog.Log
+	tool      *cryptsetup.Tool
+}
+
+// phases are the initrd's steps, in order, each with the name its errors
+// and console lines carry.
+var phases = []struct {
+	name string
+	run  func(*boot, context.Context) error
+}{
+	{"mount", func(*boot, context.Context) error { return mountEarly() }},
 	// First: every later step's timeouts, and the certificates a rejoin
 	// checks, need a clock that keeps time.
-	t := time.Now()
-	res, err := clockcheck.Check()
-	c.log("clock", "%s (%s)", clockReport(res, err), since(t))
-
-	raw, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
-		return step("cmdline", err)
-	}
-	cfg, err := cmdline.Parse(string(raw))
-	if cfg.OnFailure != "" {
-		*onFailure = cfg.OnFailure
-	}
-	if err != nil {
-		return step("cmdline", err)
-	}
-	c.log("cmdline", "root hash %s, on failure %s", cfg.RootHashHex(), cfg.OnFailure)
-
-	t = time.Now()
-	n, err := modules.Load()
-	if err != nil {
-		return step("modules", err)
-	}
-	c.log("modules", "loaded %d modules and their dependencies in %s", n, since(t))
-
-	ctx := context.Background()
-	mlog := &pcrlog.Log{Path: pcrlog.DefaultPath}
-	tpm, err := openTPM(ctx)
-	if err != nil {
-		return step("tpm", err)
-	}
-	defer tpm.Close()
-	t = time.Now()
-	if err := mlog.Measure(tpm, measurePCR, []byte(EnterInitrd), EnterInitrd); err != nil {
-		return step("measure", err)
-	}
-	c.log("measure", "extended PCR %d with %q in %s", measurePCR, EnterInitrd, since(t))
-
-	tool := &cryptsetup.Tool{}
-	if err := openRoot(ctx, c, tool, cfg); err != nil {
-		return step("root", err)
-	}
-
+	{"clock", (*boot).checkClock},
+	{"cmdline", (*boot).readCmdline},
+	{"modules", (*boot).loadModules},
+	{"tpm", (*boot).openTPM},
+	{"measure", (*boot).enterInitrd},
+	{"root", (*boot).openRoot},
 	// PCR 11 takes its final value before the initrd reads anything
 	// from outside (state disk, network): a rejoining node attests with
 	// the PCR 11 its image predicts, as the join service and the owner
 	// expect, and the same value the join services' own nodes show.
-	t = time.Now()
-	if err := mlog.Measure(tpm, measurePCR, []byte(LeaveInitrd), LeaveInitrd); err != nil {
-		return step("measure", err)
-	}
-	c.log("measure", "extended PCR %d with %q in %s", measurePCR, LeaveInitrd, since(t))
-	tpm.Close()
+	{"measure", (*boot).leaveInitrd},
+	{"state", (*boot).prepareState},
+	{"switch-root", (*boot).switchRoot},
+}
 
-	if err := prepareState(ctx, c, tool, mlog); err != nil {
-		return step("state", err)
+func run(c *console, onFailure *cmdline.OnFailure) error {
+	// The kernel starts /init without PATH; the tools are in /usr/sbin.
+	os.Setenv("PATH", "/usr/sbin:/usr/bin")
+	b := &boot{c: c, onFailure: onFailure, mlog: &pcrlog.Log{Path: pcrlog.DefaultPath}, tool: &cryptsetup.Tool{}}
+	defer b.closeTPM()
+	ctx := context.Background()
+	for _, p := range phases {
+		if err := p.run(b, ctx); err != nil {
+			return step(p.name, err)
+		}
 	}
+	return nil
+}
 
-	c.log("switch-root", "initrd done in %s; starting /sbin/init of the root filesystem", since(c.start))
-	return step("switch-root", mount.SwitchRoot(sysroot, "/sbin/init"))
+func (b *boot) checkClock(context.Context) error {
+	b.c.log("start", "orrery initrd, kernel up for %s", uptime())
+	t := time.Now()
+	res, err := clockcheck.Check()
+	b.c.log("clock", "%s (%s)", clockReport(res, err), since(t))
+	return nil
+}
+
+func (b *boot) readCmdline(context.Context) error {
+	raw, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+	cfg, err := cmdline.Parse(string(raw))
+	if cfg.OnFailure != "" {
+		*b.onFailure = cfg.OnFailure
+	}
+	if err != nil {
+		return err
+	}
+	b.cfg = cfg
+	b.c.log("cmdline", "root hash %s, on failure %s", cfg.RootHashHex(), cfg.OnFailure)
+	return nil
+}
+
+func (b *boot) loadModules(context.Context) error {
+	t := time.Now()
+	n, err := modules.Load()
+	if err != nil {
+		return err
+	}
+	b.c.log("modules", "loaded %d modules and their dependencies in %s", n, since(t))
+	return nil
+}
+
+func (b *boot) openTPM(ctx context.Context) error {
+	tpm, err := openTPM(ctx)
+	b.tpm = tpm
+	return err
+}
+
+func (b *boot) closeTPM() {
+	if b.tpm != nil {
+		b.tpm.Close()
+		b.tpm = nil
+	}
+}
+
+func (b *boot) measure(marker string) error {
+	t := time.Now()
+	if err := b.mlog.Measure(b.tpm, measurePCR, []byte(marker), marker); err != nil {
+		return err
+	}
+	b.c.log("measure", "extended PCR %d with %q in %s", measurePCR, marker, since(t))
+	return nil
+}
+
+func (b *boot) enterInitrd(context.Context) error { return b.measure(EnterInitrd) }
+
+// leaveInitrd also closes the TPM: what follows opens its own.
+func (b *boot) leaveInitrd(context.Context) error {
+	defer b.closeTPM()
+	return b.measure(LeaveInitrd)
+}
+
+func (b *boot) openRoot(ctx context.Context) error { return openRoot(ctx, b.c, b.tool, b.cfg) }
+
+func (b *boot) prepareState(ctx context.Context) error {
+	return prepareState(ctx, b.c, b.tool, b.mlog)
+}
+
+func (b *boot) switchRoot(context.Context) error {
+	b.c.log("switch-root", "initrd done in %s; starting /sbin/init of the root filesystem", since(b.c.start))
+	return mount.SwitchRoot(sysroot, "/sbin/init")
 }
 
 // mountEarly mounts the kernel's filesystems and a tmpfs on /run, which

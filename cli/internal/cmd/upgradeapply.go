@@ -1,0 +1,244 @@
+package cmd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-dev/orrery/internal/owner/charts"
+	"github.com/orrery-dev/orrery/internal/owner/upgrade"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
+)
+
+func newUpgradeApplyCmd() *cobra.Command {
+	var o upgradeApplyOptions
+	c := &cobra.Command{
+		Use:   "apply",
+		Short: "Upgrade Orrery's releases, and add or retire accepted images",
+		Long: `apply shows what it would change and asks (unless --yes), then:
+
+  1. saves every custom resource definition of Orrery's and every object of
+     them as YAML under --backup-dir/<UTC time>/ (crds/ and resources/, one
+     file per object; 'kubectl apply -f crds/ && kubectl apply -R -f
+     resources/' restores them), and stops if the disk cannot hold them;
+  2. upgrades each release that changes, in order (orrery-crds, flannel,
+     orrery-services), with Helm, waiting until its pods are ready; a release
+     not ready within --timeout is rolled back to the revision that served
+     (waiting up to --timeout again until that revision's pods are back),
+     the releases after it are not touched, and apply exits non-zero naming
+     it.
+
+--measurements adds a new image's measurement set, so that nodes of either
+image join and rejoin during a rollout; --retire stops accepting a set once
+no node runs it ('orrery upgrade check' lists the sets and their nodes).
+A set that demands weaker evidence than the strongest set the cluster
+accepts (a vTPM quote alone where the nodes show SEV-SNP reports, a test
+root where they show AMD's) is refused unless --allow-weaker-evidence.
+A measurements file that names its own test root is always refused: only
+you name one, with --snp-test-root.
+
+A release changed by hand with helm since Orrery's last revision is not
+touched without --force. Running apply again when everything is current
+changes nothing. Ctrl-C during an upgrade lets Helm roll the release back
+first; apply then says where each release stands.`,
+		Example: `  orrery upgrade apply --dry-run
+  orrery upgrade apply --yes --timeout 5m
+  orrery upgrade apply --measurements new-image/measurements.json
+  orrery upgrade apply --retire image-3f2a9c0d1e4b5a6f`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.workspace = workspaceDir(cmd)
+			return runUpgradeApply(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), o)
+		},
+	}
+	f := c.Flags()
+	addKubeconfigFlags(f, &o.kc)
+	f.StringVar(&o.backupDir, "backup-dir", "", "folder that receives a backup folder per run, named after the time (default: orrery-backups in the workspace)")
+	f.StringArrayVar(&o.measurementsPaths, "measurements", nil, "accept the image of this measurements.json too (repeatable)")
+	addSNPTestRootFlag(f, &o.hardware)
+	f.StringArrayVar(&o.retire, "retire", nil, "stop accepting this measurement set (repeatable; see 'orrery upgrade check')")
+	f.DurationVar(&o.timeout, "timeout", upgrade.DefaultTimeout, "how long each release may take to become ready before it is rolled back (the rollback then waits as long again for the old revision)")
+	f.BoolVar(&o.dryRun, "dry-run", false, "show what would change, and change nothing")
+	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	f.BoolVar(&o.force, "force", false, "upgrade releases changed outside Orrery, go back to older charts, retire images nodes still run")
+	f.BoolVar(&o.allowWeaker, "allow-weaker-evidence", false, "accept an image whose measurements demand weaker evidence than the cluster's strongest set: a vTPM-only set in a cluster of SEV-SNP or TDX nodes, or a set under a test root in one under AMD's roots (nodes the host could fake)")
+	return c
+}
+
+func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgradeApplyOptions) (err error) {
+	if o.timeout <= 0 {
+		return errors.New("--timeout must be positive")
+	}
+	if o.backupDir == "" {
+		o.backupDir = o.workspace.Path("orrery-backups")
+	}
+	kubeconfig, cleanup, err := o.kc.resolve(o.workspace)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	// The last upgrade's output stays in the workspace, for 'orrery
+	// support'; a workspace it cannot be written to costs only that.
+	if f, ferr := o.workspace.CreateLog(workspace.UpgradeLogFile); ferr == nil {
+		defer f.Close()
+		fmt.Fprintf(f, "orrery upgrade apply at %s\n", time.Now().UTC().Format(time.RFC3339))
+		out = io.MultiWriter(out, f)
+		defer func() {
+			if err != nil {
+				fmt.Fprintf(f, "Error: %v\n", err)
+			}
+		}()
+	}
+	cluster, plan, err := o.plan(ctx, kubeconfig)
+	if err != nil {
+		return err
+	}
+	writePlan(out, plan)
+	if !plan.Changes() {
+		fmt.Fprintln(out, "Everything is current: nothing to do.")
+		return nil
+	}
+	if o.dryRun {
+		fmt.Fprintln(out, "Dry run: nothing was changed.")
+		return nil
+	}
+	if !o.yes {
+		ok, err := confirm(in, out, "Back up Orrery's custom resources and apply these changes?")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			fmt.Fprintln(out, "Nothing was changed.")
+			return nil
+		}
+	}
+	dir := filepath.Join(o.backupDir, time.Now().UTC().Format("20060102T150405Z"))
+	if err := os.MkdirAll(o.backupDir, 0o700); err != nil {
+		return fmt.Errorf("create the backup folder: %w", err)
+	}
+	_, outcomes, err := upgrade.Apply(ctx, upgrade.ApplyConfig{
+		Helm: cluster.Helm, Client: cluster.Dynamic, BackupDir: dir, Timeout: o.timeout,
+		Progress: func(msg string) { fmt.Fprintf(out, "  %s\n", msg) },
+	}, plan)
+	if err != nil {
+		return applyFailed(ctx, out, plan, outcomes, err)
+	}
+	fmt.Fprintf(out, "Upgraded %d release(s). The backup is in %s.\n", len(outcomes), dir)
+	return nil
+}
+
+// plan reads what the cluster runs and plans the upgrade the options ask
+// for; it changes nothing.
+func (o upgradeApplyOptions) plan(ctx context.Context, kubeconfig string) (*upgrade.Cluster, upgrade.Plan, error) {
+	opts := upgrade.Options{Retire: o.retire, Force: o.force, AllowWeakerEvidence: o.allowWeaker}
+	for _, p := range o.measurementsPaths {
+		s, err := loadSet(p, o.hardware)
+		if err != nil {
+			return nil, upgrade.Plan{}, err
+		}
+		opts.Add = append(opts.Add, s)
+	}
+	cluster, err := upgrade.Connect(ctx, kubeconfig)
+	if err != nil {
+		return nil, upgrade.Plan{}, err
+	}
+	installed, err := cluster.Read()
+	if err != nil {
+		return nil, upgrade.Plan{}, err
+	}
+	if len(opts.Retire) > 0 {
+		images, err := cluster.Usage(ctx)
+		if err != nil {
+			return nil, upgrade.Plan{}, err
+		}
+		opts.InUse = upgrade.InUse(images)
+	}
+	plan, err := upgrade.MakePlan(installed, charts.Load, opts)
+	if err != nil {
+		return nil, upgrade.Plan{}, fmt.Errorf("nothing was changed:\n%w", err)
+	}
+	return cluster, plan, nil
+}
+
+// applyFailed says where every release stands after a failed apply.
+func applyFailed(ctx context.Context, out io.Writer, plan upgrade.Plan, done []upgrade.Outcome, err error) error {
+	re, isRelease := upgrade.IsReleaseError(err)
+	if !isRelease {
+		return err
+	}
+	fmt.Fprintln(out, "Where the releases stand:")
+	upgraded := map[string]bool{}
+	for _, o := range done {
+		upgraded[o.Release] = true
+		fmt.Fprintf(out, "  %s: upgraded (revision %d)\n", o.Release, o.Revision)
+	}
+	after := false
+	for _, s := range plan.Steps {
+		switch {
+		case upgraded[s.Ref.Name] || len(s.Changes) == 0:
+		case s.Ref.Name == re.Release:
+			after = true
+			switch {
+			case re.RolledBackTo > 0 && re.NotBack != nil:
+				fmt.Fprintf(out, "  %s: rolled back to revision %d, whose pods were not all ready again within --timeout; Kubernetes goes on starting them: %v\n", s.Ref.Name, re.RolledBackTo, re.NotBack)
+			case re.RolledBackTo > 0:
+				fmt.Fprintf(out, "  %s: rolled back to revision %d, which serves again\n", s.Ref.Name, re.RolledBackTo)
+			default:
+				fmt.Fprintf(out, "  %s: not rolled back; 'helm history %s -n %s' shows its state, 'helm rollback %s -n %s' returns to its last deployed revision\n", s.Ref.Name, s.Ref.Name, s.Ref.Namespace, s.Ref.Name, s.Ref.Namespace)
+			}
+		case after:
+			fmt.Fprintf(out, "  %s: not touched\n", s.Ref.Name)
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	return err
+}
+
+func writePlan(out io.Writer, plan upgrade.Plan) {
+	for _, n := range plan.Notes {
+		fmt.Fprintf(out, "Note: %s\n", n)
+	}
+	for _, s := range plan.Steps {
+		if len(s.Changes) == 0 {
+			fmt.Fprintf(out, "%s: current (chart %s)\n", s.Ref.Name, s.ToVersion)
+			continue
+		}
+		fmt.Fprintf(out, "%s: %s\n", s.Ref.Name, strings.Join(s.Changes, "; "))
+	}
+}
+
+// confirm asks a yes/no question on out and reads the answer from in.
+func confirm(in io.Reader, out io.Writer, question string) (bool, error) {
+	fmt.Fprintf(out, "%s [y/N] ", question)
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && line == "" {
+		return false, errors.New("no answer on standard input: pass --yes to go ahead without asking")
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true, nil
+	}
+	return false, nil
+}
+
+type upgradeApplyOptions struct {
+	kc                 kubeconfigOptions
+	workspace          workspace.Dir
+	backupDir          string
+	measurementsPaths  []string
+	hardware           hardwareOptions
+	retire             []string
+	timeout            time.Duration
+	dryRun, yes, force bool
+	allowWeaker        bool
+}

@@ -30,6 +30,7 @@ func TestKeyServiceRefusesOversizedRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer kc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tests := map[string]struct {

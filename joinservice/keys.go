@@ -81,16 +81,22 @@ func listenPrivate(path string) (net.Listener, error) {
 
 // keyClient asks the key service over its unix socket. No TLS: the
 // socket's permissions decide who may ask, and the bytes never leave the
-// kernel.
-type keyClient struct{ c keypb.KeyServiceClient }
+// kernel. The join service keeps it for its whole life.
+type keyClient struct {
+	conn *grpc.ClientConn
+	c    keypb.KeyServiceClient
+}
 
 func dialKeys(socket string) (*keyClient, error) {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
-	return &keyClient{c: keypb.NewKeyServiceClient(conn)}, nil
+	return &keyClient{conn: conn, c: keypb.NewKeyServiceClient(conn)}, nil
 }
+
+// Close closes the connection.
+func (k *keyClient) Close() error { return k.conn.Close() }
 
 func (k *keyClient) GetDataKey(ctx context.Context, id string, length int) ([]byte, error) {
 	resp, err := k.c.GetDataKey(ctx, &keypb.GetDataKeyRequest{DataKeyId: id, Length: uint32(length)})

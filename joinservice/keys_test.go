@@ -118,6 +118,7 @@ func TestOnlyTheJoinServiceGetsKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer kc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	key, err := kc.GetDataKey(ctx, "5f0c2d1e-8a4b-4c3d-9e2f-1a2b3c4d5e6f", 32)

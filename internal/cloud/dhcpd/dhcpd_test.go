@@ -1,53 +1,21 @@
 package dhcpd
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"go.uber.org/goleak"
 )
 
 // TestMain fails the package if a test leaves a server or client
 // goroutine running.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// leakedGoroutines waits up to timeout for goroutines of this package or of
-// the DHCP library to end, and returns the stacks of those that did not.
-func leakedGoroutines(timeout time.Duration) string {
-	deadline := time.Now().Add(timeout)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for g := range strings.SplitSeq(string(buf), "\n\n") {
-			if strings.Contains(g, "leakedGoroutines") {
-				continue
-			}
-			if strings.Contains(g, "insomniacslk/dhcp") || strings.Contains(g, "internal/cloud/dhcpd.") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	goleak.VerifyTestMain(m)
 }
 
 var (

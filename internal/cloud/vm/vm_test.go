@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/google/go-tpm/legacy/tpm2"
-	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/u-root/u-root/pkg/cpio"
+	"go.uber.org/goleak"
+
+	"github.com/orrery-dev/orrery/internal/hostkernel"
 )
 
 // guestMarker starts the line testdata/guestinit prints at every boot.
@@ -60,6 +62,12 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if initrdDir != "" {
 		os.RemoveAll(initrdDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "a test left goroutines behind: %v\n", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

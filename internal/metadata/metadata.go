@@ -26,6 +26,7 @@
 package metadata
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 
@@ -49,6 +50,13 @@ const (
 	// PathSEVSNPReport is followed by the report data in hex.
 	PathSEVSNPReport = "/sev-snp/report/"
 )
+
+// Source is what a node asks its cloud's metadata API: who it is and
+// where its peers are (the control planes among them). *Client is one.
+type Source interface {
+	Self(ctx context.Context) (Instance, error)
+	Peers(ctx context.Context) ([]Instance, error)
+}
 
 // TEESimulatedSEVSNP is Instance.TEE of a VM the local cloud runs as a
 // simulated SEV-SNP confidential VM: its reports come from the

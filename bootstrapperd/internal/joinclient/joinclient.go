@@ -51,13 +51,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
 
-// Metadata tells the client who it is and where the control planes are
-// (a *metadata.Client on a node).
-type Metadata interface {
-	Self(ctx context.Context) (metadata.Instance, error)
-	Peers(ctx context.Context) ([]metadata.Instance, error)
-}
-
 // Locker is the node lock.
 type Locker interface {
 	TryLock(clusterID []byte) (bool, error)
@@ -82,7 +75,7 @@ type Joiner interface {
 
 // Config wires the client.
 type Config struct {
-	Metadata Metadata
+	Metadata metadata.Source
 	// Issuer attests this node to the join service. Required.
 	Issuer attestation.Issuer
 	// OpenTPM opens this node's TPM; the client reads its own PCRs 4, 9

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/homedir"
 
+	"github.com/orrery-dev/orrery/internal/owner/upgrade"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
 
@@ -110,6 +112,21 @@ func (o kubeconfigOptions) load(rules *clientcmd.ClientConfigLoadingRules) (*cli
 		raw.CurrentContext = o.context
 	}
 	return raw, nil
+}
+
+// connect connects to the cluster of the kubeconfig the options name, as
+// 'status' and 'upgrade' read and change it; cleanup removes what
+// resolve wrote.
+func (o kubeconfigOptions) connect(ctx context.Context, ws workspace.Dir) (cluster *upgrade.Cluster, cleanup func(), err error) {
+	kubeconfig, cleanup, err := o.resolve(ws)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cluster, err = upgrade.Connect(ctx, kubeconfig); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return cluster, cleanup, nil
 }
 
 // resolve returns the path of a kubeconfig file whose current context is

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/internal/owner/clusterstatus"
-	"github.com/orrery-dev/orrery/internal/owner/upgrade"
 	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
@@ -33,15 +32,11 @@ versions and health, and says whether this orrery carries newer charts
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			kubeconfig, cleanup, err := kc.resolve(workspaceDir(cmd))
+			cluster, cleanup, err := kc.connect(cmd.Context(), workspaceDir(cmd))
 			if err != nil {
 				return err
 			}
 			defer cleanup()
-			cluster, err := upgrade.Connect(cmd.Context(), kubeconfig)
-			if err != nil {
-				return err
-			}
 			r, err := clusterstatus.Get(cmd.Context(), cluster)
 			if err != nil {
 				return err

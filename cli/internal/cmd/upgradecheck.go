@@ -37,15 +37,11 @@ each of those images.`,
 				}
 				given = append(given, s)
 			}
-			kubeconfig, cleanup, err := o.kc.resolve(workspaceDir(cmd))
+			cluster, cleanup, err := o.kc.connect(cmd.Context(), workspaceDir(cmd))
 			if err != nil {
 				return err
 			}
 			defer cleanup()
-			cluster, err := upgrade.Connect(cmd.Context(), kubeconfig)
-			if err != nil {
-				return err
-			}
 			r, err := upgrade.Check(cmd.Context(), cluster, given)
 			if err != nil {
 				return err

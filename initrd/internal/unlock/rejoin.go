@@ -20,13 +20,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/role"
 )
 
-// Metadata tells the node who it is and where the control planes are (a
-// *metadata.Client).
-type Metadata interface {
-	Self(ctx context.Context) (metadata.Instance, error)
-	Peers(ctx context.Context) ([]metadata.Instance, error)
-}
-
 // JoinService calls join services that proved themselves (a
 // *joinconn.Dialer).
 type JoinService interface {
@@ -37,7 +30,7 @@ type JoinService interface {
 // which comes with what the join service says of the cluster
 // (Key.Cluster).
 type Rejoiner struct {
-	Metadata    Metadata
+	Metadata    metadata.Source
 	JoinService JoinService
 	// DiskUUID is the state disk's LUKS UUID.
 	DiskUUID string

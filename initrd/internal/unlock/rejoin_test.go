@@ -134,7 +134,7 @@ var clusterCA, leafCert = func() (func() []byte, func() []byte) {
 
 // rejoin runs a Rejoiner of node against cp's join service until the disk
 // opens or the timeout passes, and returns its console.
-func rejoin(t *testing.T, node, cp *qemutest.Node, svc *joinService, u *Unlocker, m Metadata, timeout time.Duration) string {
+func rejoin(t *testing.T, node, cp *qemutest.Node, svc *joinService, u *Unlocker, m metadata.Source, timeout time.Duration) string {
 	t.Helper()
 	dialer, err := joinconn.New(joinconn.Config{
 		Issuer: node.Issuer, OpenTPM: node.TPM.Open, PlatformCAs: []*x509.Certificate{node.CA.Cert},

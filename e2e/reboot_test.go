@@ -152,10 +152,12 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 		t.Fatalf("create configmap: %v\n%s", err, s)
 	}
 	// Root on cp-0 opens the scheduler's port to the network in its
-	// static pod; after the restart, the pod is kubeadm's again.
+	// static pod; after the restart, the pod is kubeadm's again. The
+	// image has no /tmp; kubelet reads no file whose name starts with a
+	// dot.
 	const opened, closed = "--bind-address=0.0.0.0", "--bind-address=127.0.0.1"
 	logs := runPod(t, k, dir, "plant-static-pod", hostDirPod("plant-static-pod", cp.Name, "/etc/kubernetes/manifests",
-		"sed s/"+closed+"/"+opened+"/ /data/kube-scheduler.yaml > /tmp/s && cat /tmp/s > /data/kube-scheduler.yaml && grep -c -- "+opened+" /data/kube-scheduler.yaml && echo planted"), "planted")
+		"sed s/"+closed+"/"+opened+"/ /data/kube-scheduler.yaml > /data/.planted && cat /data/.planted > /data/kube-scheduler.yaml && rm /data/.planted && grep -c -- "+opened+" /data/kube-scheduler.yaml && echo planted"), "planted")
 	if !strings.Contains(logs, "1\nplanted") {
 		t.Fatalf("the pod did not change cp-0's kube-scheduler static pod:\n%s", logs)
 	}

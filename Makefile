@@ -73,12 +73,13 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (hack/fuzz.sh)
 bench: deps ## benchmarks: attestation issue/verify, attested TLS handshake + RPC
 	$(GO) test -run='^$$' -bench=. -benchmem ./internal/...
 
-lint: deps ## gofmt, go vet and staticcheck
+lint: deps ## gofmt, go vet, staticcheck and golangci-lint (.golangci.yml)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e
 	$(TOOLS)/staticcheck ./...
 	$(TOOLS)/staticcheck -tags e2e ./e2e
+	$(TOOLS)/golangci-lint run ./...
 
 proto: deps ## regenerate the protobuf code with the pinned tools
 	hack/proto.sh gen

@@ -28,6 +28,7 @@ readonly PACKAGES=(
 
 # Go tools, pinned.
 readonly STATICCHECK="honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+readonly GOLANGCI_LINT="github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0"
 
 log() { printf 'deps: %s\n' "$*" >&2; }
 
@@ -69,4 +70,9 @@ want=${STATICCHECK##*@}
 if ! [[ -x $tools/staticcheck ]] || ! go version -m "$tools/staticcheck" 2>/dev/null | grep -q "mod.*honnef.co/go/tools.*$want"; then
 	log "installing ${STATICCHECK}"
 	GOBIN=$tools GOFLAGS= go install "$STATICCHECK"
+fi
+want=${GOLANGCI_LINT##*@}
+if ! [[ -x $tools/golangci-lint ]] || ! go version -m "$tools/golangci-lint" 2>/dev/null | grep -q "mod.*golangci-lint/v2.*$want"; then
+	log "installing ${GOLANGCI_LINT} (a few minutes the first time)"
+	GOBIN=$tools GOFLAGS= go install "$GOLANGCI_LINT"
 fi

@@ -118,7 +118,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	log.Info("serving the owner", "listen", lis.Addr().String(), "attestation", p.Variant.String())
-	daemon.SdNotify(false, "READY=1\nSTATUS=serving the owner on "+lis.Addr().String())
+	_, _ = daemon.SdNotify(false, "READY=1\nSTATUS=serving the owner on "+lis.Addr().String())
 	select {
 	case <-ctx.Done():
 		// A follower's stream would hold GracefulStop forever.

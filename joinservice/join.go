@@ -109,7 +109,7 @@ func runJoin(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("set up attested TLS: %w", err)
 	}
-	lis, err := net.Listen("tcp", f.listen)
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}

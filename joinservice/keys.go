@@ -68,7 +68,7 @@ func listenPrivate(path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 		return nil, fmt.Errorf("remove the old key service socket: %w", err)
 	}
-	lis, err := net.Listen("unix", path)
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "unix", path)
 	if err != nil {
 		return nil, err
 	}

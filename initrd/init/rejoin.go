@@ -299,7 +299,7 @@ func serveWhileWaiting(ctx context.Context, c *console, meta *metadata.Client, i
 				c.log("owner", "cannot serve the owner: %v", err)
 			}
 		}
-		lis, err := net.Listen("tcp", ":"+strconv.Itoa(recoverpb.Port))
+		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", ":"+strconv.Itoa(recoverpb.Port))
 		if err != nil {
 			c.log("recover", "cannot serve recovery: %v", err)
 			return

@@ -281,7 +281,7 @@ func (c *Cloud) startNetwork(ctx context.Context, initSecretHash []byte) error {
 			return fmt.Errorf("network of %s: %w", n.Name, err)
 		}
 	}
-	if err := c.startServices(initSecretHash); err != nil {
+	if err := c.startServices(ctx, initSecretHash); err != nil {
 		return fmt.Errorf("DHCP and metadata services: %w", err)
 	}
 	if err := c.writeState(); err != nil {
@@ -508,7 +508,7 @@ func (c *Cloud) planNodes() {
 	add(role.Worker, "spare", c.spec.Spares, firstSpare, 3, "s", true)
 }
 
-func (c *Cloud) startServices(initSecretHash []byte) error {
+func (c *Cloud) startServices(ctx context.Context, initSecretHash []byte) error {
 	var leases []dhcpd.Lease
 	var instances []metadata.Instance
 	for _, n := range c.nodes {
@@ -546,12 +546,12 @@ func (c *Cloud) startServices(initSecretHash []byte) error {
 		if err != nil {
 			return fmt.Errorf("start DHCP server: %w", err)
 		}
-		lis, err := net.Listen("tcp", netip.AddrPortFrom(MetadataIP, 80).String())
+		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", netip.AddrPortFrom(MetadataIP, 80).String())
 		if err != nil {
 			return fmt.Errorf("start metadata API: %w", err)
 		}
 		c.meta = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		go c.meta.Serve(lis)
+		go func() { _ = c.meta.Serve(lis) }() // ends when Down closes lis
 		return nil
 	})
 }

@@ -92,7 +92,7 @@ func supervise(ctx context.Context, dir string, command []string, progress io.Wr
 	if err != nil {
 		return State{}, err
 	}
-	sup := exec.Command(command[0], command[1:]...)
+	sup := exec.Command(command[0], command[1:]...) //nolint:noctx // the supervisor outlives the caller by design
 	sup.Stdout, sup.Stderr = logFile, logFile
 	// Its own session: the supervisor outlives the caller and a Ctrl-C in
 	// the caller's terminal, which StartSupervised turns into an orderly
@@ -114,7 +114,7 @@ func supervise(ctx context.Context, dir string, command []string, progress io.Wr
 	fmt.Fprintln(progress, "Interrupted: stopping the local cloud...")
 	_ = sup.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-exited:
+	case <-exited: //nolint:errcheck // its exit status is in its log
 	case <-time.After(time.Minute + shutdownTimeout):
 		_ = sup.Process.Kill()
 	}

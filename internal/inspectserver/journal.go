@@ -165,7 +165,7 @@ func readEntries(ctx context.Context, r io.Reader, follow bool, emit func([]*ins
 		for {
 			line, err := readLine(br, maxRecordBytes)
 			if err != nil {
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					err = nil
 				}
 				scanErr <- err
@@ -239,7 +239,7 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 			}
 		}
 		switch {
-		case err == bufio.ErrBufferFull:
+		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case err != nil && (err != io.EOF || len(line) == 0 && !tooLong):
 			return nil, err
@@ -335,7 +335,7 @@ type limitedWriter struct {
 func (l *limitedWriter) Write(p []byte) (int, error) {
 	if l.n > 0 {
 		k := min(len(p), l.n)
-		l.w.Write(p[:k])
+		_, _ = l.w.Write(p[:k])
 		l.n -= k
 	}
 	return len(p), nil

@@ -3,6 +3,7 @@ package inspectserver
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -183,7 +184,7 @@ func TestReadLineDropsOverlongLines(t *testing.T) {
 	var got []string
 	for {
 		l, err := readLine(br, 100<<10)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -122,7 +122,7 @@ func TestOwnerReadsTheNode(t *testing.T) {
 	var got []string
 	for {
 		b, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -158,7 +158,7 @@ func TestSupportBundle(t *testing.T) {
 	var archive bytes.Buffer
 	for {
 		c, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

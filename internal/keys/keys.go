@@ -49,7 +49,7 @@ const (
 	// InfoDataKeyPrefix is followed by the key ID of a data key.
 	InfoDataKeyPrefix = "orrery/v1/data-key/"
 	// InfoMeasurementSecret derives the measurement secret.
-	InfoMeasurementSecret = "orrery/v1/measurement-secret"
+	InfoMeasurementSecret = "orrery/v1/measurement-secret" //nolint:gosec // an HKDF label, not a secret
 	// InfoClusterID derives the cluster ID from the measurement secret.
 	InfoClusterID = "orrery/v1/cluster-id"
 	// InfoOwnerAccessKey derives the seed of the owner's access key.

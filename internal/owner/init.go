@@ -263,7 +263,7 @@ func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.
 	kubeadmOut := &toolout.Follower{OnPhase: func(phase string) { r.step(kubeadmStep(phase)) }}
 	for {
 		resp, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil, none, errors.New("init: the node closed the stream without a result")
 		}
 		if err != nil {
@@ -273,7 +273,7 @@ func runInit(ctx context.Context, d *dialer.Dialer, cfg InitConfig, req *initpb.
 		case *initpb.InitResponse_Progress:
 			r.step(termtext.Line(k.Progress.GetMessage()))
 		case *initpb.InitResponse_Log:
-			kubeadmOut.Write(k.Log.GetData())
+			_, _ = kubeadmOut.Write(k.Log.GetData())
 			r.emit(ToolOutput, "", k.Log.GetData())
 		case *initpb.InitResponse_Failed:
 			return nil, none, initFailed(cfg.Workspace, k.Failed, kubeadmOut)

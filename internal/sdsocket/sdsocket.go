@@ -4,6 +4,7 @@
 package sdsocket
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -16,7 +17,7 @@ import (
 // unit in the error that says how to start the daemon.
 func Listen(addr, unit string) (net.Listener, error) {
 	if addr != "" {
-		lis, err := net.Listen("tcp", addr)
+		lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", addr, err)
 		}

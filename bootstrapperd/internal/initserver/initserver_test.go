@@ -210,7 +210,7 @@ func (e *env) collect(ctx context.Context, req *initpb.InitRequest) ([]*initpb.I
 	var msgs []*initpb.InitResponse
 	for {
 		m, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return msgs, nil
 		}
 		if err != nil {

@@ -381,7 +381,7 @@ func sendRaw(conn *grpc.ClientConn, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := stream.SendMsg(raw); err != nil && err != io.EOF {
+	if err := stream.SendMsg(raw); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	if err := stream.CloseSend(); err != nil {

@@ -212,7 +212,7 @@ func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *sl
 	if err != nil {
 		return err
 	}
-	var lastErr error = errors.New("no other control-plane node is known")
+	lastErr := errors.New("no other control-plane node is known")
 	for _, p := range peers {
 		if p.Role != role.ControlPlane || p.IP == self.IP {
 			continue

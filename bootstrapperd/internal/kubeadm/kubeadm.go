@@ -21,7 +21,7 @@ import (
 // Names of what init stores in the cluster for the join and key services.
 const (
 	Namespace          = "kube-system"
-	MasterSecretName   = "orrery-master-secret"
+	MasterSecretName   = "orrery-master-secret" //nolint:gosec // the Secret's name, not a secret
 	MasterSecretKey    = "master-secret.json"
 	JoinConfigName     = "orrery-join-config"
 	MeasurementSaltKey = "measurementSalt"

@@ -226,7 +226,7 @@ func TestRekeyOnlyTheVolumeTheInitrdFormatted(t *testing.T) {
 			if !bytes.Equal(header(t, d), before) {
 				t.Error("Rekey changed the keyslots of a volume it refused")
 			}
-			if tc.wantIs == ErrWrongVolume {
+			if tc.wantIs == ErrWrongVolume { //nolint:errorlint // which sentinel the case wants, not an error
 				if _, err := d.UUID(context.Background()); !errors.Is(err, ErrWrongVolume) {
 					t.Errorf("UUID = %v, want ErrWrongVolume: the disk key would be bound to the wrong volume", err)
 				}

@@ -193,7 +193,7 @@ func mergeKubeconfig(admin, name string) (string, string, error) {
 	dst.AuthInfos[name] = src.AuthInfos[c.AuthInfo]
 	dst.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	dst.CurrentContext = name
-	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil { //nolint:gosec // the owner names the kubeconfig (KUBECONFIG, ~/.kube)
 		return "", "", err
 	}
 	return name, target, clientcmd.WriteToFile(*dst, target)
@@ -236,6 +236,6 @@ func homeKubeconfig() string {
 }
 
 func exists(path string) bool {
-	_, err := os.Stat(path)
+	_, err := os.Stat(path) //nolint:gosec // the owner names the kubeconfig (KUBECONFIG, ~/.kube)
 	return !errors.Is(err, os.ErrNotExist)
 }

@@ -30,7 +30,7 @@ func (p *progressPrinter) event(e owner.Event) {
 		fmt.Fprintf(p.out, "  %s\n", e.Text)
 	case owner.ToolOutput:
 		if p.verbose {
-			p.out.Write(e.Output)
+			_, _ = p.out.Write(e.Output) // the terminal; nowhere to say it failed
 		}
 	}
 }

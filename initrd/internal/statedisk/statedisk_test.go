@@ -199,7 +199,7 @@ func TestPrepare(t *testing.T) {
 				if !errors.Is(err, tt.wantIs) {
 					t.Fatalf("Prepare() = %v, want %v", err, tt.wantIs)
 				}
-				if tt.wantIs == ErrRefused && (!strings.Contains(err.Error(), `segments.0.encryption is "cipher_null-ecb", want "aes-xts-plain64"`) ||
+				if tt.wantIs == ErrRefused && (!strings.Contains(err.Error(), `segments.0.encryption is "cipher_null-ecb", want "aes-xts-plain64"`) || //nolint:errorlint // which sentinel the case wants, not an error
 					!strings.Contains(err.Error(), "blank disk")) {
 					t.Errorf("Prepare() = %v: does not say what it saw and what to do", err)
 				}

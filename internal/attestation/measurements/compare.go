@@ -32,7 +32,7 @@ func (e *MismatchError) Error() string { return Mismatch(*e).String() }
 // MismatchedPCRs returns the PCR of every *MismatchError in err's tree, in
 // order: Compare joins one per PCR, and callers wrap what it returns.
 func MismatchedPCRs(err error) []uint32 {
-	switch e := err.(type) {
+	switch e := err.(type) { //nolint:errorlint // walks the tree itself, as errors.As would
 	case *MismatchError:
 		return []uint32{e.PCR}
 	case interface{ Unwrap() []error }:

@@ -254,11 +254,11 @@ func mismatches(err error) []string {
 	var out []string
 	var walk func(error)
 	walk = func(err error) {
-		if m, ok := err.(*tee.Mismatch); ok {
+		if m, ok := err.(*tee.Mismatch); ok { //nolint:errorlint // the error as Verify returns it, unwrapped
 			out = append(out, m.Field)
 			return
 		}
-		switch u := err.(type) {
+		switch u := err.(type) { //nolint:errorlint // walks the tree itself
 		case interface{ Unwrap() error }:
 			walk(u.Unwrap())
 		case interface{ Unwrap() []error }:

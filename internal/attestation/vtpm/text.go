@@ -49,11 +49,12 @@ func isInvalidAt(s string, i int) bool {
 	return size <= 1
 }
 
-// joinDescriptions joins descriptions as printable text of at most max
-// bytes (plus a short note of how many were left out). A description
+// joinDescriptions joins descriptions as printable text of at most
+// maxPCRText bytes (plus a short note of how many were left out). A description
 // repeated in a row is said once with its count: systemd-stub logs each
 // UKI section twice (its name, then its contents).
-func joinDescriptions(ds []string, max int) string {
+func joinDescriptions(ds []string) string {
+	const max = maxPCRText
 	var b strings.Builder
 	for i := 0; i < len(ds); {
 		n := 1

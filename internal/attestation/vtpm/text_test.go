@@ -46,7 +46,7 @@ func checkSafe(t *testing.T, s string, max int) {
 func TestJoinDescriptionsDefusesHostileText(t *testing.T) {
 	for name, d := range hostile {
 		t.Run(name, func(t *testing.T) {
-			out := joinDescriptions([]string{"firmware: EV_SEPARATOR", d}, maxPCRText)
+			out := joinDescriptions([]string{"firmware: EV_SEPARATOR", d})
 			checkSafe(t, out, maxPCRText+len("; … (99 more)"))
 			if !strings.HasPrefix(out, "firmware: EV_SEPARATOR") {
 				t.Errorf("honest description lost: %q", out)
@@ -60,7 +60,7 @@ func TestJoinDescriptionsBoundsTheTotal(t *testing.T) {
 	for i := range ds {
 		ds[i] = strconv.Itoa(i) + strings.Repeat("x", 1024)
 	}
-	out := joinDescriptions(ds, maxPCRText)
+	out := joinDescriptions(ds)
 	checkSafe(t, out, maxPCRText+len("; … (4096 more)"))
 	if !strings.Contains(out, "more)") {
 		t.Errorf("does not say that descriptions were left out: %q", out)
@@ -82,7 +82,7 @@ func FuzzJoinDescriptions(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, a, b string) {
-		out := joinDescriptions([]string{a, b, b, a}, maxPCRText)
+		out := joinDescriptions([]string{a, b, b, a})
 		checkSafe(t, out, maxPCRText+len("; … (4 more)"))
 		if strings.Contains(out, "\n") {
 			t.Fatalf("newline in %q", out)
@@ -111,7 +111,7 @@ func TestMismatchNamesTheUKISections(t *testing.T) {
 	}
 	ds = append(ds, "initrd: enter-initrd", "initrd: leave-initrd")
 	want := "firmware: IPL .linux (2×); firmware: IPL .osrel (2×); firmware: IPL .cmdline (2×); firmware: IPL .initrd (2×); initrd: enter-initrd; initrd: leave-initrd"
-	if got := joinDescriptions(ds, maxPCRText); got != want {
+	if got := joinDescriptions(ds); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }
@@ -144,7 +144,7 @@ func FuzzUTF16Text(f *testing.F) {
 		if strings.ContainsRune(s, 0) || strings.ContainsRune(s, utf8.RuneError) || !utf8.ValidString(s) {
 			t.Fatalf("utf16Text(%x) = %q", data, s)
 		}
-		out := joinDescriptions([]string{describeFirmwareEvent(tcg.Event{Type: tcg.Ipl, Data: data}), "x"}, maxPCRText)
+		out := joinDescriptions([]string{describeFirmwareEvent(tcg.Event{Type: tcg.Ipl, Data: data}), "x"})
 		checkSafe(t, out, maxPCRText+len("; … (2 more)"))
 	})
 }

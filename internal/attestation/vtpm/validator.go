@@ -227,7 +227,7 @@ func (v *Validator) validate(ctx context.Context, raw, nonce []byte) ([]byte, at
 	for _, w := range warnings {
 		v.log.Warn("warn-only PCR does not match its expected value",
 			"pcr", w.PCR, "expected", fmt.Sprintf("%x", w.Expected), "actual", fmt.Sprintf("%x", w.Actual),
-			"measured", joinDescriptions(describe(w.PCR, fwEvents, userLog), maxPCRText))
+			"measured", joinDescriptions(describe(w.PCR, fwEvents, userLog)))
 	}
 	var hw []attestation.Field
 	if v.cfg.TEE != nil {
@@ -522,7 +522,7 @@ func (v *Validator) explain(err error, fw []event, user []pcrlog.Entry) string {
 		if len(what) == 0 {
 			continue
 		}
-		line := fmt.Sprintf("\nPCR %d was measured from: %s", pcr, joinDescriptions(what, maxPCRText))
+		line := fmt.Sprintf("\nPCR %d was measured from: %s", pcr, joinDescriptions(what))
 		if b.Len()+len(line) > maxExplainText {
 			b.WriteString("\n(descriptions of further PCRs left out)")
 			break

@@ -283,7 +283,7 @@ func (r *run) ctxErr() error {
 // a hung command.
 func (r *run) interrupt() {
 	if r.conn.SetDeadline(time.Now().Add(time.Second)) == nil {
-		io.WriteString(r.conn, "\x03")
+		_, _ = io.WriteString(r.conn, "\x03")
 	}
 	r.conn.SetDeadline(time.Time{})
 }

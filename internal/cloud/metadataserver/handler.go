@@ -233,5 +233,5 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	// Answers depend on the caller, so no cache may share them.
 	hdr.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(body)
+	_, _ = w.Write(body) // a VM that hung up
 }

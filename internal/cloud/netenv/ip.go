@@ -92,18 +92,18 @@ func (t ipTool) links(ctx context.Context, ns string) ([]link, error) {
 	return ls, nil
 }
 
-// findLink returns the link called name in namespace ns, if there is one.
-func (t ipTool) findLink(ctx context.Context, ns, name string) (link, bool, error) {
+// hasLink says whether namespace ns has a link called name.
+func (t ipTool) hasLink(ctx context.Context, ns, name string) (bool, error) {
 	ls, err := t.links(ctx, ns)
 	if err != nil {
-		return link{}, false, err
+		return false, err
 	}
 	for _, l := range ls {
 		if l.Name == name {
-			return l, true, nil
+			return true, nil
 		}
 	}
-	return link{}, false, nil
+	return false, nil
 }
 
 // namespaceExists tells whether ip knows a named network namespace.

@@ -98,7 +98,7 @@ func create(ctx context.Context, cfg Config, cmd commander, openNS func(string) 
 			return nil, fmt.Errorf("create network namespace: %w", err)
 		}
 	} else {
-		_, exists, err := n.ip.findLink(ctx, "", cfg.Bridge)
+		exists, err := n.ip.hasLink(ctx, "", cfg.Bridge)
 		if err != nil {
 			return nil, fmt.Errorf("list links: %w", err)
 		}
@@ -197,7 +197,7 @@ func (n *Network) AddTap(ctx context.Context, name string) error {
 	ns := n.cfg.Namespace
 	// ip tuntap add quietly reuses an existing persistent tap, which could
 	// belong to another run; so look first.
-	_, exists, err := n.ip.findLink(ctx, ns, name)
+	exists, err := n.ip.hasLink(ctx, ns, name)
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}

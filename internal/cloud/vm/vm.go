@@ -211,12 +211,12 @@ func Start(ctx context.Context, cfg Config) (_ *VM, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start vTPM of VM %s: %w", cfg.Name, err)
 	}
-	undo = append(undo, func() { v.tpm.Stop() })
+	undo = append(undo, func() { _ = v.tpm.Stop() })
 
 	if err := v.startQEMU(qemuPath); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { v.Kill() })
+	undo = append(undo, func() { _ = v.Kill() })
 
 	if err := v.connectQMP(ctx); err != nil {
 		return nil, err
@@ -349,14 +349,14 @@ func provisionTPM(ctx context.Context, cfg Config, created func(string)) (err er
 	}
 	rw, err := in.Open()
 	if err != nil {
-		in.Stop()
+		_ = in.Stop()
 		return fmt.Errorf("vm %s: open new vTPM: %w", cfg.Name, err)
 	}
 	perr := cfg.ProvisionTPM(rw)
 	rw.Close()
 	// Stop saves the TPM's state: it must finish before QEMU's swtpm
 	// reads it.
-	in.Stop()
+	_ = in.Stop()
 	keepLog()
 	if perr != nil {
 		return fmt.Errorf("vm %s: provision vTPM: %w", cfg.Name, perr)
@@ -384,7 +384,7 @@ func (v *VM) startQEMU(qemuPath string) error {
 	// The log tells what ran, one start after the other.
 	fmt.Fprintf(logf, "=== %s: %s\n", time.Now().Format(time.RFC3339), strings.Join(argv, " "))
 
-	v.cmd = exec.Command(argv[0], argv[1:]...)
+	v.cmd = exec.Command(argv[0], argv[1:]...) //nolint:noctx // a VM outlives the call that boots it; Stop and Kill end it
 	v.cmd.Stdout = logf
 	v.cmd.Stderr = logf
 	// SIGKILL if we die, so that no VM outlives the harness that owns it
@@ -413,7 +413,7 @@ func (v *VM) reap(wait <-chan error) {
 	if c != nil {
 		c.Close()
 	}
-	v.tpm.Stop()
+	_ = v.tpm.Stop()
 	v.removeSockets()
 	close(v.exited)
 }

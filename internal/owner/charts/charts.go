@@ -50,7 +50,7 @@ func Load(name string) (*chart.Chart, error) {
 		if err != nil {
 			return err
 		}
-		rel, _ := relPath(name, p)
+		rel := relPath(name, p)
 		buffered = append(buffered, &loader.BufferedFile{Name: rel, Data: data})
 		return nil
 	})
@@ -101,9 +101,9 @@ func CRDManifest() ([]byte, error) {
 	return out, nil
 }
 
-func relPath(root, p string) (string, error) {
+func relPath(root, p string) string {
 	if p == root {
-		return ".", nil
+		return "."
 	}
-	return p[len(path.Clean(root))+1:], nil
+	return p[len(path.Clean(root))+1:]
 }

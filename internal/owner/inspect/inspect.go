@@ -98,7 +98,7 @@ func (o Owner) Dial(ctx context.Context, addr, name string) (*Node, error) {
 	n.Status, err = n.Client.Status(ctx, &inspectpb.StatusRequest{}, grpc.Peer(&p))
 	if err != nil {
 		conn.Close()
-		if herr := d.HandshakeError(addr, err); herr != err {
+		if herr := d.HandshakeError(addr, err); herr != err { //nolint:errorlint // identity: did HandshakeError put another error in its place
 			return nil, herr
 		}
 		return nil, fmt.Errorf("inspect service at %s: %w", addr, termtext.Error(err))

@@ -18,7 +18,7 @@ import (
 
 // Names of the files in a workspace.
 const (
-	MasterSecretFile = "orrery-master-secret.json"
+	MasterSecretFile = "orrery-master-secret.json" //nolint:gosec // a file name, not a secret
 	StateFile        = "orrery-state.json"
 	KubeconfigFile   = "orrery-admin.conf"
 	JournalFile      = "orrery-init-failure.log"

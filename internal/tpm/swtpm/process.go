@@ -52,7 +52,8 @@ func launch(ctx context.Context, stateDir string, channels func(sockDir string) 
 	}
 	p := &process{stateDir: stateDir, sockDir: sockDir, exited: make(chan struct{})}
 	args := append([]string{"socket", "--tpm2", "--tpmstate", "dir=" + stateDir}, channels(sockDir)...)
-	p.cmd = exec.Command(path, append(args, "--log", "file="+filepath.Join(stateDir, "swtpm.log"))...)
+	p.cmd = exec.Command(path, append(args, //nolint:noctx // stopped by Stop with SIGTERM, so that it saves its state, not by a context
+		"--log", "file="+filepath.Join(stateDir, "swtpm.log"))...)
 	// SIGTERM when we die lets swtpm save its state; its own process group
 	// keeps a terminal's Ctrl-C from stopping it before its owner does.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

@@ -44,7 +44,7 @@ func Start(ctx context.Context, stateDir string) (*Instance, error) {
 			"--flags", "not-need-init,startup-clear",
 		}
 	}, func(int) (bool, error) {
-		c, err := net.Dial("unix", in.sockPath)
+		c, err := (&net.Dialer{}).DialContext(context.Background(), "unix", in.sockPath)
 		if err != nil {
 			return false, err
 		}
@@ -67,7 +67,7 @@ func (in *Instance) Open() (io.ReadWriteCloser, error) {
 	case <-in.exited:
 		return nil, errors.New("swtpm is not running")
 	}
-	c, err := net.Dial("unix", in.sockPath)
+	c, err := (&net.Dialer{}).DialContext(context.Background(), "unix", in.sockPath)
 	if err != nil {
 		<-in.conn
 		return nil, fmt.Errorf("connect to swtpm: %w", err)

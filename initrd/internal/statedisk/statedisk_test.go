@@ -132,45 +132,48 @@ func TestIsBlank(t *testing.T) {
 	}
 }
 
+// prepareCases are TestPrepare's cases.
+var prepareCases = map[string]struct {
+	content  []byte
+	luks     fakeLUKS
+	wantErr  string
+	wantIs   error
+	wantKey  bool
+	wantMnts int
+}{
+	"first boot":  {content: make([]byte, 2<<20), wantKey: true, wantMnts: 5},
+	"initialised": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: handoff.KeyedLabel}, wantIs: ErrInitialised},
+	// Unknown: maybe a cluster's; never reformatted.
+	"initialised, other label": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: ""}, wantIs: ErrInitialised},
+	// Formatted at an earlier first boot, never keyed: its key is
+	// gone with that boot's /run.
+	"abandoned first boot": {content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...), luks: fakeLUKS{isLUKS: true, label: handoff.FirstBootLabel}, wantKey: true, wantMnts: 5},
+	"holds data":           {content: append([]byte("XFSB"), make([]byte, 2<<20)...), wantErr: "neither blank nor a LUKS volume"},
+	"open fails":           {content: make([]byte, 2<<20), luks: fakeLUKS{failOpen: true}, wantErr: "open state disk", wantKey: true},
+	// A header a host rewrote: refused before any key, never formatted.
+	"tampered header": {
+		content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...),
+		luks:    fakeLUKS{isLUKS: true, label: handoff.KeyedLabel, badHeader: nullSegment},
+		wantIs:  ErrRefused,
+	},
+	"tampered header, first-boot label": {
+		content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...),
+		luks:    fakeLUKS{isLUKS: true, label: handoff.FirstBootLabel, badHeader: nullSegment},
+		wantIs:  ErrRefused,
+	},
+	// The header read back after formatting is not the one written.
+	"rewritten after formatting": {
+		content: make([]byte, 2<<20), luks: fakeLUKS{badCopy: nullSegment},
+		wantErr: `read back the state disk's new header: LUKS2 header of /dev/vdb: segments.0.encryption is "cipher_null-ecb"`, wantKey: true,
+	},
+	"swapped after formatting": {
+		content: make([]byte, 2<<20), luks: fakeLUKS{copyUUID: "0b6e1a52-6f7c-4f0e-9d7e-3c1f2a4b5c6d"},
+		wantErr: "something else rewrote the disk", wantKey: true,
+	},
+}
+
 func TestPrepare(t *testing.T) {
-	tests := map[string]struct {
-		content  []byte
-		luks     fakeLUKS
-		wantErr  string
-		wantIs   error
-		wantKey  bool
-		wantMnts int
-	}{
-		"first boot":  {content: make([]byte, 2<<20), wantKey: true, wantMnts: 5},
-		"initialised": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: handoff.KeyedLabel}, wantIs: ErrInitialised},
-		// Unknown: maybe a cluster's; never reformatted.
-		"initialised, other label": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: ""}, wantIs: ErrInitialised},
-		// Formatted at an earlier first boot, never keyed: its key is
-		// gone with that boot's /run.
-		"abandoned first boot": {content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...), luks: fakeLUKS{isLUKS: true, label: handoff.FirstBootLabel}, wantKey: true, wantMnts: 5},
-		"holds data":           {content: append([]byte("XFSB"), make([]byte, 2<<20)...), wantErr: "neither blank nor a LUKS volume"},
-		"open fails":           {content: make([]byte, 2<<20), luks: fakeLUKS{failOpen: true}, wantErr: "open state disk", wantKey: true},
-		// A header a host rewrote: refused before any key, never formatted.
-		"tampered header": {
-			content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...),
-			luks:    fakeLUKS{isLUKS: true, label: handoff.KeyedLabel, badHeader: nullSegment},
-			wantIs:  ErrRefused,
-		},
-		"tampered header, first-boot label": {
-			content: append([]byte("LUKS\xba\xbe"), make([]byte, 2<<20)...),
-			luks:    fakeLUKS{isLUKS: true, label: handoff.FirstBootLabel, badHeader: nullSegment},
-			wantIs:  ErrRefused,
-		},
-		// The header read back after formatting is not the one written.
-		"rewritten after formatting": {
-			content: make([]byte, 2<<20), luks: fakeLUKS{badCopy: nullSegment},
-			wantErr: `read back the state disk's new header: LUKS2 header of /dev/vdb: segments.0.encryption is "cipher_null-ecb"`, wantKey: true,
-		},
-		"swapped after formatting": {
-			content: make([]byte, 2<<20), luks: fakeLUKS{copyUUID: "0b6e1a52-6f7c-4f0e-9d7e-3c1f2a4b5c6d"},
-			wantErr: "something else rewrote the disk", wantKey: true,
-		},
-	}
+	tests := prepareCases
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()

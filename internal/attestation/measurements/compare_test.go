@@ -9,12 +9,15 @@ import (
 	"testing"
 )
 
+// compareCases are TestCompare's cases.
+var compareCases = M{
+	4:  {Expected: digest(4)},
+	9:  {Expected: digest(9)},
+	11: {Expected: digest(11), WarnOnly: true},
+}
+
 func TestCompare(t *testing.T) {
-	expected := M{
-		4:  {Expected: digest(4)},
-		9:  {Expected: digest(9)},
-		11: {Expected: digest(11), WarnOnly: true},
-	}
+	expected := compareCases
 	matching := map[uint32][]byte{4: digest(4), 9: digest(9), 11: digest(11)}
 	with := func(pcr uint32, value []byte) map[uint32][]byte {
 		out := map[uint32][]byte{}

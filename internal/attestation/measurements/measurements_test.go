@@ -18,141 +18,144 @@ func digest(b byte) []byte { return bytes.Repeat([]byte{b}, DigestSize) }
 // hexDigest is digest(b) as it appears in a file.
 func hexDigest(b byte) string { return hex.EncodeToString(digest(b)) }
 
+// parseJSONCases are TestParseJSON's cases.
+var parseJSONCases = map[string]struct {
+	input   string
+	want    M
+	wantErr string
+}{
+	"image PCRs": {
+		input: `{"4": {"expected": "` + hexDigest(4) + `", "warnOnly": false},
+		         "9": {"expected": "` + hexDigest(9) + `", "warnOnly": false},
+		         "11": {"expected": "` + hexDigest(11) + `", "warnOnly": true}}`,
+		want: M{
+			4:  {Expected: digest(4)},
+			9:  {Expected: digest(9)},
+			11: {Expected: digest(11), WarnOnly: true},
+		},
+	},
+	"warnOnly omitted enforces": {
+		input: `{"0": {"expected": "` + hexDigest(0) + `"}}`,
+		want:  M{0: {Expected: digest(0)}},
+	},
+	"upper-case hex": {
+		input: `{"23": {"expected": "` + strings.ToUpper(hexDigest(0xab)) + `"}}`,
+		want:  M{23: {Expected: digest(0xab)}},
+	},
+	"escaped key": {
+		input: `{"\u0034": {"expected": "` + hexDigest(4) + `"}}`,
+		want:  M{4: {Expected: digest(4)}},
+	},
+	"empty input": {
+		input: "", wantErr: "input is empty",
+	},
+	"whitespace": {
+		input: " \n\t ", wantErr: "input is empty",
+	},
+	"null": {
+		input: "null", wantErr: "no measurements",
+	},
+	"empty object": {
+		input: "{}", wantErr: "no measurements",
+	},
+	"array": {
+		input: "[]", wantErr: "must be an object mapping PCR indexes",
+	},
+	"truncated": {
+		input: `{"4": {"expected": "` + hexDigest(4), wantErr: "unexpected end of JSON input",
+	},
+	"trailing data": {
+		input: `{"4": {"expected": "` + hexDigest(4) + `"}} {}`, wantErr: "invalid character",
+	},
+	"bad hex": {
+		input:   `{"4": {"expected": "` + strings.Repeat("zz", 32) + `"}}`,
+		wantErr: "PCR 4: expected value is not hex: encoding/hex: invalid byte",
+	},
+	"odd-length hex": {
+		input:   `{"4": {"expected": "` + hexDigest(4)[:63] + `"}}`,
+		wantErr: "PCR 4: expected value is not hex",
+	},
+	"short value": {
+		input:   `{"4": {"expected": "` + hexDigest(4)[:62] + `"}}`,
+		wantErr: "PCR 4: expected value has 31 bytes, want 32 (SHA-256)",
+	},
+	"long value": {
+		input:   `{"4": {"expected": "` + hexDigest(4) + `00"}}`,
+		wantErr: "PCR 4: expected value has 33 bytes, want 32 (SHA-256)",
+	},
+	"SHA-1 value": {
+		input:   `{"4": {"expected": "` + strings.Repeat("00", 20) + `"}}`,
+		wantErr: "PCR 4: expected value has 20 bytes, want 32 (SHA-256)",
+	},
+	"empty value": {
+		input:   `{"4": {"expected": ""}}`,
+		wantErr: "PCR 4: expected value is missing",
+	},
+	"missing value": {
+		input:   `{"4": {"warnOnly": true}}`,
+		wantErr: "PCR 4: expected value is missing",
+	},
+	"null measurement": {
+		input:   `{"4": null}`,
+		wantErr: "PCR 4: expected value is missing",
+	},
+	"measurement not an object": {
+		input:   `{"4": "` + hexDigest(4) + `"}`,
+		wantErr: "PCR 4: a measurement must be an object",
+	},
+	"numeric value": {
+		input:   `{"4": {"expected": 1234}}`,
+		wantErr: "PCR 4: expected value must be a hex string",
+	},
+	"string warnOnly": {
+		input:   `{"4": {"expected": "` + hexDigest(4) + `", "warnOnly": "false"}}`,
+		wantErr: "PCR 4: warnOnly must be true or false",
+	},
+	"PCR out of range": {
+		input:   `{"24": {"expected": "` + hexDigest(4) + `"}}`,
+		wantErr: "PCR 24: index out of range (valid PCRs are 0-23)",
+	},
+	"huge PCR": {
+		input:   `{"4294967296": {"expected": "` + hexDigest(4) + `"}}`,
+		wantErr: `key "4294967296" is not a PCR index`,
+	},
+	"non-numeric key": {
+		input:   `{"pcr4": {"expected": "` + hexDigest(4) + `"}}`,
+		wantErr: `key "pcr4" is not a PCR index`,
+	},
+	"negative key": {
+		input:   `{"-1": {"expected": "` + hexDigest(4) + `"}}`,
+		wantErr: `key "-1" is not a PCR index`,
+	},
+	"leading zero": {
+		input:   `{"04": {"expected": "` + hexDigest(4) + `"}}`,
+		wantErr: `key "04" is not a PCR index`,
+	},
+	"empty key": {
+		input:   `{"": {"expected": "` + hexDigest(4) + `"}}`,
+		wantErr: `key "" is not a PCR index`,
+	},
+	"unknown field": {
+		input:   `{"4": {"expected": "` + hexDigest(4) + `", "warnonly": true}}`,
+		wantErr: `PCR 4: unknown field "warnonly"`,
+	},
+	"field in other case": {
+		input:   `{"4": {"Expected": "` + hexDigest(4) + `"}}`,
+		wantErr: `PCR 4: unknown field "Expected"`,
+	},
+	"duplicate PCR": {
+		input: `{"4": {"expected": "` + hexDigest(4) + `"},
+		         "4": {"expected": "` + hexDigest(5) + `"}}`,
+		wantErr: "PCR 4 appears twice",
+	},
+	"duplicate field": {
+		input:   `{"4": {"expected": "` + hexDigest(4) + `", "expected": "` + hexDigest(5) + `"}}`,
+		wantErr: `PCR 4: field "expected" appears twice`,
+	},
+}
+
 func TestParseJSON(t *testing.T) {
-	testCases := map[string]struct {
-		input   string
-		want    M
-		wantErr string
-	}{
-		"image PCRs": {
-			input: `{"4": {"expected": "` + hexDigest(4) + `", "warnOnly": false},
-			         "9": {"expected": "` + hexDigest(9) + `", "warnOnly": false},
-			         "11": {"expected": "` + hexDigest(11) + `", "warnOnly": true}}`,
-			want: M{
-				4:  {Expected: digest(4)},
-				9:  {Expected: digest(9)},
-				11: {Expected: digest(11), WarnOnly: true},
-			},
-		},
-		"warnOnly omitted enforces": {
-			input: `{"0": {"expected": "` + hexDigest(0) + `"}}`,
-			want:  M{0: {Expected: digest(0)}},
-		},
-		"upper-case hex": {
-			input: `{"23": {"expected": "` + strings.ToUpper(hexDigest(0xab)) + `"}}`,
-			want:  M{23: {Expected: digest(0xab)}},
-		},
-		"escaped key": {
-			input: `{"\u0034": {"expected": "` + hexDigest(4) + `"}}`,
-			want:  M{4: {Expected: digest(4)}},
-		},
-		"empty input": {
-			input: "", wantErr: "input is empty",
-		},
-		"whitespace": {
-			input: " \n\t ", wantErr: "input is empty",
-		},
-		"null": {
-			input: "null", wantErr: "no measurements",
-		},
-		"empty object": {
-			input: "{}", wantErr: "no measurements",
-		},
-		"array": {
-			input: "[]", wantErr: "must be an object mapping PCR indexes",
-		},
-		"truncated": {
-			input: `{"4": {"expected": "` + hexDigest(4), wantErr: "unexpected end of JSON input",
-		},
-		"trailing data": {
-			input: `{"4": {"expected": "` + hexDigest(4) + `"}} {}`, wantErr: "invalid character",
-		},
-		"bad hex": {
-			input:   `{"4": {"expected": "` + strings.Repeat("zz", 32) + `"}}`,
-			wantErr: "PCR 4: expected value is not hex: encoding/hex: invalid byte",
-		},
-		"odd-length hex": {
-			input:   `{"4": {"expected": "` + hexDigest(4)[:63] + `"}}`,
-			wantErr: "PCR 4: expected value is not hex",
-		},
-		"short value": {
-			input:   `{"4": {"expected": "` + hexDigest(4)[:62] + `"}}`,
-			wantErr: "PCR 4: expected value has 31 bytes, want 32 (SHA-256)",
-		},
-		"long value": {
-			input:   `{"4": {"expected": "` + hexDigest(4) + `00"}}`,
-			wantErr: "PCR 4: expected value has 33 bytes, want 32 (SHA-256)",
-		},
-		"SHA-1 value": {
-			input:   `{"4": {"expected": "` + strings.Repeat("00", 20) + `"}}`,
-			wantErr: "PCR 4: expected value has 20 bytes, want 32 (SHA-256)",
-		},
-		"empty value": {
-			input:   `{"4": {"expected": ""}}`,
-			wantErr: "PCR 4: expected value is missing",
-		},
-		"missing value": {
-			input:   `{"4": {"warnOnly": true}}`,
-			wantErr: "PCR 4: expected value is missing",
-		},
-		"null measurement": {
-			input:   `{"4": null}`,
-			wantErr: "PCR 4: expected value is missing",
-		},
-		"measurement not an object": {
-			input:   `{"4": "` + hexDigest(4) + `"}`,
-			wantErr: "PCR 4: a measurement must be an object",
-		},
-		"numeric value": {
-			input:   `{"4": {"expected": 1234}}`,
-			wantErr: "PCR 4: expected value must be a hex string",
-		},
-		"string warnOnly": {
-			input:   `{"4": {"expected": "` + hexDigest(4) + `", "warnOnly": "false"}}`,
-			wantErr: "PCR 4: warnOnly must be true or false",
-		},
-		"PCR out of range": {
-			input:   `{"24": {"expected": "` + hexDigest(4) + `"}}`,
-			wantErr: "PCR 24: index out of range (valid PCRs are 0-23)",
-		},
-		"huge PCR": {
-			input:   `{"4294967296": {"expected": "` + hexDigest(4) + `"}}`,
-			wantErr: `key "4294967296" is not a PCR index`,
-		},
-		"non-numeric key": {
-			input:   `{"pcr4": {"expected": "` + hexDigest(4) + `"}}`,
-			wantErr: `key "pcr4" is not a PCR index`,
-		},
-		"negative key": {
-			input:   `{"-1": {"expected": "` + hexDigest(4) + `"}}`,
-			wantErr: `key "-1" is not a PCR index`,
-		},
-		"leading zero": {
-			input:   `{"04": {"expected": "` + hexDigest(4) + `"}}`,
-			wantErr: `key "04" is not a PCR index`,
-		},
-		"empty key": {
-			input:   `{"": {"expected": "` + hexDigest(4) + `"}}`,
-			wantErr: `key "" is not a PCR index`,
-		},
-		"unknown field": {
-			input:   `{"4": {"expected": "` + hexDigest(4) + `", "warnonly": true}}`,
-			wantErr: `PCR 4: unknown field "warnonly"`,
-		},
-		"field in other case": {
-			input:   `{"4": {"Expected": "` + hexDigest(4) + `"}}`,
-			wantErr: `PCR 4: unknown field "Expected"`,
-		},
-		"duplicate PCR": {
-			input: `{"4": {"expected": "` + hexDigest(4) + `"},
-			         "4": {"expected": "` + hexDigest(5) + `"}}`,
-			wantErr: "PCR 4 appears twice",
-		},
-		"duplicate field": {
-			input:   `{"4": {"expected": "` + hexDigest(4) + `", "expected": "` + hexDigest(5) + `"}}`,
-			wantErr: `PCR 4: field "expected" appears twice`,
-		},
-	}
+	testCases := parseJSONCases
 	for name, tc := range testCases {
 		t.Run(name, func(t *testing.T) {
 			got, err := ParseJSON([]byte(tc.input))
@@ -172,98 +175,101 @@ func TestParseJSON(t *testing.T) {
 	}
 }
 
+// parseYAMLCases are TestParseYAML's cases.
+var parseYAMLCases = map[string]struct {
+	input   string
+	want    M
+	wantErr string
+}{
+	"image PCRs": {
+		input: "4:\n  expected: \"" + hexDigest(4) + "\"\n  warnOnly: false\n" +
+			"11:\n  expected: '" + hexDigest(11) + "'\n  warnOnly: true\n",
+		want: M{4: {Expected: digest(4)}, 11: {Expected: digest(11), WarnOnly: true}},
+	},
+	"unquoted hex": {
+		input: "9: {expected: " + hexDigest(0xaa) + "}\n",
+		want:  M{9: {Expected: digest(0xaa)}},
+	},
+	"quoted key": {
+		input: "\"9\": {expected: \"" + hexDigest(9) + "\"}\n",
+		want:  M{9: {Expected: digest(9)}},
+	},
+	"JSON is YAML": {
+		input: `{"4": {"expected": "` + hexDigest(4) + `", "warnOnly": false}}`,
+		want:  M{4: {Expected: digest(4)}},
+	},
+	"document markers": {
+		input: "%YAML 1.1\n# measurements of image v1\n---\n4: {expected: \"" + hexDigest(4) + "\"}\n...\n# end\n",
+		want:  M{4: {Expected: digest(4)}},
+	},
+	"content on the start line": {
+		input: "--- {\"4\": {\"expected\": \"" + hexDigest(4) + "\"}}\n",
+		want:  M{4: {Expected: digest(4)}},
+	},
+	"commented and indented markers": {
+		input: "4: {expected: \"" + hexDigest(4) + "\"}\n# ---\n  # ...\n",
+		want:  M{4: {Expected: digest(4)}},
+	},
+	"second document": {
+		input:   "4: {expected: \"" + hexDigest(4) + "\"}\n---\n9: {expected: \"" + hexDigest(9) + "\"}\n",
+		wantErr: "line 2: a second YAML document starts here",
+	},
+	"second document after a start marker": {
+		input:   "---\n4: {expected: \"" + hexDigest(4) + "\"}\n--- # more\n9: {expected: \"" + hexDigest(9) + "\"}\n",
+		wantErr: "line 3: a second YAML document starts here",
+	},
+	"text after the document end": {
+		input:   "4: {expected: \"" + hexDigest(4) + "\"}\n...\n9: {expected: \"" + hexDigest(9) + "\"}\n",
+		wantErr: "line 3: text after the end of the YAML document",
+	},
+	"empty": {
+		input: "", wantErr: "input is empty",
+	},
+	"only a comment": {
+		input: "# nothing\n", wantErr: "no measurements",
+	},
+	"not YAML": {
+		input: "4: [\n", wantErr: "not valid YAML",
+	},
+	"list": {
+		input: "- 4\n- 9\n", wantErr: "must be an object mapping PCR indexes",
+	},
+	"digits-only value unquoted": {
+		input:   "12: {expected: " + strings.Repeat("0", 64) + "}\n",
+		wantErr: "PCR 12: expected value must be a hex string (in YAML, put it in quotes)",
+	},
+	"bad hex": {
+		input:   "4: {expected: \"" + strings.Repeat("x", 64) + "\"}\n",
+		wantErr: "PCR 4: expected value is not hex",
+	},
+	"short value": {
+		input:   "4: {expected: \"" + hexDigest(4)[:62] + "\"}\n",
+		wantErr: "PCR 4: expected value has 31 bytes, want 32 (SHA-256)",
+	},
+	"PCR out of range": {
+		input:   "99: {expected: \"" + hexDigest(4) + "\"}\n",
+		wantErr: "PCR 99: index out of range",
+	},
+	"non-numeric key": {
+		input:   "four: {expected: \"" + hexDigest(4) + "\"}\n",
+		wantErr: `key "four" is not a PCR index`,
+	},
+	"unknown field": {
+		input:   "4: {expected: \"" + hexDigest(4) + "\", enforce: true}\n",
+		wantErr: `PCR 4: unknown field "enforce"`,
+	},
+	"duplicate PCR": {
+		input:   "4: {expected: \"" + hexDigest(4) + "\"}\n4: {expected: \"" + hexDigest(5) + "\"}\n",
+		wantErr: "already set",
+	},
+	"duplicate field": {
+		input:   "4: {expected: \"" + hexDigest(4) + "\", expected: \"" + hexDigest(5) + "\"}\n",
+		wantErr: "already set",
+	},
+}
+
 func TestParseYAML(t *testing.T) {
-	testCases := map[string]struct {
-		input   string
-		want    M
-		wantErr string
-	}{
-		"image PCRs": {
-			input: "4:\n  expected: \"" + hexDigest(4) + "\"\n  warnOnly: false\n" +
-				"11:\n  expected: '" + hexDigest(11) + "'\n  warnOnly: true\n",
-			want: M{4: {Expected: digest(4)}, 11: {Expected: digest(11), WarnOnly: true}},
-		},
-		"unquoted hex": {
-			input: "9: {expected: " + hexDigest(0xaa) + "}\n",
-			want:  M{9: {Expected: digest(0xaa)}},
-		},
-		"quoted key": {
-			input: "\"9\": {expected: \"" + hexDigest(9) + "\"}\n",
-			want:  M{9: {Expected: digest(9)}},
-		},
-		"JSON is YAML": {
-			input: `{"4": {"expected": "` + hexDigest(4) + `", "warnOnly": false}}`,
-			want:  M{4: {Expected: digest(4)}},
-		},
-		"document markers": {
-			input: "%YAML 1.1\n# measurements of image v1\n---\n4: {expected: \"" + hexDigest(4) + "\"}\n...\n# end\n",
-			want:  M{4: {Expected: digest(4)}},
-		},
-		"content on the start line": {
-			input: "--- {\"4\": {\"expected\": \"" + hexDigest(4) + "\"}}\n",
-			want:  M{4: {Expected: digest(4)}},
-		},
-		"commented and indented markers": {
-			input: "4: {expected: \"" + hexDigest(4) + "\"}\n# ---\n  # ...\n",
-			want:  M{4: {Expected: digest(4)}},
-		},
-		"second document": {
-			input:   "4: {expected: \"" + hexDigest(4) + "\"}\n---\n9: {expected: \"" + hexDigest(9) + "\"}\n",
-			wantErr: "line 2: a second YAML document starts here",
-		},
-		"second document after a start marker": {
-			input:   "---\n4: {expected: \"" + hexDigest(4) + "\"}\n--- # more\n9: {expected: \"" + hexDigest(9) + "\"}\n",
-			wantErr: "line 3: a second YAML document starts here",
-		},
-		"text after the document end": {
-			input:   "4: {expected: \"" + hexDigest(4) + "\"}\n...\n9: {expected: \"" + hexDigest(9) + "\"}\n",
-			wantErr: "line 3: text after the end of the YAML document",
-		},
-		"empty": {
-			input: "", wantErr: "input is empty",
-		},
-		"only a comment": {
-			input: "# nothing\n", wantErr: "no measurements",
-		},
-		"not YAML": {
-			input: "4: [\n", wantErr: "not valid YAML",
-		},
-		"list": {
-			input: "- 4\n- 9\n", wantErr: "must be an object mapping PCR indexes",
-		},
-		"digits-only value unquoted": {
-			input:   "12: {expected: " + strings.Repeat("0", 64) + "}\n",
-			wantErr: "PCR 12: expected value must be a hex string (in YAML, put it in quotes)",
-		},
-		"bad hex": {
-			input:   "4: {expected: \"" + strings.Repeat("x", 64) + "\"}\n",
-			wantErr: "PCR 4: expected value is not hex",
-		},
-		"short value": {
-			input:   "4: {expected: \"" + hexDigest(4)[:62] + "\"}\n",
-			wantErr: "PCR 4: expected value has 31 bytes, want 32 (SHA-256)",
-		},
-		"PCR out of range": {
-			input:   "99: {expected: \"" + hexDigest(4) + "\"}\n",
-			wantErr: "PCR 99: index out of range",
-		},
-		"non-numeric key": {
-			input:   "four: {expected: \"" + hexDigest(4) + "\"}\n",
-			wantErr: `key "four" is not a PCR index`,
-		},
-		"unknown field": {
-			input:   "4: {expected: \"" + hexDigest(4) + "\", enforce: true}\n",
-			wantErr: `PCR 4: unknown field "enforce"`,
-		},
-		"duplicate PCR": {
-			input:   "4: {expected: \"" + hexDigest(4) + "\"}\n4: {expected: \"" + hexDigest(5) + "\"}\n",
-			wantErr: "already set",
-		},
-		"duplicate field": {
-			input:   "4: {expected: \"" + hexDigest(4) + "\", expected: \"" + hexDigest(5) + "\"}\n",
-			wantErr: "already set",
-		},
-	}
+	testCases := parseYAMLCases
 	for name, tc := range testCases {
 		t.Run(name, func(t *testing.T) {
 			got, err := ParseYAML([]byte(tc.input))

@@ -20,65 +20,68 @@ import (
 // valid.
 const week = 7 * 24 * time.Hour
 
+// expiredCRLIsRefusedCases are TestExpiredCRLIsRefused's cases.
+var expiredCRLIsRefusedCases = map[string]struct {
+	cfg            snpsim.Config
+	change         func(t *testing.T, s *simCase)
+	skipRevocation bool
+	wantErr        error    // nil: want[] alone decides
+	want           []string // nil with wantErr nil: the report passes
+}{
+	"a fresh CRL": {},
+	"a CRL at its nextUpdate": {
+		change: func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-week)) },
+	},
+	"a CRL a second past its nextUpdate": {
+		change:  func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-week-time.Second)) },
+		wantErr: snp.ErrCollateralExpired,
+		want:    []string{"nextUpdate 2026-10-31T23:59:59Z", "it is 2026-11-01T00:00:00Z now"},
+	},
+	"a CRL a day past its nextUpdate": {
+		change:  func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-week-24*time.Hour)) },
+		wantErr: snp.ErrCollateralExpired,
+		want:    []string{"ARK-Milan's CRL (https://kdsintf.amd.com/vcek/v1/Milan/crl) has nextUpdate 2026-10-31T00:00:00Z", "revoked since"},
+	},
+	"a revoked VCEK in a fresh CRL": {
+		cfg:    snpsim.Config{VCEKSerial: big.NewInt(77)},
+		change: func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-time.Hour), big.NewInt(77)) },
+		want:   []string{"signing key certificate (serial 77) was revoked by AMD"},
+	},
+	"a revoked ASK in a fresh CRL": {
+		change: func(t *testing.T, s *simCase) {
+			s.crl = crlIssued(t, s.chip, simNow.Add(-time.Hour), askSerial(t, s.policy.TestRoot))
+		},
+		want: []string{"ASK was revoked"},
+	},
+	"a revoked VCEK in an expired CRL": {
+		cfg: snpsim.Config{VCEKSerial: big.NewInt(77)},
+		change: func(t *testing.T, s *simCase) {
+			s.crl = crlIssued(t, s.chip, simNow.Add(-2*week), big.NewInt(77))
+		},
+		wantErr: snp.ErrCollateralExpired,
+	},
+	"an expired CRL, revocation not checked": {
+		change:         func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-2*week)) },
+		skipRevocation: true,
+	},
+	"a test root's own CRL past its nextUpdate": {
+		change: func(t *testing.T, s *simCase) {
+			root := s.chip.TestRoot()
+			root.CRL = string(pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: crlIssued(t, s.chip, simNow.Add(-week-24*time.Hour))}))
+			s.policy.TestRoot, s.crl = &root, nil
+		},
+		wantErr: snp.ErrCollateralExpired,
+		want:    []string{"has nextUpdate 2026-10-31T00:00:00Z", "'orrery mini up --sev-snp'", "--snp-test-root"},
+	},
+}
+
 // A product CRL past its nextUpdate is refused, from the owner's cache or
 // from a test root, with an error that says which CRL and how to replace
 // it: go-sev-guest would use it, and AMD may have revoked keys since. A
 // fresh CRL still refuses what it revokes, and nothing changes when the
 // owner chose not to check revocation.
 func TestExpiredCRLIsRefused(t *testing.T) {
-	tests := map[string]struct {
-		cfg            snpsim.Config
-		change         func(t *testing.T, s *simCase)
-		skipRevocation bool
-		wantErr        error    // nil: want[] alone decides
-		want           []string // nil with wantErr nil: the report passes
-	}{
-		"a fresh CRL": {},
-		"a CRL at its nextUpdate": {
-			change: func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-week)) },
-		},
-		"a CRL a second past its nextUpdate": {
-			change:  func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-week-time.Second)) },
-			wantErr: snp.ErrCollateralExpired,
-			want:    []string{"nextUpdate 2026-10-31T23:59:59Z", "it is 2026-11-01T00:00:00Z now"},
-		},
-		"a CRL a day past its nextUpdate": {
-			change:  func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-week-24*time.Hour)) },
-			wantErr: snp.ErrCollateralExpired,
-			want:    []string{"ARK-Milan's CRL (https://kdsintf.amd.com/vcek/v1/Milan/crl) has nextUpdate 2026-10-31T00:00:00Z", "revoked since"},
-		},
-		"a revoked VCEK in a fresh CRL": {
-			cfg:    snpsim.Config{VCEKSerial: big.NewInt(77)},
-			change: func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-time.Hour), big.NewInt(77)) },
-			want:   []string{"signing key certificate (serial 77) was revoked by AMD"},
-		},
-		"a revoked ASK in a fresh CRL": {
-			change: func(t *testing.T, s *simCase) {
-				s.crl = crlIssued(t, s.chip, simNow.Add(-time.Hour), askSerial(t, s.policy.TestRoot))
-			},
-			want: []string{"ASK was revoked"},
-		},
-		"a revoked VCEK in an expired CRL": {
-			cfg: snpsim.Config{VCEKSerial: big.NewInt(77)},
-			change: func(t *testing.T, s *simCase) {
-				s.crl = crlIssued(t, s.chip, simNow.Add(-2*week), big.NewInt(77))
-			},
-			wantErr: snp.ErrCollateralExpired,
-		},
-		"an expired CRL, revocation not checked": {
-			change:         func(t *testing.T, s *simCase) { s.crl = crlIssued(t, s.chip, simNow.Add(-2*week)) },
-			skipRevocation: true,
-		},
-		"a test root's own CRL past its nextUpdate": {
-			change: func(t *testing.T, s *simCase) {
-				root := s.chip.TestRoot()
-				root.CRL = string(pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: crlIssued(t, s.chip, simNow.Add(-week-24*time.Hour))}))
-				s.policy.TestRoot, s.crl = &root, nil
-			},
-			wantErr: snp.ErrCollateralExpired,
-			want:    []string{"has nextUpdate 2026-10-31T00:00:00Z", "'orrery mini up --sev-snp'", "--snp-test-root"},
-		},
-	}
+	tests := expiredCRLIsRefusedCases
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			s := newSim(t, tc.cfg)

@@ -131,84 +131,87 @@ func collectEvents(c *Client, n int) []string {
 	return names
 }
 
+// executeCases are TestExecute's cases.
+var executeCases = map[string]struct {
+	// reply answers the request with the given id.
+	reply      func(s *fakeQEMU, id json.RawMessage)
+	want       status
+	wantClass  string // an *Error of this class
+	wantClosed bool   // an error wrapping ErrClosed
+	wantEvents []string
+}{
+	"return value": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`{"return": {"status": "running", "singlestep": false, "running": true}, "id": %s}`, id)
+		},
+		want: status{Status: "running", Running: true},
+	},
+	"error reply": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`{"error": {"class": "CommandNotFound", "desc": "The command query-status has not been found"}, "id": %s}`, id)
+		},
+		wantClass: "CommandNotFound",
+	},
+	"events around the reply": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`{"timestamp": {"seconds": 1700000000, "microseconds": 5}, "event": "STOP"}`)
+			// An event whose data looks like a reply is still an event.
+			s.send(`{"event": "FAKE", "data": {"return": {"status": "wrong"}, "id": %s}}`, id)
+			s.send(`{"return": {"status": "paused"}, "id": %s}`, id)
+			s.send(`{"event": "RESUME"}`)
+		},
+		want:       status{Status: "paused"},
+		wantEvents: []string{"STOP", "FAKE", "RESUME"},
+	},
+	"reply without id goes to the oldest command": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`{"return": {"status": "prelaunch"}}`)
+		},
+		want: status{Status: "prelaunch"},
+	},
+	"reply for a command nobody waits for is dropped": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`{"return": {"status": "wrong"}, "id": 999}`)
+			s.send(`{"return": {"status": "running", "running": true}, "id": %s}`, id)
+		},
+		want: status{Status: "running", Running: true},
+	},
+	"malformed JSON": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`{"return": {"status": `)
+		},
+		wantClosed: true,
+	},
+	"JSON that is not an object": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`["return", %s]`, id)
+		},
+		wantClosed: true,
+	},
+	"unknown message": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`{"hello": "world", "id": %s}`, id)
+		},
+		wantClosed: true,
+	},
+	"second greeting": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(greeting)
+		},
+		wantClosed: true,
+	},
+	"server closes mid command": {
+		reply: func(s *fakeQEMU, id json.RawMessage) {
+			s.send(`{"event": "SHUTDOWN", "data": {"guest": false, "reason": "host-qmp-quit"}}`)
+			s.conn.Close()
+		},
+		wantClosed: true,
+		wantEvents: []string{"SHUTDOWN"},
+	},
+}
+
 func TestExecute(t *testing.T) {
-	tests := map[string]struct {
-		// reply answers the request with the given id.
-		reply      func(s *fakeQEMU, id json.RawMessage)
-		want       status
-		wantClass  string // an *Error of this class
-		wantClosed bool   // an error wrapping ErrClosed
-		wantEvents []string
-	}{
-		"return value": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`{"return": {"status": "running", "singlestep": false, "running": true}, "id": %s}`, id)
-			},
-			want: status{Status: "running", Running: true},
-		},
-		"error reply": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`{"error": {"class": "CommandNotFound", "desc": "The command query-status has not been found"}, "id": %s}`, id)
-			},
-			wantClass: "CommandNotFound",
-		},
-		"events around the reply": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`{"timestamp": {"seconds": 1700000000, "microseconds": 5}, "event": "STOP"}`)
-				// An event whose data looks like a reply is still an event.
-				s.send(`{"event": "FAKE", "data": {"return": {"status": "wrong"}, "id": %s}}`, id)
-				s.send(`{"return": {"status": "paused"}, "id": %s}`, id)
-				s.send(`{"event": "RESUME"}`)
-			},
-			want:       status{Status: "paused"},
-			wantEvents: []string{"STOP", "FAKE", "RESUME"},
-		},
-		"reply without id goes to the oldest command": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`{"return": {"status": "prelaunch"}}`)
-			},
-			want: status{Status: "prelaunch"},
-		},
-		"reply for a command nobody waits for is dropped": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`{"return": {"status": "wrong"}, "id": 999}`)
-				s.send(`{"return": {"status": "running", "running": true}, "id": %s}`, id)
-			},
-			want: status{Status: "running", Running: true},
-		},
-		"malformed JSON": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`{"return": {"status": `)
-			},
-			wantClosed: true,
-		},
-		"JSON that is not an object": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`["return", %s]`, id)
-			},
-			wantClosed: true,
-		},
-		"unknown message": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`{"hello": "world", "id": %s}`, id)
-			},
-			wantClosed: true,
-		},
-		"second greeting": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(greeting)
-			},
-			wantClosed: true,
-		},
-		"server closes mid command": {
-			reply: func(s *fakeQEMU, id json.RawMessage) {
-				s.send(`{"event": "SHUTDOWN", "data": {"guest": false, "reason": "host-qmp-quit"}}`)
-				s.conn.Close()
-			},
-			wantClosed: true,
-			wantEvents: []string{"SHUTDOWN"},
-		},
-	}
+	tests := executeCases
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			c := connect(t, func(s *fakeQEMU) {

@@ -325,15 +325,21 @@ func TestConsoleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	// Read all along, as a client must.
+	// Read all along, as a client must, until the test is done with it.
 	received := make(chan []byte, 64)
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		defer close(received)
 		for {
 			buf := make([]byte, 4096)
 			n, err := conn.Read(buf)
 			if n > 0 {
-				received <- buf[:n]
+				select {
+				case received <- buf[:n]:
+				case <-done:
+					return
+				}
 			}
 			if err != nil {
 				return

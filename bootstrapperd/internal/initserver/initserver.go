@@ -503,6 +503,8 @@ type initState struct {
 	// diskUUID is the state disk's, read by the re-key.
 	diskUUID   string
 	kubeconfig []byte
+	// res is the init's result, once saved.
+	res result
 }
 
 // initStep is one step of an init after the node lock. A step with a
@@ -550,7 +552,7 @@ func (r *initRun) steps(ctx context.Context, p pending, ms keys.MasterSecret, me
 			return result{}, err
 		}
 	}
-	return result{ClusterID: r.j.clusterID, Kubeconfig: st.kubeconfig, StateDiskUUID: st.diskUUID}, nil
+	return st.res, nil
 }
 
 // rekey re-keys the state disk and keeps its UUID.
@@ -598,7 +600,8 @@ func (r *initRun) storeMasterSecret(ctx context.Context, st *initState) error {
 }
 
 func (r *initRun) saveResult(_ context.Context, st *initState) error {
-	return r.s.saveResult(result{ClusterID: r.j.clusterID, Kubeconfig: st.kubeconfig, StateDiskUUID: st.diskUUID})
+	st.res = result{ClusterID: r.j.clusterID, Kubeconfig: st.kubeconfig, StateDiskUUID: st.diskUUID}
+	return r.s.saveResult(st.res)
 }
 
 // handOver waits for the owner to take the result (or for the grace

@@ -12,12 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/atomicfile"
+	"github.com/orrery-dev/orrery/internal/clustersettings"
 	"github.com/orrery-dev/orrery/internal/nodename"
 )
 
@@ -71,17 +71,17 @@ func KeptSettings(dir string) (InitParams, error) {
 		return InitParams{}, fmt.Errorf("%w: %w", ErrKeptSettings, errors.Join(errs...))
 	}
 	if _, ok := pods["etcd"]; ok && !nodename.Valid(p.NodeName) {
-		return InitParams{}, fmt.Errorf("%w: etcd.yaml names the node %s, which is not a node name", ErrKeptSettings, quote(p.NodeName))
+		return InitParams{}, fmt.Errorf("%w: etcd.yaml names the node %s, which is not a node name", ErrKeptSettings, clustersettings.Quote(p.NodeName))
 	}
 	addr, err := netip.ParseAddr(ip)
 	if err != nil {
-		return InitParams{}, fmt.Errorf("%w: kube-apiserver.yaml advertises %s, which is not an IP address", ErrKeptSettings, quote(ip))
+		return InitParams{}, fmt.Errorf("%w: kube-apiserver.yaml advertises %s, which is not an IP address", ErrKeptSettings, clustersettings.Quote(ip))
 	}
 	p.NodeIP = addr
 	const image = "registry.k8s.io/kube-apiserver:"
 	ref := pods["kube-apiserver"].Containers[0].Image
 	if !strings.HasPrefix(ref, image) {
-		return InitParams{}, fmt.Errorf("%w: kube-apiserver.yaml runs image %s, not %sVERSION", ErrKeptSettings, quote(ref), image)
+		return InitParams{}, fmt.Errorf("%w: kube-apiserver.yaml runs image %s, not %sVERSION", ErrKeptSettings, clustersettings.Quote(ref), image)
 	}
 	p.KubernetesVersion = strings.TrimPrefix(ref, image)
 	return p, nil
@@ -126,14 +126,6 @@ func (p podSpec) flag(name string) (string, bool) {
 		return "", false
 	}
 	return values[0], true
-}
-
-func quote(s string) string {
-	const max = 64
-	if len(s) > max {
-		return strconv.Quote(s[:max]) + "..."
-	}
-	return strconv.Quote(s)
 }
 
 // StaticPods returns the control plane's static pods (manifest name to

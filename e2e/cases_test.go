@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"github.com/google/go-sev-guest/abi"
-	"github.com/google/go-tpm-tools/client"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-sev-guest/abi"
+	"github.com/google/go-tpm-tools/client"
 
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
@@ -31,13 +32,20 @@ import (
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 )
 
-// refuseBadInit runs 'orrery init' with bad input against the booting
-// control plane. Each must fail with an error that says what is wrong and
-// leave the node as it was (the real init that follows proves the node
-// lock was not taken and the disk not re-keyed).
-func refuseBadInit(t *testing.T, ctx context.Context, c *cloud.Cloud, dir, img, orr string) {
-	t.Helper()
-	good := filepath.Join(img, snpMeasurements)
+// badInit is an 'orrery init' with bad input, and what its output must
+// say.
+type badInit struct {
+	name          string
+	args          []string
+	want          []string
+	before, after func()
+}
+
+// badInits are the cases of refuseBadInit, with their files written into
+// the cloud's folder.
+func (s *suite) badInits() []badInit {
+	t, dir := s.t, s.dir
+	good := filepath.Join(s.img, snpMeasurements)
 	root := filepath.Join(dir, cloud.SEVSNPTestRoot)
 	p, err := policy.Load(good)
 	if err != nil {
@@ -59,36 +67,39 @@ func refuseBadInit(t *testing.T, ctx context.Context, c *cloud.Cloud, dir, img, 
 	}
 	debug := func(on bool) func() {
 		return func() {
-			if err := c.SetSEVSNPDebug("cp-0", on); err != nil {
+			if err := s.c.SetSEVSNPDebug("cp-0", on); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	cases := []struct {
-		name          string
-		args          []string
-		want          []string
-		before, after func()
-	}{
+	return []badInit{
 		// First, so that it also waits for the node to boot.
 		{name: "measurements that do not match the node", args: []string{"--measurements", wrongMeas, "--snp-test-root", root},
 			want: []string{"not running the expected image", "PCR 11 mismatch"}},
 		{name: "SEV-SNP reports under a test root the owner did not name", args: []string{"--measurements", good},
 			want: []string{"SEV-SNP report does not verify", "could not be verified by any trusted roots"}},
-		{name: "an SEV-SNP report of a debug VM", args: ownerChecks(img, dir),
+		{name: "an SEV-SNP report of a debug VM", args: s.ownerChecks(),
 			want: []string{"guest policy debug is allowed"}, before: debug(true), after: debug(false)},
-		{name: "a wrong init secret", args: append(ownerChecks(img, dir), "--init-secret-file", wrongSecret),
+		{name: "a wrong init secret", args: append(s.ownerChecks(), "--init-secret-file", wrongSecret),
 			want: []string{"wrong init secret"}},
-		{name: "an unsupported Kubernetes version", args: append(ownerChecks(img, dir), "--kubernetes-version", "v1.20.0"),
+		{name: "an unsupported Kubernetes version", args: append(s.ownerChecks(), "--kubernetes-version", "v1.20.0"),
 			want: []string{"Kubernetes v1.20.0 is not supported by this image"}},
 	}
-	for i, tc := range cases {
-		outDir := filepath.Join(dir, "bad-init", string(rune('a'+i)))
-		args := append([]string{orr, "init", "--mini-dir", dir, "--workspace", outDir, "--timeout", "15m", "--skip-services"}, tc.args...)
+}
+
+// refuseBadInit runs 'orrery init' with bad input against the booting
+// control plane. Each must fail with an error that says what is wrong and
+// leave the node as it was (the real init that follows proves the node
+// lock was not taken and the disk not re-keyed).
+func (s *suite) refuseBadInit() {
+	t := s.t
+	for i, tc := range s.badInits() {
+		outDir := filepath.Join(s.dir, "bad-init", string(rune('a'+i)))
+		args := append([]string{s.orr, "init", "--mini-dir", s.dir, "--workspace", outDir, "--timeout", "15m", "--skip-services"}, tc.args...)
 		if tc.before != nil {
 			tc.before()
 		}
-		out, err := inNS(ctx, args...)
+		out, err := inNS(s.ctx, args...)
 		if tc.after != nil {
 			tc.after()
 		}
@@ -110,19 +121,23 @@ func refuseBadInit(t *testing.T, ctx context.Context, c *cloud.Cloud, dir, img, 
 		}
 		t.Logf("orrery init with %s: refused as expected:\n%s", tc.name, lastLines(string(out), 3))
 	}
-	// What the owner sees of the node's hardware before handing it the
-	// cluster's secrets.
-	cp := c.Nodes()[0]
-	out, err := inNS(ctx, append([]string{orr, "verify", "--node", cp.IP.String(), "--platform-ca", filepath.Join(dir, cloud.PlatformCACert)}, ownerChecks(img, dir)...)...)
+	s.verifyBeforeInit()
+}
+
+// verifyBeforeInit shows what the owner sees of the node's hardware
+// before handing it the cluster's secrets.
+func (s *suite) verifyBeforeInit() {
+	cp := s.c.Nodes()[0]
+	out, err := inNS(s.ctx, append([]string{s.orr, "verify", "--node", cp.IP.String(), "--platform-ca", filepath.Join(s.dir, cloud.PlatformCACert)}, s.ownerChecks()...)...)
 	if err != nil {
-		t.Fatalf("orrery verify %s: %v\n%s", cp.Name, err, out)
+		s.t.Fatalf("orrery verify %s: %v\n%s", cp.Name, err, out)
 	}
 	for _, w := range []string{"attested as gcp-sev-snp", "Its hardware report (verified):", "measurement:", "guest policy:", "debug not allowed", "NOT A REAL CPU"} {
 		if !strings.Contains(string(out), w) {
-			t.Fatalf("orrery verify %s: output lacks %q:\n%s", cp.Name, w, out)
+			s.t.Fatalf("orrery verify %s: output lacks %q:\n%s", cp.Name, w, out)
 		}
 	}
-	t.Logf("orrery verify %s:\n%s", cp.Name, out)
+	s.t.Logf("orrery verify %s:\n%s", cp.Name, out)
 }
 
 // stopJoinService takes the join service's pods away (a node selector
@@ -185,13 +200,14 @@ func powerOff(t *testing.T, ctx context.Context, n *cloud.Node) {
 //     measurements that are not the image's. The test plays that node from
 //     the host with swtpm, as an attacker with a modified bootstrapperd
 //     would.
-func refusedModified(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), dir, img string, modified *cloud.Node) {
+func (s *suite) refusedModified(modified *cloud.Node) {
+	t, ctx, c, k, dir := s.t, s.ctx, s.c, s.k, s.dir
 	t.Helper()
 	modDir := filepath.Join(dir, "modified-image")
 	if err := os.MkdirAll(modDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	qcow, err := modifiedImage(ctx, img, modDir, "e2e.modified=1")
+	qcow, err := modifiedImage(ctx, s.img, modDir, "e2e.modified=1")
 	if err != nil {
 		t.Fatalf("build the modified image: %v", err)
 	}
@@ -405,9 +421,10 @@ func assertJoinedWithNodeCert(t *testing.T, k func(...string) (string, error), n
 // hard-resets it: the VM boots its genuine image with its old disk and
 // asks for its disk key, and the join service refuses it. Its Node stays
 // gone.
-func removeWorker(t *testing.T, ctx context.Context, k kubectlFunc, out, orr string, worker *cloud.Node) {
+func (s *suite) removeWorker(worker *cloud.Node) {
+	t, ctx, k := s.t, s.ctx, s.k
 	t.Helper()
-	b, err := inNS(ctx, orr, "node", "remove", worker.Name, "--yes", "--kubeconfig", filepath.Join(out, "orrery-admin.conf"), "--drain-timeout", patience(3*time.Minute).String())
+	b, err := inNS(ctx, s.orr, "node", "remove", worker.Name, "--yes", "--kubeconfig", s.kubeconfig(), "--drain-timeout", patience(3*time.Minute).String())
 	t.Logf("orrery node remove %s:\n%s", worker.Name, b)
 	if err != nil || !strings.Contains(string(b), "gets no join or rejoin ticket again") {
 		t.Fatalf("orrery node remove %s: %v", worker.Name, err)

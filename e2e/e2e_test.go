@@ -244,166 +244,149 @@ func restartedOnce(t *testing.T, k kubectlFunc, before map[string]int) map[strin
 	}
 }
 
+// TestCluster brings up a cluster of simulated SEV-SNP VMs and runs the
+// cases in order: each leaves the cluster as the next one expects it.
+// -smoke runs coreCases and then smokeCases; a full run, coreCases and
+// then fullCases.
 func TestCluster(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("the end-to-end suite needs root")
 	}
-	img, _ := filepath.Abs(*imageDir)
-	orr, _ := filepath.Abs(*orrery)
-	kc, _ := filepath.Abs(*kubectl)
-	dir := t.TempDir()
-	out := filepath.Join(dir, "owner")
-	ctx, cancel := context.WithTimeout(context.Background(), runTime(t))
-	defer cancel()
-	p := &phases{start: time.Now(), last: time.Now(), current: "mini up"}
-	defer p.print()
-	spares := 2
-	if *smoke {
-		spares = 1
-	}
-
-	// Two spare slots boot later: a node from a modified image, and a
-	// node of a new image that joins across a join-service restart and
-	// the cluster's refusal, and whose image the owner then retires.
-	// Every VM is a simulated SEV-SNP confidential VM: the suite runs
-	// the gcp-sev-snp variant end to end, under the cloud's test root,
-	// which the owner names (ownerChecks).
-	c, err := cloud.Up(ctx, cloud.Spec{
-		Dir: dir, ControlPlanes: 1, Workers: 1, Spares: spares, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
-		Image: filepath.Join(img, "disk.qcow2"), Namespace: namespace, KeepLogs: true, SEVSNP: true,
-	})
-	if err != nil {
-		t.Fatalf("orrery mini up: %v", err)
-	}
-	diag := newDiagnostics(*logsDir)
-	kubeconfig := filepath.Join(out, "orrery-admin.conf")
-	k := func(args ...string) (string, error) {
-		return kubectlRetrying(t, ctx, append([]string{kc, "--kubeconfig", kubeconfig}, args...))
-	}
-	defer func() {
-		if t.Failed() {
-			// Printed last, after the tables: CI's output ends there.
-			p.summary = failureSummary(p.failed(), c.Nodes(), out)
-			// The failed phase has its own row: otherwise its time would
-			// show as the teardown's.
-			p.done("FAILED (the phase that failed)")
-			// The consoles and the owner's files first: they are local
-			// and instant, while a struggling API server can use up the
-			// teardown's margin before go test's deadline panics.
-			errs := append(diag.nodeLogs(c.Nodes()), diag.ownerLogs(out)...)
-			if _, err := os.Stat(kubeconfig); err == nil {
-				askCtx, cancel := context.WithTimeout(context.Background(), askTime(t))
-				defer cancel()
-				var names, controlPlanes []string
-				for _, n := range c.Nodes() {
-					if n.VM() == nil {
-						continue // a spare that never booted
-					}
-					names = append(names, n.Name)
-					if n.Role == role.ControlPlane {
-						controlPlanes = append(controlPlanes, n.Name)
-					}
-				}
-				ask := func(args ...string) (string, error) {
-					b, err := inNS(askCtx, append([]string{kc, "--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
-					return string(b), err
-				}
-				if waited, err := awaitAPIServer(askCtx, ask); err != nil {
-					t.Logf("keeping the logs: %v; the cluster's state is not kept", err)
-				} else {
-					t.Logf("keeping the logs: the API server answered after %s", waited.Round(time.Second))
-					errs = append(errs, diag.clusterState(ask, names, controlPlanes)...)
-				}
-			}
-			defer func() {
-				for _, err := range errs {
-					t.Logf("keeping the logs: %v", err)
-				}
-				abs, _ := filepath.Abs(diag.dir)
-				fmt.Printf("e2e: FAILED; the nodes' consoles and journals, the cluster's events, pods and logs are in %s\n", abs)
-			}()
-		}
-		if err := c.Down(context.Background()); err != nil {
-			t.Errorf("down: %v", err)
-		}
-		assertNothingLeft(t, dir, c.Nodes())
-		if t.Failed() {
-			p.done("keeping the logs, mini down, nothing left")
-		} else {
-			p.done("mini down, nothing left")
-		}
-	}()
-	p.done("mini up")
-	for _, n := range c.Nodes() {
+	s := newSuite(t)
+	defer s.p.print()
+	s.up()
+	defer s.down()
+	s.p.done("mini up")
+	for _, n := range s.c.Nodes() {
 		if n.VM() != nil {
-			p.watch(ctx, n)
+			s.p.watch(s.ctx, n)
 		}
 	}
+	cases := append(slices.Clone(coreCases), fullCases...)
+	if *smoke {
+		cases = append(slices.Clone(coreCases), smokeCases...)
+	}
+	for _, c := range cases {
+		if c.phase != "" {
+			s.p.doing(c.phase)
+		}
+		c.run(s)
+		if c.phase != "" {
+			s.p.done(c.phase)
+		}
+	}
+}
 
-	p.doing("orrery init refuses bad input (incl. node boot)")
-	refuseBadInit(t, ctx, c, dir, img, orr)
-	p.done("orrery init refuses bad input (incl. node boot)")
+// clusterCase is one step of TestCluster.
+type clusterCase struct {
+	// phase names the case's row in the table of phases; a case that
+	// names its own phases (one or several) has none.
+	phase string
+	run   func(*suite)
+}
 
-	p.doing("orrery init (attestation, kubeadm, Helm services)")
-	initStart := time.Now()
-	initOut, err := inNS(ctx, append([]string{orr, "init", "--mini-dir", dir, "--workspace", out, "--timeout", "30m"}, ownerChecks(img, dir)...)...)
-	t.Logf("orrery init:\n%s", initOut)
+// coreCases run in every run: init, join, a Service across nodes, the
+// worker's credentials, the owner's view of the running nodes.
+var coreCases = []clusterCase{
+	{"orrery init refuses bad input (incl. node boot)", (*suite).refuseBadInit},
+	{"", (*suite).init},
+	{"a second init is refused", (*suite).secondInitRefused},
+	{"", (*suite).workerJoins},
+	{"join service, key service, CNI and CoreDNS ready", (*suite).servicesReady},
+	{"", (*suite).serviceAcrossNodes},
+	{"the credentials on a worker may not reach the master secret", func(s *suite) { auditWorkerCredentials(s.t, s.k) }},
+	{"orrery verify checks every running node", (*suite).verifyRunningNodes},
+	{"", (*suite).inspectWithKubeletStopped},
+}
+
+// smokeCases end a smoke run. Two host cores run two TCG VMs well, not
+// three: the worker makes room for the modified image's node.
+var smokeCases = []clusterCase{
+	{"worker-0 powered off", func(s *suite) { powerOff(s.t, s.ctx, s.c.Nodes()[1]) }},
+	{"a node from a modified image is refused", func(s *suite) { s.refusedModified(s.c.Nodes()[2]) }},
+}
+
+// fullCases end a full run: reboots, recovery, upgrades, a removed node,
+// a modified image and a new one.
+var fullCases = []clusterCase{
+	// Steadiness is judged before the reboots, and from the control
+	// plane's recovery to the end: a reboot restarts the control plane's
+	// containers once, as it should.
+	{"", func(s *suite) { s.beforeReboot = assertControlPlaneSteady(s.t, s.k, nil) }},
+	{"", func(s *suite) { s.rebootWorker(s.c.Nodes()[1]) }},
+	{"", (*suite).recoverControlPlane},
+	{"", func(s *suite) { s.afterReboot = restartedOnce(s.t, s.k, s.beforeReboot) }},
+	{"", func(s *suite) { s.serviceCheck("after the reboots, a pod on the worker reaches the Service again") }},
+	{"", (*suite).upgradeServices},
+	// The worker has done its part. Two host cores run three TCG VMs with
+	// a responsive API server, not four: the late nodes take its place,
+	// one at a time (with three VMs, the API server failed its liveness
+	// probe and restarted).
+	{"worker-0 removed with orrery node remove; its rejoin is refused", func(s *suite) { s.removeWorker(s.c.Nodes()[1]) }},
+	{"worker-0 powered off", func(s *suite) { powerOff(s.t, s.ctx, s.c.Nodes()[1]) }},
+	// Spare slots boot in order: spare-0 the modified image, spare-1 the
+	// new image.
+	{"a node from a modified image is refused", func(s *suite) { s.refusedModified(s.c.Nodes()[2]) }},
+	{"the modified image's node powered off", func(s *suite) { powerOff(s.t, s.ctx, s.c.Nodes()[2]) }},
+	{"", func(s *suite) { s.rolloverImage(s.c.Nodes()[3]) }},
+	{"bootstrapperd's phases on the consoles; journals only through the API", (*suite).consolesAndJournals},
+	// Since the control plane's recovery (its containers restarted once
+	// with the node), etcd and the API server ran through the upgrades and
+	// two more nodes' boots.
+	{"", func(s *suite) {
+		assertControlPlaneSteady(s.t, s.k, s.afterReboot)
+		s.t.Logf("orrery init to both nodes Ready: %s (goal 8m)", s.initToReady.Round(time.Second))
+	}},
+}
+
+// init runs the owner's 'orrery init', and adds its steps to the table
+// of phases.
+func (s *suite) init() {
+	const phase = "orrery init (attestation, kubeadm, Helm services)"
+	s.p.doing(phase)
+	s.initStart = time.Now()
+	out, err := inNS(s.ctx, append([]string{s.orr, "init", "--mini-dir", s.dir, "--workspace", s.out, "--timeout", "30m"}, s.ownerChecks()...)...)
+	s.t.Logf("orrery init:\n%s", out)
 	if err != nil {
-		t.Fatalf("orrery init: %v", err)
+		s.t.Fatalf("orrery init: %v", err)
 	}
-	p.done("orrery init (attestation, kubeadm, Helm services)")
-	p.rows = append(p.rows, initSteps(string(initOut))...)
-	logCPU(t, k, "cp-0", "just after orrery init")
+	s.p.done(phase)
+	s.p.rows = append(s.p.rows, initSteps(string(out))...)
+	logCPU(s.t, s.k, "cp-0", "just after orrery init")
+}
 
-	// Someone else's init on the initialised node: refused, and at once.
-	p.doing("a second init is refused")
-	again, err := inNS(ctx, append([]string{orr, "init", "--mini-dir", dir, "--workspace", filepath.Join(dir, "intruder"), "--timeout", "5m"}, ownerChecks(img, dir)...)...)
+// secondInitRefused: someone else's init on the initialised node is
+// refused, and at once.
+func (s *suite) secondInitRefused() {
+	again, err := inNS(s.ctx, append([]string{s.orr, "init", "--mini-dir", s.dir, "--workspace", filepath.Join(s.dir, "intruder"), "--timeout", "5m"}, s.ownerChecks()...)...)
 	if err == nil || !strings.Contains(string(again), "already belongs to a cluster") {
-		t.Fatalf("a second init on the initialised node: err %v, output:\n%s\nwant 'already belongs to a cluster'", err, again)
+		s.t.Fatalf("a second init on the initialised node: err %v, output:\n%s\nwant 'already belongs to a cluster'", err, again)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "intruder", "orrery-master-secret.json")); err == nil {
-		t.Fatal("the refused second init made a master secret: init must write nothing for a node it did not accept")
+	if _, err := os.Stat(filepath.Join(s.dir, "intruder", "orrery-master-secret.json")); err == nil {
+		s.t.Fatal("the refused second init made a master secret: init must write nothing for a node it did not accept")
 	}
-	p.done("a second init is refused")
+}
 
-	waitFor := func(what string, timeout time.Duration, ok func() bool) {
-		t.Helper()
-		p.doing(what)
-		deadline := waitDeadline(t, timeout)
-		for !ok() {
-			if time.Now().After(deadline) {
-				nodes, _ := k("get", "nodes", "-o", "wide")
-				pods, _ := k("get", "pods", "-A", "-o", "wide")
-				t.Fatalf("%s: not within %s\n%s\n%s", what, timeout, nodes, pods)
-			}
-			time.Sleep(5 * time.Second)
-		}
-		p.done(what)
-	}
-	ready := func(names ...string) func() bool {
-		return func() bool {
-			s, err := k("get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}")
-			for _, n := range names {
-				if err != nil || !strings.Contains(s, n+"=True") {
-					return false
-				}
-			}
-			return true
-		}
-	}
-	waitFor("worker joins and both nodes are Ready", patience(15*time.Minute), ready("cp-0", "worker-0"))
-	logCPU(t, k, "cp-0", "with both nodes Ready")
-	initToReady := time.Since(initStart)
-	p.doing("join service, key service, CNI and CoreDNS ready")
-	assertJoinedWithNodeCert(t, k, "worker-0")
+// workerJoins waits for the worker to join by itself.
+func (s *suite) workerJoins() {
+	s.waitFor("worker joins and both nodes are Ready", patience(15*time.Minute), s.ready("cp-0", "worker-0"))
+	logCPU(s.t, s.k, "cp-0", "with both nodes Ready")
+	s.initToReady = time.Since(s.initStart)
+}
+
+// servicesReady checks how the worker joined, and waits for the
+// cluster's own services.
+func (s *suite) servicesReady() {
+	assertJoinedWithNodeCert(s.t, s.k, "worker-0")
 	for _, sel := range []string{"app=orrery-joinservice", "app=flannel", "k8s-app=kube-dns"} {
-		if s, err := k("-n", "kube-system", "wait", "--for=condition=Ready", "pod", "-l", sel, timeoutFlag(10*time.Minute)); err != nil {
-			t.Fatalf("pods %s not ready: %v\n%s", sel, err, s)
+		if out, err := s.k("-n", "kube-system", "wait", "--for=condition=Ready", "pod", "-l", sel, timeoutFlag(10*time.Minute)); err != nil {
+			s.t.Fatalf("pods %s not ready: %v\n%s", sel, err, out)
 		}
 	}
-	p.done("join service, key service, CNI and CoreDNS ready")
+}
 
-	manifest := `apiVersion: v1
+// webManifest serves a page from cp-0 behind a Service.
+const webManifest = `apiVersion: v1
 kind: Pod
 metadata: {name: web, namespace: default, labels: {app: web}}
 spec:
@@ -422,18 +405,11 @@ spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080}]
 `
-	p.doing("a pod on the worker reaches a Service on the control plane")
-	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := k("apply", "-f", filepath.Join(dir, "web.yaml")); err != nil {
-		t.Fatalf("apply: %v\n%s", err, s)
-	}
-	if s, err := k("wait", "--for=condition=Ready", "pod/web", timeoutFlag(10*time.Minute)); err != nil {
-		t.Fatalf("web pod: %v\n%s", err, s)
-	}
-	// Debian's static busybox crashes in wget (glibc NSS); nc works.
-	client := `apiVersion: v1
+
+// clientManifest asks the Service for its page from worker-0, through
+// the cluster's DNS. Debian's static busybox crashes in wget (glibc
+// NSS); nc works.
+const clientManifest = `apiVersion: v1
 kind: Pod
 metadata: {name: CLIENT, namespace: default}
 spec:
@@ -464,83 +440,63 @@ spec:
         sleep 3
       done
 `
-	// serviceCheck runs a client on the worker until the page arrived.
-	// Each check has a pod of its own name: with one name for all, the
-	// worker's kubelet, slow to learn that the last check's pod was
-	// deleted, served that pod's logs for the new one (the old page, then
-	// "not found"), and the check passed and failed on them.
-	checks := 0
-	serviceCheck := func(what string) {
-		t.Helper()
-		checks++
-		pod := fmt.Sprintf("client-%d", checks)
-		file := filepath.Join(dir, pod+".yaml")
-		os.WriteFile(file, []byte(strings.Replace(client, "CLIENT", pod, 1)), 0o644)
-		if s, err := k("apply", "-f", file); err != nil {
-			t.Fatalf("apply: %v\n%s", err, s)
-		}
-		// Done when the page arrived, or the pod gave up. Not when the pod
-		// completes: on a starved worker (hack/stress-e2e.sh) the page came at
-		// once, but containerd's handling of the container's exit timed out
-		// again and again ("failed to delete task: context deadline
-		// exceeded"), and the pod stayed Running for over ten minutes.
-		waitFor(what, patience(10*time.Minute), func() bool {
-			if logs, _ := k("logs", pod); strings.Contains(logs, "hello-from-cp-0") || strings.Contains(logs, "client gave up") {
-				return true
-			}
-			s, _ := k("get", "pod", pod, "-o", "jsonpath={.status.phase}")
-			return s == "Succeeded" || s == "Failed"
-		})
-		logs, _ := k("logs", pod)
-		if !strings.Contains(logs, "hello-from-cp-0") || !strings.Contains(logs, "Address") {
-			t.Fatalf("%s on worker-0 did not get the page through the Service (or DNS failed):\n%s", pod, logs)
-		}
-		k("delete", "pod", pod, "--wait=false")
+
+// serviceAcrossNodes serves a page on the control plane, and a pod on
+// the worker gets it through a Service.
+func (s *suite) serviceAcrossNodes() {
+	const what = "a pod on the worker reaches a Service on the control plane"
+	s.p.doing(what)
+	if err := os.WriteFile(filepath.Join(s.dir, "web.yaml"), []byte(webManifest), 0o644); err != nil {
+		s.t.Fatal(err)
 	}
-	serviceCheck("a pod on the worker reaches a Service on the control plane")
-	p.doing("the credentials on a worker may not reach the master secret")
-	auditWorkerCredentials(t, k)
-	p.done("the credentials on a worker may not reach the master secret")
-	inspectRunningNodes(t, ctx, k, dir, out, img, orr, p)
-	if *smoke {
-		// Two host cores run two TCG VMs well, not three: the worker
-		// makes room for the modified image's node.
-		p.doing("worker-0 powered off")
-		powerOff(t, ctx, c.Nodes()[1])
-		p.done("worker-0 powered off")
-		p.doing("a node from a modified image is refused")
-		refusedModified(t, ctx, c, k, dir, img, c.Nodes()[2])
-		p.done("a node from a modified image is refused")
-		return
+	if out, err := s.k("apply", "-f", filepath.Join(s.dir, "web.yaml")); err != nil {
+		s.t.Fatalf("apply: %v\n%s", err, out)
 	}
+	if out, err := s.k("wait", "--for=condition=Ready", "pod/web", timeoutFlag(10*time.Minute)); err != nil {
+		s.t.Fatalf("web pod: %v\n%s", err, out)
+	}
+	s.serviceCheck(what)
+}
 
-	// Steadiness is judged before the reboots, and from the control
-	// plane's recovery to the end: a reboot restarts the control plane's
-	// containers once, as it should.
-	beforeReboot := assertControlPlaneSteady(t, k, nil)
-	rebootWorker(t, ctx, k, dir, c.Nodes()[1], p)
-	recoverControlPlane(t, ctx, k, dir, out, img, orr, c, p)
-	afterReboot := restartedOnce(t, k, beforeReboot)
-	serviceCheck("after the reboots, a pod on the worker reaches the Service again")
-	next := upgradeServices(t, ctx, k, dir, out, orr, p)
+// serviceCheck runs a client on the worker until the page arrived. Each
+// check has a pod of its own name: with one name for all, the worker's
+// kubelet, slow to learn that the last check's pod was deleted, served
+// that pod's logs for the new one (the old page, then "not found"), and
+// the check passed and failed on them.
+func (s *suite) serviceCheck(what string) {
+	s.t.Helper()
+	s.serviceChecks++
+	pod := fmt.Sprintf("client-%d", s.serviceChecks)
+	file := filepath.Join(s.dir, pod+".yaml")
+	os.WriteFile(file, []byte(strings.Replace(clientManifest, "CLIENT", pod, 1)), 0o644)
+	if out, err := s.k("apply", "-f", file); err != nil {
+		s.t.Fatalf("apply: %v\n%s", err, out)
+	}
+	// Done when the page arrived, or the pod gave up. Not when the pod
+	// completes: on a starved worker (hack/stress-e2e.sh) the page came at
+	// once, but containerd's handling of the container's exit timed out
+	// again and again ("failed to delete task: context deadline
+	// exceeded"), and the pod stayed Running for over ten minutes.
+	s.waitFor(what, patience(10*time.Minute), func() bool {
+		if logs, _ := s.k("logs", pod); strings.Contains(logs, "hello-from-cp-0") || strings.Contains(logs, "client gave up") {
+			return true
+		}
+		phase, _ := s.k("get", "pod", pod, "-o", "jsonpath={.status.phase}")
+		return phase == "Succeeded" || phase == "Failed"
+	})
+	logs, _ := s.k("logs", pod)
+	if !strings.Contains(logs, "hello-from-cp-0") || !strings.Contains(logs, "Address") {
+		s.t.Fatalf("%s on worker-0 did not get the page through the Service (or DNS failed):\n%s", pod, logs)
+	}
+	s.k("delete", "pod", pod, "--wait=false")
+}
 
-	// The worker has done its part. Two host cores run three TCG VMs
-	// with a responsive API server, not four: the late nodes take its
-	// place, one at a time (with three VMs, the API server failed its
-	// liveness probe and restarted).
-	removeWorker(t, ctx, k, out, orr, c.Nodes()[1])
-	p.done("worker-0 removed with orrery node remove; its rejoin is refused")
-	powerOff(t, ctx, c.Nodes()[1])
-	p.done("worker-0 powered off")
-	// Spare slots boot in order: spare-0 the modified image, spare-1 the
-	// new image.
-	modified, newNode := c.Nodes()[2], c.Nodes()[3]
-	refusedModified(t, ctx, c, k, dir, img, modified)
-	p.done("a node from a modified image is refused")
-	powerOff(t, ctx, modified)
-	rolloverImage(t, ctx, c, k, dir, out, img, next, newNode, p)
-
-	for _, n := range []*cloud.Node{c.Nodes()[0], c.Nodes()[1], newNode} {
+// consolesAndJournals: bootstrapperd's phases are on each node's
+// console, the journal of kubelet, containerd and the pods is not (the
+// host reads the console), and the owner reads a node's journal through
+// the API server instead.
+func (s *suite) consolesAndJournals() {
+	for _, n := range []*cloud.Node{s.c.Nodes()[0], s.c.Nodes()[1], s.c.Nodes()[3]} {
 		raw, _ := os.ReadFile(n.SerialLog())
 		phases := []string{"waiting for init or join", "node locked to the new cluster", "running kubeadm init", "node bootstrapped"}
 		if n.Role == role.Worker {
@@ -548,27 +504,18 @@ spec:
 		}
 		for _, phase := range phases {
 			if !strings.Contains(string(raw), phase) {
-				t.Errorf("bootstrapperd's log on %s's console lacks %q", n.Name, phase)
+				s.t.Errorf("bootstrapperd's log on %s's console lacks %q", n.Name, phase)
 			}
 		}
-		// The host reads the console: the journal of kubelet, containerd
-		// and the pods is not forwarded there.
 		for _, other := range []string{"kubelet[", "containerd["} {
 			if strings.Contains(string(raw), other) {
-				t.Errorf("%s's console carries the journal (%q lines): journald forwards to the console", n.Name, other)
+				s.t.Errorf("%s's console carries the journal (%q lines): journald forwards to the console", n.Name, other)
 			}
 		}
 	}
-	// The owner reads a node's journal through the API server instead.
-	if logs, err := k("get", "--raw", "/api/v1/nodes/cp-0/proxy/logs/?query=bootstrapperd"); err != nil || !strings.Contains(logs, "node bootstrapped") {
-		t.Errorf("cp-0's journal through kubelet's node log query: %v\n%s", err, lastLines(logs, 5))
+	if logs, err := s.k("get", "--raw", "/api/v1/nodes/cp-0/proxy/logs/?query=bootstrapperd"); err != nil || !strings.Contains(logs, "node bootstrapped") {
+		s.t.Errorf("cp-0's journal through kubelet's node log query: %v\n%s", err, lastLines(logs, 5))
 	}
-	p.done("bootstrapperd's phases on the consoles; journals only through the API")
-	// Since the control plane's recovery (its containers restarted once
-	// with the node), etcd and the API server ran through the upgrades and
-	// two more nodes' boots.
-	assertControlPlaneSteady(t, k, afterReboot)
-	t.Logf("orrery init to both nodes Ready: %s (goal 8m)", initToReady.Round(time.Second))
 }
 
 // teardown is the time kept, before go test's deadline, for stopping the

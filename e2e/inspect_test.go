@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -41,31 +40,41 @@ spec:
 `
 }
 
-// inspectRunningNodes: the owner verifies every running node, and reads
-// the control plane's and the worker's journal and units while the
-// control plane's kubelet is stopped; a caller without the owner's key
-// is refused; a support bundle holds each node's journal and no secret.
-func inspectRunningNodes(t *testing.T, ctx context.Context, k kubectlFunc, dir, out, img, orr string, p *phases) {
-	t.Helper()
-	owner := append([]string{"--master-secret", filepath.Join(out, workspace.MasterSecretFile), "--kubeconfig", filepath.Join(out, workspace.KubeconfigFile), "--mini-dir", dir}, ownerChecks(img, dir)...)
-	// The owner's flags come first, so a test's own flag overrides one
-	// (a string flag given twice takes the last).
-	orrery := func(args ...string) (string, error) {
-		cmd := append([]string{orr, args[0]}, owner...)
-		b, err := inNS(ctx, append(cmd, args[1:]...)...)
-		return string(b), err
+// verifyRunningNodes: the owner verifies every running node.
+func (s *suite) verifyRunningNodes() {
+	out, err := s.orreryAsOwner("verify")
+	s.t.Logf("orrery verify:\n%s", out)
+	if err != nil || strings.Count(out, "): OK") != 2 || !strings.Contains(out, "cluster ID:") || !strings.Contains(out, "attestation:  gcp-sev-snp") {
+		s.t.Fatalf("orrery verify of the running cluster: %v\n%s", err, out)
 	}
+}
 
-	p.doing("orrery verify checks every running node")
-	s, err := orrery("verify")
-	t.Logf("orrery verify:\n%s", s)
-	if err != nil || strings.Count(s, "): OK") != 2 || !strings.Contains(s, "cluster ID:") || !strings.Contains(s, "attestation:  gcp-sev-snp") {
-		t.Fatalf("orrery verify of the running cluster: %v\n%s", err, s)
-	}
-	p.done("orrery verify checks every running node")
+// inspectWithKubeletStopped: the owner reads the control plane's and the
+// worker's journal and units while the control plane's kubelet is
+// stopped; a caller without the owner's key is refused; a support bundle
+// holds each node's journal and no secret.
+func (s *suite) inspectWithKubeletStopped() {
+	const stopped = "with cp-0's kubelet stopped, orrery logs and services read both nodes"
+	s.p.doing(stopped)
+	caKeys := s.stopKubelet("cp-0")
+	s.readStoppedKubelet("cp-0")
+	s.readWorker("worker-0")
+	s.p.done(stopped)
 
-	p.doing("with cp-0's kubelet stopped, orrery logs and services read both nodes")
-	logs := runPod(t, k, dir, "stop-kubelet", stopKubeletPod("cp-0"), "keys-done")
+	const refused = "a caller without the owner's key is refused; the support bundle holds no secret"
+	s.p.doing(refused)
+	s.intruderRefused()
+	s.supportBundle(caKeys)
+	s.p.done(refused)
+
+	s.kubeletBack("cp-0")
+	s.p.done("cp-0's kubelet back")
+}
+
+// stopKubelet runs stopKubeletPod on node, and returns the beginnings of
+// the node's CA keys that it read.
+func (s *suite) stopKubelet(node string) []string {
+	logs := runPod(s.t, s.k, s.dir, "stop-kubelet", stopKubeletPod(node), "keys-done")
 	var caKeys []string
 	for _, l := range strings.Split(logs, "\n") {
 		if key, ok := strings.CutPrefix(l, "KEY "); ok && len(key) > 40 {
@@ -73,101 +82,119 @@ func inspectRunningNodes(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 		}
 	}
 	if len(caKeys) != 4 {
-		t.Fatalf("read %d of the control plane's 4 CA keys", len(caKeys))
+		s.t.Fatalf("read %d of the control plane's 4 CA keys", len(caKeys))
 	}
-	deadline := waitDeadline(t, patience(2*time.Minute))
+	return caKeys
+}
+
+// readStoppedKubelet reads node's units and kubelet's journal once
+// kubelet shows as stopped.
+func (s *suite) readStoppedKubelet(node string) {
+	deadline := waitDeadline(s.t, patience(2*time.Minute))
 	for {
-		s, err = orrery("services", "cp-0", "kubelet.service", "-o", "json")
-		if err == nil && strings.Contains(s, `"active": "inactive"`) {
+		out, err := s.orreryAsOwner("services", node, "kubelet.service", "-o", "json")
+		if err == nil && strings.Contains(out, `"active": "inactive"`) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cp-0's kubelet did not show as stopped: %v\n%s", err, s)
+			s.t.Fatalf("%s's kubelet did not show as stopped: %v\n%s", node, err, out)
 		}
 		time.Sleep(3 * time.Second)
 	}
-	s, _ = orrery("services", "cp-0", "kube*")
-	t.Logf("orrery services cp-0 'kube*' (kubelet stopped):\n%s", s)
-	s, err = orrery("logs", "cp-0", "kubelet", "-n", "20")
-	t.Logf("orrery logs cp-0 kubelet (kubelet stopped):\n%s", lastLines(s, 6))
-	if err != nil || !strings.Contains(s, "Stopped kubelet") {
-		t.Errorf("cp-0's kubelet journal while it is stopped: %v\n%s", err, lastLines(s, 10))
+	out, _ := s.orreryAsOwner("services", node, "kube*")
+	s.t.Logf("orrery services %s 'kube*' (kubelet stopped):\n%s", node, out)
+	out, err := s.orreryAsOwner("logs", node, "kubelet", "-n", "20")
+	s.t.Logf("orrery logs %s kubelet (kubelet stopped):\n%s", node, lastLines(out, 6))
+	if err != nil || !strings.Contains(out, "Stopped kubelet") {
+		s.t.Errorf("%s's kubelet journal while it is stopped: %v\n%s", node, err, lastLines(out, 10))
 	}
-	// Without an API server to list the nodes, 'orrery mini''s state
-	// names them.
-	// (The last --kubeconfig counts.)
-	s, err = orrery("services", "worker-0", "containerd*", "--kubeconfig", filepath.Join(dir, "no.conf"))
-	if err != nil || !strings.Contains(s, "containerd.service") || !strings.Contains(s, "running") {
-		t.Errorf("worker-0's units by 'orrery mini''s state: %v\n%s", err, s)
-	}
-	if s, err = orrery("logs", "worker-0", "bootstrapperd"); err != nil || !strings.Contains(s, "joined the cluster") {
-		t.Errorf("worker-0's bootstrapperd journal: %v\n%s", err, lastLines(s, 10))
-	}
-	if s, err = orrery("dmesg", "worker-0", "-n", "5"); err != nil || strings.Count(s, "\n") < 5 {
-		t.Errorf("worker-0's kernel log: %v\n%s", err, s)
-	}
-	p.done("with cp-0's kubelet stopped, orrery logs and services read both nodes")
+}
 
-	p.doing("a caller without the owner's key is refused; the support bundle holds no secret")
-	intruder := filepath.Join(dir, "intruder-owner")
+// readWorker reads the worker's units, journal and kernel log. Without
+// an API server to list the nodes, 'orrery mini”s state names them (the
+// last --kubeconfig counts).
+func (s *suite) readWorker(node string) {
+	out, err := s.orreryAsOwner("services", node, "containerd*", "--kubeconfig", filepath.Join(s.dir, "no.conf"))
+	if err != nil || !strings.Contains(out, "containerd.service") || !strings.Contains(out, "running") {
+		s.t.Errorf("%s's units by 'orrery mini''s state: %v\n%s", node, err, out)
+	}
+	if out, err = s.orreryAsOwner("logs", node, "bootstrapperd"); err != nil || !strings.Contains(out, "joined the cluster") {
+		s.t.Errorf("%s's bootstrapperd journal: %v\n%s", node, err, lastLines(out, 10))
+	}
+	if out, err = s.orreryAsOwner("dmesg", node, "-n", "5"); err != nil || strings.Count(out, "\n") < 5 {
+		s.t.Errorf("%s's kernel log: %v\n%s", node, err, out)
+	}
+}
+
+// intruderRefused: a caller with another master secret, and the
+// cluster's state, is refused by the node.
+func (s *suite) intruderRefused() {
+	intruder := filepath.Join(s.dir, "intruder-owner")
 	os.MkdirAll(intruder, 0o700)
 	ms, err := keys.GenerateMasterSecret(rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	keys.WriteMasterSecretFile(filepath.Join(intruder, workspace.MasterSecretFile), ms)
-	state, _ := os.ReadFile(filepath.Join(out, workspace.StateFile))
+	state, _ := os.ReadFile(filepath.Join(s.out, workspace.StateFile))
 	os.WriteFile(filepath.Join(intruder, workspace.StateFile), state, 0o600)
-	s, err = orrery("logs", "cp-0", "--master-secret", filepath.Join(intruder, workspace.MasterSecretFile))
-	if err == nil || !strings.Contains(s, "answers only its owner") {
-		t.Errorf("logs with another master secret: %v\n%s", err, s)
+	out, err := s.orreryAsOwner("logs", "cp-0", "--master-secret", filepath.Join(intruder, workspace.MasterSecretFile))
+	if err == nil || !strings.Contains(out, "answers only its owner") {
+		s.t.Errorf("logs with another master secret: %v\n%s", err, out)
 	}
+}
 
-	bundle := filepath.Join(dir, "support.tar.gz")
-	s, err = orrery("support", "--file", bundle)
-	t.Logf("orrery support:\n%s", s)
+// supportBundle: 'orrery support' gathers each node's journal and units,
+// and none of the secrets (the master secret, or the beginnings of the
+// CA keys in caKeys).
+func (s *suite) supportBundle(caKeys []string) {
+	bundle := filepath.Join(s.dir, "support.tar.gz")
+	out, err := s.orreryAsOwner("support", "--file", bundle)
+	s.t.Logf("orrery support:\n%s", out)
 	if err != nil {
-		t.Fatalf("orrery support: %v", err)
+		s.t.Fatalf("orrery support: %v", err)
 	}
 	f, err := os.Open(bundle)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	defer f.Close()
 	files, err := tarfiles.Read(f)
 	if err != nil {
-		t.Fatalf("orrery support's bundle: %v", err)
+		s.t.Fatalf("orrery support's bundle: %v", err)
 	}
 	for _, n := range []string{"cp-0", "worker-0"} {
 		if !strings.Contains(files["nodes/"+n+"/journal.log"], "bootstrapperd") || files["nodes/"+n+"/units.txt"] == "" {
-			t.Errorf("the bundle lacks %s's journal or units: it has %s", n, tarfiles.Names(files))
+			s.t.Errorf("the bundle lacks %s's journal or units: it has %s", n, tarfiles.Names(files))
 		}
 	}
-	secret := readMasterSecret(t, filepath.Join(out, workspace.MasterSecretFile))
+	secret := readMasterSecret(s.t, filepath.Join(s.out, workspace.MasterSecretFile))
 	for name, content := range files {
 		for i, needle := range append(caKeys, secret...) {
 			if strings.Contains(content, needle) {
-				t.Errorf("the support bundle's %s holds secret #%d (master secret or a CA key)", name, i)
+				s.t.Errorf("the support bundle's %s holds secret #%d (master secret or a CA key)", name, i)
 			}
 		}
 	}
-	p.done("a caller without the owner's key is refused; the support bundle holds no secret")
-	// cp-0's kubelet is back once the pod's sleep ends.
-	waitFor := waitDeadline(t, patience(5*time.Minute))
+}
+
+// kubeletBack waits for node's kubelet to be back, once the pod that
+// stopped it ends its sleep.
+func (s *suite) kubeletBack(node string) {
+	deadline := waitDeadline(s.t, patience(5*time.Minute))
 	for {
-		s, _ := k("get", "node", "cp-0", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		if s == "True" {
-			if s, err := orrery("services", "cp-0", "kubelet.service", "-o", "json"); err == nil && strings.Contains(s, `"active": "active"`) {
+		ready, _ := s.k("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if ready == "True" {
+			if out, err := s.orreryAsOwner("services", node, "kubelet.service", "-o", "json"); err == nil && strings.Contains(out, `"active": "active"`) {
 				break
 			}
 		}
-		if time.Now().After(waitFor) {
-			t.Fatalf("cp-0's kubelet did not come back")
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s's kubelet did not come back", node)
 		}
 		time.Sleep(5 * time.Second)
 	}
-	k("delete", "pod", "stop-kubelet", "--wait=false")
-	p.done("cp-0's kubelet back")
+	s.k("delete", "pod", "stop-kubelet", "--wait=false")
 }
 
 // readMasterSecret returns the master secret's key and salt as a leak

@@ -115,7 +115,8 @@ func runPod(t *testing.T, k kubectlFunc, dir, name, manifest, want string) strin
 // rebootWorker hard-resets the worker after a pod wrote a file on its
 // state disk: it must rejoin by itself (its initrd gets the key from the
 // join service), become Ready, and still have the file.
-func rebootWorker(t *testing.T, ctx context.Context, k kubectlFunc, dir string, worker *cloud.Node, p *phases) {
+func (s *suite) rebootWorker(worker *cloud.Node) {
+	t, ctx, k, dir, p := s.t, s.ctx, s.k, s.dir, s.p
 	t.Helper()
 	logs := runPod(t, k, dir, "write-state", hostPathPod("write-state", worker.Name, "echo before-reset > /data/marker && sync && cat /data/marker"), "before-reset")
 	if !strings.Contains(logs, "before-reset") {
@@ -145,55 +146,96 @@ func rebootWorker(t *testing.T, ctx context.Context, k kubectlFunc, dir string, 
 // the join service. 'orrery recover' with another cluster's master secret
 // is refused; with the cluster's, the control plane comes back with its
 // etcd data, and the worker rejoins by itself.
-func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, out, img, orr string, c *cloud.Cloud, p *phases) {
-	t.Helper()
-	cp, worker := c.Nodes()[0], c.Nodes()[1]
-	if s, err := k("-n", "default", "create", "configmap", "survives-reset", "--from-literal=value=kept"); err != nil {
-		t.Fatalf("create configmap: %v\n%s", err, s)
+func (s *suite) recoverControlPlane() {
+	t, k := s.t, s.k
+	cp, worker := s.c.Nodes()[0], s.c.Nodes()[1]
+	if out, err := k("-n", "default", "create", "configmap", "survives-reset", "--from-literal=value=kept"); err != nil {
+		t.Fatalf("create configmap: %v\n%s", err, out)
 	}
-	// Root on cp-0 opens the scheduler's port to the network in its
-	// static pod; after the restart, the pod is kubeadm's again. The
-	// image has no /tmp; kubelet reads no file whose name starts with a
-	// dot.
-	const opened, closed = "--bind-address=0.0.0.0", "--bind-address=127.0.0.1"
-	logs := runPod(t, k, dir, "plant-static-pod", hostDirPod("plant-static-pod", cp.Name, "/etc/kubernetes/manifests",
-		"sed s/"+closed+"/"+opened+"/ /data/kube-scheduler.yaml > /data/.planted && cat /data/.planted > /data/kube-scheduler.yaml && rm /data/.planted && grep -c -- "+opened+" /data/kube-scheduler.yaml && echo planted"), "planted")
-	if !strings.Contains(logs, "1\nplanted") {
-		t.Fatalf("the pod did not change cp-0's kube-scheduler static pod:\n%s", logs)
-	}
-	p.done("root on cp-0 changes its kube-scheduler static pod")
+	s.plantStaticPod(cp)
+	s.p.done("root on cp-0 changes its kube-scheduler static pod")
 	before, boot, workerBoot := consoleCount(cp, "serving recovery on port"), bootID(t, k, cp.Name), bootID(t, k, worker.Name)
-	if err := c.Stop(ctx); err != nil {
+	if err := s.c.Stop(s.ctx); err != nil {
 		t.Fatalf("stop the cloud: %v", err)
 	}
-	p.done("the cloud stopped: VMs powered off, disks kept")
-	if err := c.Start(ctx); err != nil {
+	s.p.done("the cloud stopped: VMs powered off, disks kept")
+	if err := s.c.Start(s.ctx); err != nil {
 		t.Fatalf("start the stopped cloud: %v", err)
 	}
-	waitConsoleMore(t, ctx, cp, "serving recovery on port", before, patience(5*time.Minute))
-	p.done("the cloud started again: cp-0 waits for recovery")
-
-	// While it waits, the owner reads its initrd's log from the node (by
-	// name: with the API server down, 'orrery mini''s state names it),
-	// and verify says it is not locked yet.
-	owner := append([]string{"--master-secret", filepath.Join(out, "orrery-master-secret.json"), "--mini-dir", dir,
-		"--kubeconfig", filepath.Join(out, "orrery-admin.conf")}, ownerChecks(img, dir)...)
-	s, err := inNS(ctx, append([]string{orr, "logs", cp.Name, "-n", "50"}, owner...)...)
-	t.Logf("orrery logs %s (in its initrd):\n%s", cp.Name, lastLines(string(s), 4))
-	if err != nil || !strings.Contains(string(s), "serving recovery on port") {
-		t.Errorf("the owner could not read %s's initrd log: %v\n%s", cp.Name, err, s)
+	waitConsoleMore(t, s.ctx, cp, "serving recovery on port", before, patience(5*time.Minute))
+	s.p.done("the cloud started again: cp-0 waits for recovery")
+	s.readInitrdLog(cp)
+	s.p.done("the owner reads cp-0's initrd log while it waits")
+	s.recoverRefusesWrongSecret(cp)
+	s.p.done("orrery recover with a wrong master secret is refused")
+	recovered, err := inNS(s.ctx, s.recoverArgs(cp, filepath.Join(s.out, workspace.MasterSecretFile))...)
+	t.Logf("orrery recover:\n%s", recovered)
+	if err != nil {
+		t.Fatalf("orrery recover: %v", err)
 	}
-	s, err = inNS(ctx, append([]string{orr, "verify", cp.IP.String()}, owner...)...)
-	if err == nil || !strings.Contains(string(s), "locked to no cluster yet") {
-		t.Errorf("orrery verify of a node in its initrd: %v\n%s", err, s)
+	waitReady(t, k, cp.Name, boot, patience(10*time.Minute))
+	s.p.done("orrery recover: cp-0 back and Ready")
+	s.staticPodRewritten(cp)
+	s.p.done("cp-0's changed static pod is kubeadm's again")
+	if out, err := k("-n", "default", "get", "configmap", "survives-reset", "-o", "jsonpath={.data.value}"); err != nil || out != "kept" {
+		t.Fatalf("the ConfigMap created before the stop: %v %q", err, out)
 	}
-	p.done("the owner reads cp-0's initrd log while it waits")
+	waitReady(t, k, worker.Name, workerBoot, patience(10*time.Minute))
+	s.p.done("worker-0 rejoins by itself and is Ready")
+}
 
-	// Another cluster's master secret, in a workspace that records the
-	// same control plane (recover gives the key to that node alone).
+// The scheduler's port, as root on the control plane opens it to the
+// network, and as kubeadm keeps it.
+const schedulerOpened, schedulerClosed = "--bind-address=0.0.0.0", "--bind-address=127.0.0.1"
+
+// plantStaticPod: root on cp opens the scheduler's port to the network
+// in its static pod; after the restart, the pod must be kubeadm's again.
+// The image has no /tmp; kubelet reads no file whose name starts with a
+// dot.
+func (s *suite) plantStaticPod(cp *cloud.Node) {
+	logs := runPod(s.t, s.k, s.dir, "plant-static-pod", hostDirPod("plant-static-pod", cp.Name, "/etc/kubernetes/manifests",
+		"sed s/"+schedulerClosed+"/"+schedulerOpened+"/ /data/kube-scheduler.yaml > /data/.planted && cat /data/.planted > /data/kube-scheduler.yaml && rm /data/.planted && grep -c -- "+schedulerOpened+" /data/kube-scheduler.yaml && echo planted"), "planted")
+	if !strings.Contains(logs, "1\nplanted") {
+		s.t.Fatalf("the pod did not change %s's kube-scheduler static pod:\n%s", cp.Name, logs)
+	}
+}
+
+// staticPodRewritten checks that cp's console says the planted static
+// pod was rewritten, and that it was.
+func (s *suite) staticPodRewritten(cp *cloud.Node) {
+	if consoleCount(cp, "rewrote the static pods kube-scheduler in") == 0 {
+		s.t.Errorf("%s's console does not say that its changed kube-scheduler static pod was rewritten", cp.Name)
+	}
+	logs := runPod(s.t, s.k, s.dir, "read-static-pod", hostDirPod("read-static-pod", cp.Name, "/etc/kubernetes/manifests",
+		"grep -c -- "+schedulerClosed+" /data/kube-scheduler.yaml; echo checked"), "checked")
+	if !strings.Contains(logs, "1\nchecked") {
+		s.t.Errorf("%s's kube-scheduler static pod after the restart is not kubeadm's:\n%s", cp.Name, logs)
+	}
+}
+
+// readInitrdLog: while cp waits in its initrd, the owner reads its log
+// from the node (by name: with the API server down, 'orrery mini”s state
+// names it), and verify says it is not locked yet.
+func (s *suite) readInitrdLog(cp *cloud.Node) {
+	out, err := s.orreryAsOwner("logs", cp.Name, "-n", "50")
+	s.t.Logf("orrery logs %s (in its initrd):\n%s", cp.Name, lastLines(out, 4))
+	if err != nil || !strings.Contains(out, "serving recovery on port") {
+		s.t.Errorf("the owner could not read %s's initrd log: %v\n%s", cp.Name, err, out)
+	}
+	out, err = s.orreryAsOwner("verify", cp.IP.String())
+	if err == nil || !strings.Contains(out, "locked to no cluster yet") {
+		s.t.Errorf("orrery verify of a node in its initrd: %v\n%s", err, out)
+	}
+}
+
+// recoverRefusesWrongSecret tries 'orrery recover' with another
+// cluster's master secret, in a workspace that records the same control
+// plane (recover gives the key to that node alone).
+func (s *suite) recoverRefusesWrongSecret(cp *cloud.Node) {
+	t := s.t
 	intruder := t.TempDir()
 	for _, name := range []string{workspace.StateFile, workspace.KubeconfigFile} {
-		b, err := os.ReadFile(filepath.Join(out, name))
+		b, err := os.ReadFile(filepath.Join(s.out, name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,35 +251,16 @@ func recoverControlPlane(t *testing.T, ctx context.Context, k kubectlFunc, dir, 
 	if err := keys.WriteMasterSecretFile(wrong, ms); err != nil {
 		t.Fatal(err)
 	}
-	recoverArgs := func(secret string) []string {
-		return append([]string{orr, "recover", "--node", cp.IP.String(), "--mini-dir", dir, "--master-secret", secret, "--timeout", "5m"}, ownerChecks(img, dir)...)
-	}
-	refused, err := inNS(ctx, recoverArgs(wrong)...)
+	refused, err := inNS(s.ctx, s.recoverArgs(cp, wrong)...)
 	if err == nil || !strings.Contains(string(refused), "refused the master secret") {
 		t.Fatalf("orrery recover with another cluster's master secret: err %v\n%s", err, refused)
 	}
-	p.done("orrery recover with a wrong master secret is refused")
-	recovered, err := inNS(ctx, recoverArgs(filepath.Join(out, "orrery-master-secret.json"))...)
-	t.Logf("orrery recover:\n%s", recovered)
-	if err != nil {
-		t.Fatalf("orrery recover: %v", err)
-	}
-	waitReady(t, k, cp.Name, boot, patience(10*time.Minute))
-	p.done("orrery recover: cp-0 back and Ready")
-	if consoleCount(cp, "rewrote the static pods kube-scheduler in") == 0 {
-		t.Errorf("cp-0's console does not say that its changed kube-scheduler static pod was rewritten")
-	}
-	logs = runPod(t, k, dir, "read-static-pod", hostDirPod("read-static-pod", cp.Name, "/etc/kubernetes/manifests",
-		"grep -c -- "+closed+" /data/kube-scheduler.yaml; echo checked"), "checked")
-	if !strings.Contains(logs, "1\nchecked") {
-		t.Errorf("cp-0's kube-scheduler static pod after the restart is not kubeadm's:\n%s", logs)
-	}
-	p.done("cp-0's changed static pod is kubeadm's again")
-	if s, err := k("-n", "default", "get", "configmap", "survives-reset", "-o", "jsonpath={.data.value}"); err != nil || s != "kept" {
-		t.Fatalf("the ConfigMap created before the stop: %v %q", err, s)
-	}
-	waitReady(t, k, worker.Name, workerBoot, patience(10*time.Minute))
-	p.done("worker-0 rejoins by itself and is Ready")
+}
+
+// recoverArgs is 'orrery recover' of cp with the master secret in
+// secret.
+func (s *suite) recoverArgs(cp *cloud.Node, secret string) []string {
+	return append([]string{s.orr, "recover", "--node", cp.IP.String(), "--mini-dir", s.dir, "--master-secret", secret, "--timeout", "5m"}, s.ownerChecks()...)
 }
 
 // bootID is node's boot ID as its kubelet reports it: it changes with

@@ -63,53 +63,80 @@ func upgradeCheck(t *testing.T, ctx context.Context, bin, kubeconfig string, ext
 // nothing to do with the same orrery; a newer one upgrades every release
 // after backing up Orrery's objects; one whose join service never starts
 // is rolled back by itself; helm sees it all, and 'helm rollback' works.
-func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out, orr string, p *phases) string {
-	t.Helper()
-	kubeconfig := filepath.Join(out, "orrery-admin.conf")
-	backups := filepath.Join(dir, "orrery-backups")
-	apply := func(bin string, args ...string) (string, error) {
-		b, err := inNS(ctx, append([]string{bin, "upgrade", "apply", "--kubeconfig", kubeconfig, "--workspace", filepath.Dir(kubeconfig), "--backup-dir", backups}, args...)...)
-		t.Logf("%s upgrade apply %s:\n%s", filepath.Base(bin), strings.Join(args, " "), b)
-		return string(b), err
-	}
-	helmRun := func(args ...string) string {
-		b, err := inNS(ctx, append([]string{*helm, "--kubeconfig", kubeconfig, "-n", "kube-system"}, args...)...)
-		if err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, b)
-		}
-		return string(b)
-	}
+// It leaves the newer orrery in s.next.
+func (s *suite) upgradeServices() {
+	s.sameOrreryChangesNothing()
+	s.p.done("upgrade check and apply with the same orrery change nothing")
+	s.next = buildOrrery(s.t, s.ctx, s.dir, "orrery-next", nextVersion, "")
+	backup := s.upgradeToNext()
+	s.p.done("upgrade apply to newer charts (backup, then 3 releases)")
+	s.restoreBackup(backup)
+	s.p.done("backups restore with kubectl; helm list shows the upgrade")
+	s.brokenUpgradeRollsBack()
+	s.p.done("a release whose pods never get ready is rolled back; the old revision serves")
+	s.helmRollback()
+	s.p.done("helm history shows the revisions; helm rollback, then orrery upgrades again")
+}
 
-	r := upgradeCheck(t, ctx, orr, kubeconfig)
+// backups is where the suite's upgrades back up Orrery's objects.
+func (s *suite) backups() string { return filepath.Join(s.dir, "orrery-backups") }
+
+// upgradeApply runs bin's 'upgrade apply' with the owner's workspace.
+func (s *suite) upgradeApply(bin string, args ...string) (string, error) {
+	b, err := inNS(s.ctx, append([]string{bin, "upgrade", "apply", "--kubeconfig", s.kubeconfig(), "--workspace", s.out, "--backup-dir", s.backups()}, args...)...)
+	s.t.Logf("%s upgrade apply %s:\n%s", filepath.Base(bin), strings.Join(args, " "), b)
+	return string(b), err
+}
+
+// helmRun runs helm on the cluster's kube-system namespace.
+func (s *suite) helmRun(args ...string) string {
+	b, err := inNS(s.ctx, append([]string{*helm, "--kubeconfig", s.kubeconfig(), "-n", "kube-system"}, args...)...)
+	if err != nil {
+		s.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return string(b)
+}
+
+// sameOrreryChangesNothing: the orrery that installed the cluster finds
+// it current.
+func (s *suite) sameOrreryChangesNothing() {
+	r := upgradeCheck(s.t, s.ctx, s.orr, s.kubeconfig())
 	if !r.UpToDate || len(r.Images) != 1 || !slices.Contains(r.Images[0].Nodes, "cp-0") || !slices.Contains(r.Images[0].Nodes, "worker-0") {
-		t.Fatalf("upgrade check on a new cluster: %+v, want current and one image run by cp-0 and worker-0", r)
+		s.t.Fatalf("upgrade check on a new cluster: %+v, want current and one image run by cp-0 and worker-0", r)
 	}
-	if s, err := apply(orr, "--yes"); err != nil || !strings.Contains(s, "Everything is current") {
-		t.Fatalf("upgrade apply with the orrery that installed the cluster: %v", err)
+	if out, err := s.upgradeApply(s.orr, "--yes"); err != nil || !strings.Contains(out, "Everything is current") {
+		s.t.Fatalf("upgrade apply with the orrery that installed the cluster: %v", err)
 	}
-	p.done("upgrade check and apply with the same orrery change nothing")
+}
 
-	next := buildOrrery(t, ctx, dir, "orrery-next", nextVersion, "")
-	if s, err := apply(next, "--dry-run"); err != nil || !strings.Contains(s, "Dry run") || !strings.Contains(s, "-> "+nextVersion) {
+// upgradeToNext: a dry run with the newer orrery changes nothing, then a
+// real one backs up and upgrades the three releases. It returns the
+// backup's folder.
+func (s *suite) upgradeToNext() string {
+	t := s.t
+	if out, err := s.upgradeApply(s.next, "--dry-run"); err != nil || !strings.Contains(out, "Dry run") || !strings.Contains(out, "-> "+nextVersion) {
 		t.Fatalf("dry run: %v", err)
 	}
-	if _, err := os.Stat(backups); err == nil {
+	if _, err := os.Stat(s.backups()); err == nil {
 		t.Fatal("a dry run or a run with nothing to do wrote a backup")
 	}
 	start := time.Now()
-	if s, err := apply(next, "--yes", "--timeout", patience(5*time.Minute).String()); err != nil || !strings.Contains(s, "Upgraded 3 release(s)") {
+	if out, err := s.upgradeApply(s.next, "--yes", "--timeout", patience(5*time.Minute).String()); err != nil || !strings.Contains(out, "Upgraded 3 release(s)") {
 		t.Fatalf("upgrade apply to %s: %v", nextVersion, err)
 	}
 	t.Logf("upgrade apply of the services: %s (goal 2 min)", time.Since(start).Round(time.Second))
-	p.done("upgrade apply to newer charts (backup, then 3 releases)")
-
-	// The backup: the definitions and every object of them, one file
-	// each, restorable with kubectl.
-	entries, err := os.ReadDir(backups)
+	entries, err := os.ReadDir(s.backups())
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("backups: %v %v", entries, err)
 	}
-	backup := filepath.Join(backups, entries[0].Name())
+	return filepath.Join(s.backups(), entries[0].Name())
+}
+
+// restoreBackup checks the backup: the definitions and every object of
+// them, one file each, restorable with kubectl; and helm's view of the
+// upgrade.
+func (s *suite) restoreBackup(backup string) {
+	t, k := s.t, s.k
 	for _, f := range []string{"crds/measurementsets.orrery.dev.yaml", "crds/admittednodes.orrery.dev.yaml"} {
 		if _, err := os.Stat(filepath.Join(backup, f)); err != nil {
 			t.Errorf("the backup lacks %s: %v", f, err)
@@ -120,27 +147,30 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 	if len(records) != 2 || len(sets) != 1 {
 		t.Errorf("the backup holds %d admitted nodes and %d measurement sets, want 2 and 1", len(records), len(sets))
 	}
-	if s, err := k("apply", "--server-side", "--force-conflicts", "-f", filepath.Join(backup, "crds")); err != nil {
-		t.Errorf("kubectl apply of the backed-up CRDs: %v\n%s", err, s)
+	if out, err := k("apply", "--server-side", "--force-conflicts", "-f", filepath.Join(backup, "crds")); err != nil {
+		t.Errorf("kubectl apply of the backed-up CRDs: %v\n%s", err, out)
 	}
-	if s, err := k("apply", "--server-side", "--force-conflicts", "-R", "-f", filepath.Join(backup, "resources")); err != nil {
-		t.Errorf("kubectl apply of the backed-up resources: %v\n%s", err, s)
+	if out, err := k("apply", "--server-side", "--force-conflicts", "-R", "-f", filepath.Join(backup, "resources")); err != nil {
+		t.Errorf("kubectl apply of the backed-up resources: %v\n%s", err, out)
 	}
-	if list := helmRun("list", "-o", "json"); strings.Count(list, `"chart":"`) != 3 || strings.Count(list, "-"+nextVersion+`"`) != 3 {
+	if list := s.helmRun("list", "-o", "json"); strings.Count(list, `"chart":"`) != 3 || strings.Count(list, "-"+nextVersion+`"`) != 3 {
 		t.Errorf("helm list does not show the three releases at %s:\n%s", nextVersion, list)
 	}
-	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", timeoutFlag(5*time.Minute)); err != nil {
-		t.Fatalf("the join service after the upgrade: %v\n%s", err, s)
+	if out, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", timeoutFlag(5*time.Minute)); err != nil {
+		t.Fatalf("the join service after the upgrade: %v\n%s", err, out)
 	}
-	p.done("backups restore with kubectl; helm list shows the upgrade")
+}
 
-	// An orrery of the same version whose join service never starts:
-	// orrery-services is rolled back, the others are current.
-	broken := buildOrrery(t, ctx, dir, "orrery-broken", nextVersion, "localhost/orrery/joinservice:does-not-exist")
+// brokenUpgradeRollsBack: an orrery of the same version whose join
+// service never starts: orrery-services is rolled back, the others are
+// current.
+func (s *suite) brokenUpgradeRollsBack() {
+	t, k := s.t, s.k
+	broken := buildOrrery(t, s.ctx, s.dir, "orrery-broken", nextVersion, "localhost/orrery/joinservice:does-not-exist")
 	const timeout = 90 * time.Second
-	start = time.Now()
-	s, err := apply(broken, "--yes", "--timeout", timeout.String())
-	if err == nil || !strings.Contains(s, "orrery-services: rolled back to revision 2") {
+	start := time.Now()
+	out, err := s.upgradeApply(broken, "--yes", "--timeout", timeout.String())
+	if err == nil || !strings.Contains(out, "orrery-services: rolled back to revision 2") {
 		t.Fatalf("an upgrade whose pods never get ready: err %v, want orrery-services rolled back to revision 2", err)
 	}
 	// Each of the two waits (the upgrade's pods, then the rolled-back
@@ -157,38 +187,38 @@ func upgradeServices(t *testing.T, ctx context.Context, k kubectlFunc, dir, out,
 	if strings.Contains(image, "does-not-exist") {
 		t.Errorf("the join service still runs the failed revision's image %s", image)
 	}
-	if s, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", timeoutFlag(5*time.Minute)); err != nil {
-		t.Fatalf("the join service after the rollback: %v\n%s", err, s)
+	if out, err := k("-n", "kube-system", "rollout", "status", "daemonset/orrery-joinservice", timeoutFlag(5*time.Minute)); err != nil {
+		t.Fatalf("the join service after the rollback: %v\n%s", err, out)
 	}
-	p.done("a release whose pods never get ready is rolled back; the old revision serves")
+}
 
-	hist := helmRun("history", "orrery-services")
+// helmRollback: helm's history shows the revisions; the rollback is
+// Orrery's state again (nothing to do); the owner rolls back with helm,
+// and orrery upgrades from there.
+func (s *suite) helmRollback() {
+	hist := s.helmRun("history", "orrery-services")
 	for _, want := range []string{"orrery init", "orrery upgrade " + nextVersion, "Rollback to 2"} {
 		if !strings.Contains(hist, want) {
-			t.Errorf("helm history orrery-services lacks %q:\n%s", want, hist)
+			s.t.Errorf("helm history orrery-services lacks %q:\n%s", want, hist)
 		}
 	}
-	// The rollback is Orrery's state again: nothing to do.
-	if s, err := apply(next, "--yes"); err != nil || !strings.Contains(s, "Everything is current") {
-		t.Errorf("after the rollback: %v", err)
+	if out, err := s.upgradeApply(s.next, "--yes"); err != nil || !strings.Contains(out, "Everything is current") {
+		s.t.Errorf("after the rollback: %v", err)
 	}
-	// The owner rolls back with helm, and orrery upgrades from there.
-	helmRun("rollback", "orrery-services", "1", "--wait", "--timeout", patience(5*time.Minute).String())
-	if s, err := apply(next, "--yes"); err != nil || !strings.Contains(s, "orrery-services: chart 0.") {
-		t.Fatalf("upgrade after 'helm rollback': %v", err)
+	s.helmRun("rollback", "orrery-services", "1", "--wait", "--timeout", patience(5*time.Minute).String())
+	if out, err := s.upgradeApply(s.next, "--yes"); err != nil || !strings.Contains(out, "orrery-services: chart 0.") {
+		s.t.Fatalf("upgrade after 'helm rollback': %v", err)
 	}
-	p.done("helm history shows the revisions; helm rollback, then orrery upgrades again")
-	return next
 }
 
 // rolloverImage shows a rollout of a new node image: a node of an image
 // that trusts this one's join services (orrery.trust_join_service on its
 // command line) is refused until the owner adds its measurements, then
 // joins; once its set is retired, its rejoin after a reset is refused.
-func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlFunc, dir, out, img, next string, node *cloud.Node, p *phases) {
+func (s *suite) rolloverImage(node *cloud.Node) {
+	t, ctx, c, k, dir, p := s.t, s.ctx, s.c, s.k, s.dir, s.p
 	t.Helper()
-	kubeconfig := filepath.Join(out, "orrery-admin.conf")
-	old, err := policy.Load(filepath.Join(img, snpMeasurements))
+	old, err := policy.Load(filepath.Join(s.img, snpMeasurements))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +230,7 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	if err := os.MkdirAll(newDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	qcow, err := modifiedImage(ctx, img, newDir, "e2e.new-image=1 "+joinconn.TrustParam+"="+trust)
+	qcow, err := modifiedImage(ctx, s.img, newDir, "e2e.new-image=1 "+joinconn.TrustParam+"="+trust)
 	if err != nil {
 		t.Fatalf("build the new image: %v", err)
 	}
@@ -224,20 +254,16 @@ func rolloverImage(t *testing.T, ctx context.Context, c *cloud.Cloud, k kubectlF
 	waitRefused(t, k, node, 0, patience(10*time.Minute))
 	p.done("the join service is back and refuses the node of a new image")
 
-	r := upgradeCheck(t, ctx, next, kubeconfig, "--measurements", newMeas, "--snp-test-root", root)
+	r := upgradeCheck(t, ctx, s.next, s.kubeconfig(), "--measurements", newMeas, "--snp-test-root", root)
 	if len(r.Measurements) != 1 || r.Measurements[0].Accepted || r.Measurements[0].Set != newSet {
 		t.Fatalf("upgrade check of the new image's measurements: %+v", r.Measurements)
 	}
-	run := func(args ...string) (string, error) {
-		b, err := inNS(ctx, append([]string{next, "upgrade", "apply", "--kubeconfig", kubeconfig, "--workspace", filepath.Dir(kubeconfig), "--backup-dir", filepath.Join(dir, "orrery-backups")}, args...)...)
-		t.Logf("upgrade apply %s:\n%s", strings.Join(args, " "), b)
-		return string(b), err
-	}
+	run := func(args ...string) (string, error) { return s.upgradeApply(s.next, args...) }
 	if s, err := run("--yes", "--measurements", newMeas, "--snp-test-root", root); err != nil || !strings.Contains(s, "accept image "+newSet) {
 		t.Fatalf("accept the new image: %v", err)
 	}
 	waitReadyNode(t, k, node.Name, patience(15*time.Minute))
-	r = upgradeCheck(t, ctx, next, kubeconfig)
+	r = upgradeCheck(t, ctx, s.next, s.kubeconfig())
 	found := false
 	for _, im := range r.Images {
 		found = found || (im.Set == newSet && slices.Contains(im.Nodes, node.Name))

@@ -94,39 +94,51 @@ func TestBoot(t *testing.T) {
 	}
 	t.Logf("TIMING power-on to port %d listening: %.1fs", port, time.Since(powerOn).Seconds())
 
-	t.Run("PCRs on the console equal measurements.json", func(t *testing.T) {
-		got := consolePCRs(t, node.SerialLog(), 2*time.Minute)
-		for _, pcr := range []uint32{4, 5, 9, 11, 12, 13, 15} {
-			if !bytes.Equal(got[pcr], want[pcr].Expected) {
-				t.Errorf("PCR %d on the console is %x, measurements.json expects %x", pcr, got[pcr], want[pcr].Expected)
-			}
-		}
-	})
-	t.Run("orrery verify", func(t *testing.T) {
-		out, err := inNamespaceOutput(ctx, *orrery, "verify", "--node", addr,
-			"--measurements", filepath.Join(*imageDir, "measurements.json"),
-			"--platform-ca", filepath.Join(dir, "platform-ca.crt"))
-		t.Logf("orrery verify:\n%s", out)
-		if err != nil {
-			t.Errorf("orrery verify: %v", err)
-		}
-	})
+	t.Run("PCRs on the console equal measurements.json", func(t *testing.T) { checkConsolePCRs(t, node.SerialLog(), want) })
+	t.Run("orrery verify", func(t *testing.T) { checkOrreryVerify(ctx, t, addr, dir) })
 	t.Run("bootstrapperd waits for init or join", func(t *testing.T) {
 		if !waitFor(node.SerialLog(), waiting, time.Minute) {
 			t.Errorf("the console never says %q", waiting)
 		}
 	})
-	t.Run("state disk is LUKS2", func(t *testing.T) {
-		out, err := exec.CommandContext(ctx, "qemu-io", "-U", "-r", "-f", "qcow2", "-c", "read -v 0 16",
-			filepath.Join(node.Dir, "state.qcow2")).CombinedOutput()
-		if err != nil {
-			t.Fatalf("qemu-io: %v: %s", err, out)
+	t.Run("state disk is LUKS2", func(t *testing.T) { checkStateDiskLUKS2(ctx, t, node.Dir) })
+}
+
+// checkConsolePCRs checks the PCRs the node's console (serialLog) shows
+// against the image's measurements (want).
+func checkConsolePCRs(t *testing.T, serialLog string, want measurements.M) {
+	got := consolePCRs(t, serialLog, 2*time.Minute)
+	for _, pcr := range []uint32{4, 5, 9, 11, 12, 13, 15} {
+		if !bytes.Equal(got[pcr], want[pcr].Expected) {
+			t.Errorf("PCR %d on the console is %x, measurements.json expects %x", pcr, got[pcr], want[pcr].Expected)
 		}
-		// "LUKS\xba\xbe" then the version, big-endian: 2.
-		if !strings.Contains(string(out), "4c 55 4b 53 ba be 00 02") {
-			t.Errorf("state disk does not start with a LUKS2 header:\n%s", out)
-		}
-	})
+	}
+}
+
+// checkOrreryVerify runs 'orrery verify' against the node at addr with
+// the platform CA of the cloud in dir.
+func checkOrreryVerify(ctx context.Context, t *testing.T, addr, dir string) {
+	out, err := inNamespaceOutput(ctx, *orrery, "verify", "--node", addr,
+		"--measurements", filepath.Join(*imageDir, "measurements.json"),
+		"--platform-ca", filepath.Join(dir, "platform-ca.crt"))
+	t.Logf("orrery verify:\n%s", out)
+	if err != nil {
+		t.Errorf("orrery verify: %v", err)
+	}
+}
+
+// checkStateDiskLUKS2 checks that the state disk of the node in nodeDir
+// starts with a LUKS2 header.
+func checkStateDiskLUKS2(ctx context.Context, t *testing.T, nodeDir string) {
+	out, err := exec.CommandContext(ctx, "qemu-io", "-U", "-r", "-f", "qcow2", "-c", "read -v 0 16",
+		filepath.Join(nodeDir, "state.qcow2")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-io: %v: %s", err, out)
+	}
+	// "LUKS\xba\xbe" then the version, big-endian: 2.
+	if !strings.Contains(string(out), "4c 55 4b 53 ba be 00 02") {
+		t.Errorf("state disk does not start with a LUKS2 header:\n%s", out)
+	}
 }
 
 // consolePCRs reads PCR values from the console: lines

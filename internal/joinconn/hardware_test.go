@@ -165,86 +165,90 @@ func (r relayed) GetRawQuote(d [64]byte) ([]byte, error) {
 	return r.TD.GetRawQuote(d)
 }
 
+// tdxJoinServiceCases are the control planes a TDX node meets, as the
+// issuer each one attests with.
+var tdxJoinServiceCases = map[string]struct {
+	// service makes the control plane's issuer; cp runs the image
+	// the node runs, locked to a cluster.
+	service func(t *testing.T, cp *tdxNode) attestation.Issuer
+	wantErr string
+}{
+	"gcp-tdx: the node's own MRTD and boot chain": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer { return cp.issuer(t) },
+	},
+	"gcp-tdx: another machine shape (RTMR0) and run-time events (RTMR3)": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
+			cp.TD.RTMR[0], cp.TD.RTMR[3] = bytes.Repeat([]byte{1}, 48), bytes.Repeat([]byte{2}, 48)
+			return cp.issuer(t)
+		},
+	},
+	"qemu-vtpm: AK under the node's platform CA and PCRs equal": {
+		service: func(_ *testing.T, cp *tdxNode) attestation.Issuer { return cp.Issuer },
+		wantErr: "attested as qemu-vtpm, which this side does not accept",
+	},
+	"gcp-tdx without a TD quote": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
+			iss, err := gcp.NewTDXIssuer(gcp.IssuerConfig{OpenTPM: cp.TPM.Open, MeasurementLog: cp.Log,
+				OpenTEE: func() (client.TEEDevice, error) { return noQuote{}, nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return iss
+		},
+		wantErr: "carries no TDX quote",
+	},
+	"gcp-tdx: other firmware (MRTD)": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
+			cp.TD.MRTD = bytes.Repeat([]byte{0xab}, 48)
+			return cp.issuer(t)
+		},
+		wantErr: "mrtd is abab",
+	},
+	"gcp-tdx: another boot loader (RTMR1)": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
+			cp.TD.RTMR[1] = bytes.Repeat([]byte{0xab}, 48)
+			return cp.issuer(t)
+		},
+		wantErr: "rtmr1 is abab",
+	},
+	"gcp-tdx: a debug TD": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
+			cp.TD.TDAttributes[0] |= 1
+			return cp.issuer(t)
+		},
+		wantErr: "tdAttributes.DEBUG",
+	},
+	"gcp-tdx: a quote of another session": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
+			cp.quotes = relayed{cp.TD}
+			return cp.issuer(t)
+		},
+		wantErr: "REPORT_DATA does not bind this session",
+	},
+	"gcp-tdx: a platform under another root": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
+			td := *cp.TD
+			td.PKI = tdxtest.NewPKI(t, time.Now())
+			cp.TD = &td
+			return cp.issuer(t)
+		},
+		wantErr: "does not end in a trusted root",
+	},
+	"gcp-tdx: a command line from the boot loader in PCR 12": {
+		service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
+			extendUnlogged(t, cp.Node, 12, "orrery.roothash=0123")
+			return cp.issuer(t)
+		},
+		wantErr: "PCR 12",
+	},
+}
+
 // A TDX node holds its join service to a TD quote of its own firmware
 // and boot chain: the host controls the vTPM and the platform CA the node
 // trusts, so a vTPM that shows the right PCRs under that CA proves
 // nothing on its own. A refused service gets no request.
 func TestTDXNodeHoldsItsJoinServiceToATDQuote(t *testing.T) {
-	for name, tc := range map[string]struct {
-		// service makes the control plane's issuer; cp runs the image
-		// the node runs, locked to a cluster.
-		service func(t *testing.T, cp *tdxNode) attestation.Issuer
-		wantErr string
-	}{
-		"gcp-tdx: the node's own MRTD and boot chain": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer { return cp.issuer(t) },
-		},
-		"gcp-tdx: another machine shape (RTMR0) and run-time events (RTMR3)": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
-				cp.TD.RTMR[0], cp.TD.RTMR[3] = bytes.Repeat([]byte{1}, 48), bytes.Repeat([]byte{2}, 48)
-				return cp.issuer(t)
-			},
-		},
-		"qemu-vtpm: AK under the node's platform CA and PCRs equal": {
-			service: func(_ *testing.T, cp *tdxNode) attestation.Issuer { return cp.Issuer },
-			wantErr: "attested as qemu-vtpm, which this side does not accept",
-		},
-		"gcp-tdx without a TD quote": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
-				iss, err := gcp.NewTDXIssuer(gcp.IssuerConfig{OpenTPM: cp.TPM.Open, MeasurementLog: cp.Log,
-					OpenTEE: func() (client.TEEDevice, error) { return noQuote{}, nil }})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return iss
-			},
-			wantErr: "carries no TDX quote",
-		},
-		"gcp-tdx: other firmware (MRTD)": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
-				cp.TD.MRTD = bytes.Repeat([]byte{0xab}, 48)
-				return cp.issuer(t)
-			},
-			wantErr: "mrtd is abab",
-		},
-		"gcp-tdx: another boot loader (RTMR1)": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
-				cp.TD.RTMR[1] = bytes.Repeat([]byte{0xab}, 48)
-				return cp.issuer(t)
-			},
-			wantErr: "rtmr1 is abab",
-		},
-		"gcp-tdx: a debug TD": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
-				cp.TD.TDAttributes[0] |= 1
-				return cp.issuer(t)
-			},
-			wantErr: "tdAttributes.DEBUG",
-		},
-		"gcp-tdx: a quote of another session": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
-				cp.quotes = relayed{cp.TD}
-				return cp.issuer(t)
-			},
-			wantErr: "REPORT_DATA does not bind this session",
-		},
-		"gcp-tdx: a platform under another root": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
-				td := *cp.TD
-				td.PKI = tdxtest.NewPKI(t, time.Now())
-				cp.TD = &td
-				return cp.issuer(t)
-			},
-			wantErr: "does not end in a trusted root",
-		},
-		"gcp-tdx: a command line from the boot loader in PCR 12": {
-			service: func(t *testing.T, cp *tdxNode) attestation.Issuer {
-				extendUnlogged(t, cp.Node, 12, "orrery.roothash=0123")
-				return cp.issuer(t)
-			},
-			wantErr: "PCR 12",
-		},
-	} {
+	for name, tc := range tdxJoinServiceCases {
 		t.Run(name, func(t *testing.T) {
 			ca, err := platformca.New("test platform CA")
 			if err != nil {

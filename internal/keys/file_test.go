@@ -169,80 +169,82 @@ func TestWriteMasterSecretFileErrors(t *testing.T) {
 	}
 }
 
+const validMasterSecretJSON = `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="}`
+
+var readMasterSecretFileCases = map[string]struct {
+	content string
+	mode    os.FileMode
+	unix    bool // the case relies on Unix permission bits
+	wantErr string
+}{
+	"valid": {content: validMasterSecretJSON, mode: 0o600},
+	"valid, read-only": {
+		content: validMasterSecretJSON, mode: 0o400,
+	},
+	"valid, surrounding whitespace": {
+		content: "\n  " + validMasterSecretJSON + "\n\n", mode: 0o600,
+	},
+	"empty": {
+		content: "", mode: 0o600, wantErr: "file is empty",
+	},
+	"only whitespace": {
+		content: " \n\t", mode: 0o600, wantErr: "file is empty",
+	},
+	"truncated": {
+		content: validMasterSecretJSON[:len(validMasterSecretJSON)/2], mode: 0o600, wantErr: "truncated or corrupted",
+	},
+	"garbage": {
+		content: "\x00\x01binary\xff", mode: 0o600, wantErr: "truncated or corrupted",
+	},
+	"JSON array": {
+		content: "[1,2]", mode: 0o600, wantErr: "truncated or corrupted",
+	},
+	"JSON null": {
+		content: "null", mode: 0o600, wantErr: "master key has 0 bytes",
+	},
+	"unknown field": {
+		content: `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=","pepper":"x"}`,
+		mode:    0o600, wantErr: `unknown field "pepper"`,
+	},
+	"trailing data": {
+		content: validMasterSecretJSON + validMasterSecretJSON, mode: 0o600, wantErr: "unexpected data after the JSON object",
+	},
+	"bad base64": {
+		content: `{"key":"!!!","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="}`,
+		mode:    0o600, wantErr: "illegal base64",
+	},
+	"short key": {
+		content: `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHg==","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="}`,
+		mode:    0o600, wantErr: "master key has 31 bytes, want 32",
+	},
+	"long salt": {
+		content: `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj9A"}`,
+		mode:    0o600, wantErr: "master salt has 33 bytes, want 32",
+	},
+	"missing salt": {
+		content: `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}`,
+		mode:    0o600, wantErr: "master salt has 0 bytes, want 32",
+	},
+	"group readable": {
+		content: validMasterSecretJSON, mode: 0o640, unix: true,
+		wantErr: "is readable by others (mode 0640): chmod 600 it",
+	},
+	"world readable": {
+		content: validMasterSecretJSON, mode: 0o644, unix: true,
+		wantErr: "is readable by others (mode 0644): chmod 600 it",
+	},
+	"group writable": {
+		content: validMasterSecretJSON, mode: 0o620, unix: true,
+		wantErr: "is accessible by others (mode 0620): chmod 600 it",
+	},
+	"too large": {
+		content: validMasterSecretJSON + strings.Repeat(" ", maxFileSize), mode: 0o600,
+		wantErr: "is larger than",
+	},
+}
+
 func TestReadMasterSecretFile(t *testing.T) {
-	const valid = `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="}`
-	testCases := map[string]struct {
-		content string
-		mode    os.FileMode
-		unix    bool // the case relies on Unix permission bits
-		wantErr string
-	}{
-		"valid": {content: valid, mode: 0o600},
-		"valid, read-only": {
-			content: valid, mode: 0o400,
-		},
-		"valid, surrounding whitespace": {
-			content: "\n  " + valid + "\n\n", mode: 0o600,
-		},
-		"empty": {
-			content: "", mode: 0o600, wantErr: "file is empty",
-		},
-		"only whitespace": {
-			content: " \n\t", mode: 0o600, wantErr: "file is empty",
-		},
-		"truncated": {
-			content: valid[:len(valid)/2], mode: 0o600, wantErr: "truncated or corrupted",
-		},
-		"garbage": {
-			content: "\x00\x01binary\xff", mode: 0o600, wantErr: "truncated or corrupted",
-		},
-		"JSON array": {
-			content: "[1,2]", mode: 0o600, wantErr: "truncated or corrupted",
-		},
-		"JSON null": {
-			content: "null", mode: 0o600, wantErr: "master key has 0 bytes",
-		},
-		"unknown field": {
-			content: `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=","pepper":"x"}`,
-			mode:    0o600, wantErr: `unknown field "pepper"`,
-		},
-		"trailing data": {
-			content: valid + valid, mode: 0o600, wantErr: "unexpected data after the JSON object",
-		},
-		"bad base64": {
-			content: `{"key":"!!!","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="}`,
-			mode:    0o600, wantErr: "illegal base64",
-		},
-		"short key": {
-			content: `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHg==","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="}`,
-			mode:    0o600, wantErr: "master key has 31 bytes, want 32",
-		},
-		"long salt": {
-			content: `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=","salt":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj9A"}`,
-			mode:    0o600, wantErr: "master salt has 33 bytes, want 32",
-		},
-		"missing salt": {
-			content: `{"key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}`,
-			mode:    0o600, wantErr: "master salt has 0 bytes, want 32",
-		},
-		"group readable": {
-			content: valid, mode: 0o640, unix: true,
-			wantErr: "is readable by others (mode 0640): chmod 600 it",
-		},
-		"world readable": {
-			content: valid, mode: 0o644, unix: true,
-			wantErr: "is readable by others (mode 0644): chmod 600 it",
-		},
-		"group writable": {
-			content: valid, mode: 0o620, unix: true,
-			wantErr: "is accessible by others (mode 0620): chmod 600 it",
-		},
-		"too large": {
-			content: valid + strings.Repeat(" ", maxFileSize), mode: 0o600,
-			wantErr: "is larger than",
-		},
-	}
-	for name, tc := range testCases {
+	for name, tc := range readMasterSecretFileCases {
 		t.Run(name, func(t *testing.T) {
 			if tc.unix && runtime.GOOS == "windows" {
 				t.Skip("needs Unix permission bits")

@@ -28,90 +28,94 @@ func fixed(status int, contentType, body string) http.Handler {
 	})
 }
 
+const (
+	jsonType = "application/json"
+	goodSelf = `{"name":"cp-0","role":"control-plane","ip":"10.42.0.10"}`
+)
+
+var badAnswerCases = map[string]struct {
+	h       http.Handler
+	call    func(context.Context, *Client) error
+	wantErr string
+}{
+	"HTML error page": {
+		h:       fixed(502, "text/html", "<html><body>Bad Gateway\x00\x01</body></html>"),
+		call:    callSelf,
+		wantErr: `502 Bad Gateway: "<html><body>Bad Gateway  </body></html>"`,
+	},
+	"long error body is cut": {
+		h:       fixed(500, "text/plain", strings.Repeat("e", 1000)),
+		call:    callSelf,
+		wantErr: strings.Repeat("e", 200) + `..."`,
+	},
+	"wrong content type": {
+		h:       fixed(200, "text/html", goodSelf),
+		call:    callSelf,
+		wantErr: `content type "text/html"`,
+	},
+	"no content type": {
+		h:       fixed(200, "", goodSelf),
+		call:    callSelf,
+		wantErr: "want application/json",
+	},
+	"content type with charset": {
+		h:    fixed(200, "application/json; charset=utf-8", goodSelf),
+		call: callSelf,
+	},
+	"answer over 1 MiB": {
+		h:       fixed(200, jsonType, `{"name":"`+strings.Repeat("a", maxResponse)+`"}`),
+		call:    callSelf,
+		wantErr: "larger than 1048576 bytes",
+	},
+	"not JSON": {
+		h:       fixed(200, jsonType, "name=cp-0"),
+		call:    callSelf,
+		wantErr: "decode metadata /self",
+	},
+	"trailing data": {
+		h:       fixed(200, jsonType, goodSelf+`{}`),
+		call:    callSelf,
+		wantErr: "trailing data",
+	},
+	"bad role": {
+		h:       fixed(200, jsonType, `{"name":"cp-0","role":"admin","ip":"10.42.0.10"}`),
+		call:    callSelf,
+		wantErr: "invalid role",
+	},
+	"missing ip": {
+		h:       fixed(200, jsonType, `{"name":"cp-0","role":"worker"}`),
+		call:    callSelf,
+		wantErr: "invalid address",
+	},
+	"duplicate peers": {
+		h:       fixed(200, jsonType, "["+goodSelf+","+goodSelf+"]"),
+		call:    callPeers,
+		wantErr: "appears twice",
+	},
+	"null peers": {
+		h:       fixed(200, jsonType, "null"),
+		call:    callPeers,
+		wantErr: "no peer list",
+	},
+	"endpoint without port": {
+		h:       fixed(200, jsonType, `{"endpoint":"10.42.0.10"}`),
+		call:    callEndpoint,
+		wantErr: "invalid endpoint",
+	},
+	"endpoint port zero": {
+		h:       fixed(200, jsonType, `{"endpoint":"10.42.0.10:0"}`),
+		call:    callEndpoint,
+		wantErr: "invalid endpoint",
+	},
+	"hash not bcrypt": {
+		h:       fixed(200, jsonType, `{"hash":"secret"}`),
+		call:    callHash,
+		wantErr: "not a bcrypt hash",
+	},
+}
+
 func TestClientBadAnswers(t *testing.T) {
-	const js = "application/json"
-	goodSelf := `{"name":"cp-0","role":"control-plane","ip":"10.42.0.10"}`
-	tests := map[string]struct {
-		h       http.Handler
-		call    func(context.Context, *Client) error
-		wantErr string
-	}{
-		"HTML error page": {
-			h:       fixed(502, "text/html", "<html><body>Bad Gateway\x00\x01</body></html>"),
-			call:    callSelf,
-			wantErr: `502 Bad Gateway: "<html><body>Bad Gateway  </body></html>"`,
-		},
-		"long error body is cut": {
-			h:       fixed(500, "text/plain", strings.Repeat("e", 1000)),
-			call:    callSelf,
-			wantErr: strings.Repeat("e", 200) + `..."`,
-		},
-		"wrong content type": {
-			h:       fixed(200, "text/html", goodSelf),
-			call:    callSelf,
-			wantErr: `content type "text/html"`,
-		},
-		"no content type": {
-			h:       fixed(200, "", goodSelf),
-			call:    callSelf,
-			wantErr: "want application/json",
-		},
-		"content type with charset": {
-			h:    fixed(200, "application/json; charset=utf-8", goodSelf),
-			call: callSelf,
-		},
-		"answer over 1 MiB": {
-			h:       fixed(200, js, `{"name":"`+strings.Repeat("a", maxResponse)+`"}`),
-			call:    callSelf,
-			wantErr: "larger than 1048576 bytes",
-		},
-		"not JSON": {
-			h:       fixed(200, js, "name=cp-0"),
-			call:    callSelf,
-			wantErr: "decode metadata /self",
-		},
-		"trailing data": {
-			h:       fixed(200, js, goodSelf+`{}`),
-			call:    callSelf,
-			wantErr: "trailing data",
-		},
-		"bad role": {
-			h:       fixed(200, js, `{"name":"cp-0","role":"admin","ip":"10.42.0.10"}`),
-			call:    callSelf,
-			wantErr: "invalid role",
-		},
-		"missing ip": {
-			h:       fixed(200, js, `{"name":"cp-0","role":"worker"}`),
-			call:    callSelf,
-			wantErr: "invalid address",
-		},
-		"duplicate peers": {
-			h:       fixed(200, js, "["+goodSelf+","+goodSelf+"]"),
-			call:    callPeers,
-			wantErr: "appears twice",
-		},
-		"null peers": {
-			h:       fixed(200, js, "null"),
-			call:    callPeers,
-			wantErr: "no peer list",
-		},
-		"endpoint without port": {
-			h:       fixed(200, js, `{"endpoint":"10.42.0.10"}`),
-			call:    callEndpoint,
-			wantErr: "invalid endpoint",
-		},
-		"endpoint port zero": {
-			h:       fixed(200, js, `{"endpoint":"10.42.0.10:0"}`),
-			call:    callEndpoint,
-			wantErr: "invalid endpoint",
-		},
-		"hash not bcrypt": {
-			h:       fixed(200, js, `{"hash":"secret"}`),
-			call:    callHash,
-			wantErr: "not a bcrypt hash",
-		},
-	}
-	for name, tc := range tests {
+	for name, tc := range badAnswerCases {
 		t.Run(name, func(t *testing.T) {
 			c := newTestClient(t, tc.h)
 			err := tc.call(t.Context(), c)

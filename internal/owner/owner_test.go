@@ -140,6 +140,13 @@ func TestInitReportsStepsAndKeepsTheOwnersFiles(t *testing.T) {
 		t.Error("a retry generated another master secret")
 	}
 
+	checkRefusesAnotherClusterInTheWorkspace(t, ctx, node, addr, n, ws)
+}
+
+// checkRefusesAnotherClusterInTheWorkspace runs init of another cluster
+// in ws, where node's cluster was initialised with two requests.
+func checkRefusesAnotherClusterInTheWorkspace(t *testing.T, ctx context.Context, node *ownertest.Node, addr string, n *qemutest.Node, ws workspace.Dir) {
+	t.Helper()
 	// Another node, from the same workspace, is refused before anything
 	// is sent: two clusters must not share a master secret.
 	other := initConfig(t, addr, n, ws, &events{})

@@ -42,18 +42,7 @@ func writePods(t *testing.T, dir string, pods map[string][]byte) {
 func TestStaticPodsAreRewrittenWhole(t *testing.T) {
 	tool := staticPodTool(t)
 	var out bytes.Buffer
-	want, err := tool.StaticPods(context.Background(), cp0, &out)
-	if err != nil {
-		t.Fatalf("StaticPods: %v\n%s", err, out.String())
-	}
-	if !bytes.Contains(want["kube-apiserver"], []byte("--advertise-address=10.42.1.100")) ||
-		!bytes.Contains(want["etcd"], []byte("--heartbeat-interval="+etcdHeartbeatMillis)) ||
-		!bytes.Contains(want["kube-apiserver"], []byte(apiServerLivenessPath)) {
-		t.Fatalf("kubeadm's static pods lack Orrery's configuration or its patches:\n%s\n%s", want["kube-apiserver"], want["etcd"])
-	}
-	if entries, _ := os.ReadDir(tool.ConfigDir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "static-pods-") }) {
-		t.Errorf("StaticPods left its directory behind: %v", entries)
-	}
+	want := cp0StaticPods(t, tool, &out)
 
 	kept := t.TempDir()
 	writePods(t, kept, want)
@@ -105,18 +94,45 @@ func TestStaticPodsAreRewrittenWhole(t *testing.T) {
 		t.Error("RewriteStaticPods wrote a pod that was not there")
 	}
 
-	// A control plane's kubeadm join starts kubelet before it writes
-	// etcd's pod: the others are still checked, and no etcd is made.
+	checkRewriteWithoutEtcdPod(t, tool, kept, planted, &out)
+}
+
+// cp0StaticPods are the static pods kubeadm writes for cp0, with Orrery's
+// configuration and patches.
+func cp0StaticPods(t *testing.T, tool *Tool, out *bytes.Buffer) map[string][]byte {
+	t.Helper()
+	want, err := tool.StaticPods(context.Background(), cp0, out)
+	if err != nil {
+		t.Fatalf("StaticPods: %v\n%s", err, out.String())
+	}
+	if !bytes.Contains(want["kube-apiserver"], []byte("--advertise-address=10.42.1.100")) ||
+		!bytes.Contains(want["etcd"], []byte("--heartbeat-interval="+etcdHeartbeatMillis)) ||
+		!bytes.Contains(want["kube-apiserver"], []byte(apiServerLivenessPath)) {
+		t.Fatalf("kubeadm's static pods lack Orrery's configuration or its patches:\n%s\n%s", want["kube-apiserver"], want["etcd"])
+	}
+	if entries, _ := os.ReadDir(tool.ConfigDir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "static-pods-") }) {
+		t.Errorf("StaticPods left its directory behind: %v", entries)
+	}
+	return want
+}
+
+// A control plane's kubeadm join starts kubelet before it writes
+// etcd's pod: the others are still checked, and no etcd is made.
+func checkRewriteWithoutEtcdPod(t *testing.T, tool *Tool, kept string, planted map[string][]byte, out *bytes.Buffer) {
+	t.Helper()
 	os.Remove(filepath.Join(kept, "etcd.yaml"))
 	writePods(t, kept, planted)
 	os.Remove(filepath.Join(kept, "etcd.yaml"))
-	if p, err = KeptSettings(kept); err != nil || p.NodeName != "" {
+	p, err := KeptSettings(kept)
+	if err != nil || p.NodeName != "" {
 		t.Fatalf("KeptSettings without etcd's pod: %+v, %v", p, err)
 	}
-	if again, err = tool.StaticPods(context.Background(), p, &out); err != nil {
+	again, err := tool.StaticPods(context.Background(), p, out)
+	if err != nil {
 		t.Fatalf("StaticPods without a node name: %v", err)
 	}
-	if rewrote, err = RewriteStaticPods(kept, again); err != nil || !slices.Equal(rewrote, []string{"kube-apiserver"}) {
+	rewrote, err := RewriteStaticPods(kept, again)
+	if err != nil || !slices.Equal(rewrote, []string{"kube-apiserver"}) {
 		t.Fatalf("RewriteStaticPods without etcd's pod rewrote %v, %v; want kube-apiserver", rewrote, err)
 	}
 	if _, err := os.Stat(filepath.Join(kept, "etcd.yaml")); err == nil {

@@ -38,6 +38,40 @@ func TestMiniUpStatusDown(t *testing.T) {
 	up := []string{"mini", "up", "--mini-dir", dir, "--workers", "1", "--cpus", "1", "--memory", "256",
 		"--state-disk-size", "64", "--kernel", kernel, "--initrd", initrd, "--cmdline", "console=ttyS0 panic=-1",
 		"--netns", ns, "--shutdown-timeout", "500ms"}
+	checkMiniUp(t, run, dir, up)
+
+	// More memory than this machine has: the running cloud must be named
+	// before what the new one would lack.
+	code, _, errOut := run("mini", "up", "--mini-dir", dir, "--kernel", kernel, "--initrd", initrd, "--netns", ns, "--memory", "1000000")
+	if code == 0 || !strings.Contains(errOut, "is running") {
+		t.Errorf("second mini up: exit %d, stderr %q; want a refusal", code, errOut)
+	}
+
+	checkMiniStatus(t, run, dir)
+
+	stopStart(t, run, dir, up)
+
+	st, err := cloud.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSessionPriority(t, st)
+	checkMiniDown(t, run, dir, ns, st)
+
+	// The logs left behind do not stand in the way of the next cloud.
+	code, out, errOut := run(up...)
+	if code != 0 || !strings.Contains(out, "The local cloud runs") {
+		t.Fatalf("mini up after down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if code, out, errOut = run("mini", "down", "--mini-dir", dir, "--yes"); code != 0 {
+		t.Errorf("second mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
+// checkMiniUp brings the cloud in dir up with the arguments up and checks
+// what it reports and writes.
+func checkMiniUp(t *testing.T, run func(...string) (int, string, string), dir string, up []string) {
+	t.Helper()
 	code, out, errOut := run(up...)
 	if code != 0 {
 		t.Fatalf("mini up: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
@@ -53,15 +87,13 @@ func TestMiniUpStatusDown(t *testing.T) {
 			t.Errorf("mini up did not write %s: %v", f, err)
 		}
 	}
+}
 
-	// More memory than this machine has: the running cloud must be named
-	// before what the new one would lack.
-	code, _, errOut = run("mini", "up", "--mini-dir", dir, "--kernel", kernel, "--initrd", initrd, "--netns", ns, "--memory", "1000000")
-	if code == 0 || !strings.Contains(errOut, "is running") {
-		t.Errorf("second mini up: exit %d, stderr %q; want a refusal", code, errOut)
-	}
-
-	code, out, _ = run("mini", "status", "--mini-dir", dir)
+// checkMiniStatus checks 'mini status' of the running cloud in dir, in
+// each output format.
+func checkMiniStatus(t *testing.T, run func(...string) (int, string, string), dir string) {
+	t.Helper()
+	code, out, _ := run("mini", "status", "--mini-dir", dir)
 	if code != 0 || strings.Count(out, "running") != 2 || !strings.Contains(out, "tcg") {
 		t.Errorf("mini status: exit %d:\n%s", code, out)
 	}
@@ -72,16 +104,15 @@ func TestMiniUpStatusDown(t *testing.T) {
 	if code, out, _ = run("mini", "status", "--mini-dir", dir, "-o", "jsonpath={.nodes[*].ip}"); code != 0 || strings.TrimSpace(out) != "10.42.1.100 10.42.2.100" {
 		t.Errorf("mini status -o jsonpath: exit %d: %q", code, out)
 	}
+}
 
-	stopStart(t, run, dir, up)
-
-	st, err := cloud.ReadState(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkSessionPriority(t, st)
+// checkMiniDown takes the cloud in dir, whose state was st, down: only
+// with --yes, and then it leaves no process, namespace ns, nor anything
+// but the logs and the platform CA behind.
+func checkMiniDown(t *testing.T, run func(...string) (int, string, string), dir, ns string, st cloud.State) {
+	t.Helper()
 	// Without --yes and with no one to answer, nothing is deleted.
-	code, out, errOut = run("mini", "down", "--mini-dir", dir)
+	code, out, errOut := run("mini", "down", "--mini-dir", dir)
 	if code == 0 || !strings.Contains(errOut, "pass --yes") || !strings.Contains(out, "Delete the VMs cp-0, worker-0") {
 		t.Fatalf("mini down without --yes: exit %d\nstdout: %s\nstderr: %s; want a question and a refusal", code, out, errOut)
 	}
@@ -94,6 +125,21 @@ func TestMiniUpStatusDown(t *testing.T) {
 		t.Fatalf("mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	t.Logf("mini down took %s", time.Since(start).Round(time.Millisecond))
+	checkLeftAfterDown(t, dir, ns, st)
+	code, out, _ = run("mini", "down", "--mini-dir", dir, "--yes")
+	if code != 0 || !strings.Contains(out, "nothing to do") {
+		t.Errorf("second mini down: exit %d: %s", code, out)
+	}
+	code, _, errOut = run("mini", "status", "--mini-dir", dir)
+	if code == 0 || !strings.Contains(errOut, "no local cloud") {
+		t.Errorf("status after down: exit %d: %s", code, errOut)
+	}
+}
+
+// checkLeftAfterDown checks what 'mini down' of the cloud in dir, whose
+// state was st, left behind.
+func checkLeftAfterDown(t *testing.T, dir, ns string, st cloud.State) {
+	t.Helper()
 	for _, n := range st.Nodes {
 		if pids := cloud.ProcessesUsing(n.Dir); len(pids) > 0 {
 			t.Errorf("processes %v of %s survive mini down", pids, n.Name)
@@ -120,23 +166,6 @@ func TestMiniUpStatusDown(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, cloud.PlatformCACert)); err != nil {
 		t.Errorf("mini down removed the platform CA: %v", err)
-	}
-	code, out, _ = run("mini", "down", "--mini-dir", dir, "--yes")
-	if code != 0 || !strings.Contains(out, "nothing to do") {
-		t.Errorf("second mini down: exit %d: %s", code, out)
-	}
-	code, _, errOut = run("mini", "status", "--mini-dir", dir)
-	if code == 0 || !strings.Contains(errOut, "no local cloud") {
-		t.Errorf("status after down: exit %d: %s", code, errOut)
-	}
-
-	// The logs left behind do not stand in the way of the next cloud.
-	code, out, errOut = run(up...)
-	if code != 0 || !strings.Contains(out, "The local cloud runs") {
-		t.Fatalf("mini up after down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
-	}
-	if code, out, errOut = run("mini", "down", "--mini-dir", dir, "--yes"); code != 0 {
-		t.Errorf("second mini down: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
 

@@ -105,35 +105,7 @@ func TestUpgradeCommands(t *testing.T) {
 		t.Fatalf("check: exit %d, %+v: %s%s", code, r, out, errOut)
 	}
 
-	// A new image: shown, asked about, and not applied without a yes.
-	newPath, newSet := writeSet(t, 2, false)
-	out, errOut, code = run(t, "n\n", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath)
-	if code != 0 || !strings.Contains(out, "orrery-services: accept image "+newSet.Name) || !strings.Contains(out, "Nothing was changed") {
-		t.Fatalf("declined: exit %d: %s%s", code, out, errOut)
-	}
-	_, errOut, code = run(t, "", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath)
-	if code == 0 || !strings.Contains(errOut, "pass --yes") {
-		t.Fatalf("no answer on stdin: exit %d: %s", code, errOut)
-	}
-	out, _, code = run(t, "", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath, "--dry-run")
-	if code != 0 || !strings.Contains(out, "Dry run: nothing was changed") {
-		t.Fatalf("dry run: exit %d: %s", code, out)
-	}
-	if _, err := os.Stat(backups); err == nil {
-		t.Error("a run that changed nothing made the backup folder")
-	}
-	out, _, _ = run(t, "", "upgrade", "check", "--kubeconfig", kubeconfig, "--measurements", newPath)
-	if !strings.Contains(out, "which the cluster does not accept") {
-		t.Errorf("check of the new image's measurements:\n%s", out)
-	}
-	// Several images at once, in the order given.
-	oldPath, _ := writeSet(t, 1, false)
-	out, errOut, code = run(t, "", "upgrade", "check", "--kubeconfig", kubeconfig, "--measurements", newPath, "--measurements", oldPath, "-o", "json")
-	r = upgrade.Report{}
-	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || len(r.Measurements) != 2 ||
-		r.Measurements[0] != (upgrade.MeasurementsReport{Set: newSet.Name}) || r.Measurements[1] != (upgrade.MeasurementsReport{Set: initSet.Name, Accepted: true}) {
-		t.Errorf("check of two images: exit %d, %+v: %s%s", code, r.Measurements, out, errOut)
-	}
+	checkNewImageNotApplied(t, kubeconfig, backups, initSet)
 
 	// Measurements that enforce nothing are refused before the cluster is
 	// asked anything.
@@ -142,35 +114,7 @@ func TestUpgradeCommands(t *testing.T) {
 		t.Errorf("warnOnly measurements: exit %d: %s", code, errOut)
 	}
 
-	// The approved control planes, through the real API server, in the
-	// ConfigMap bootstrapperd writes at init.
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = kubernetes.NewForConfigOrDie(rc).CoreV1().ConfigMaps(controlplanes.Namespace).Create(context.Background(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: controlplanes.ConfigMapName, Namespace: controlplanes.Namespace},
-		Data:       map[string]string{controlplanes.Key: "1111\n"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, errOut, code := run(t, "", "control-plane", "approve", "7264511298031765023", "--kubeconfig", kubeconfig); code != 0 {
-		t.Fatalf("control-plane approve: exit %d: %s%s", code, out, errOut)
-	}
-	out, errOut, code = run(t, "", "control-plane", "list", "--kubeconfig", kubeconfig, "-o", "jsonpath={.instanceIDs}")
-	if code != 0 || !strings.Contains(out, "7264511298031765023") {
-		t.Fatalf("control-plane list after approve: exit %d: %s%s", code, out, errOut)
-	}
-	if out, errOut, code := run(t, "", "control-plane", "revoke", "7264511298031765023", "--kubeconfig", kubeconfig); code != 0 || !strings.Contains(out, "Revoked") {
-		t.Fatalf("control-plane revoke: exit %d: %s%s", code, out, errOut)
-	}
-	if out, _, _ := run(t, "", "control-plane", "list", "--kubeconfig", kubeconfig); strings.Contains(out, "7264511298031765023") {
-		t.Fatalf("control-plane list after revoke still lists it:\n%s", out)
-	}
-	if _, errOut, code := run(t, "", "control-plane", "revoke", "7264511298031765023", "--kubeconfig", kubeconfig); code == 0 || !strings.Contains(errOut, "is not an approved control plane") {
-		t.Fatalf("revoking it again: exit %d: %s", code, errOut)
-	}
+	checkControlPlaneApproval(t, kubeconfig)
 
 	// Every data-printing command's YAML is its JSON.
 	runArgs := func(args ...string) (string, string, int) { return run(t, "", args...) }
@@ -192,6 +136,76 @@ func TestUpgradeCommands(t *testing.T) {
 		if rel.Name == "orrery-services" && (rel.Healthy || !strings.Contains(strings.Join(rel.Problems, ";"), "DaemonSet kube-system/orrery-joinservice: 0 of 0 ready")) {
 			t.Errorf("orrery-services without running pods: %+v", rel)
 		}
+	}
+}
+
+// checkNewImageNotApplied offers the cluster at kubeconfig, installed
+// with initSet, a new image that is shown and checked but never applied.
+func checkNewImageNotApplied(t *testing.T, kubeconfig, backups string, initSet measurementset.Set) {
+	t.Helper()
+	// A new image: shown, asked about, and not applied without a yes.
+	newPath, newSet := writeSet(t, 2, false)
+	out, errOut, code := run(t, "n\n", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath)
+	if code != 0 || !strings.Contains(out, "orrery-services: accept image "+newSet.Name) || !strings.Contains(out, "Nothing was changed") {
+		t.Fatalf("declined: exit %d: %s%s", code, out, errOut)
+	}
+	_, errOut, code = run(t, "", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath)
+	if code == 0 || !strings.Contains(errOut, "pass --yes") {
+		t.Fatalf("no answer on stdin: exit %d: %s", code, errOut)
+	}
+	out, _, code = run(t, "", "upgrade", "apply", "--kubeconfig", kubeconfig, "--backup-dir", backups, "--measurements", newPath, "--dry-run")
+	if code != 0 || !strings.Contains(out, "Dry run: nothing was changed") {
+		t.Fatalf("dry run: exit %d: %s", code, out)
+	}
+	if _, err := os.Stat(backups); err == nil {
+		t.Error("a run that changed nothing made the backup folder")
+	}
+	out, _, _ = run(t, "", "upgrade", "check", "--kubeconfig", kubeconfig, "--measurements", newPath)
+	if !strings.Contains(out, "which the cluster does not accept") {
+		t.Errorf("check of the new image's measurements:\n%s", out)
+	}
+	// Several images at once, in the order given.
+	oldPath, _ := writeSet(t, 1, false)
+	out, errOut, code = run(t, "", "upgrade", "check", "--kubeconfig", kubeconfig, "--measurements", newPath, "--measurements", oldPath, "-o", "json")
+	var r upgrade.Report
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || len(r.Measurements) != 2 ||
+		r.Measurements[0] != (upgrade.MeasurementsReport{Set: newSet.Name}) || r.Measurements[1] != (upgrade.MeasurementsReport{Set: initSet.Name, Accepted: true}) {
+		t.Errorf("check of two images: exit %d, %+v: %s%s", code, r.Measurements, out, errOut)
+	}
+}
+
+// checkControlPlaneApproval approves and revokes a control plane in the
+// cluster at kubeconfig.
+func checkControlPlaneApproval(t *testing.T, kubeconfig string) {
+	t.Helper()
+	// The approved control planes, through the real API server, in the
+	// ConfigMap bootstrapperd writes at init.
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kubernetes.NewForConfigOrDie(rc).CoreV1().ConfigMaps(controlplanes.Namespace).Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: controlplanes.ConfigMapName, Namespace: controlplanes.Namespace},
+		Data:       map[string]string{controlplanes.Key: "1111\n"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := run(t, "", "control-plane", "approve", "7264511298031765023", "--kubeconfig", kubeconfig); code != 0 {
+		t.Fatalf("control-plane approve: exit %d: %s%s", code, out, errOut)
+	}
+	out, errOut, code := run(t, "", "control-plane", "list", "--kubeconfig", kubeconfig, "-o", "jsonpath={.instanceIDs}")
+	if code != 0 || !strings.Contains(out, "7264511298031765023") {
+		t.Fatalf("control-plane list after approve: exit %d: %s%s", code, out, errOut)
+	}
+	if out, errOut, code := run(t, "", "control-plane", "revoke", "7264511298031765023", "--kubeconfig", kubeconfig); code != 0 || !strings.Contains(out, "Revoked") {
+		t.Fatalf("control-plane revoke: exit %d: %s%s", code, out, errOut)
+	}
+	if out, _, _ := run(t, "", "control-plane", "list", "--kubeconfig", kubeconfig); strings.Contains(out, "7264511298031765023") {
+		t.Fatalf("control-plane list after revoke still lists it:\n%s", out)
+	}
+	if _, errOut, code := run(t, "", "control-plane", "revoke", "7264511298031765023", "--kubeconfig", kubeconfig); code == 0 || !strings.Contains(errOut, "is not an approved control plane") {
+		t.Fatalf("revoking it again: exit %d: %s", code, errOut)
 	}
 }
 

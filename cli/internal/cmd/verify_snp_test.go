@@ -32,23 +32,10 @@ import (
 // or with measurements that expect a plain vTPM node, it refuses.
 func TestVerifySEVSNP(t *testing.T) {
 	n := qemutest.NewNode(t).Boot(t, "kernel", "uki")
-	chip, err := snpsim.NewChip(snpsim.Config{Keys: test.DefaultAmdKeys(), Now: time.Now().Add(-time.Hour), TCB: kds.TCBParts{BlSpl: 4, SnpSpl: 22, UcodeSpl: 213}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var guest snpsim.Guest
 	guest.Measurement[0] = 0x5e
 	guest.Policy = abi.SnpPolicy{SMT: true}
-	iss, err := gcp.NewSEVSNPIssuer(gcp.IssuerConfig{OpenTPM: n.TPM.Open, MeasurementLog: n.Log,
-		OpenTEE: func() (client.TEEDevice, error) {
-			return &client.SevSnpQuoteProvider{QuoteProvider: snp.QuoteProvider{GetReport: func(d [64]byte) ([]byte, error) {
-				return chip.ExtendedReport(guest, d)
-			}}}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := atlstest.Serve(t, atls.Config{Issuer: iss}, func(*grpc.Server) {})
+	addr, chip := serveSNPNode(t, n, guest)
 
 	dir := t.TempDir()
 	quoted := n.PCRs(t)
@@ -115,4 +102,24 @@ func TestVerifySEVSNP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serveSNPNode serves aTLS as node n on a simulated SEV-SNP chip that
+// reports guest, and returns the server's address and the chip.
+func serveSNPNode(t *testing.T, n *qemutest.Node, guest snpsim.Guest) (string, *snpsim.Chip) {
+	t.Helper()
+	chip, err := snpsim.NewChip(snpsim.Config{Keys: test.DefaultAmdKeys(), Now: time.Now().Add(-time.Hour), TCB: kds.TCBParts{BlSpl: 4, SnpSpl: 22, UcodeSpl: 213}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := gcp.NewSEVSNPIssuer(gcp.IssuerConfig{OpenTPM: n.TPM.Open, MeasurementLog: n.Log,
+		OpenTEE: func() (client.TEEDevice, error) {
+			return &client.SevSnpQuoteProvider{QuoteProvider: snp.QuoteProvider{GetReport: func(d [64]byte) ([]byte, error) {
+				return chip.ExtendedReport(guest, d)
+			}}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return atlstest.Serve(t, atls.Config{Issuer: iss}, func(*grpc.Server) {}), chip
 }

@@ -28,6 +28,67 @@ import (
 // cluster of the same image (which would accept any generation: its
 // record is its own) is never asked.
 func TestThroughTheJoinService(t *testing.T) {
+	own, node := dialOwnCluster(t)
+	path := filepath.Join(t.TempDir(), "var/lib/orrery/disk-generation")
+	var console syncbuffer.Buffer
+	check := func(first string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c := &Checker{JoinService: own, DiskUUID: uuid, Path: path, First: first, Retry: time.Millisecond, MaxRetry: time.Millisecond,
+			Say: func(format string, args ...any) {
+				fmt.Fprintf(&console, format+"\n", args...)
+				if strings.Contains(fmt.Sprintf(format, args...), "not recorded yet") {
+					cancel() // one failed round is enough to see
+				}
+			}}
+		return c.Run(ctx)
+	}
+
+	for want := uint64(1); want <= 2; want++ {
+		if err := check(cp0); err != nil {
+			t.Fatalf("rejoin %d: %v", want, err)
+		}
+		if got, err := Read(path); got != want || err != nil {
+			t.Fatalf("after rejoin %d the disk holds %d, %v", want, got, err)
+		}
+	}
+	// The host swaps in the copy it took before the second rejoin.
+	if err := Write(path, 1); err != nil {
+		t.Fatal(err)
+	}
+	err := check(cp0)
+	var older *OlderDiskError
+	if !errors.As(err, &older) {
+		t.Fatalf("an older copy: err = %v, want an OlderDiskError", err)
+	}
+	for _, want := range []string{"presents generation 1 but the cluster recorded 2: it is an older copy of the disk", "orrery node remove " + node.Name, `"generation":1`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v\ndoes not say %q", err, want)
+		}
+	}
+	if got, _ := Read(path); got != 1 {
+		t.Errorf("the refused copy holds %d, want 1, untouched", got)
+	}
+
+	// Another cluster's join service, of the same image: the node does
+	// not believe it.
+	if err := check(cp1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("asking another cluster's join service: err = %v, want it never to answer", err)
+	}
+	if want := "PCR 15 locked to this node's own cluster"; !strings.Contains(console.String(), want) {
+		t.Errorf("console does not say %q:\n%s", want, console.String())
+	}
+	if got, _ := Read(path); got != 1 {
+		t.Errorf("the disk holds %d after another cluster's join service was asked, want 1", got)
+	}
+}
+
+// dialOwnCluster serves the join services of cp-0, of "this cluster", and
+// cp-1, of "another cluster" of the same image, on software TPMs, and
+// returns a node's dialer to the join services of its own cluster, "this
+// cluster", and the node's instance.
+func dialOwnCluster(t *testing.T) (*joinconn.Dialer, attestation.Instance) {
+	t.Helper()
 	ca, err := platformca.New("test platform CA")
 	if err != nil {
 		t.Fatal(err)
@@ -65,56 +126,5 @@ func TestThroughTheJoinService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "var/lib/orrery/disk-generation")
-	var console syncbuffer.Buffer
-	check := func(first string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c := &Checker{JoinService: own, DiskUUID: uuid, Path: path, First: first, Retry: time.Millisecond, MaxRetry: time.Millisecond,
-			Say: func(format string, args ...any) {
-				fmt.Fprintf(&console, format+"\n", args...)
-				if strings.Contains(fmt.Sprintf(format, args...), "not recorded yet") {
-					cancel() // one failed round is enough to see
-				}
-			}}
-		return c.Run(ctx)
-	}
-
-	for want := uint64(1); want <= 2; want++ {
-		if err := check(cp0); err != nil {
-			t.Fatalf("rejoin %d: %v", want, err)
-		}
-		if got, err := Read(path); got != want || err != nil {
-			t.Fatalf("after rejoin %d the disk holds %d, %v", want, got, err)
-		}
-	}
-	// The host swaps in the copy it took before the second rejoin.
-	if err := Write(path, 1); err != nil {
-		t.Fatal(err)
-	}
-	err = check(cp0)
-	var older *OlderDiskError
-	if !errors.As(err, &older) {
-		t.Fatalf("an older copy: err = %v, want an OlderDiskError", err)
-	}
-	for _, want := range []string{"presents generation 1 but the cluster recorded 2: it is an older copy of the disk", "orrery node remove " + node.Instance.Name, `"generation":1`} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%v\ndoes not say %q", err, want)
-		}
-	}
-	if got, _ := Read(path); got != 1 {
-		t.Errorf("the refused copy holds %d, want 1, untouched", got)
-	}
-
-	// Another cluster's join service, of the same image: the node does
-	// not believe it.
-	if err := check(cp1); !errors.Is(err, context.Canceled) {
-		t.Fatalf("asking another cluster's join service: err = %v, want it never to answer", err)
-	}
-	if want := "PCR 15 locked to this node's own cluster"; !strings.Contains(console.String(), want) {
-		t.Errorf("console does not say %q:\n%s", want, console.String())
-	}
-	if got, _ := Read(path); got != 1 {
-		t.Errorf("the disk holds %d after another cluster's join service was asked, want 1", got)
-	}
+	return own, node.Instance
 }

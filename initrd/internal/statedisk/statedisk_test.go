@@ -132,15 +132,18 @@ func TestIsBlank(t *testing.T) {
 	}
 }
 
-// prepareCases are TestPrepare's cases.
-var prepareCases = map[string]struct {
+// prepareCase is a case of TestPrepare.
+type prepareCase struct {
 	content  []byte
 	luks     fakeLUKS
 	wantErr  string
 	wantIs   error
 	wantKey  bool
 	wantMnts int
-}{
+}
+
+// prepareCases are TestPrepare's cases.
+var prepareCases = map[string]prepareCase{
 	"first boot":  {content: make([]byte, 2<<20), wantKey: true, wantMnts: 5},
 	"initialised": {content: make([]byte, 2<<20), luks: fakeLUKS{isLUKS: true, label: handoff.KeyedLabel}, wantIs: ErrInitialised},
 	// Unknown: maybe a cluster's; never reformatted.
@@ -197,22 +200,7 @@ func TestPrepare(t *testing.T) {
 			}
 			dev := disk(t, tt.content)
 			_, err := p.Prepare(context.Background(), dev)
-			switch {
-			case tt.wantIs != nil:
-				if !errors.Is(err, tt.wantIs) {
-					t.Fatalf("Prepare() = %v, want %v", err, tt.wantIs)
-				}
-				if tt.wantIs == ErrRefused && (!strings.Contains(err.Error(), `segments.0.encryption is "cipher_null-ecb", want "aes-xts-plain64"`) || //nolint:errorlint // which sentinel the case wants, not an error
-					!strings.Contains(err.Error(), "blank disk")) {
-					t.Errorf("Prepare() = %v: does not say what it saw and what to do", err)
-				}
-			case tt.wantErr != "":
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Prepare() = %v, want an error containing %q", err, tt.wantErr)
-				}
-			case err != nil:
-				t.Fatal(err)
-			}
+			checkPrepareErr(t, tt, err)
 			key, kerr := os.ReadFile(keyFile)
 			if !tt.wantKey {
 				if kerr == nil {
@@ -260,6 +248,28 @@ func TestPrepare(t *testing.T) {
 				t.Errorf("state mount = %+v", m)
 			}
 		})
+	}
+}
+
+// checkPrepareErr checks Prepare's error err against what the case tt
+// wants.
+func checkPrepareErr(t *testing.T, tt prepareCase, err error) {
+	t.Helper()
+	switch {
+	case tt.wantIs != nil:
+		if !errors.Is(err, tt.wantIs) {
+			t.Fatalf("Prepare() = %v, want %v", err, tt.wantIs)
+		}
+		if tt.wantIs == ErrRefused && (!strings.Contains(err.Error(), `segments.0.encryption is "cipher_null-ecb", want "aes-xts-plain64"`) || //nolint:errorlint // which sentinel the case wants, not an error
+			!strings.Contains(err.Error(), "blank disk")) {
+			t.Errorf("Prepare() = %v: does not say what it saw and what to do", err)
+		}
+	case tt.wantErr != "":
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Fatalf("Prepare() = %v, want an error containing %q", err, tt.wantErr)
+		}
+	case err != nil:
+		t.Fatal(err)
 	}
 }
 

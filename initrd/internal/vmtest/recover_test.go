@@ -161,6 +161,14 @@ func TestRecoveryInTheInitrd(t *testing.T) {
 			t.Errorf("console lacks %q", want)
 		}
 	}
+	checkRecoveredLock(t, console, ms, salt)
+}
+
+// checkRecoveredLock checks that the recovered boot's console reports PCR
+// 15 extended with the ID of the cluster of ms and salt, and does not
+// show the master secret.
+func checkRecoveredLock(t *testing.T, console string, ms keys.MasterSecret, salt []byte) {
+	t.Helper()
 	msec, _ := ms.MeasurementSecret()
 	clusterID, err := keys.ClusterID(msec, salt)
 	if err != nil {

@@ -70,14 +70,7 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	// which the control planes' vTPMs replay.
 	first := waitExit(t, start("initrd-rejoin-first", ""))
 	console := first
-	logs := rootReports(console, "fwlog")
-	if len(logs) != 1 {
-		t.Fatalf("the test root reported %d firmware event logs, want 1\n%s", len(logs), consoleReport(console))
-	}
-	fwlog, err := base64.StdEncoding.DecodeString(logs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	fwlog := firmwareLog(t, console)
 
 	// The node joined its cluster since: its disk is that cluster's.
 	ms, err := keys.GenerateMasterSecret(rand.Reader)
@@ -86,6 +79,66 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	}
 	uuid, salt := joinCluster(t, dir, console, ms)
 
+	cps := serveRejoinClusters(t, ca, self, fwlog, ms, uuid, salt)
+	join := ":" + strconv.Itoa(30090)
+	routes := forward("169.254.169.5"+join, cps.other) + forward("169.254.169.6"+join, cps.own)
+	// The hypervisor operator keeps a copy of the state disk as it is
+	// before the rejoin, to swap in later.
+	stateDisk := filepath.Join(dir, vm.StateFile)
+	older := filepath.Join(t.TempDir(), "state-before-rejoin.qcow2")
+	copyFile(t, stateDisk, older)
+	v := start("initrd-rejoin", routes)
+	console = waitExit(t, v)
+	t.Logf("console:\n%s", strings.Join(initLines(console), "\n"))
+	checkRejoinedBoot(t, first, console)
+
+	// The rejoined OS changed kubelet's flags: refused at the next boot,
+	// before the OS starts, with what to do.
+	if planted := rootReports(console, "planted"); len(planted) != 1 {
+		t.Fatalf("the rejoined boot planted %q", planted)
+	}
+	checkRefusedBoot(t, waitExit(t, start("initrd-rejoin-refused", routes)))
+
+	// The copy from before the rejoin, swapped in: it opens with the same
+	// key, but its generation is older than the cluster's record.
+	copyFile(t, older, stateDisk)
+	checkRolledBackBoot(t, waitExit(t, start("initrd-rejoin-rolled-back", routes)))
+
+	checkLockedWithoutSecrets(t, console, cps.clusterID, []keys.MasterSecret{ms, cps.otherMS}, cps.msec)
+}
+
+// firmwareLog returns the firmware event log the test root reported on
+// the first boot's console.
+func firmwareLog(t *testing.T, console string) []byte {
+	t.Helper()
+	logs := rootReports(console, "fwlog")
+	if len(logs) != 1 {
+		t.Fatalf("the test root reported %d firmware event logs, want 1\n%s", len(logs), consoleReport(console))
+	}
+	fwlog, err := base64.StdEncoding.DecodeString(logs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fwlog
+}
+
+// rejoinClusters are the two join services TestRejoinInTheInitrd's node
+// asks, and the secrets of their clusters.
+type rejoinClusters struct {
+	other, own string // addresses of the join services of cp-0 and cp-1
+	otherMS    keys.MasterSecret
+	msec       []byte // the node's cluster's measurement secret
+	clusterID  []byte // the node's cluster's ID
+}
+
+// serveRejoinClusters serves the join services of cp-0, of another
+// cluster of the same image, and cp-1, of the node's own cluster (master
+// secret ms), on host vTPMs that replay the node's firmware log fwlog
+// and initrd phases. Both admit the node (self) with the disk uuid.
+func serveRejoinClusters(t *testing.T, ca *platformca.CA, self attestation.Instance, fwlog []byte,
+	ms keys.MasterSecret, uuid string, salt []byte,
+) rejoinClusters {
+	t.Helper()
 	pcr11 := make([]byte, 32)
 	for _, marker := range []string{"enter-initrd", "leave-initrd"} {
 		pcr11 = extend(pcr11, []byte(marker))
@@ -120,15 +173,15 @@ func TestRejoinInTheInitrd(t *testing.T) {
 		Identity: controlPlane("cp-1", string(clusterID)), PlatformCA: ca.Cert, Measurements: nodes,
 		MasterSecret: ms, MeasurementSalt: salt, Admitted: admitted,
 	})
-	join := ":" + strconv.Itoa(30090)
-	// The hypervisor operator keeps a copy of the state disk as it is
-	// before the rejoin, to swap in later.
-	stateDisk := filepath.Join(dir, vm.StateFile)
-	older := filepath.Join(t.TempDir(), "state-before-rejoin.qcow2")
-	copyFile(t, stateDisk, older)
-	v := start("initrd-rejoin", forward("169.254.169.5"+join, other)+forward("169.254.169.6"+join, own))
-	console = waitExit(t, v)
-	t.Logf("console:\n%s", strings.Join(initLines(console), "\n"))
+	return rejoinClusters{other: other, own: own, otherMS: otherMS, msec: msec, clusterID: clusterID}
+}
+
+// checkRejoinedBoot checks the console of the rejoin: the other
+// cluster's key refused, the disk opened with the own cluster's, the
+// files the first boot planted gone, the cluster CA rewritten and the
+// machine ID kept.
+func checkRejoinedBoot(t *testing.T, first, console string) {
+	t.Helper()
 	for _, want := range []string{
 		"the join service at 169.254.169.5:30090 gave a key that does not open the state disk",
 		"state disk opened with the key from the join service at 169.254.169.6:30090",
@@ -157,13 +210,12 @@ func TestRejoinInTheInitrd(t *testing.T) {
 			t.Errorf("console lacks %q", want)
 		}
 	}
+}
 
-	// The rejoined OS changed kubelet's flags: refused at the next boot,
-	// before the OS starts, with what to do.
-	if planted := rootReports(console, "planted"); len(planted) != 1 {
-		t.Fatalf("the rejoined boot planted %q", planted)
-	}
-	refusedBoot := waitExit(t, start("initrd-rejoin-refused", forward("169.254.169.5"+join, other)+forward("169.254.169.6"+join, own)))
+// checkRefusedBoot checks the console of the boot after the rejoined OS
+// changed kubelet's flags: refused, with what to do, before the OS starts.
+func checkRefusedBoot(t *testing.T, refusedBoot string) {
+	t.Helper()
 	for _, want := range []string{"refusing what the state disk keeps: /var/lib/kubelet/kubeadm-flags.env gives kubelet \"--config-dir=/var/lib/kubelet/conf.d\"",
 		"orrery node remove"} {
 		if !strings.Contains(refusedBoot, want) {
@@ -173,11 +225,12 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	if strings.Contains(refusedBoot, "ORRERY-ROOT pid") {
 		t.Error("the OS started on a disk whose kubelet flags were changed")
 	}
+}
 
-	// The copy from before the rejoin, swapped in: it opens with the same
-	// key, but its generation is older than the cluster's record.
-	copyFile(t, older, stateDisk)
-	rolledBack := waitExit(t, start("initrd-rejoin-rolled-back", forward("169.254.169.5"+join, other)+forward("169.254.169.6"+join, own)))
+// checkRolledBackBoot checks the console of the boot on the copy of the
+// state disk from before the rejoin: refused as an older copy.
+func checkRolledBackBoot(t *testing.T, rolledBack string) {
+	t.Helper()
 	for _, want := range []string{"presents generation 0", "older copy of the disk"} {
 		if !strings.Contains(rolledBack, want) {
 			t.Errorf("the rolled-back boot's console lacks %q\n%s", want, consoleReport(rolledBack))
@@ -186,13 +239,19 @@ func TestRejoinInTheInitrd(t *testing.T) {
 	if strings.Contains(rolledBack, "ORRERY-ROOT pid") || strings.Contains(rolledBack, "node locked to cluster") {
 		t.Error("the node booted on an older copy of its state disk")
 	}
+}
 
+// checkLockedWithoutSecrets checks that the rejoin's console reports PCR
+// 15 extended with clusterID and shows none of the master secrets mss
+// nor the measurement secret msec.
+func checkLockedWithoutSecrets(t *testing.T, console string, clusterID []byte, mss []keys.MasterSecret, msec []byte) {
+	t.Helper()
 	// PCR 15 computed here without the code under test.
 	d := extend(make([]byte, 32), clusterID)
 	if got := rootReports(console, "pcr15"); len(got) != 1 || got[0] != hex.EncodeToString(d) || !bytes.Equal(nodelock.Expected(clusterID), d) {
 		t.Errorf("PCR 15 = %q, want %x", got, d)
 	}
-	for _, m := range []keys.MasterSecret{ms, otherMS} {
+	for _, m := range mss {
 		for _, secret := range [][]byte{m.Key, m.Salt, msec} {
 			if strings.Contains(console, hex.EncodeToString(secret)) {
 				t.Fatal("the console shows a secret")

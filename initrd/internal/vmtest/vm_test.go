@@ -354,6 +354,16 @@ func TestFirstBootThenInitialised(t *testing.T) {
 		t.Errorf("writable = %q, want /etc and /var", got)
 	}
 
+	checkFirstBootPCR11(t, console)
+	raw, dump := checkStateDiskIsLUKS2(t, dir, console)
+	v2 := checkSecondBootFormatsAfresh(t, f, dir, v, raw, dump)
+	checkKeyedDiskWaitsForKey(t, f, dir, raw, v2)
+	t.Run("NullSegment", func(t *testing.T) { testNullSegment(t, f, dir, raw) })
+}
+
+// checkFirstBootPCR11 checks PCR 11 after the first boot (console).
+func checkFirstBootPCR11(t *testing.T, console string) {
+	t.Helper()
 	// PCR 11: as the guest read it, as the log replays, and as computed
 	// here from the phase markers alone.
 	entries, err := pcrlog.Parse([]byte(strings.Join(rootReports(console, "log"), "\n") + "\n"))
@@ -377,9 +387,14 @@ func TestFirstBootThenInitialised(t *testing.T) {
 	if d := pcrlog.Describe(entries, 11); strings.Join(d, ",") != "enter-initrd,leave-initrd" {
 		t.Errorf("log describes PCR 11 as %q", d)
 	}
+}
 
+// checkStateDiskIsLUKS2 checks the state disk in dir after the first
+// boot (console) and returns the path of its raw image and its luksDump.
+func checkStateDiskIsLUKS2(t *testing.T, dir, console string) (raw, dump string) {
+	t.Helper()
 	// The state disk, from the host: LUKS2.
-	raw := filepath.Join(t.TempDir(), "state.raw")
+	raw = filepath.Join(t.TempDir(), "state.raw")
 	if err := run("qemu-img", "convert", "-O", "raw", filepath.Join(dir, vm.StateFile), raw); err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +415,14 @@ func TestFirstBootThenInitialised(t *testing.T) {
 			t.Errorf("console shows %q: something read the state volume before writing it", bad)
 		}
 	}
+	return raw, dump
+}
 
+// checkSecondBootFormatsAfresh boots again after the first boot (v) on
+// the state disk in dir, whose raw image is raw and whose luksDump was
+// dump, and returns the VM of this second boot.
+func checkSecondBootFormatsAfresh(t *testing.T, f fixture, dir string, v *vm.VM, raw, dump string) *vm.VM {
+	t.Helper()
 	// Second boot: nothing keyed the disk to a cluster (no bootstrapper
 	// ran), and its random passphrase is gone with the first boot's /run:
 	// the initrd prepares it afresh.
@@ -408,7 +430,7 @@ func TestFirstBootThenInitialised(t *testing.T) {
 		t.Fatal(err)
 	}
 	v2 := boot(t, f, dir, f.rootDisk, 256)
-	console = waitExit(t, v2)
+	console := waitExit(t, v2)
 	if !strings.Contains(console, "never joined a cluster") || !strings.Contains(console, "state: first boot: formatted LUKS2") {
 		t.Errorf("second boot did not prepare the abandoned disk afresh:\n%s", strings.Join(initLines(console), "\n"))
 	}
@@ -418,7 +440,13 @@ func TestFirstBootThenInitialised(t *testing.T) {
 	if again, err := output("cryptsetup", "luksUUID", raw); err != nil || strings.Contains(dump, strings.TrimSpace(again)) {
 		t.Errorf("the disk was not formatted anew (UUID %q, %v)", again, err)
 	}
+	return v2
+}
 
+// checkKeyedDiskWaitsForKey marks the state disk in dir (raw image raw)
+// keyed and boots again after the second boot (v2).
+func checkKeyedDiskWaitsForKey(t *testing.T, f fixture, dir, raw string, v2 *vm.VM) {
+	t.Helper()
 	// Once keyed to a cluster (as bootstrapperd marks it), the disk is
 	// the cluster's: the initrd asks for its key and never formats it.
 	if err := run("cryptsetup", "config", "--label", handoff.KeyedLabel, raw); err != nil {
@@ -431,14 +459,13 @@ func TestFirstBootThenInitialised(t *testing.T) {
 		t.Fatal(err)
 	}
 	v3 := boot(t, f, dir, f.rootDisk, 256)
-	console = waitFor(t, v3, "getting its key from the cluster")
+	console := waitFor(t, v3, "getting its key from the cluster")
 	if strings.Contains(console, "FAILED") || strings.Contains(console, "switch-root") || strings.Contains(console, "formatted LUKS2") {
 		t.Errorf("third boot went on:\n%s", strings.Join(initLines(console), "\n"))
 	}
 	if err := v3.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	t.Run("NullSegment", func(t *testing.T) { testNullSegment(t, f, dir, raw) })
 }
 
 // testNullSegment rewrites the header of the keyed state disk raw (the

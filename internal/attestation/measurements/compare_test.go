@@ -9,85 +9,90 @@ import (
 	"testing"
 )
 
-// compareCases are TestCompare's cases.
-var compareCases = M{
+// compareExpected are the measurements TestCompare's cases compare
+// against: two enforced PCRs and a warn-only one.
+var compareExpected = M{
 	4:  {Expected: digest(4)},
 	9:  {Expected: digest(9)},
 	11: {Expected: digest(11), WarnOnly: true},
 }
 
-func TestCompare(t *testing.T) {
-	expected := compareCases
-	matching := map[uint32][]byte{4: digest(4), 9: digest(9), 11: digest(11)}
-	with := func(pcr uint32, value []byte) map[uint32][]byte {
-		out := map[uint32][]byte{}
-		for k, v := range matching {
-			out[k] = v
-		}
-		if value == nil {
-			delete(out, pcr)
-		} else {
-			out[pcr] = value
-		}
-		return out
-	}
+// compareMatching are actual PCR values that match compareExpected.
+var compareMatching = map[uint32][]byte{4: digest(4), 9: digest(9), 11: digest(11)}
 
-	testCases := map[string]struct {
-		m            M
-		actual       map[uint32][]byte
-		wantWarnings []Mismatch
-		wantErrs     []MismatchError
-		wantErr      string
-	}{
-		"all match": {m: expected, actual: matching},
-		"extra actual PCRs are ignored": {
-			m: expected, actual: with(0, digest(0xee)),
-		},
-		"enforced PCR differs": {
-			m: expected, actual: with(4, digest(0xee)),
-			wantErrs: []MismatchError{{PCR: 4, Expected: digest(4), Actual: digest(0xee)}},
-		},
-		"enforced PCR missing": {
-			m: expected, actual: with(9, nil),
-			wantErrs: []MismatchError{{PCR: 9, Expected: digest(9)}},
-		},
-		"enforced PCR empty": {
-			m: expected, actual: with(9, []byte{}),
-			wantErrs: []MismatchError{{PCR: 9, Expected: digest(9), Actual: []byte{}}},
-		},
-		"enforced PCR truncated": {
-			m: expected, actual: with(9, digest(9)[:20]),
-			wantErrs: []MismatchError{{PCR: 9, Expected: digest(9), Actual: digest(9)[:20]}},
-		},
-		"warn-only PCR differs": {
-			m: expected, actual: with(11, digest(0xee)),
-			wantWarnings: []Mismatch{{PCR: 11, Expected: digest(11), Actual: digest(0xee)}},
-		},
-		"warn-only PCR missing": {
-			m: expected, actual: with(11, nil),
-			wantWarnings: []Mismatch{{PCR: 11, Expected: digest(11)}},
-		},
-		"everything differs": {
-			m: expected, actual: map[uint32][]byte{4: digest(1), 9: digest(2), 11: digest(3)},
-			wantWarnings: []Mismatch{{PCR: 11, Expected: digest(11), Actual: digest(3)}},
-			wantErrs: []MismatchError{
-				{PCR: 4, Expected: digest(4), Actual: digest(1)},
-				{PCR: 9, Expected: digest(9), Actual: digest(2)},
-			},
-		},
-		"nothing measured": {
-			m: expected, actual: nil,
-			wantWarnings: []Mismatch{{PCR: 11, Expected: digest(11)}},
-			wantErrs:     []MismatchError{{PCR: 4, Expected: digest(4)}, {PCR: 9, Expected: digest(9)}},
-		},
-		"no expected measurements": {
-			m: M{}, actual: matching, wantErr: "no measurements",
-		},
-		"invalid expected measurements": {
-			m: M{4: {Expected: digest(4)[:8]}}, actual: matching, wantErr: "PCR 4: expected value has 8 bytes",
-		},
+// compareMatchingWith is a copy of compareMatching with pcr set to value,
+// or removed if value is nil.
+func compareMatchingWith(pcr uint32, value []byte) map[uint32][]byte {
+	out := map[uint32][]byte{}
+	for k, v := range compareMatching {
+		out[k] = v
 	}
-	for name, tc := range testCases {
+	if value == nil {
+		delete(out, pcr)
+	} else {
+		out[pcr] = value
+	}
+	return out
+}
+
+var compareOutcomeCases = map[string]struct {
+	m            M
+	actual       map[uint32][]byte
+	wantWarnings []Mismatch
+	wantErrs     []MismatchError
+	wantErr      string
+}{
+	"all match": {m: compareExpected, actual: compareMatching},
+	"extra actual PCRs are ignored": {
+		m: compareExpected, actual: compareMatchingWith(0, digest(0xee)),
+	},
+	"enforced PCR differs": {
+		m: compareExpected, actual: compareMatchingWith(4, digest(0xee)),
+		wantErrs: []MismatchError{{PCR: 4, Expected: digest(4), Actual: digest(0xee)}},
+	},
+	"enforced PCR missing": {
+		m: compareExpected, actual: compareMatchingWith(9, nil),
+		wantErrs: []MismatchError{{PCR: 9, Expected: digest(9)}},
+	},
+	"enforced PCR empty": {
+		m: compareExpected, actual: compareMatchingWith(9, []byte{}),
+		wantErrs: []MismatchError{{PCR: 9, Expected: digest(9), Actual: []byte{}}},
+	},
+	"enforced PCR truncated": {
+		m: compareExpected, actual: compareMatchingWith(9, digest(9)[:20]),
+		wantErrs: []MismatchError{{PCR: 9, Expected: digest(9), Actual: digest(9)[:20]}},
+	},
+	"warn-only PCR differs": {
+		m: compareExpected, actual: compareMatchingWith(11, digest(0xee)),
+		wantWarnings: []Mismatch{{PCR: 11, Expected: digest(11), Actual: digest(0xee)}},
+	},
+	"warn-only PCR missing": {
+		m: compareExpected, actual: compareMatchingWith(11, nil),
+		wantWarnings: []Mismatch{{PCR: 11, Expected: digest(11)}},
+	},
+	"everything differs": {
+		m: compareExpected, actual: map[uint32][]byte{4: digest(1), 9: digest(2), 11: digest(3)},
+		wantWarnings: []Mismatch{{PCR: 11, Expected: digest(11), Actual: digest(3)}},
+		wantErrs: []MismatchError{
+			{PCR: 4, Expected: digest(4), Actual: digest(1)},
+			{PCR: 9, Expected: digest(9), Actual: digest(2)},
+		},
+	},
+	"nothing measured": {
+		m: compareExpected, actual: nil,
+		wantWarnings: []Mismatch{{PCR: 11, Expected: digest(11)}},
+		wantErrs:     []MismatchError{{PCR: 4, Expected: digest(4)}, {PCR: 9, Expected: digest(9)}},
+	},
+	"no expected measurements": {
+		m: M{}, actual: compareMatching, wantErr: "no measurements",
+	},
+	"invalid expected measurements": {
+		m: M{4: {Expected: digest(4)[:8]}}, actual: compareMatching, wantErr: "PCR 4: expected value has 8 bytes",
+	},
+}
+
+func TestCompare(t *testing.T) {
+	for name, tc := range compareOutcomeCases {
 		t.Run(name, func(t *testing.T) {
 			warnings, err := tc.m.Compare(tc.actual)
 			if tc.wantErr != "" {

@@ -59,74 +59,80 @@ func scanAll(data []byte, size int) scanResult {
 	return scanResult{done: s.done(), started: s.started(), output: s.output(), code: s.code}
 }
 
+// What a terminal shows besides the framed output: the shell's prompt,
+// the echo of the line Run types, and a line of the journal.
+var (
+	scanPrompt  = "\x1b[?2004hroot@node:~# "
+	scanEcho    = `printf '%s-%s\n' ORRBEGIN ` + testNonce + `; { ... printf '%s-%s:%s\n' ORREND ` + testNonce + ` "$?"; } | sed 's/^/ORRLINE-''` + testNonce + ` /'` + "\r\n"
+	scanJournal = "[   29.715509] systemd[1]: var-lib-containerd.mount: Deactivated successfully."
+)
+
+var scannerCases = map[string]struct {
+	printed    string
+	wantDone   bool
+	wantOutput string
+	wantCode   int
+	wantErr    bool
+}{
+	"a command with output": {
+		printed:  "[  1.0] kernel says hi\r\n" + ready + scanPrompt + scanEcho + begin + framed("a\nb\n", 0, "") + scanPrompt,
+		wantDone: true, wantOutput: "a\nb\n",
+	},
+	"lines without the prefix are dropped": {
+		printed:  ready + begin + scanJournal + "\r\n" + framed("a\nb\n", 0, scanJournal) + "Terminated\r\n",
+		wantDone: true, wantOutput: "a\nb\n",
+	},
+	// journald's non-blocking write cut in two by a full terminal
+	// buffer, with a whole output line in between.
+	"an output line inside a journal line": {
+		printed:    ready + begin + prefix + "a\r\n" + scanJournal[:20] + prefix + "b\r\n" + scanJournal[20:] + "\r\n" + prefix + end + "0\r\n",
+		wantDone:   true,
+		wantOutput: "a\nb\n",
+	},
+	"no output, non-zero status": {
+		printed:  ready + begin + framed("", 3, ""),
+		wantDone: true, wantCode: 3,
+	},
+	"output without a final newline": {
+		printed:  ready + begin + framed("abc", 0, ""),
+		wantDone: true, wantOutput: "abc",
+	},
+	"markers and prefixes of another nonce": {
+		printed:  ready + begin + framed("ORRBEGIN-00\nORRLINE-00 x\nORREND-00:1\n", 0, "ORRLINE-00 y"),
+		wantDone: true, wantOutput: "ORRBEGIN-00\nORRLINE-00 x\nORREND-00:1\n",
+	},
+	"begin before ready does not count": {
+		printed: begin + framed("x\n", 0, "") + ready,
+	},
+	"the echo of the typed line is no marker": {
+		printed: ready + scanPrompt + scanEcho,
+	},
+	"an end marker without the prefix is noise": {
+		printed: ready + begin + prefix + "out\r\n" + end + "0\r\n",
+	},
+	"end line not complete": {
+		printed: ready + begin + prefix + "out\r\n" + prefix + end + "0",
+	},
+	"status not a number": {
+		printed: ready + begin + prefix + end + "x\r\n",
+		wantErr: true,
+	},
+	"status out of range": {
+		printed: ready + begin + framed("", 256, ""),
+		wantErr: true,
+	},
+	"status with a leading zero": {
+		printed: ready + begin + prefix + end + "01\r\n",
+		wantErr: true,
+	},
+	"what follows the end is ignored": {
+		printed:  ready + begin + framed("o\n", 1, "") + begin + framed("p\n", 2, ""),
+		wantDone: true, wantOutput: "o\n", wantCode: 1,
+	},
+}
+
 func TestScanner(t *testing.T) {
-	prompt := "\x1b[?2004hroot@node:~# "
-	echo := `printf '%s-%s\n' ORRBEGIN ` + testNonce + `; { ... printf '%s-%s:%s\n' ORREND ` + testNonce + ` "$?"; } | sed 's/^/ORRLINE-''` + testNonce + ` /'` + "\r\n"
-	journal := "[   29.715509] systemd[1]: var-lib-containerd.mount: Deactivated successfully."
-	tests := map[string]struct {
-		printed    string
-		wantDone   bool
-		wantOutput string
-		wantCode   int
-		wantErr    bool
-	}{
-		"a command with output": {
-			printed:  "[  1.0] kernel says hi\r\n" + ready + prompt + echo + begin + framed("a\nb\n", 0, "") + prompt,
-			wantDone: true, wantOutput: "a\nb\n",
-		},
-		"lines without the prefix are dropped": {
-			printed:  ready + begin + journal + "\r\n" + framed("a\nb\n", 0, journal) + "Terminated\r\n",
-			wantDone: true, wantOutput: "a\nb\n",
-		},
-		// journald's non-blocking write cut in two by a full terminal
-		// buffer, with a whole output line in between.
-		"an output line inside a journal line": {
-			printed:    ready + begin + prefix + "a\r\n" + journal[:20] + prefix + "b\r\n" + journal[20:] + "\r\n" + prefix + end + "0\r\n",
-			wantDone:   true,
-			wantOutput: "a\nb\n",
-		},
-		"no output, non-zero status": {
-			printed:  ready + begin + framed("", 3, ""),
-			wantDone: true, wantCode: 3,
-		},
-		"output without a final newline": {
-			printed:  ready + begin + framed("abc", 0, ""),
-			wantDone: true, wantOutput: "abc",
-		},
-		"markers and prefixes of another nonce": {
-			printed:  ready + begin + framed("ORRBEGIN-00\nORRLINE-00 x\nORREND-00:1\n", 0, "ORRLINE-00 y"),
-			wantDone: true, wantOutput: "ORRBEGIN-00\nORRLINE-00 x\nORREND-00:1\n",
-		},
-		"begin before ready does not count": {
-			printed: begin + framed("x\n", 0, "") + ready,
-		},
-		"the echo of the typed line is no marker": {
-			printed: ready + prompt + echo,
-		},
-		"an end marker without the prefix is noise": {
-			printed: ready + begin + prefix + "out\r\n" + end + "0\r\n",
-		},
-		"end line not complete": {
-			printed: ready + begin + prefix + "out\r\n" + prefix + end + "0",
-		},
-		"status not a number": {
-			printed: ready + begin + prefix + end + "x\r\n",
-			wantErr: true,
-		},
-		"status out of range": {
-			printed: ready + begin + framed("", 256, ""),
-			wantErr: true,
-		},
-		"status with a leading zero": {
-			printed: ready + begin + prefix + end + "01\r\n",
-			wantErr: true,
-		},
-		"what follows the end is ignored": {
-			printed:  ready + begin + framed("o\n", 1, "") + begin + framed("p\n", 2, ""),
-			wantDone: true, wantOutput: "o\n", wantCode: 1,
-		},
-	}
-	for name, tc := range tests {
+	for name, tc := range scannerCases {
 		t.Run(name, func(t *testing.T) {
 			// Whole, and a byte at a time: markers split across reads.
 			for _, size := range []int{0, 1} {

@@ -108,20 +108,22 @@ func request(t *testing.T, typ dhcpv4.MessageType, mac net.HardwareAddr, mods ..
 	return m
 }
 
-func TestAnswer(t *testing.T) {
-	s, err := newServer(testConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+// answerCase is one message TestAnswer feeds to the server and what it
+// expects back.
+type answerCase struct {
+	req       *dhcpv4.DHCPv4
+	wantType  dhcpv4.MessageType // zero: no reply
+	wantYour  net.IP             // nil: 0.0.0.0
+	wantDest  string
+	wantLease bool // an ACK that hands out the lease
+}
+
+// answerCases builds the client messages for TestAnswer.
+func answerCases(t *testing.T) map[string]answerCase {
+	t.Helper()
 	leaseIP := net.IP(testLease.IP.AsSlice())
 	ours := dhcpv4.WithOption(dhcpv4.OptServerIdentifier(serverIP.AsSlice()))
-	tests := map[string]struct {
-		req       *dhcpv4.DHCPv4
-		wantType  dhcpv4.MessageType // zero: no reply
-		wantYour  net.IP             // nil: 0.0.0.0
-		wantDest  string
-		wantLease bool // an ACK that hands out the lease
-	}{
+	return map[string]answerCase{
 		"discover":                {req: request(t, dhcpv4.MessageTypeDiscover, testMAC), wantType: dhcpv4.MessageTypeOffer, wantYour: leaseIP, wantDest: "255.255.255.255:68"},
 		"discover by unknown MAC": {req: request(t, dhcpv4.MessageTypeDiscover, net.HardwareAddr{2, 0, 0, 0, 0, 1})},
 		"request selecting": {
@@ -165,60 +167,70 @@ func TestAnswer(t *testing.T) {
 			req: request(t, dhcpv4.MessageTypeOffer, testMAC, func(d *dhcpv4.DHCPv4) { d.OpCode = dhcpv4.OpcodeBootReply }),
 		},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			a := s.answer(tc.req)
-			if tc.wantType == 0 {
-				if a.resp != nil {
-					t.Fatalf("answer = %s, want none", a.resp.Summary())
-				}
-				if a.why == "" {
-					t.Error("no reason given for ignoring the message")
-				}
-				return
-			}
-			if a.resp == nil {
-				t.Fatalf("no answer (%s), want %s", a.why, tc.wantType)
-			}
-			// Check what goes on the wire.
-			resp, err := dhcpv4.FromBytes(a.resp.ToBytes())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := resp.MessageType(); got != tc.wantType {
-				t.Errorf("type = %s, want %s", got, tc.wantType)
-			}
-			if a.dest.String() != tc.wantDest {
-				t.Errorf("destination = %s, want %s", a.dest, tc.wantDest)
-			}
-			if resp.TransactionID != tc.req.TransactionID || resp.OpCode != dhcpv4.OpcodeBootReply {
-				t.Errorf("reply xid %s op %s, want xid %s op BootReply", resp.TransactionID, resp.OpCode, tc.req.TransactionID)
-			}
-			want := tc.wantYour
-			if want == nil {
-				want = net.IPv4zero
-			}
-			if !resp.YourIPAddr.Equal(want) {
-				t.Errorf("yiaddr = %s, want %s", resp.YourIPAddr, want)
-			}
-			if (a.acked != nil) != tc.wantLease {
-				t.Errorf("hands out lease = %v, want %v", a.acked != nil, tc.wantLease)
-			}
-			if !resp.ServerIdentifier().Equal(serverIP.AsSlice()) {
-				t.Errorf("server identifier = %s, want %s", resp.ServerIdentifier(), serverIP)
-			}
-			if tc.wantType == dhcpv4.MessageTypeNak {
-				if resp.Message() == "" {
-					t.Error("NAK without a message")
-				}
-				if len(resp.Router()) != 0 || resp.HostName() != "" {
-					t.Error("NAK carries configuration options")
-				}
-				return
-			}
-			checkOptions(t, resp, testLease.Hostname, tc.wantLease || tc.wantType == dhcpv4.MessageTypeOffer)
-		})
+}
+
+func TestAnswer(t *testing.T) {
+	s, err := newServer(testConfig())
+	if err != nil {
+		t.Fatal(err)
 	}
+	for name, tc := range answerCases(t) {
+		t.Run(name, func(t *testing.T) { checkAnswer(t, s, tc) })
+	}
+}
+
+// checkAnswer checks the server's answer to tc.req.
+func checkAnswer(t *testing.T, s *Server, tc answerCase) {
+	a := s.answer(tc.req)
+	if tc.wantType == 0 {
+		if a.resp != nil {
+			t.Fatalf("answer = %s, want none", a.resp.Summary())
+		}
+		if a.why == "" {
+			t.Error("no reason given for ignoring the message")
+		}
+		return
+	}
+	if a.resp == nil {
+		t.Fatalf("no answer (%s), want %s", a.why, tc.wantType)
+	}
+	// Check what goes on the wire.
+	resp, err := dhcpv4.FromBytes(a.resp.ToBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.MessageType(); got != tc.wantType {
+		t.Errorf("type = %s, want %s", got, tc.wantType)
+	}
+	if a.dest.String() != tc.wantDest {
+		t.Errorf("destination = %s, want %s", a.dest, tc.wantDest)
+	}
+	if resp.TransactionID != tc.req.TransactionID || resp.OpCode != dhcpv4.OpcodeBootReply {
+		t.Errorf("reply xid %s op %s, want xid %s op BootReply", resp.TransactionID, resp.OpCode, tc.req.TransactionID)
+	}
+	want := tc.wantYour
+	if want == nil {
+		want = net.IPv4zero
+	}
+	if !resp.YourIPAddr.Equal(want) {
+		t.Errorf("yiaddr = %s, want %s", resp.YourIPAddr, want)
+	}
+	if (a.acked != nil) != tc.wantLease {
+		t.Errorf("hands out lease = %v, want %v", a.acked != nil, tc.wantLease)
+	}
+	if !resp.ServerIdentifier().Equal(serverIP.AsSlice()) {
+		t.Errorf("server identifier = %s, want %s", resp.ServerIdentifier(), serverIP)
+	}
+	if tc.wantType == dhcpv4.MessageTypeNak {
+		if resp.Message() == "" {
+			t.Error("NAK without a message")
+		}
+		if len(resp.Router()) != 0 || resp.HostName() != "" {
+			t.Error("NAK carries configuration options")
+		}
+		return
+	}
+	checkOptions(t, resp, testLease.Hostname, tc.wantLease || tc.wantType == dhcpv4.MessageTypeOffer)
 }
 
 // checkOptions checks the configuration every OFFER and ACK carries.

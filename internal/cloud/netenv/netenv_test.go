@@ -128,17 +128,29 @@ func noNamespace(string) (*os.File, error) { return nil, nil }
 // root: the host-namespace mode of `orrery mini` must not be run for real
 // in tests, as it would change the host's network.
 func TestCreateCommands(t *testing.T) {
+	for name, tc := range createCommandsCases() {
+		t.Run(name, func(t *testing.T) { checkCreateCommands(t, tc) })
+	}
+}
+
+// createCommandsCase is one configuration and fake ip state for
+// TestCreateCommands, with the commands Create must send.
+type createCommandsCase struct {
+	cfg         Config
+	ip          fakeIP
+	wantChanges []string
+	wantErr     error
+	// wantHint is the clean-up the error must name: a killed run
+	// leaves no state directory for 'orrery mini down'.
+	wantHint string
+}
+
+// createCommandsCases builds the cases afresh on each call, as the fake
+// changes its maps while the test runs.
+func createCommandsCases() map[string]createCommandsCase {
 	gw := netip.MustParsePrefix("10.42.0.1/16")
 	md := netip.MustParseAddr("169.254.169.254")
-	tests := map[string]struct {
-		cfg         Config
-		ip          fakeIP
-		wantChanges []string
-		wantErr     error
-		// wantHint is the clean-up the error must name: a killed run
-		// leaves no state directory for 'orrery mini down'.
-		wantHint string
-	}{
+	return map[string]createCommandsCase{
 		"host namespace": {
 			cfg: Config{Bridge: "orrery0", Gateway: gw, MetadataIP: md},
 			ip:  fakeIP{links: map[string]string{"/lo": "loopback"}},
@@ -193,28 +205,27 @@ func TestCreateCommands(t *testing.T) {
 			},
 		},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, err := create(t.Context(), tc.cfg, &tc.ip, noNamespace)
-			switch {
-			case tc.wantErr != nil:
-				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("create() = %v, want %v", err, tc.wantErr)
-				}
-				if !strings.Contains(err.Error(), tc.wantHint) {
-					t.Errorf("create() = %v, want it to say %q", err, tc.wantHint)
-				}
-			case tc.ip.failOn != "":
-				if err == nil {
-					t.Fatal("create() succeeded despite a failing command")
-				}
-			case err != nil:
-				t.Fatalf("create() = %v", err)
-			}
-			if !slices.Equal(tc.ip.changes, tc.wantChanges) {
-				t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(tc.ip.changes, "\n"), strings.Join(tc.wantChanges, "\n"))
-			}
-		})
+}
+
+func checkCreateCommands(t *testing.T, tc createCommandsCase) {
+	_, err := create(t.Context(), tc.cfg, &tc.ip, noNamespace)
+	switch {
+	case tc.wantErr != nil:
+		if !errors.Is(err, tc.wantErr) {
+			t.Fatalf("create() = %v, want %v", err, tc.wantErr)
+		}
+		if !strings.Contains(err.Error(), tc.wantHint) {
+			t.Errorf("create() = %v, want it to say %q", err, tc.wantHint)
+		}
+	case tc.ip.failOn != "":
+		if err == nil {
+			t.Fatal("create() succeeded despite a failing command")
+		}
+	case err != nil:
+		t.Fatalf("create() = %v", err)
+	}
+	if !slices.Equal(tc.ip.changes, tc.wantChanges) {
+		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(tc.ip.changes, "\n"), strings.Join(tc.wantChanges, "\n"))
 	}
 }
 
@@ -330,28 +341,7 @@ func TestNetwork(t *testing.T) {
 			t.Errorf("tap %q = %+v (present %v), want a tap with master %q", tap, l, ok, cfg.Bridge)
 		}
 	}
-	out, err := exec.Command("ip", "-n", cfg.Namespace, "-j", "addr", "show", "dev", cfg.Bridge).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addrs []struct {
-		AddrInfo []struct {
-			Local     string `json:"local"`
-			PrefixLen int    `json:"prefixlen"`
-		} `json:"addr_info"`
-	}
-	if err := json.Unmarshal(out, &addrs); err != nil || len(addrs) != 1 {
-		t.Fatalf("parse ip addr output %q: %v", out, err)
-	}
-	var got []string
-	for _, a := range addrs[0].AddrInfo {
-		got = append(got, fmt.Sprintf("%s/%d", a.Local, a.PrefixLen))
-	}
-	for _, want := range []string{"10.231.0.1/24", "169.254.169.254/32"} {
-		if !slices.Contains(got, want) {
-			t.Errorf("bridge addresses %q lack %s", got, want)
-		}
-	}
+	checkBridgeAddresses(t, cfg)
 	// The bridge lives in the namespace only.
 	if _, err := net.InterfaceByName(cfg.Bridge); err == nil {
 		t.Errorf("bridge %q is visible in the host namespace", cfg.Bridge)
@@ -386,6 +376,34 @@ func TestNetwork(t *testing.T) {
 	}
 	if err := n.Do(func() error { return nil }); err == nil {
 		t.Error("Do() after Destroy succeeded")
+	}
+}
+
+// checkBridgeAddresses checks that the bridge carries the gateway and
+// the metadata address.
+func checkBridgeAddresses(t *testing.T, cfg Config) {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", cfg.Namespace, "-j", "addr", "show", "dev", cfg.Bridge).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []struct {
+		AddrInfo []struct {
+			Local     string `json:"local"`
+			PrefixLen int    `json:"prefixlen"`
+		} `json:"addr_info"`
+	}
+	if err := json.Unmarshal(out, &addrs); err != nil || len(addrs) != 1 {
+		t.Fatalf("parse ip addr output %q: %v", out, err)
+	}
+	var got []string
+	for _, a := range addrs[0].AddrInfo {
+		got = append(got, fmt.Sprintf("%s/%d", a.Local, a.PrefixLen))
+	}
+	for _, want := range []string{"10.231.0.1/24", "169.254.169.254/32"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("bridge addresses %q lack %s", got, want)
+		}
 	}
 }
 

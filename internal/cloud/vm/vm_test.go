@@ -190,23 +190,7 @@ func TestBoot(t *testing.T) {
 	t.Logf("accelerator: %s (%s)", accel, why)
 
 	provisioned := 0
-	cfg := Config{
-		Name:         "vmtest",
-		Dir:          dir,
-		CPUs:         2,
-		MemoryMiB:    512,
-		Accel:        accel,
-		Kernel:       kernel,
-		Initrd:       initrd,
-		Cmdline:      "console=ttyS0 quiet",
-		StateDiskMiB: 64,
-		ProvisionTPM: func(rw io.ReadWriter) error {
-			provisioned++
-			// A real command: the TPM works before the VM exists.
-			_, err := tpm2.GetRandom(rw, 16)
-			return err
-		},
-	}
+	cfg := bootConfig(dir, kernel, initrd, accel, &provisioned)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -227,23 +211,7 @@ func TestBoot(t *testing.T) {
 		t.Errorf("the guest found no /dev/tpm0: %s", boots[0])
 	}
 
-	status, err := v.Status(ctx)
-	if err != nil || status != "running" {
-		t.Fatalf("Status() = %q, %v; want running", status, err)
-	}
-	var blocks []struct {
-		Device string `json:"device"`
-	}
-	if err := v.QMP().Execute(ctx, "query-block", nil, &blocks); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(blocks, func(b struct {
-		Device string `json:"device"`
-	}) bool {
-		return b.Device == "state"
-	}) {
-		t.Errorf("QEMU has no state disk: query-block = %+v", blocks)
-	}
+	checkRunningWithStateDisk(t, ctx, v)
 
 	reset := time.Now()
 	if err := v.Reset(ctx); err != nil {
@@ -259,25 +227,7 @@ func TestBoot(t *testing.T) {
 
 	// A Go /init does not handle the ACPI power button: PowerDown must
 	// fall back to a kill after its timeout.
-	down := time.Now()
-	if err := v.PowerDown(ctx, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(down); d < time.Second || d > 10*time.Second {
-		t.Errorf("PowerDown took %v, want its 1s timeout plus a little", d)
-	}
-	select {
-	case <-v.Exited():
-	default:
-		t.Fatal("VM still running after PowerDown")
-	}
-	if err := v.Wait(ctx); err != nil {
-		t.Errorf("Wait() after PowerDown = %v, want nil", err)
-	}
-	if _, err := v.Status(ctx); !errors.Is(err, ErrExited) {
-		t.Errorf("Status() of an ended VM: error = %v, want ErrExited", err)
-	}
-	checkNoProcesses(t, dir)
+	checkPowerDownKills(t, ctx, v, dir)
 
 	// A restart keeps the TPM: no second provisioning.
 	start = time.Now()
@@ -297,6 +247,76 @@ func TestBoot(t *testing.T) {
 	if err := v.Wait(ctx); err != nil {
 		t.Errorf("Wait() after Kill = %v, want nil", err)
 	}
+}
+
+// bootConfig is TestBoot's VM; its ProvisionTPM counts its runs in
+// provisioned.
+func bootConfig(dir, kernel, initrdPath string, accel Accel, provisioned *int) Config {
+	return Config{
+		Name:         "vmtest",
+		Dir:          dir,
+		CPUs:         2,
+		MemoryMiB:    512,
+		Accel:        accel,
+		Kernel:       kernel,
+		Initrd:       initrdPath,
+		Cmdline:      "console=ttyS0 quiet",
+		StateDiskMiB: 64,
+		ProvisionTPM: func(rw io.ReadWriter) error {
+			*provisioned++
+			// A real command: the TPM works before the VM exists.
+			_, err := tpm2.GetRandom(rw, 16)
+			return err
+		},
+	}
+}
+
+// checkRunningWithStateDisk checks through QMP that v runs and has its
+// state disk.
+func checkRunningWithStateDisk(t *testing.T, ctx context.Context, v *VM) {
+	t.Helper()
+	status, err := v.Status(ctx)
+	if err != nil || status != "running" {
+		t.Fatalf("Status() = %q, %v; want running", status, err)
+	}
+	var blocks []struct {
+		Device string `json:"device"`
+	}
+	if err := v.QMP().Execute(ctx, "query-block", nil, &blocks); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(blocks, func(b struct {
+		Device string `json:"device"`
+	}) bool {
+		return b.Device == "state"
+	}) {
+		t.Errorf("QEMU has no state disk: query-block = %+v", blocks)
+	}
+}
+
+// checkPowerDownKills powers down a guest that ignores the power button:
+// v must end after PowerDown's timeout and leave no process behind.
+func checkPowerDownKills(t *testing.T, ctx context.Context, v *VM, dir string) {
+	t.Helper()
+	down := time.Now()
+	if err := v.PowerDown(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(down); d < time.Second || d > 10*time.Second {
+		t.Errorf("PowerDown took %v, want its 1s timeout plus a little", d)
+	}
+	select {
+	case <-v.Exited():
+	default:
+		t.Fatal("VM still running after PowerDown")
+	}
+	if err := v.Wait(ctx); err != nil {
+		t.Errorf("Wait() after PowerDown = %v, want nil", err)
+	}
+	if _, err := v.Status(ctx); !errors.Is(err, ErrExited) {
+		t.Errorf("Status() of an ended VM: error = %v, want ErrExited", err)
+	}
+	checkNoProcesses(t, dir)
 }
 
 // TestConsoleSocket boots the test guest from a directory too long for a

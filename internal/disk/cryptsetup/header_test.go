@@ -236,10 +236,18 @@ func keyFile(t *testing.T, content string) string {
 // real cryptsetup, and tampers with it as a host can: each change is
 // refused, naming the field.
 func TestCheckHeaderOnFile(t *testing.T) {
-	ctx := context.Background()
 	key := keyFile(t, "0123456789abcdef0123456789abcdef")
-	var tool Tool
+	newKey := keyFile(t, "fedcba9876543210fedcba9876543210")
+	t.Run("formatted header accepted", func(t *testing.T) { checkFormattedHeaderAccepted(t, key) })
+	t.Run("re-keyed header accepted", func(t *testing.T) { checkRekeyedHeaderAccepted(t, key, newKey) })
+	for name, tc := range tamperedHeaderCases(key) {
+		t.Run(name, func(t *testing.T) { checkTamperedHeaderRefused(t, key, newKey, tc) })
+	}
+}
 
+func checkFormattedHeaderAccepted(t *testing.T, key string) {
+	ctx := context.Background()
+	var tool Tool
 	disk := formatStateDisk(t, key)
 	v, err := tool.CheckHeader(ctx, disk, encryptedOnly)
 	if err != nil {
@@ -255,10 +263,13 @@ func TestCheckHeaderOnFile(t *testing.T) {
 	if _, err := tool.CheckHeader(ctx, disk, StateDisk); err != nil {
 		t.Fatalf("a state disk's header refused: %v", err)
 	}
+}
 
+func checkRekeyedHeaderAccepted(t *testing.T, key, newKey string) {
+	ctx := context.Background()
+	var tool Tool
 	// As bootstrapperd re-keys it: both keyslots, then the new one.
 	rekeyed := formatStateDisk(t, key)
-	newKey := keyFile(t, "fedcba9876543210fedcba9876543210")
 	if err := tool.AddKey(ctx, rekeyed, key, newKey); err != nil {
 		t.Fatal(err)
 	}
@@ -283,13 +294,20 @@ func TestCheckHeaderOnFile(t *testing.T) {
 	if _, err := tool.CheckHeader(ctx, rekeyed, encryptedOnly); err != nil {
 		t.Errorf("a header with a subsystem refused: %v", err)
 	}
+}
 
-	tests := map[string]struct {
-		// before runs cryptsetup on the formatted disk.
-		before []string
-		edit   func(m map[string]any)
-		field  string
-	}{
+type tamperedHeaderCase struct {
+	// before runs cryptsetup on the formatted disk.
+	before []string
+	edit   func(m map[string]any)
+	field  string
+}
+
+// tamperedHeaderCases are the changes a host can make to a state disk's
+// header, each with the field CheckHeader must name; key is the
+// first-boot key file the disk is formatted with.
+func tamperedHeaderCases(key string) map[string]tamperedHeaderCase {
+	return map[string]tamperedHeaderCase{
 		"cipher_null segment": {edit: tampering["cipher_null segment"].edit, field: "segments.0.encryption"},
 		"no integrity":        {edit: tampering["no integrity"].edit, field: "segments.0.integrity"},
 		"token": {
@@ -304,41 +322,42 @@ func TestCheckHeaderOnFile(t *testing.T) {
 		"cipher_null keyslot": {edit: tampering["cipher_null keyslot"].edit, field: "keyslots.0.area.encryption"},
 		"requirements":        {edit: tampering["requirements"].edit, field: "config.requirements"},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			disk := formatStateDisk(t, key)
-			if tc.before != nil {
-				args := append(append([]string{}, tc.before...), disk)
-				if tc.before[0] == "luksAddKey" {
-					args = append(args, newKey)
-				}
-				cmd := exec.Command("cryptsetup", args...)
-				cmd.Stdin = strings.NewReader(`{"type":"orrery-test","keyslots":["0"]}`)
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("cryptsetup %s: %v: %s", tc.before[0], err, out)
-				}
-			}
-			headertest.Rewrite(t, disk, func(m map[string]any) {
-				headertest.AddIntegrity(m)
-				if tc.edit != nil {
-					tc.edit(m)
-				}
-			})
-			// cryptsetup still reads the header: only Orrery's check refuses it.
-			if out, err := exec.Command("cryptsetup", "luksDump", disk).CombinedOutput(); err != nil {
-				t.Fatalf("cryptsetup refuses the tampered header itself: %v: %s", err, out)
-			}
-			_, err := tool.CheckHeader(ctx, disk, StateDisk)
-			var fe *FormatError
-			if !errors.As(err, &fe) || fe.Field != tc.field {
-				t.Fatalf("CheckHeader = %v, want a FormatError for %s", err, tc.field)
-			}
-			if !strings.Contains(err.Error(), "LUKS2 header of "+disk) {
-				t.Errorf("error does not name the disk: %v", err)
-			}
-			t.Logf("refused: %v", err)
-		})
+}
+
+func checkTamperedHeaderRefused(t *testing.T, key, newKey string, tc tamperedHeaderCase) {
+	ctx := context.Background()
+	var tool Tool
+	disk := formatStateDisk(t, key)
+	if tc.before != nil {
+		args := append(append([]string{}, tc.before...), disk)
+		if tc.before[0] == "luksAddKey" {
+			args = append(args, newKey)
+		}
+		cmd := exec.Command("cryptsetup", args...)
+		cmd.Stdin = strings.NewReader(`{"type":"orrery-test","keyslots":["0"]}`)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("cryptsetup %s: %v: %s", tc.before[0], err, out)
+		}
 	}
+	headertest.Rewrite(t, disk, func(m map[string]any) {
+		headertest.AddIntegrity(m)
+		if tc.edit != nil {
+			tc.edit(m)
+		}
+	})
+	// cryptsetup still reads the header: only Orrery's check refuses it.
+	if out, err := exec.Command("cryptsetup", "luksDump", disk).CombinedOutput(); err != nil {
+		t.Fatalf("cryptsetup refuses the tampered header itself: %v: %s", err, out)
+	}
+	_, err := tool.CheckHeader(ctx, disk, StateDisk)
+	var fe *FormatError
+	if !errors.As(err, &fe) || fe.Field != tc.field {
+		t.Fatalf("CheckHeader = %v, want a FormatError for %s", err, tc.field)
+	}
+	if !strings.Contains(err.Error(), "LUKS2 header of "+disk) {
+		t.Errorf("error does not name the disk: %v", err)
+	}
+	t.Logf("refused: %v", err)
 }
 
 // TestSaveHeaderOnFile: the copy is checked and opens with the disk's

@@ -23,6 +23,22 @@ const (
 	disk    = "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f"
 )
 
+// badMeasurementSets are measurements a measurement set must not hold,
+// each with what the API server's refusal names; an unknown item is
+// pruned rather than refused.
+var badMeasurementSets = map[string]struct {
+	m    map[string]any
+	want string
+}{
+	"PCR 24":          {map[string]any{"24": map[string]any{"expected": digestA}}, "PCR indexes"},
+	"PCR 04":          {map[string]any{"04": map[string]any{"expected": digestA}}, "PCR indexes"},
+	"upper-case hex":  {map[string]any{"4": map[string]any{"expected": strings.ToUpper(digestA)}}, "expected"},
+	"a short digest":  {map[string]any{"4": map[string]any{"expected": "aa"}}, "expected"},
+	"nothing":         {map[string]any{}, "measurements"},
+	"only warnOnly":   {map[string]any{"4": map[string]any{"expected": digestA, "warnOnly": true}}, "enforce at least one PCR"},
+	"an unknown item": {map[string]any{"4": map[string]any{"expected": digestA, "extra": 1}}, ""},
+}
+
 // The API server itself refuses what the join service must never read:
 // the schema and rules of Orrery's CRDs, checked by a real API server.
 func TestCRDsRefuseBadObjects(t *testing.T) {
@@ -58,18 +74,7 @@ func TestCRDsRefuseBadObjects(t *testing.T) {
 	if w, _, _ := unstructured.NestedBool(got.Object, "spec", "measurements", "4", "warnOnly"); w {
 		t.Error("warnOnly did not default to false")
 	}
-	for name, tc := range map[string]struct {
-		m    map[string]any
-		want string
-	}{
-		"PCR 24":          {map[string]any{"24": map[string]any{"expected": digestA}}, "PCR indexes"},
-		"PCR 04":          {map[string]any{"04": map[string]any{"expected": digestA}}, "PCR indexes"},
-		"upper-case hex":  {map[string]any{"4": map[string]any{"expected": strings.ToUpper(digestA)}}, "expected"},
-		"a short digest":  {map[string]any{"4": map[string]any{"expected": "aa"}}, "expected"},
-		"nothing":         {map[string]any{}, "measurements"},
-		"only warnOnly":   {map[string]any{"4": map[string]any{"expected": digestA, "warnOnly": true}}, "enforce at least one PCR"},
-		"an unknown item": {map[string]any{"4": map[string]any{"expected": digestA, "extra": 1}}, ""},
-	} {
+	for name, tc := range badMeasurementSets {
 		err := create(measurementSets, set("image-bad", tc.m))
 		if name == "an unknown item" {
 			// Pruned, as the API server does with unknown fields.

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -84,14 +85,21 @@ func mergePatch(t *testing.T, obj map[string]any) []byte {
 	return b
 }
 
-// TestWorkerCannotPlaceSecretHoldingPods tries, with every credential root
-// on a worker holds (its kubelet's certificate, flannel's token), to make
-// the join service's pod, which mounts the master secret and the cluster
-// CA keys, run on the worker, or to read those secrets otherwise, against
-// a real API server with the charts' policies, the Node authorizer and
-// NodeRestriction, as kubeadm sets it up. The writes flannel and kubelets
-// need still pass.
-func TestWorkerCannotPlaceSecretHoldingPods(t *testing.T) {
+// nodePolicyEnv is an API server with the charts installed and the
+// clients of TestWorkerCannotPlaceSecretHoldingPods: kubeadm's admin, a
+// worker's kubelet and the flannel pod's token on that worker.
+type nodePolicyEnv struct {
+	ctx     context.Context
+	admin   kubernetes.Interface
+	worker  kubernetes.Interface
+	flannel kubernetes.Interface
+}
+
+// newNodePolicyEnv starts the API server and sets up the cluster as
+// kubeadm, the kubelets and flannel's DaemonSet do: a worker-0 and a
+// control plane cp-0, and the master secret.
+func newNodePolicyEnv(t *testing.T) *nodePolicyEnv {
+	t.Helper()
 	srv := apiservertest.Start(t)
 	installCharts(t, srv)
 	ctx := context.Background()
@@ -136,95 +144,144 @@ func TestWorkerCannotPlaceSecretHoldingPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	flannel := clientFor(t, srv.TokenFor(t, "kube-system", "kube-flannel-ds-worker-0"))
-	waitForPolicies(t, worker, "worker-0")
+	return &nodePolicyEnv{ctx: ctx, admin: admin, worker: worker, flannel: flannel}
+}
 
-	label := func(key string) []byte {
-		return mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]any{key: ""}}})
-	}
-	annotate := func(key string) []byte {
-		return mergePatch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: "x"}}})
-	}
-	untaint := mergePatch(t, map[string]any{"spec": map[string]any{"taints": nil}})
-	unlabel := mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]any{controlPlaneLabel: nil}}})
-	patchStatus := func(c kubernetes.Interface, node string, patch []byte) error {
-		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-		return err
-	}
-	patchNode := func(c kubernetes.Interface, node string, patch []byte) error {
-		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
-	}
-	mirrorPod := &corev1.Pod{
+func (e *nodePolicyEnv) patchStatus(c kubernetes.Interface, node string, patch []byte) error {
+	_, err := c.CoreV1().Nodes().Patch(e.ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+func (e *nodePolicyEnv) patchNode(c kubernetes.Interface, node string, patch []byte) error {
+	_, err := c.CoreV1().Nodes().Patch(e.ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+func labelPatch(t *testing.T, key string) []byte {
+	return mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]any{key: ""}}})
+}
+
+func annotatePatch(t *testing.T, key string) []byte {
+	return mergePatch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: "x"}}})
+}
+
+func untaintPatch(t *testing.T) []byte {
+	return mergePatch(t, map[string]any{"spec": map[string]any{"taints": nil}})
+}
+
+func unlabelPatch(t *testing.T) []byte {
+	return mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]any{controlPlaneLabel: nil}}})
+}
+
+// masterSecretMirrorPod is a mirror pod on worker-0 that mounts the
+// master secret.
+func masterSecretMirrorPod() *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "steal-worker-0", Namespace: "kube-system", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}},
 		Spec: corev1.PodSpec{NodeName: "worker-0", Containers: []corev1.Container{{Name: "c", Image: "x",
 			VolumeMounts: []corev1.VolumeMount{{Name: "s", MountPath: "/s"}}}},
 			Volumes: []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "orrery-master-secret"}}}}},
 	}
+}
 
-	tests := map[string]struct {
-		try     func() error
-		allowed bool
-	}{
-		// flannel's token: nodes/status patches change metadata too.
-		"flannel labels its worker a control plane": {try: func() error { return patchStatus(flannel, "worker-0", label(controlPlaneLabel)) }},
-		"flannel labels its worker with an orrery.dev/ label": {try: func() error {
-			return patchStatus(flannel, "worker-0", label("orrery.dev/control-plane"))
-		}},
-		"flannel adds any label":                    {try: func() error { return patchStatus(flannel, "worker-0", label("example.com/role")) }},
-		"flannel removes a control plane's label":   {try: func() error { return patchStatus(flannel, "cp-0", unlabel) }},
-		"flannel removes a control plane's taint":   {try: func() error { return patchStatus(flannel, "cp-0", untaint) }},
-		"flannel changes an annotation not its own": {try: func() error { return patchStatus(flannel, "worker-0", annotate("example.com/x")) }},
-		"flannel writes another node's flannel annotations": {try: func() error {
-			return patchStatus(flannel, "cp-0", annotate("flannel.alpha.coreos.com/public-ip"))
-		}},
-		"flannel changes its node's addresses": {try: func() error {
-			return patchStatus(flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"addresses": []any{
-				map[string]any{"type": "InternalIP", "address": "10.42.1.100"}}}}))
-		}},
-		"flannel changes its node's kubelet port": {try: func() error {
-			return patchStatus(flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"daemonEndpoints": map[string]any{
-				"kubeletEndpoint": map[string]any{"Port": 1}}}}))
-		}},
-		"flannel adds a finalizer": {try: func() error {
-			return patchStatus(flannel, "worker-0", mergePatch(t, map[string]any{"metadata": map[string]any{"finalizers": []any{"example.com/keep"}}}))
-		}},
-		"flannel patches the node, not its status": {try: func() error { return patchNode(flannel, "worker-0", label(controlPlaneLabel)) }},
-		"flannel records its subnet": {allowed: true, try: func() error {
-			return patchStatus(flannel, "worker-0", annotate("flannel.alpha.coreos.com/public-ip"))
-		}},
-		"flannel clears NetworkUnavailable": {allowed: true, try: func() error {
-			return patchStatus(flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"conditions": []any{
-				map[string]any{"type": "NetworkUnavailable", "status": "False", "reason": "FlannelIsUp"}}}}))
-		}},
-		// The worker's kubelet certificate.
-		"kubelet labels its node a control plane": {try: func() error { return patchNode(worker, "worker-0", label(controlPlaneLabel)) }},
-		"kubelet labels its node with an orrery.dev/ label": {try: func() error {
-			return patchNode(worker, "worker-0", label("orrery.dev/control-plane"))
-		}},
-		"kubelet labels a control plane's node":   {try: func() error { return patchNode(worker, "cp-0", label("example.com/x")) }},
-		"kubelet removes a control plane's taint": {try: func() error { return patchNode(worker, "cp-0", untaint) }},
-		"kubelet reads the master secret": {try: func() error {
-			_, err := worker.CoreV1().Secrets("kube-system").Get(ctx, "orrery-master-secret", metav1.GetOptions{})
-			return err
-		}},
-		"kubelet creates a mirror pod that mounts the master secret": {try: func() error {
-			_, err := worker.CoreV1().Pods("kube-system").Create(ctx, mirrorPod, metav1.CreateOptions{})
-			return err
-		}},
-		"kubelet deletes a control plane's node": {try: func() error { return worker.CoreV1().Nodes().Delete(ctx, "cp-0", metav1.DeleteOptions{}) }},
-		"kubelet labels its node as kubelets may": {allowed: true, try: func() error {
-			return patchNode(worker, "worker-0", label("example.com/zone"))
-		}},
-	}
-	names := make([]string, 0, len(tests))
-	for name := range tests {
+// workerWrites are the writes TestWorkerCannotPlaceSecretHoldingPods
+// tries with a worker's credentials; only those allowed may pass.
+var workerWrites = map[string]struct {
+	try     func(t *testing.T, e *nodePolicyEnv) error
+	allowed bool
+}{
+	// flannel's token: nodes/status patches change metadata too.
+	"flannel labels its worker a control plane": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", labelPatch(t, controlPlaneLabel))
+	}},
+	"flannel labels its worker with an orrery.dev/ label": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", labelPatch(t, "orrery.dev/control-plane"))
+	}},
+	"flannel adds any label": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", labelPatch(t, "example.com/role"))
+	}},
+	"flannel removes a control plane's label": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "cp-0", unlabelPatch(t))
+	}},
+	"flannel removes a control plane's taint": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "cp-0", untaintPatch(t))
+	}},
+	"flannel changes an annotation not its own": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", annotatePatch(t, "example.com/x"))
+	}},
+	"flannel writes another node's flannel annotations": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "cp-0", annotatePatch(t, "flannel.alpha.coreos.com/public-ip"))
+	}},
+	"flannel changes its node's addresses": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"addresses": []any{
+			map[string]any{"type": "InternalIP", "address": "10.42.1.100"}}}}))
+	}},
+	"flannel changes its node's kubelet port": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"daemonEndpoints": map[string]any{
+			"kubeletEndpoint": map[string]any{"Port": 1}}}}))
+	}},
+	"flannel adds a finalizer": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", mergePatch(t, map[string]any{"metadata": map[string]any{"finalizers": []any{"example.com/keep"}}}))
+	}},
+	"flannel patches the node, not its status": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchNode(e.flannel, "worker-0", labelPatch(t, controlPlaneLabel))
+	}},
+	"flannel records its subnet": {allowed: true, try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", annotatePatch(t, "flannel.alpha.coreos.com/public-ip"))
+	}},
+	"flannel clears NetworkUnavailable": {allowed: true, try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchStatus(e.flannel, "worker-0", mergePatch(t, map[string]any{"status": map[string]any{"conditions": []any{
+			map[string]any{"type": "NetworkUnavailable", "status": "False", "reason": "FlannelIsUp"}}}}))
+	}},
+	// The worker's kubelet certificate.
+	"kubelet labels its node a control plane": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchNode(e.worker, "worker-0", labelPatch(t, controlPlaneLabel))
+	}},
+	"kubelet labels its node with an orrery.dev/ label": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchNode(e.worker, "worker-0", labelPatch(t, "orrery.dev/control-plane"))
+	}},
+	"kubelet labels a control plane's node": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchNode(e.worker, "cp-0", labelPatch(t, "example.com/x"))
+	}},
+	"kubelet removes a control plane's taint": {try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchNode(e.worker, "cp-0", untaintPatch(t))
+	}},
+	"kubelet reads the master secret": {try: func(_ *testing.T, e *nodePolicyEnv) error {
+		_, err := e.worker.CoreV1().Secrets("kube-system").Get(e.ctx, "orrery-master-secret", metav1.GetOptions{})
+		return err
+	}},
+	"kubelet creates a mirror pod that mounts the master secret": {try: func(_ *testing.T, e *nodePolicyEnv) error {
+		_, err := e.worker.CoreV1().Pods("kube-system").Create(e.ctx, masterSecretMirrorPod(), metav1.CreateOptions{})
+		return err
+	}},
+	"kubelet deletes a control plane's node": {try: func(_ *testing.T, e *nodePolicyEnv) error {
+		return e.worker.CoreV1().Nodes().Delete(e.ctx, "cp-0", metav1.DeleteOptions{})
+	}},
+	"kubelet labels its node as kubelets may": {allowed: true, try: func(t *testing.T, e *nodePolicyEnv) error {
+		return e.patchNode(e.worker, "worker-0", labelPatch(t, "example.com/zone"))
+	}},
+}
+
+// TestWorkerCannotPlaceSecretHoldingPods tries, with every credential root
+// on a worker holds (its kubelet's certificate, flannel's token), to make
+// the join service's pod, which mounts the master secret and the cluster
+// CA keys, run on the worker, or to read those secrets otherwise, against
+// a real API server with the charts' policies, the Node authorizer and
+// NodeRestriction, as kubeadm sets it up. The writes flannel and kubelets
+// need still pass.
+func TestWorkerCannotPlaceSecretHoldingPods(t *testing.T) {
+	e := newNodePolicyEnv(t)
+	waitForPolicies(t, e.worker, "worker-0")
+
+	names := make([]string, 0, len(workerWrites))
+	for name := range workerWrites {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		tc := tests[name]
+		tc := workerWrites[name]
 		t.Run(name, func(t *testing.T) {
-			err := tc.try()
+			err := tc.try(t, e)
 			switch {
 			case tc.allowed && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -239,12 +296,12 @@ func TestWorkerCannotPlaceSecretHoldingPods(t *testing.T) {
 	// Last, as it changes the nodes: a kubelet that deletes its own Node
 	// and registers it again cannot come back labelled.
 	t.Run("kubelet re-registers its node as a control plane", func(t *testing.T) {
-		if err := worker.CoreV1().Nodes().Delete(ctx, "worker-0", metav1.DeleteOptions{}); err != nil && !apierrors.IsForbidden(err) {
+		if err := e.worker.CoreV1().Nodes().Delete(e.ctx, "worker-0", metav1.DeleteOptions{}); err != nil && !apierrors.IsForbidden(err) {
 			t.Fatal(err)
 		}
-		_ = admin.CoreV1().Nodes().Delete(ctx, "worker-0", metav1.DeleteOptions{})
+		_ = e.admin.CoreV1().Nodes().Delete(e.ctx, "worker-0", metav1.DeleteOptions{})
 		for _, key := range []string{controlPlaneLabel, "orrery.dev/control-plane"} {
-			_, err := worker.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-0", Labels: map[string]string{key: ""}}}, metav1.CreateOptions{})
+			_, err := e.worker.CoreV1().Nodes().Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-0", Labels: map[string]string{key: ""}}}, metav1.CreateOptions{})
 			if err == nil || !apierrors.IsForbidden(err) {
 				t.Errorf("registering with label %s: err = %v, want forbidden", key, err)
 			}
@@ -252,7 +309,7 @@ func TestWorkerCannotPlaceSecretHoldingPods(t *testing.T) {
 	})
 	// The cluster admins keep the say over roles.
 	t.Run("an admin labels a node", func(t *testing.T) {
-		if err := patchNode(admin, "cp-0", label("orrery.dev/example")); err != nil {
+		if err := e.patchNode(e.admin, "cp-0", labelPatch(t, "orrery.dev/example")); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -365,25 +422,9 @@ func protectedPrefixes(t *testing.T) []string {
 	return nil
 }
 
-// TestWorkerPodsWriteOnlyWhatTheyOwn reads the rendered charts as an
-// attacker with root on a worker would: which service accounts have pods
-// that can run on a worker (their tokens are on it), and what each may
-// write. A new one, or a new write, must be looked at for what it lets a
-// compromised worker do, and added here. And every pod that mounts a
-// Secret or the host's PKI is placed only by labels that the
-// orrery-node-roles policy keeps for cluster admins.
-func TestWorkerPodsWriteOnlyWhatTheyOwn(t *testing.T) {
-	objs, _ := renderedObjects(t)
-	prefixes := protectedPrefixes(t)
-	protected := func(key string) bool {
-		for _, p := range prefixes {
-			if strings.HasPrefix(key, p) {
-				return true
-			}
-		}
-		return false
-	}
-
+// serviceAccountWrites is what each service account in objs may write,
+// as "resource:verb", by the roles its bindings name.
+func serviceAccountWrites(objs []manifestObject) map[string][]string {
 	roles := map[string][]string{} // "ClusterRole/name" -> writes
 	for _, o := range objs {
 		if o.Kind != "ClusterRole" && o.Kind != "Role" {
@@ -411,6 +452,29 @@ func TestWorkerPodsWriteOnlyWhatTheyOwn(t *testing.T) {
 			}
 		}
 	}
+	return writes
+}
+
+// TestWorkerPodsWriteOnlyWhatTheyOwn reads the rendered charts as an
+// attacker with root on a worker would: which service accounts have pods
+// that can run on a worker (their tokens are on it), and what each may
+// write. A new one, or a new write, must be looked at for what it lets a
+// compromised worker do, and added here. And every pod that mounts a
+// Secret or the host's PKI is placed only by labels that the
+// orrery-node-roles policy keeps for cluster admins.
+func TestWorkerPodsWriteOnlyWhatTheyOwn(t *testing.T) {
+	objs, _ := renderedObjects(t)
+	prefixes := protectedPrefixes(t)
+	protected := func(key string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(key, p) {
+				return true
+			}
+		}
+		return false
+	}
+
+	writes := serviceAccountWrites(objs)
 
 	onWorkers := map[string][]string{}
 	for _, o := range objs {
@@ -457,12 +521,21 @@ func TestWorkerPodsWriteOnlyWhatTheyOwn(t *testing.T) {
 	}
 }
 
-// TestRemovedNodeCannotComeBack removes a worker as 'orrery node remove'
-// does, against a real API server with the charts installed, then tries
-// what the removed node's kubelet certificate could do to come back:
-// re-create its Node, renew its certificate, post a pod. Every write is
-// refused; another node's are not.
-func TestRemovedNodeCannotComeBack(t *testing.T) {
+// removalEnv is an API server with the charts installed, worker-0 and
+// worker-1 registered by their kubelets, and worker-1's disk admitted.
+type removalEnv struct {
+	ctx   context.Context
+	admin kubernetes.Interface
+	dyn   dynamic.Interface
+	// removed is worker-1's kubelet, other worker-0's.
+	removed kubernetes.Interface
+	other   kubernetes.Interface
+	out     *strings.Builder
+	cfg     noderemove.Config
+}
+
+func newRemovalEnv(t *testing.T) *removalEnv {
+	t.Helper()
 	srv := apiservertest.Start(t)
 	installCharts(t, srv)
 	ctx := context.Background()
@@ -496,32 +569,56 @@ func TestRemovedNodeCannotComeBack(t *testing.T) {
 
 	var out strings.Builder
 	cfg := noderemove.Config{Client: admin, Dynamic: dyn, Out: &out, DrainTimeout: 10 * time.Second}
-	if err := noderemove.Remove(ctx, cfg, "worker-1"); err != nil {
-		t.Fatalf("remove: %v\n%s", err, out.String())
+	return &removalEnv{ctx: ctx, admin: admin, dyn: dyn, removed: removed, other: other, out: &out, cfg: cfg}
+}
+
+// TestRemovedNodeCannotComeBack removes a worker as 'orrery node remove'
+// does, against a real API server with the charts installed, then tries
+// what the removed node's kubelet certificate could do to come back:
+// re-create its Node, renew its certificate, post a pod. Every write is
+// refused; another node's are not.
+func TestRemovedNodeCannotComeBack(t *testing.T) {
+	e := newRemovalEnv(t)
+	checkRemovesWorker(t, e)
+	checkRemovedNodeIsRefused(t, e)
+	checkControlPlanesAreNotRemoved(t, e)
+}
+
+// checkRemovesWorker removes worker-1 and checks what the removal left.
+func checkRemovesWorker(t *testing.T, e *removalEnv) {
+	t.Helper()
+	if err := noderemove.Remove(e.ctx, e.cfg, "worker-1"); err != nil {
+		t.Fatalf("remove: %v\n%s", err, e.out.String())
 	}
 	for _, want := range []string{"marked removed", "cordoned", "drained", "deleted", "gets no join or rejoin ticket again"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(e.out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, e.out.String())
 		}
 	}
-	rec, err := dyn.Resource(admittedNodes).Get(ctx, "disk-"+disk, metav1.GetOptions{})
+	rec, err := e.dyn.Resource(admittedNodes).Get(e.ctx, "disk-"+disk, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if at, _, _ := unstructured.NestedString(rec.Object, "spec", "removedAt"); at == "" {
 		t.Error("the disk's record is not marked removed")
 	}
-	cm, err := admin.CoreV1().ConfigMaps(removednodes.Namespace).Get(ctx, removednodes.ConfigMapName, metav1.GetOptions{})
+	cm, err := e.admin.CoreV1().ConfigMaps(removednodes.Namespace).Get(e.ctx, removednodes.ConfigMapName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l, err := removednodes.Parse(cm.Data); err != nil || l["worker-1"].InstanceID != "4711" {
 		t.Errorf("removed list = %v, %v; want worker-1 with its instance", l, err)
 	}
-	if _, err := admin.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := e.admin.CoreV1().Nodes().Get(e.ctx, "worker-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the node is still there: %v", err)
 	}
+}
 
+// checkRemovedNodeIsRefused tries, once worker-1 is removed, what its
+// kubelet certificate could do to come back, and what worker-0's may.
+func checkRemovedNodeIsRefused(t *testing.T, e *removalEnv) {
+	t.Helper()
+	ctx := e.ctx
 	csr := func(c kubernetes.Interface, name string) error {
 		_, err := c.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
@@ -533,12 +630,12 @@ func TestRemovedNodeCannotComeBack(t *testing.T) {
 	}
 	tries := map[string]func() error{
 		"re-create its Node": func() error {
-			_, err := removed.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}, metav1.CreateOptions{})
+			_, err := e.removed.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}, metav1.CreateOptions{})
 			return err
 		},
-		"renew its certificate": func() error { return csr(removed, "worker-1") },
+		"renew its certificate": func() error { return csr(e.removed, "worker-1") },
 		"post a mirror pod": func() error {
-			_, err := removed.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			_, err := e.removed.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Name: "static-worker-1", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}},
 				Spec:       corev1.PodSpec{NodeName: "worker-1", Containers: []corev1.Container{{Name: "c", Image: "x"}}}}, metav1.CreateOptions{})
 			return err
@@ -552,15 +649,21 @@ func TestRemovedNodeCannotComeBack(t *testing.T) {
 		}
 	}
 	// Other nodes go on as before.
-	if err := csr(other, "worker-0"); err != nil {
+	if err := csr(e.other, "worker-0"); err != nil {
 		t.Errorf("another node renewing its certificate: %v", err)
 	}
-	if err := patchLabel(ctx, other, "worker-0", "example.com/zone"); err != nil {
+	if err := patchLabel(ctx, e.other, "worker-0", "example.com/zone"); err != nil {
 		t.Errorf("another node writing its Node: %v", err)
 	}
+}
 
+// checkControlPlanesAreNotRemoved tries to remove control planes, with
+// and without a Node, and a node nobody knows.
+func checkControlPlanesAreNotRemoved(t *testing.T, e *removalEnv) {
+	t.Helper()
+	ctx, cfg := e.ctx, e.cfg
 	// Control planes are not removed this way, nor nodes nobody knows.
-	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Labels: map[string]string{controlPlaneLabel: ""}}}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Labels: map[string]string{controlPlaneLabel: ""}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := noderemove.Remove(ctx, cfg, "cp-0"); err == nil || !strings.Contains(err.Error(), "is a control plane") {
@@ -573,13 +676,13 @@ func TestRemovedNodeCannotComeBack(t *testing.T) {
 	// A control plane whose Node is gone (its own kubelet may delete
 	// it) is known by the records: its disk's instance is approved.
 	const cpDisk = "0f9c3a51-7d2e-4b8a-9e61-2c5d8f0a7b34"
-	if _, err := dyn.Resource(admittedNodes).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+	if _, err := e.dyn.Resource(admittedNodes).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind, "metadata": map[string]any{"name": "disk-" + cpDisk},
 		"spec": map[string]any{"diskUUID": cpDisk, "instance": map[string]any{"name": "cp-1", "id": "5150"}},
 	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.CoreV1().ConfigMaps(controlplanes.Namespace).Create(ctx, &corev1.ConfigMap{
+	if _, err := e.admin.CoreV1().ConfigMaps(controlplanes.Namespace).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: controlplanes.ConfigMapName, Namespace: controlplanes.Namespace},
 		Data:       map[string]string{controlplanes.Key: "5150"},
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -588,7 +691,7 @@ func TestRemovedNodeCannotComeBack(t *testing.T) {
 	if err := noderemove.Remove(ctx, cfg, "cp-1"); err == nil || !strings.Contains(err.Error(), "is a control plane (instance 5150") {
 		t.Errorf("removing an approved control plane without a Node: %v", err)
 	}
-	rec, err = dyn.Resource(admittedNodes).Get(ctx, "disk-"+cpDisk, metav1.GetOptions{})
+	rec, err := e.dyn.Resource(admittedNodes).Get(ctx, "disk-"+cpDisk, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,82 +78,86 @@ func TestInitRequestRoundTrip(t *testing.T) {
 	}
 }
 
+// responseKind is which of InitResponse's oneof cases a message holds.
+type responseKind int
+
+const (
+	none responseKind = iota
+	progress
+	logChunk
+	success
+	failure
+)
+
+func responseKindOf(t *testing.T, r *initpb.InitResponse) responseKind {
+	t.Helper()
+	switch r.GetKind().(type) {
+	case nil:
+		return none
+	case *initpb.InitResponse_Progress:
+		return progress
+	case *initpb.InitResponse_Log:
+		return logChunk
+	case *initpb.InitResponse_Done:
+		return success
+	case *initpb.InitResponse_Failed:
+		return failure
+	default:
+		t.Fatalf("unknown kind %T", r.GetKind())
+		return none
+	}
+}
+
+var initResponseKindCases = map[string]struct {
+	msg  *initpb.InitResponse
+	want responseKind
+}{
+	"success": {
+		msg: &initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{
+			Kubeconfig: []byte("apiVersion: v1\nkind: Config\n"),
+			ClusterId:  filled(0xc1, 32),
+		}}},
+		want: success,
+	},
+	"failure with journal": {
+		msg: &initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{
+			ErrorMessage: "run kubeadm init: exit status 1",
+			Journal:      []byte("Jan 01 00:00:00 node kubelet[1]: failed\n"),
+		}}},
+		want: failure,
+	},
+	// A final message whose fields are all empty must still arrive as a
+	// final message: the oneof case alone tells success from failure.
+	"empty success": {
+		msg:  &initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{}}},
+		want: success,
+	},
+	"empty failure": {
+		msg:  &initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{}}},
+		want: failure,
+	},
+	"progress": {
+		msg: &initpb.InitResponse{Kind: &initpb.InitResponse_Progress{Progress: &initpb.Progress{
+			Phase:   "kubeadm-init",
+			Message: "running kubeadm init",
+		}}},
+		want: progress,
+	},
+	"log": {
+		msg: &initpb.InitResponse{Kind: &initpb.InitResponse_Log{Log: &initpb.LogChunk{
+			Source: "kubeadm",
+			Data:   []byte("[init] Using Kubernetes version: v1.36.3\n"),
+		}}},
+		want: logChunk,
+	},
+	"no kind": {
+		msg:  &initpb.InitResponse{},
+		want: none,
+	},
+}
+
 func TestInitResponseKind(t *testing.T) {
-	type kind int
-	const (
-		none kind = iota
-		progress
-		logChunk
-		success
-		failure
-	)
-	kindOf := func(r *initpb.InitResponse) kind {
-		switch r.GetKind().(type) {
-		case nil:
-			return none
-		case *initpb.InitResponse_Progress:
-			return progress
-		case *initpb.InitResponse_Log:
-			return logChunk
-		case *initpb.InitResponse_Done:
-			return success
-		case *initpb.InitResponse_Failed:
-			return failure
-		default:
-			t.Fatalf("unknown kind %T", r.GetKind())
-			return none
-		}
-	}
-
-	testCases := map[string]struct {
-		msg  *initpb.InitResponse
-		want kind
-	}{
-		"success": {
-			msg: &initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{
-				Kubeconfig: []byte("apiVersion: v1\nkind: Config\n"),
-				ClusterId:  filled(0xc1, 32),
-			}}},
-			want: success,
-		},
-		"failure with journal": {
-			msg: &initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{
-				ErrorMessage: "run kubeadm init: exit status 1",
-				Journal:      []byte("Jan 01 00:00:00 node kubelet[1]: failed\n"),
-			}}},
-			want: failure,
-		},
-		// A final message whose fields are all empty must still arrive as a
-		// final message: the oneof case alone tells success from failure.
-		"empty success": {
-			msg:  &initpb.InitResponse{Kind: &initpb.InitResponse_Done{Done: &initpb.InitSuccess{}}},
-			want: success,
-		},
-		"empty failure": {
-			msg:  &initpb.InitResponse{Kind: &initpb.InitResponse_Failed{Failed: &initpb.InitFailure{}}},
-			want: failure,
-		},
-		"progress": {
-			msg: &initpb.InitResponse{Kind: &initpb.InitResponse_Progress{Progress: &initpb.Progress{
-				Phase:   "kubeadm-init",
-				Message: "running kubeadm init",
-			}}},
-			want: progress,
-		},
-		"log": {
-			msg: &initpb.InitResponse{Kind: &initpb.InitResponse_Log{Log: &initpb.LogChunk{
-				Source: "kubeadm",
-				Data:   []byte("[init] Using Kubernetes version: v1.36.3\n"),
-			}}},
-			want: logChunk,
-		},
-		"no kind": {
-			msg:  &initpb.InitResponse{},
-			want: none,
-		},
-	}
-
-	for name, tc := range testCases {
+	for name, tc := range initResponseKindCases {
 		t.Run(name, func(t *testing.T) {
 			wire, err := proto.Marshal(tc.msg)
 			if err != nil {
@@ -164,7 +168,7 @@ func TestInitResponseKind(t *testing.T) {
 				t.Fatalf("unmarshal: %v", err)
 			}
 
-			if k := kindOf(got); k != tc.want {
+			if k := responseKindOf(t, got); k != tc.want {
 				t.Fatalf("kind after round trip = %d, want %d", k, tc.want)
 			}
 			if (got.GetDone() != nil) != (tc.want == success) {

@@ -28,6 +28,50 @@ import (
 func TestGenerationOnTheAPIServer(t *testing.T) {
 	s, srv := newStore(t)
 	ctx := context.Background()
+	checkRejoinsAdvanceTheGeneration(t, ctx, s)
+	checkConcurrentChecksNeverShareAGeneration(t, ctx, s)
+
+	records := srv.Dynamic(t).Resource(admittedNodes)
+	name := "disk-" + strings.ToLower(disk)
+	for what, p := range map[string]string{
+		"negative":   `{"spec":{"generation":-1}}`,
+		"too large":  `{"spec":{"generation":9007199254740992}}`,
+		"a string":   `{"spec":{"generation":"5"}}`,
+		"fractional": `{"spec":{"nextGeneration":1.5}}`,
+	} {
+		if _, err := records.Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err == nil {
+			t.Errorf("a %s generation was stored", what)
+		}
+	}
+	// The owner restores a copy on purpose, as the refusal says.
+	if _, err := records.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"generation":2,"nextGeneration":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CheckGeneration(ctx, disk, 2); err != nil {
+		t.Fatalf("the copy the owner accepted: %v", err)
+	}
+	obj, err := records.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set, _, _ := unstructured.NestedString(obj.Object, "spec", "measurementSet"); set != "image-0000000000000001" {
+		t.Errorf("recording generations changed the measurement set to %q", set)
+	}
+
+	// A removed node's disk has no generation to advance.
+	if _, err := records.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"removedAt":"2026-11-27T12:00:00Z"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CheckGeneration(ctx, disk, 2); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("removed: err = %v, want ErrRemoved", err)
+	}
+}
+
+// checkRejoinsAdvanceTheGeneration admits disk and takes it through
+// rejoins, a crash between the steps and an older copy, leaving its
+// record at generation 4.
+func checkRejoinsAdvanceTheGeneration(t *testing.T, ctx context.Context, s *Store) {
+	t.Helper()
 	if _, err := s.CheckGeneration(ctx, disk, 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a disk never admitted: err = %v, want ErrNotFound", err)
 	}
@@ -69,7 +113,12 @@ func TestGenerationOnTheAPIServer(t *testing.T) {
 	if err := s.RecordGeneration(ctx, disk, 17); !errors.Is(err, admitted.ErrNotIssued) {
 		t.Fatalf("recording a generation never issued: err = %v", err)
 	}
+}
 
+// checkConcurrentChecksNeverShareAGeneration checks disk, recorded at
+// generation 4, from four copies at once.
+func checkConcurrentChecksNeverShareAGeneration(t *testing.T, ctx context.Context, s *Store) {
+	t.Helper()
 	// Two checks at once (two copies booted together) are never both
 	// given the same generation: the second write to the record sees
 	// the first's.
@@ -89,41 +138,6 @@ func TestGenerationOnTheAPIServer(t *testing.T) {
 			t.Fatalf("generation %d issued twice: %v %v", g, got, errs)
 		}
 		seen[g] = true
-	}
-
-	records := srv.Dynamic(t).Resource(admittedNodes)
-	name := "disk-" + strings.ToLower(disk)
-	for what, p := range map[string]string{
-		"negative":   `{"spec":{"generation":-1}}`,
-		"too large":  `{"spec":{"generation":9007199254740992}}`,
-		"a string":   `{"spec":{"generation":"5"}}`,
-		"fractional": `{"spec":{"nextGeneration":1.5}}`,
-	} {
-		if _, err := records.Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err == nil {
-			t.Errorf("a %s generation was stored", what)
-		}
-	}
-	// The owner restores a copy on purpose, as the refusal says.
-	if _, err := records.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"generation":2,"nextGeneration":null}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CheckGeneration(ctx, disk, 2); err != nil {
-		t.Fatalf("the copy the owner accepted: %v", err)
-	}
-	obj, err := records.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if set, _, _ := unstructured.NestedString(obj.Object, "spec", "measurementSet"); set != "image-0000000000000001" {
-		t.Errorf("recording generations changed the measurement set to %q", set)
-	}
-
-	// A removed node's disk has no generation to advance.
-	if _, err := records.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"removedAt":"2026-11-27T12:00:00Z"}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CheckGeneration(ctx, disk, 2); !errors.Is(err, ErrRemoved) {
-		t.Fatalf("removed: err = %v, want ErrRemoved", err)
 	}
 }
 

@@ -178,11 +178,7 @@ type envOptions struct {
 // it.
 func newEnv(t *testing.T, opts envOptions) *env {
 	ca, caKey := newCA(t)
-	pki := t.TempDir()
-	for _, f := range controlplanes.PKIFiles {
-		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
-		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
-	}
+	pki := newPKIDir(t)
 	imageA := imageSet(t, 0)
 	e := &env{
 		ca: ca, admissions: &admissions.Memory{}, nodes: &memNodes{gone: map[string]bool{}}, logs: &syncbuffer.Buffer{},
@@ -237,29 +233,47 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	serverCreds, _ := atls.NewCredentials(atls.Config{Validators: []attestation.Validator{val}})
 	clientCreds, _ := atls.NewCredentials(atls.Config{Issuer: iss})
 
-	serve := func(opts ...grpc.ServerOption) string {
-		g := grpc.NewServer(opts...)
-		joinpb.RegisterJoinServiceServer(g, srv)
-		lis, _ := net.Listen("tcp", "127.0.0.1:0")
-		go g.Serve(lis)
-		t.Cleanup(g.Stop)
-		return lis.Addr().String()
-	}
-	dial := func(addr string, opt grpc.DialOption) joinpb.JoinServiceClient {
-		conn, err := grpc.NewClient(addr, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return joinpb.NewJoinServiceClient(conn)
-	}
-	attestedAddr := serve(grpc.Creds(serverCreds))
-	e.attested = dial(attestedAddr, grpc.WithTransportCredentials(clientCreds))
+	attestedAddr := serveJoinService(t, srv, grpc.Creds(serverCreds))
+	e.attested = dialJoinService(t, attestedAddr, grpc.WithTransportCredentials(clientCreds))
 	other := qemutest.NewInstance(t, pca, platformca.NewInstance("worker-1"))
 	otherCreds, _ := atls.NewCredentials(atls.Config{Issuer: other.Issuer})
-	e.other = dial(attestedAddr, grpc.WithTransportCredentials(otherCreds))
-	e.plain = dial(serve(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	e.other = dialJoinService(t, attestedAddr, grpc.WithTransportCredentials(otherCreds))
+	e.plain = dialJoinService(t, serveJoinService(t, srv), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	return e
+}
+
+// newPKIDir is a kubeadm certificate directory holding every file the
+// join service hands an approved control plane.
+func newPKIDir(t *testing.T) string {
+	t.Helper()
+	pki := t.TempDir()
+	for _, f := range controlplanes.PKIFiles {
+		os.MkdirAll(filepath.Dir(filepath.Join(pki, f)), 0o700)
+		os.WriteFile(filepath.Join(pki, f), []byte("content of "+f), 0o600)
+	}
+	return pki
+}
+
+// serveJoinService serves srv on a local port until the test ends and
+// returns its address.
+func serveJoinService(t *testing.T, srv joinpb.JoinServiceServer, opts ...grpc.ServerOption) string {
+	t.Helper()
+	g := grpc.NewServer(opts...)
+	joinpb.RegisterJoinServiceServer(g, srv)
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+func dialJoinService(t *testing.T, addr string, opt grpc.DialOption) joinpb.JoinServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return joinpb.NewJoinServiceClient(conn)
 }
 
 const uuid = "0B5C1F3E-8D2A-4C6B-9E7F-1A2B3C4D5E6F"

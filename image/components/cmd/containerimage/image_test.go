@@ -14,28 +14,7 @@ import (
 
 func TestBuildIsDeterministicAndImportable(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "prog")
-	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tree := filepath.Join(dir, "tree")
-	if err := os.MkdirAll(filepath.Join(tree, "sub"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tree, "sub", "lib.so"), []byte("lib"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("lib.so", filepath.Join(tree, "sub", "lib.so.1")); err != nil {
-		t.Fatal(err)
-	}
-	spec := Spec{
-		Ref:        "registry.k8s.io/pause:3.10.2",
-		Created:    time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-		Adds:       []Add{{Src: bin, Dst: "/usr/local/bin/prog"}, {Src: tree, Dst: "/opt/tree"}},
-		Links:      []Link{{Dst: "/bin", Target: "usr/bin"}},
-		Env:        []string{"PATH=/usr/local/bin"},
-		Entrypoint: []string{"/usr/local/bin/prog"},
-	}
+	bin, spec := testImageSpec(t, dir)
 	var results []Result
 	for i := range 2 {
 		out := filepath.Join(dir, "img"+string(rune('a'+i))+".tar")
@@ -55,6 +34,42 @@ func TestBuildIsDeterministicAndImportable(t *testing.T) {
 	}
 
 	files := readTar(t, filepath.Join(dir, "imga.tar"))
+	checkImageIndex(t, files, results[0].Digest)
+	checkLayerEntries(t, files, spec.Created)
+}
+
+// testImageSpec writes a program and a tree with a symlink under dir and
+// returns the program's path and a spec that adds both.
+func testImageSpec(t *testing.T, dir string) (string, Spec) {
+	t.Helper()
+	bin := filepath.Join(dir, "prog")
+	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tree := filepath.Join(dir, "tree")
+	if err := os.MkdirAll(filepath.Join(tree, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "sub", "lib.so"), []byte("lib"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("lib.so", filepath.Join(tree, "sub", "lib.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	return bin, Spec{
+		Ref:        "registry.k8s.io/pause:3.10.2",
+		Created:    time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Adds:       []Add{{Src: bin, Dst: "/usr/local/bin/prog"}, {Src: tree, Dst: "/opt/tree"}},
+		Links:      []Link{{Dst: "/bin", Target: "usr/bin"}},
+		Env:        []string{"PATH=/usr/local/bin"},
+		Entrypoint: []string{"/usr/local/bin/prog"},
+	}
+}
+
+// checkImageIndex checks what containerd and docker import by: an OCI
+// index naming the one manifest, and Docker's manifest.json.
+func checkImageIndex(t *testing.T, files map[string]tarFile, digest string) {
+	t.Helper()
 	var index struct {
 		Manifests []struct {
 			Digest      string
@@ -64,14 +79,17 @@ func TestBuildIsDeterministicAndImportable(t *testing.T) {
 	if err := json.Unmarshal(files["index.json"].data, &index); err != nil {
 		t.Fatal(err)
 	}
-	if len(index.Manifests) != 1 || index.Manifests[0].Digest != results[0].Digest ||
+	if len(index.Manifests) != 1 || index.Manifests[0].Digest != digest ||
 		index.Manifests[0].Annotations["io.containerd.image.name"] != "registry.k8s.io/pause:3.10.2" {
 		t.Fatalf("index.json = %s", files["index.json"].data)
 	}
 	if _, ok := files["manifest.json"]; !ok {
 		t.Fatal("no Docker manifest.json")
 	}
+}
 
+func checkLayerEntries(t *testing.T, files map[string]tarFile, created time.Time) {
+	t.Helper()
 	var layer map[string]tarFile
 	for name, f := range files {
 		if strings.HasPrefix(name, "blobs/") && len(f.data) > 2 && f.data[0] == 0x1f && f.data[1] == 0x8b {
@@ -98,7 +116,7 @@ func TestBuildIsDeterministicAndImportable(t *testing.T) {
 		if f.desc != w {
 			t.Errorf("%s: %s, want %s", name, f.desc, w)
 		}
-		if !f.hdr.ModTime.Equal(spec.Created) || f.hdr.Uid != 0 || f.hdr.Gid != 0 {
+		if !f.hdr.ModTime.Equal(created) || f.hdr.Uid != 0 || f.hdr.Gid != 0 {
 			t.Errorf("%s: time %v uid %d gid %d", name, f.hdr.ModTime, f.hdr.Uid, f.hdr.Gid)
 		}
 	}

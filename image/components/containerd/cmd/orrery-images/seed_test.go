@@ -105,40 +105,67 @@ func TestSeedReplacesWhatIsNotBaked(t *testing.T) {
 	defer cancel()
 	root := t.TempDir()
 	bakedDir := filepath.Join(root, "baked")
-	proxy := writeBakedImage(t, bakedDir, "kube-proxy", "registry.k8s.io/kube-proxy:v1.35.0", map[string]string{"usr/local/bin/kube-proxy": "kube-proxy binary"})
-	flannel := writeBakedImage(t, bakedDir, "flannel", "ghcr.io/flannel-io/flannel:v0.27.4", map[string]string{"opt/bin/flanneld": "flanneld binary"})
+	e := &seedEnv{
+		proxy:   writeBakedImage(t, bakedDir, "kube-proxy", "registry.k8s.io/kube-proxy:v1.35.0", map[string]string{"usr/local/bin/kube-proxy": "kube-proxy binary"}),
+		flannel: writeBakedImage(t, bakedDir, "flannel", "ghcr.io/flannel-io/flannel:v0.27.4", map[string]string{"opt/bin/flanneld": "flanneld binary"}),
+	}
 
-	client, ctrdRoot := startContainerd(ctx, t, root)
+	e.client, e.ctrdRoot = startContainerd(ctx, t, root)
 	ctx = namespaces.WithNamespace(ctx, "k8s.io")
-	cfg := config{ImagesDir: bakedDir, ContainerdRoot: ctrdRoot, Snapshotter: "overlayfs"}
+	e.cfg = config{ImagesDir: bakedDir, ContainerdRoot: e.ctrdRoot, Snapshotter: "overlayfs"}
 	var out bytes.Buffer
-	if err := seed(ctx, client, cfg, &out); err != nil {
+	if err := seed(ctx, e.client, e.cfg, &out); err != nil {
 		t.Fatalf("seed: %v\n%s", err, out.String())
 	}
-	sn := client.SnapshotService("overlayfs")
+	e.sn = e.client.SnapshotService("overlayfs")
 	// A container's snapshot from before the change: containerd will not
 	// remove the layer under it.
 	// The lease stands for the container record that keeps it from
 	// containerd's garbage collector.
 	const before = "container-before"
-	leased, done, err := client.WithLease(ctx)
+	leased, done, err := e.client.WithLease(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = done(context.WithoutCancel(ctx)) }()
-	if _, err := sn.Prepare(leased, before, proxy.ChainID); err != nil {
+	if _, err := e.sn.Prepare(leased, before, e.proxy.ChainID); err != nil {
 		t.Fatal(err)
 	}
 
+	c := changeStateDisk(ctx, t, e)
+	checkSeedPutsBackTheBakedLinks(ctx, t, e, c, before)
+	checkSeedReplacesNothing(ctx, t, e)
+}
+
+// seedEnv is a containerd seeded with two baked images.
+type seedEnv struct {
+	client         *containerd.Client
+	ctrdRoot       string
+	cfg            config
+	sn             snapshots.Snapshotter
+	proxy, flannel bakedImage
+}
+
+// stateDiskChange is what changeStateDisk left in place of kube-proxy's
+// baked links.
+type stateDiskChange struct {
+	layerDir    string // kube-proxy's layer snapshot directory
+	configPath  string // kube-proxy's config blob in containerd's content store
+	bakedConfig []byte
+}
+
+func changeStateDisk(ctx context.Context, t *testing.T, e *seedEnv) stateDiskChange {
+	t.Helper()
+	proxy := e.proxy
 	// (a) A directory with another kube-proxy in place of the layer's link.
-	layerDir := layerLink(t, ctrdRoot, proxy)
+	layerDir := layerLink(t, e.ctrdRoot, proxy)
 	if err := os.Remove(layerDir); err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(layerDir, "usr/local/bin/kube-proxy"), "attacker's kube-proxy")
 	// (b) A config of the same size with other bytes: containerd checks
 	// only the size.
-	configPath := contentPath(ctrdRoot, proxy.Config.Digest)
+	configPath := contentPath(e.ctrdRoot, proxy.Config.Digest)
 	bakedConfig, err := os.ReadFile(proxy.blob(proxy.Config.Digest))
 	if err != nil {
 		t.Fatal(err)
@@ -152,16 +179,21 @@ func TestSeedReplacesWhatIsNotBaked(t *testing.T) {
 	}
 	writeFile(t, configPath, string(otherConfig))
 	// (c) The flannel layer made again on top of a layer of the attacker's.
-	stackUnder(ctx, t, client, flannel, "opt/bin/flanneld", "attacker's flanneld")
+	stackUnder(ctx, t, e.client, e.flannel, "opt/bin/flanneld", "attacker's flanneld")
+	return stateDiskChange{layerDir: layerDir, configPath: configPath, bakedConfig: bakedConfig}
+}
 
-	out.Reset()
-	if err := seed(ctx, client, cfg, &out); err != nil {
+func checkSeedPutsBackTheBakedLinks(ctx context.Context, t *testing.T, e *seedEnv, c stateDiskChange, before string) {
+	t.Helper()
+	proxy, flannel := e.proxy, e.flannel
+	var out bytes.Buffer
+	if err := seed(ctx, e.client, e.cfg, &out); err != nil {
 		t.Fatalf("seed after the change: %v\n%s", err, out.String())
 	}
 	t.Logf("seed after the change:\n%s", out.String())
 	for _, want := range []string{
 		"registry.k8s.io/kube-proxy:v1.35.0: layer snapshot was not the baked layer (a directory); relinked",
-		fmt.Sprintf("registry.k8s.io/kube-proxy:v1.35.0: config blob %s was not the baked blob (a regular file of %d bytes); relinked", proxy.Config.Digest, len(bakedConfig)),
+		fmt.Sprintf("registry.k8s.io/kube-proxy:v1.35.0: config blob %s was not the baked blob (a regular file of %d bytes); relinked", proxy.Config.Digest, len(c.bakedConfig)),
 		`ghcr.io/flannel-io/flannel:v0.27.4: layer snapshot was not the baked layer (it has a parent, "attacker"); re-made`,
 		"replaced 3 things on the state disk that were not the baked images",
 	} {
@@ -169,27 +201,30 @@ func TestSeedReplacesWhatIsNotBaked(t *testing.T) {
 			t.Errorf("the seed's output does not say %q", want)
 		}
 	}
-	if to, err := os.Readlink(layerDir); err != nil || to != proxy.rootfs() {
+	if to, err := os.Readlink(c.layerDir); err != nil || to != proxy.rootfs() {
 		t.Errorf("kube-proxy's layer directory links to %q (%v), want %q", to, err, proxy.rootfs())
 	}
-	if to, err := os.Readlink(configPath); err != nil || to != proxy.blob(proxy.Config.Digest) {
+	if to, err := os.Readlink(c.configPath); err != nil || to != proxy.blob(proxy.Config.Digest) {
 		t.Errorf("kube-proxy's config blob links to %q (%v), want %q", to, err, proxy.blob(proxy.Config.Digest))
 	}
-	if got, err := content.ReadBlob(ctx, client.ContentStore(), proxy.Config); err != nil || !bytes.Equal(got, bakedConfig) {
-		t.Errorf("containerd reads kube-proxy's config as %q (%v), want the baked %q", got, err, bakedConfig)
+	if got, err := content.ReadBlob(ctx, e.client.ContentStore(), proxy.Config); err != nil || !bytes.Equal(got, c.bakedConfig) {
+		t.Errorf("containerd reads kube-proxy's config as %q (%v), want the baked %q", got, err, c.bakedConfig)
 	}
-	if info, err := sn.Stat(ctx, flannel.ChainID); err != nil || info.Parent != "" {
+	if info, err := e.sn.Stat(ctx, flannel.ChainID); err != nil || info.Parent != "" {
 		t.Errorf("flannel's layer snapshot: %+v, %v; want one without a parent", info, err)
 	}
 	for _, b := range []bakedImage{proxy, flannel} {
-		checkUsable(ctx, t, client, b)
+		checkUsable(ctx, t, e.client, b)
 	}
-	if got := readInSnapshot(ctx, t, sn, before, "usr/local/bin/kube-proxy"); got != "kube-proxy binary" {
+	if got := readInSnapshot(ctx, t, e.sn, before, "usr/local/bin/kube-proxy"); got != "kube-proxy binary" {
 		t.Errorf("the container from before the change sees kube-proxy as %q, want the baked one", got)
 	}
+}
 
-	out.Reset()
-	if err := seed(ctx, client, cfg, &out); err != nil {
+func checkSeedReplacesNothing(ctx context.Context, t *testing.T, e *seedEnv) {
+	t.Helper()
+	var out bytes.Buffer
+	if err := seed(ctx, e.client, e.cfg, &out); err != nil {
 		t.Fatalf("seed with nothing changed: %v", err)
 	}
 	if strings.Count(out.String(), "already available") != 2 || !strings.Contains(out.String(), "nothing on the state disk replaced") {

@@ -102,10 +102,10 @@ boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and
 cluster: deps image build ## bring up a local cluster of simulated SEV-SNP VMs: orrery mini up, then orrery init (root; 25-35 min the first time, about 5 later)
 	build/bin/orrery mini up --sev-snp
 	build/bin/orrery init --replace-workspace --measurements build/image/measurements-sev-snp.json --snp-test-root orrery-mini/snp-test-root.json
-	@echo "kubectl: build/components/bin/kubectl --kubeconfig orrery-admin.conf get nodes"
+	@echo "kubectl: build/components/hostbin/kubectl --kubeconfig orrery-admin.conf get nodes"
 
 E2E_ARGS = -image-dir $(CURDIR)/build/image \
-		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/bin/kubectl \
+		-orrery $(CURDIR)/build/bin/orrery -kubectl $(CURDIR)/build/components/hostbin/kubectl \
 		-helm $(CURDIR)/build/components/hostbin/helm -logs-dir $(CURDIR)/build/e2e-logs \
 		-slowdown $(E2E_SLOWDOWN)
 

@@ -44,6 +44,9 @@ func testBootstrapper(t *testing.T, openTPM tpmdev.Opener, dir string, logs *syn
 	p.stateDir = dir
 	p.runDir = dir
 	p.ownerKey = filepath.Join(dir, "owner-access-key.pem")
+	p.root = dir
+	installReleases(t, dir)
+	p.clusterVersion = filepath.Join(dir, "cluster-kubernetes-version")
 	b, err := newBootstrapper(p, openTPM, logging.New(logging.Config{Output: logs}))
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,9 @@ import (
 // paths are where the daemon finds and keeps its files. On a node they are
 // nodePaths(); a test points them into a temporary directory.
 type paths struct {
+	// root is the node's root, where the image keeps its Kubernetes
+	// releases and /run the choice of one (kuberelease).
+	root           string
 	measurementLog string
 	firmwareLog    string
 	// bootstrappedMarker marks the node as part of a cluster.
@@ -46,10 +49,14 @@ type paths struct {
 	ownerKey        string
 	adminKubeconfig string
 	metadataURL     string
+	// clusterVersion is where the initrd leaves the version its rejoin
+	// ticket named (handoff.ClusterVersionFile).
+	clusterVersion string
 }
 
 func nodePaths() paths {
 	return paths{
+		root:               "/",
 		measurementLog:     pcrlog.DefaultPath,
 		firmwareLog:        vtpm.DefaultFirmwareEventLogPath,
 		bootstrappedMarker: "/var/lib/orrery/bootstrapped",
@@ -62,6 +69,7 @@ func nodePaths() paths {
 		ownerKey:           owneraccess.Path,
 		adminKubeconfig:    "/etc/kubernetes/admin.conf",
 		metadataURL:        metadata.DefaultBaseURL,
+		clusterVersion:     handoff.ClusterVersionFile,
 	}
 }
 

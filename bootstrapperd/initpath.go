@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/failurelog"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/metadata"
@@ -29,7 +30,7 @@ func (b *bootstrapper) initServer(bootstrapped func()) initpb.InitServiceServer 
 	return initserver.New(initserver.Config{
 		Lock:           b.lock,
 		Disk:           b.disk,
-		Cluster:        &cluster{tool: b.tool, meta: b.meta},
+		Cluster:        &cluster{tool: b.tool, meta: b.meta, release: kuberelease.Node{Root: b.paths.root}},
 		InitSecretHash: b.meta.InitSecretHash,
 		Supported: func(v string) error {
 			_, err := versions.Get(v)

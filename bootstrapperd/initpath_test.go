@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/nodestate"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/rekey"
 	"github.com/orrery-dev/orrery/internal/atls"
@@ -176,6 +177,10 @@ func TestInitRegistersOnlyUnderTheCertifiedName(t *testing.T) {
 			}
 			if _, config := n.tools.called(); !strings.Contains(config, "name: "+tc.wantNode+"\n") {
 				t.Errorf("kubeadm init did not register the node as %s:\n%s", tc.wantNode, config)
+			}
+			// kubeadm ran as the owner's release of the image.
+			if v, err := (kuberelease.Node{Root: n.b.paths.root}).Active(); err != nil || v != versions.Default {
+				t.Errorf("after init the node runs Kubernetes %q (%v), want the owner's %s", v, err, versions.Default)
 			}
 			select {
 			case <-bootstrapped:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/joinclient"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 )
 
@@ -43,18 +44,19 @@ func (b *bootstrapper) join(ctx context.Context, bootstrapped func()) {
 // CAs, which only a new join needs.
 func (b *bootstrapper) joinConfig() joinclient.Config {
 	return joinclient.Config{
-		Metadata:      b.meta,
-		Issuer:        b.issuer,
-		OpenTPM:       b.openTPM,
-		Lock:          b.lock,
-		Disk:          b.disk,
-		Joiner:        &joiner{tool: b.tool},
-		StateDir:      b.paths.stateDir,
-		RecordOwner:   b.recordOwner,
-		KubeletPKIDir: b.paths.kubeletPKIDir,
-		PKIDir:        b.paths.pkiDir,
-		Logger:        b.log,
-		Status:        func(s string) { b.notify("STATUS=" + s) },
+		Metadata:           b.meta,
+		Issuer:             b.issuer,
+		OpenTPM:            b.openTPM,
+		Lock:               b.lock,
+		Disk:               b.disk,
+		Joiner:             &joiner{tool: b.tool, release: kuberelease.Node{Root: b.paths.root}},
+		StateDir:           b.paths.stateDir,
+		ClusterVersionFile: b.paths.clusterVersion,
+		RecordOwner:        b.recordOwner,
+		KubeletPKIDir:      b.paths.kubeletPKIDir,
+		PKIDir:             b.paths.pkiDir,
+		Logger:             b.log,
+		Status:             func(s string) { b.notify("STATUS=" + s) },
 	}
 }
 

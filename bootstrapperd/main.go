@@ -20,6 +20,8 @@ import (
 	"syscall"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
@@ -35,6 +37,9 @@ func main() {
 		tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: p.runDir}
 		exit(rewriteStaticPods(ctx, manifestsDir, tool, tpmdev.Open, os.Stdout))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "kubernetes-release" {
+		exit(chooseBootRelease(kuberelease.Node{Root: "/"}, handoff.ClusterVersionFile, manifestsDir, os.Stdout))
+	}
 	fs := flag.NewFlagSet("bootstrapperd", flag.ExitOnError)
 	p := nodePaths()
 	var listen string
@@ -45,7 +50,7 @@ func main() {
 	fs.StringVar(&p.firmwareLog, "firmware-event-log", p.firmwareLog, "the firmware's TCG event log")
 	fs.StringVar(&p.bootstrappedMarker, "bootstrapped-marker", p.bootstrappedMarker, "file that marks the node as part of a cluster")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: bootstrapperd [flags]\n       bootstrapperd pcrs\n       bootstrapperd static-pods\n\n")
+		fmt.Fprintf(fs.Output(), "usage: bootstrapperd [flags]\n       bootstrapperd pcrs\n       bootstrapperd kubernetes-release\n       bootstrapperd static-pods\n\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])

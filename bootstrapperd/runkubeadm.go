@@ -7,6 +7,7 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/initserver"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/metadata"
 )
@@ -23,10 +24,26 @@ func importImages(ctx context.Context, tool *kubeadm.Tool, out io.Writer) error 
 	return nil
 }
 
+// chooseRelease points kubeadm, kubelet and kubectl at the image's
+// release of version, before kubeadm runs.
+func chooseRelease(node kuberelease.Node, version string, out io.Writer) error {
+	fmt.Fprintf(out, "[orrery-kubernetes] running Kubernetes %s of this image\n", version)
+	if err := node.Activate(version); err != nil {
+		return fmt.Errorf("run Kubernetes %s: %w", version, err)
+	}
+	return nil
+}
+
 // joiner runs kubeadm join once the baked images are in containerd.
-type joiner struct{ tool *kubeadm.Tool }
+type joiner struct {
+	tool    *kubeadm.Tool
+	release kuberelease.Node
+}
 
 func (j *joiner) Join(ctx context.Context, p kubeadm.JoinParams, out io.Writer) error {
+	if err := chooseRelease(j.release, p.KubernetesVersion, out); err != nil {
+		return err
+	}
 	if err := importImages(ctx, j.tool, out); err != nil {
 		return err
 	}
@@ -39,14 +56,18 @@ func (j *joiner) Reset(ctx context.Context, out io.Writer) error { return j.tool
 // name (the metadata service's only on a node without one) and its address
 // from the metadata service.
 type cluster struct {
-	tool *kubeadm.Tool
-	meta *metadata.Client
+	tool    *kubeadm.Tool
+	meta    *metadata.Client
+	release kuberelease.Node
 }
 
 func (c *cluster) Init(ctx context.Context, p initserver.ClusterParams, out io.Writer) ([]byte, error) {
 	self, err := c.meta.Self(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ask the metadata service who this node is: %w", err)
+	}
+	if err := chooseRelease(c.release, p.KubernetesVersion, out); err != nil {
+		return nil, err
 	}
 	// kubeadm finds its images only once they are imported into containerd.
 	if err := importImages(ctx, c.tool, out); err != nil {

@@ -26,7 +26,7 @@ import (
 var (
 	imageDir = flag.String("image-dir", "build/image", "the built node image")
 	orrery   = flag.String("orrery", "build/bin/orrery", "the orrery CLI")
-	kubectl  = flag.String("kubectl", "build/components/bin/kubectl", "kubectl")
+	kubectl  = flag.String("kubectl", "build/components/hostbin/kubectl", "kubectl")
 	logsDir  = flag.String("logs-dir", "build/e2e-logs", "where a failed run leaves its logs, in a folder named by its start time")
 	slowdown = flag.Float64("slowdown", 1, "how many times longer than usual the suite waits for the cluster: for a host that runs other work (hack/stress-e2e.sh)")
 	smoke    = flag.Bool("smoke", false, "run the suite's core only (make e2e-smoke, CI): init, join, a Service across nodes, the worker's credentials, a modified image refused")

@@ -224,16 +224,24 @@ bake_image() {
 have_components=no
 if [[ -f build/components/manifest.json ]]; then
 	have_components=yes
-	shopt -s nullglob
-	bins=(build/components/bin/*) cnis=(build/components/cni/bin/*)
-	shopt -u nullglob
-	((${#bins[@]} == 0)) || install -m 0755 -t "$root/usr/bin" "${bins[@]}"
-	((${#cnis[@]} == 0)) || { mkdir -p "$root/opt/cni/bin" && install -m 0755 -t "$root/opt/cni/bin" "${cnis[@]}"; }
-	shopt -s nullglob
-	for f in build/components/images/*.tar; do
-		bake_image "$f" "$root/usr/share/orrery/images/$(basename "$f" .tar)"
+	# Every binary and image of every Kubernetes release, where the
+	# releases' manifests say (a binary or image two releases share is
+	# installed once, to the same place); orrery-images (not in the
+	# manifests) beside containerd.
+	while read -r path install; do
+		install -D -m 0755 "build/components/$path" "$root$install"
+	done < <(jq -r '[.[].binaries[] | "\(.path) \(.installPath)"] | unique | .[]' build/components/manifest.json)
+	install -m 0755 build/components/bin/orrery-images "$root/usr/bin/orrery-images"
+	while read -r path install; do
+		bake_image "build/components/$path" "$root$install"
+	done < <(jq -r '[.[].images[] | "\(.path) \(.installPath)"] | unique | .[]' build/components/manifest.json)
+	# kubeadm, kubelet and kubectl of the release the node's cluster runs:
+	# links through /run, which bootstrapperd points at one release's
+	# folder (bootstrapperd/kubernetesrelease.go) before kubelet or
+	# kubeadm runs. Until then they lead nowhere.
+	for c in kubeadm kubelet kubectl; do
+		ln -sf /run/orrery/kubernetes/$c "$root/usr/bin/$c"
 	done
-	shopt -u nullglob
 	# Orrery's own cluster services, as an image beside the upstream ones:
 	# the join service and the key service (one binary, two containers).
 	if [[ -x build/components/.work/containerimage && -n $(go list -f '{{if eq .Name "main"}}main{{end}}' ./joinservice 2>/dev/null) ]]; then

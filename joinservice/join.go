@@ -32,7 +32,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
-	"github.com/orrery-dev/orrery/internal/versions"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
 	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
@@ -43,7 +42,7 @@ import (
 type joinFlags struct {
 	listen, keys, platformCA, pki, salt, controlPlanes string
 	snpCollateral, metadataURL                         string
-	measurementLog, firmwareLog, endpoint, version     string
+	measurementLog, firmwareLog, endpoint              string
 	level                                              logging.Level
 }
 
@@ -62,7 +61,6 @@ func parseJoinFlags(args []string) joinFlags {
 	fs.StringVar(&f.measurementLog, "measurement-log", node.MeasurementLog.Path, "this control-plane node's userspace measurement log (a read-only host path)")
 	fs.StringVar(&f.firmwareLog, "firmware-event-log", node.FirmwareEventLogPath, "this control-plane node's firmware event log (a read-only host path; missing means none)")
 	fs.StringVar(&f.endpoint, "endpoint", "", "API server endpoint handed to joining nodes, host:port")
-	fs.StringVar(&f.version, "kubernetes-version", versions.Default, "Kubernetes version of the cluster")
 	logging.AddLevelFlag(fs, &f.level)
 	_ = fs.Parse(args)
 	return f
@@ -132,20 +130,12 @@ func runJoin(ctx context.Context, args []string) error {
 }
 
 // newJoinServer builds the join server: the cluster CA that signs node
-// certificates, the components a node installs, the key service, and the
+// certificates, the key service, the cluster's Kubernetes version, and the
 // record of admitted nodes in the cluster.
 func newJoinServer(f joinFlags, api *apiserver.Conn, currentSet func(context.Context, []byte) (string, error), log *slog.Logger) (*joinserver.Server, error) {
 	clusterCA, clusterKey, err := loadClusterCA(f.pki)
 	if err != nil {
 		return nil, fmt.Errorf("load the cluster CA: %w", err)
-	}
-	release, err := versions.Get(f.version)
-	if err != nil {
-		return nil, fmt.Errorf("--kubernetes-version: %w", err)
-	}
-	var components []*joinpb.KubernetesComponent
-	for _, b := range release.Binaries {
-		components = append(components, &joinpb.KubernetesComponent{Url: "file://" + b.InstallPath, Hash: "sha256:" + b.SHA256, InstallPath: b.InstallPath})
 	}
 	kc, err := dialKeys(f.keys)
 	if err != nil {
@@ -153,7 +143,7 @@ func newJoinServer(f joinFlags, api *apiserver.Conn, currentSet func(context.Con
 	}
 	js, err := joinserver.New(joinserver.Config{
 		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, Removed: api.RemovedNodes, CurrentSet: currentSet, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
-		Endpoint: f.endpoint, KubernetesVersion: f.version, Components: components,
+		Endpoint: f.endpoint, ClusterVersion: api.KubernetesVersion,
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(f.salt) },
 		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(f.controlPlanes) },
 		Logger:          log,

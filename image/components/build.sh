@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # build.sh OUTDIR: builds the node's upstream components from Go modules pinned
-# in the modules beside this script, and the container images kubeadm needs.
+# in the modules beside this script, and the container images kubeadm needs,
+# for every Kubernetes release under releases/ (one folder per minor).
 #
-#   OUTDIR/bin/        kubeadm kubelet kubectl containerd containerd-shim-runc-v2 ctr runc orrery-images
-#   OUTDIR/hostbin/    helm, for the owner's workstation (not the node)
+#   OUTDIR/bin/        containerd containerd-shim-runc-v2 ctr runc orrery-images
+#   OUTDIR/hostbin/    helm and kubectl (the newest release's), for the owner's workstation
 #   OUTDIR/cni/bin/    bridge host-local loopback portmap flannel
-#   OUTDIR/images/     one OCI image archive per image (image/build.sh unpacks them for orrery-images)
-#   OUTDIR/manifest.json  every binary and image: version, path, install path, sha256, digest
+#   OUTDIR/images/     flannel's OCI image archive (image/build.sh unpacks it for orrery-images)
+#   OUTDIR/releases/vX.Y.Z/bin/     kubeadm kubelet kubectl of that release
+#   OUTDIR/releases/vX.Y.Z/images/  its control-plane, etcd, CoreDNS and pause image archives
+#   OUTDIR/releases/vX.Y.Z/manifest.json  every binary and image a node of that release
+#                         runs: version, path, install path, sha256, digest
+#   OUTDIR/manifest.json  the releases' manifests, as a JSON array (written last)
 #   OUTDIR/timings.txt    seconds per component of the last run
 #
 # Idempotent and cached: a component is rebuilt only when its cache key (Go
@@ -14,9 +19,12 @@
 # bytes of every file that goes into it) changed or its output is missing.
 #
 # Environment:
-#   ORRERY_UPDATE_VERSIONS=1  also copy manifest.json to internal/versions/ (the
-#                             data the main module embeds); without it, a
+#   ORRERY_UPDATE_VERSIONS=1  also copy each release's manifest.json to
+#                             internal/versions/versions_vX.Y.Z.json (the data
+#                             the main module embeds); without it, a
 #                             difference is reported as a warning.
+#   ORRERY_COMPONENTS_ONLY=testbin  build only what the tests that run a real
+#                             API server need (below), of the newest release.
 set -euo pipefail
 
 readonly HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,24 +32,24 @@ readonly REPO=$(cd "$HERE/../.." && pwd)
 export PATH=$PATH:/usr/local/go/bin
 export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 
-# The Kubernetes version this tree builds, and what kubeadm of that version
-# expects (constants in k8s.io/kubernetes/cmd/kubeadm/app/constants; check with
-# `kubeadm config images list --kubernetes-version $K8S_VERSION`).
-readonly K8S_VERSION=v1.36.3
-readonly ETCD_TAG=3.6.8-0 # image tag; the module is etcd/go.mod's go.etcd.io/etcd/server/v3
-readonly COREDNS_TAG=v1.14.2
-readonly PAUSE_TAG=3.10.2
 readonly FLANNEL_REF=ghcr.io/flannel-io/flannel:v0.28.4
 readonly REGISTRY=registry.k8s.io
-# Fixed install locations on the node.
+# Fixed install locations on the node. A release's kubeadm, kubelet and
+# kubectl live in NODE_RELEASES/vX.Y.Z/; /usr/bin/kubeadm and the others
+# are links through /run/orrery/kubernetes, which the node points at the
+# release its cluster runs (image/build.sh, bootstrapperd).
 readonly NODE_BIN=/usr/bin NODE_CNI=/opt/cni/bin NODE_IMAGES=/usr/share/orrery/images
+readonly NODE_RELEASES=/usr/lib/orrery/kubernetes
+# Every release folder, oldest first; the newest is the default.
+mapfile -t RELEASES < <(cd "$HERE/releases" && ls -d v*/ | tr -d / | sort -V)
+((${#RELEASES[@]} > 0)) || { echo "components: no release under $HERE/releases" >&2; exit 1; }
 
 usage() { echo "usage: $0 OUTDIR" >&2; exit 2; }
 (($# == 1)) || usage
 mkdir -p "$1"
 OUT=$(cd "$1" && pwd)
 readonly OUT
-mkdir -p "$OUT/bin" "$OUT/cni/bin" "$OUT/images" "$OUT/imagebin" "$OUT/.cache" "$OUT/.work" "$OUT/hostbin"
+mkdir -p "$OUT/bin" "$OUT/cni/bin" "$OUT/images" "$OUT/imagebin" "$OUT/.cache" "$OUT/.work" "$OUT/hostbin" "$OUT/releases"
 
 log() { printf 'components: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -170,56 +178,82 @@ patched_modfile() {
 # outage. The same binary gives its fourth such task, the flow-control
 # bootstrap, 5 minutes; kube-apiserver is built with 5 minutes for these
 # three as well. An API server whose etcd never answers still exits, later.
-k8s_apiserver_modfile() {
+k8s_apiserver_modfile() { # RELEASE-DIR VERSION
 	local poll='err := wait.Poll(1*time.Second, %s, func() (done bool, err error) {'
 	local from to
 	from=$(printf "\t\t$poll" '30*time.Second')
 	to=$(printf "\t\t$poll" '5*time.Minute')
-	patched_modfile kubernetes k8s.io/kubernetes kubernetes \
+	patched_modfile "$1/kubernetes" k8s.io/kubernetes "kubernetes-$2" \
 		pkg/registry/core/rest/storage_core.go $'\t\tcase <-time.After(time.Minute):' $'\t\tcase <-time.After(5 * time.Minute):' \
 		pkg/registry/rbac/rest/storage_rbac.go "$from" "$to" \
 		pkg/registry/scheduling/rest/storage_scheduling.go "$from" "$to"
 }
 
-# ---------------------------------------------------------------- binaries
-
-read -r K8S_VER K8S_COMMIT K8S_TIME < <(modinfo kubernetes k8s.io/kubernetes)
-[[ $K8S_VER == "$K8S_VERSION" ]] || die "kubernetes/go.mod pins $K8S_VER, build.sh says $K8S_VERSION"
-k8s_ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	minor=${K8S_VERSION#v1.}
+# load_release FOLDER: sets REL_DIR, REL_OUT and release.env's K8S_VERSION,
+# ETCD_TAG, COREDNS_TAG, PAUSE_TAG, and the pinned modules' versions, and
+# checks that the folder's name, release.env and the modules agree.
+load_release() {
+	local folder=$1
+	REL_DIR=releases/$folder
+	K8S_VERSION= ETCD_TAG= COREDNS_TAG= PAUSE_TAG=
+	# shellcheck source=/dev/null
+	source "$HERE/$REL_DIR/release.env"
+	[[ -n $K8S_VERSION && -n $ETCD_TAG && -n $COREDNS_TAG && -n $PAUSE_TAG ]] ||
+		die "$REL_DIR/release.env must set K8S_VERSION, ETCD_TAG, COREDNS_TAG and PAUSE_TAG"
+	[[ $K8S_VERSION == "$folder".* ]] || die "$REL_DIR/release.env names $K8S_VERSION: a release folder holds its minor's one patch version"
+	REL_OUT=$OUT/releases/$K8S_VERSION
+	mkdir -p "$REL_OUT/bin" "$REL_OUT/imagebin" "$REL_OUT/images"
+	read -r K8S_VER K8S_COMMIT K8S_TIME < <(modinfo "$REL_DIR/kubernetes" k8s.io/kubernetes)
+	[[ $K8S_VER == "$K8S_VERSION" ]] || die "$REL_DIR/kubernetes/go.mod pins $K8S_VER, its release.env says $K8S_VERSION"
+	read -r ETCD_VER ETCD_COMMIT _ < <(modinfo "$REL_DIR/etcd" go.etcd.io/etcd/server/v3)
+	[[ ${ETCD_TAG%-*} == "${ETCD_VER#v}" ]] || die "$REL_DIR/etcd/go.mod pins $ETCD_VER, kubeadm $K8S_VERSION expects $ETCD_TAG"
+	read -r COREDNS_VER COREDNS_COMMIT _ < <(modinfo "$REL_DIR/coredns" github.com/coredns/coredns)
+	[[ $COREDNS_VER == "$COREDNS_TAG" ]] || die "$REL_DIR/coredns/go.mod pins $COREDNS_VER, kubeadm $K8S_VERSION expects $COREDNS_TAG"
+	local minor=${K8S_VERSION#v1.} pkg
 	minor=${minor%%.*}
-	k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-	k8s_ldflags+=" -X $pkg.gitCommit=$K8S_COMMIT -X $pkg.gitTreeState=clean -X $pkg.buildDate=$K8S_TIME"
-done
-
-build_etcd() {
-	read -r ETCD_VER ETCD_COMMIT _ < <(modinfo etcd go.etcd.io/etcd/server/v3)
-	[[ ${ETCD_TAG%-*} == "${ETCD_VER#v}" ]] || die "etcd/go.mod pins $ETCD_VER, kubeadm expects $ETCD_TAG"
-	gobuild etcd etcd ./cmd/etcd "$OUT/imagebin/etcd" 0 "" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_COMMIT:0:9}"
+	k8s_ldflags="-s -w"
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		k8s_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+		k8s_ldflags+=" -X $pkg.gitCommit=$K8S_COMMIT -X $pkg.gitTreeState=clean -X $pkg.buildDate=$K8S_TIME"
+	done
 }
 
-# ORRERY_COMPONENTS_ONLY=testbin builds etcd, kube-apiserver and kubeadm
-# alone, for the tests that run a real API server and drive kubeadm against
-# it (internal/testkit/apiservertest; 'make test'), and stops: no other binary, no
-# image, no manifest.
+# build_testbin: etcd, kube-apiserver and kubeadm of the loaded release.
+build_testbin() {
+	local modfile
+	modfile=$(k8s_apiserver_modfile "$REL_DIR" "$K8S_VERSION")
+	gobuild "kube-apiserver-$K8S_VERSION" "$REL_DIR/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver "$REL_OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags" \
+		-modfile="$modfile"
+	gobuild "kubeadm-$K8S_VERSION" "$REL_DIR/kubernetes" k8s.io/kubernetes/cmd/kubeadm "$REL_OUT/bin/kubeadm" 0 "" "$k8s_ldflags"
+	gobuild "etcd-$ETCD_TAG" "$REL_DIR/etcd" ./cmd/etcd "$REL_OUT/imagebin/etcd" 0 "" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_COMMIT:0:9}"
+}
+
+# ---------------------------------------------------------------- binaries
+
+# ORRERY_COMPONENTS_ONLY=testbin builds etcd, kube-apiserver and kubeadm of
+# the newest release alone, for the tests that run a real API server and
+# drive kubeadm against it (internal/testkit/apiservertest; 'make test'),
+# and stops: no other binary, no image, no manifest.
 if [[ ${ORRERY_COMPONENTS_ONLY:-} == testbin ]]; then
-	APISERVER_MODFILE=$(k8s_apiserver_modfile)
-	gobuild kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags" \
-		-modfile="$APISERVER_MODFILE"
-	gobuild kubeadm kubernetes k8s.io/kubernetes/cmd/kubeadm "$OUT/bin/kubeadm" 0 "" "$k8s_ldflags"
-	build_etcd
+	load_release "${RELEASES[-1]}"
+	build_testbin
 	exit 0
 fi
-for c in kubeadm kubelet kubectl; do
-	gobuild "$c" kubernetes "k8s.io/kubernetes/cmd/$c" "$OUT/bin/$c" 0 "" "$k8s_ldflags"
-done
-APISERVER_MODFILE=$(k8s_apiserver_modfile)
-gobuild kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags" \
-	-modfile="$APISERVER_MODFILE"
-for c in kube-controller-manager kube-scheduler kube-proxy; do
-	gobuild "$c" kubernetes "k8s.io/kubernetes/cmd/$c" "$OUT/imagebin/$c" 0 "" "$k8s_ldflags"
-done
+
+# build_release_binaries: the loaded release's programs.
+build_release_binaries() {
+	local c
+	for c in kubelet kubectl; do
+		gobuild "$c-$K8S_VERSION" "$REL_DIR/kubernetes" "k8s.io/kubernetes/cmd/$c" "$REL_OUT/bin/$c" 0 "" "$k8s_ldflags"
+	done
+	build_testbin
+	for c in kube-controller-manager kube-scheduler kube-proxy; do
+		gobuild "$c-$K8S_VERSION" "$REL_DIR/kubernetes" "k8s.io/kubernetes/cmd/$c" "$REL_OUT/imagebin/$c" 0 "" "$k8s_ldflags"
+	done
+	gobuild "pause-$PAUSE_TAG" . ./cmd/pause "$REL_OUT/imagebin/pause" 0 "" "-s -w -X main.version=orrery-$PAUSE_TAG"
+	gobuild "coredns-$COREDNS_TAG" "$REL_DIR/coredns" github.com/coredns/coredns "$REL_OUT/imagebin/coredns" 0 "" \
+		"-s -w -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_COMMIT:0:7}"
+}
 
 read -r CTRD_VER CTRD_COMMIT _ < <(modinfo containerd github.com/containerd/containerd/v2)
 ctrd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD_VER -X github.com/containerd/containerd/v2/version.Revision=$CTRD_COMMIT -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
@@ -264,12 +298,6 @@ read -r FLANNEL_VER _ _ < <(modinfo flannel github.com/flannel-io/flannel)
 gobuild flanneld flannel github.com/flannel-io/flannel "$OUT/imagebin/flanneld" 1 "netgo osusergo" \
 	"-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VER -linkmode external -extldflags -static"
 
-build_etcd
-
-read -r COREDNS_VER COREDNS_COMMIT _ < <(modinfo coredns github.com/coredns/coredns)
-gobuild coredns coredns github.com/coredns/coredns "$OUT/imagebin/coredns" 0 "" \
-	"-s -w -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_COMMIT:0:7}"
-
 # The helm CLI for the owner (not on the node): the version of the Helm SDK
 # the orrery CLI is built with, so that it reads and rolls back the releases
 # orrery writes.
@@ -279,7 +307,6 @@ SDK_HELM_VER=$(cd "$REPO" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
 gobuild helm helm helm.sh/helm/v3/cmd/helm "$OUT/hostbin/helm" 0 "" \
 	"-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VER -X helm.sh/helm/v3/internal/version.gitCommit=$HELM_COMMIT -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 
-gobuild pause . ./cmd/pause "$OUT/imagebin/pause" 0 "" "-s -w -X main.version=orrery-$PAUSE_TAG"
 gobuild containerimage . ./cmd/containerimage "$OUT/.work/containerimage" 0 "" "-s -w"
 
 # ------------------------------------------------------------------ images
@@ -307,17 +334,22 @@ netfilter_userspace() {
 	echo "-link" "/lib:usr/lib" "-link" "/lib64:usr/lib64" "-link" "/sbin:usr/sbin" "-link" "/bin:usr/bin"
 	echo "-add" "/etc/protocols:/etc/protocols" "-add" "/etc/services:/etc/services"
 }
+mapfile -t NETFILTER < <(netfilter_userspace | tr ' ' '\n')
 
-IMAGES_JSON=()
-# containerimage NAME VERSION REF PINNED ARGS...: build OUTDIR/images/NAME.tar.
+# containerimage NAME VERSION REF PINNED OUTDIR CREATED ARGS...: build
+# OUTDIR/NAME.tar, installed on the node in NODE_IMAGES under the name the
+# tail of REF gives (e.g. kube-apiserver-v1.37.2), and add its manifest
+# entry to IMAGES_JSON.
 containerimage() {
-	local name=$1 version=$2 ref=$3 pinned=$4
-	shift 4
-	local out=$OUT/images/$name.tar meta=$OUT/.cache/$name.image.json t0 key a src prev=
+	local name=$1 version=$2 ref=$3 pinned=$4 dir=$5 created=$6
+	shift 6
+	local tag=${ref##*:} out=$dir/$name.tar
+	local id=$name-$tag t0 key a src prev=
+	local meta=$OUT/.cache/$id.image.json
 	t0=$(date +%s)
 	# The key covers the arguments and the bytes of every file -add copies.
 	key=$( {
-		echo "$ref" "$K8S_TIME" "$*"
+		echo "$ref" "$created" "$*"
 		sha "$OUT/.work/containerimage"
 		for a in "$@"; do
 			if [[ $prev == -add ]]; then
@@ -327,84 +359,126 @@ containerimage() {
 			prev=$a
 		done
 	} | sha256sum | cut -d' ' -f1)
-	if cached "image-$name" "$key" "$out" "$meta"; then
-		log "image $name: up to date"
+	if cached "image-$id" "$key" "$out" "$meta"; then
+		log "image $id: up to date"
 	else
-		log "image $name: $ref"
-		"$OUT/.work/containerimage" -ref "$ref" -out "$out" -created "$K8S_TIME" "$@" >"$meta.tmp" || die "image $name failed"
+		log "image $id: $ref"
+		"$OUT/.work/containerimage" -ref "$ref" -out "$out" -created "$created" "$@" >"$meta.tmp" || die "image $id failed"
 		mv "$meta.tmp" "$meta"
-		echo "$key" >"$OUT/.cache/image-$name.key"
+		echo "$key" >"$OUT/.cache/image-$id.key"
 	fi
-	IMAGES_JSON+=("$(jq -c --arg name "$name" --arg version "$version" --arg path "images/$name.tar" \
-		--arg install "$NODE_IMAGES/$name" --argjson pinned "$pinned" \
+	IMAGES_JSON+=("$(jq -c --arg name "$name" --arg version "$version" --arg path "$(realpath --relative-to="$OUT" "$out")" \
+		--arg install "$NODE_IMAGES/$id" --argjson pinned "$pinned" \
 		'{name: $name, version: $version, ref: .ref, path: $path, installPath: $install, sha256: .sha256, size: .size, digest: .digest, configDigest: .config, pinned: $pinned}' "$meta")")
 	local dt=$(($(date +%s) - t0))
-	TIMINGS+=("image-$name $dt")
-	log "image $name: ${dt}s $(du -h "$out" | cut -f1)"
+	TIMINGS+=("image-$id $dt")
+	log "image $id: ${dt}s $(du -h "$out" | cut -f1)"
 }
 
-for c in kube-apiserver kube-controller-manager kube-scheduler; do
-	containerimage "$c" "$K8S_VERSION" "$REGISTRY/$c:$K8S_VERSION" true \
-		-add "$OUT/imagebin/$c:/usr/local/bin/$c" -entrypoint "[\"/usr/local/bin/$c\"]"
-done
-mapfile -t NETFILTER < <(netfilter_userspace | tr ' ' '\n')
-containerimage kube-proxy "$K8S_VERSION" "$REGISTRY/kube-proxy:$K8S_VERSION" true \
-	-add "$OUT/imagebin/kube-proxy:/usr/local/bin/kube-proxy" -entrypoint '["/usr/local/bin/kube-proxy"]' "${NETFILTER[@]}"
-containerimage etcd "$ETCD_VER" "$REGISTRY/etcd:$ETCD_TAG" true \
-	-add "$OUT/imagebin/etcd:/usr/local/bin/etcd" -entrypoint '["/usr/local/bin/etcd"]'
-containerimage coredns "$COREDNS_VER" "$REGISTRY/coredns/coredns:$COREDNS_TAG" true \
-	-add "$OUT/imagebin/coredns:/coredns" -entrypoint '["/coredns"]'
-containerimage pause "$PAUSE_TAG" "$REGISTRY/pause:$PAUSE_TAG" true \
-	-add "$OUT/imagebin/pause:/pause" -entrypoint '["/pause"]'
+# Flannel is the same for every release, and so is pause where two
+# releases name the same tag: their images' time is the oldest release's,
+# so that both manifests name one image, which the node carries once.
+IMAGES_JSON=()
+load_release "${RELEASES[0]}"
+SHARED_CREATED=$K8S_TIME
 BUSYBOX=()
 for t in sh cp mkdir cat ls rm mv ln; do BUSYBOX+=(-link "/usr/bin/$t:busybox"); done
-containerimage flannel "$FLANNEL_VER" "$FLANNEL_REF" true \
+containerimage flannel "$FLANNEL_VER" "$FLANNEL_REF" true "$OUT/images" "$SHARED_CREATED" \
 	-add "$OUT/imagebin/flanneld:/opt/bin/flanneld" -entrypoint '["/opt/bin/flanneld"]' "${NETFILTER[@]}" \
 	-add /bin/busybox:/usr/bin/busybox "${BUSYBOX[@]}"
+SHARED_IMAGES_JSON=("${IMAGES_JSON[@]}")
+
+# build_release_images: the loaded release's images, into IMAGES_JSON.
+build_release_images() {
+	local c dir=$REL_OUT/images
+	for c in kube-apiserver kube-controller-manager kube-scheduler; do
+		containerimage "$c" "$K8S_VERSION" "$REGISTRY/$c:$K8S_VERSION" true "$dir" "$K8S_TIME" \
+			-add "$REL_OUT/imagebin/$c:/usr/local/bin/$c" -entrypoint "[\"/usr/local/bin/$c\"]"
+	done
+	containerimage kube-proxy "$K8S_VERSION" "$REGISTRY/kube-proxy:$K8S_VERSION" true "$dir" "$K8S_TIME" \
+		-add "$REL_OUT/imagebin/kube-proxy:/usr/local/bin/kube-proxy" -entrypoint '["/usr/local/bin/kube-proxy"]' "${NETFILTER[@]}"
+	containerimage etcd "$ETCD_VER" "$REGISTRY/etcd:$ETCD_TAG" true "$dir" "$K8S_TIME" \
+		-add "$REL_OUT/imagebin/etcd:/usr/local/bin/etcd" -entrypoint '["/usr/local/bin/etcd"]'
+	containerimage coredns "$COREDNS_VER" "$REGISTRY/coredns/coredns:$COREDNS_TAG" true "$dir" "$K8S_TIME" \
+		-add "$REL_OUT/imagebin/coredns:/coredns" -entrypoint '["/coredns"]'
+	containerimage pause "$PAUSE_TAG" "$REGISTRY/pause:$PAUSE_TAG" true "$dir" "$SHARED_CREATED" \
+		-add "$REL_OUT/imagebin/pause:/pause" -entrypoint '["/pause"]'
+}
 
 # ---------------------------------------------------------------- manifest
 
-BINARIES_JSON=()
 bin_entry() { # NAME VERSION MODULE PATH INSTALLPATH
 	BINARIES_JSON+=("$(jq -nc --arg name "$1" --arg version "$2" --arg mod "$3" --arg path "$4" \
 		--arg install "$5" --arg sha "$(sha "$OUT/$4")" --argjson size "$(stat -c %s "$OUT/$4")" \
 		'{name: $name, version: $version, module: $mod, path: $path, installPath: $install, sha256: $sha, size: $size}')")
 }
-for c in kubeadm kubelet kubectl; do bin_entry "$c" "$K8S_VERSION" k8s.io/kubernetes "bin/$c" "$NODE_BIN/$c"; done
+BINARIES_JSON=()
 for c in containerd containerd-shim-runc-v2 ctr; do bin_entry "$c" "$CTRD_VER" github.com/containerd/containerd/v2 "bin/$c" "$NODE_BIN/$c"; done
 bin_entry runc "$RUNC_VER" github.com/opencontainers/runc bin/runc "$NODE_BIN/runc"
 for c in bridge host-local loopback portmap; do bin_entry "$c" "$CNI_VER" github.com/containernetworking/plugins "cni/bin/$c" "$NODE_CNI/$c"; done
 if [[ -f $OUT/cni/bin/flannel ]]; then
 	bin_entry flannel "$CNI_VER" github.com/orrery-dev/orrery/image/components/cni "cni/bin/flannel" "$NODE_CNI/flannel"
 fi
-
+SHARED_BINARIES_JSON=("${BINARIES_JSON[@]}")
 HOST_PACKAGES=$(dpkg-query -W -f='${Package}=${Version}\n' libc6 libc6-dev gcc-12 libseccomp-dev iptables nftables busybox-static |
 	jq -R . | jq -sc 'map(split("=") | {(.[0]): .[1]}) | add')
-jq -n --arg k8s "$K8S_VERSION" --arg go "$GOVERSION" --arg etcd "$ETCD_TAG" --arg coredns "$COREDNS_TAG" \
-	--arg pause "$PAUSE_TAG" --arg flannel "$FLANNEL_VER" --arg containerd "$CTRD_VER" --arg runc "$RUNC_VER" \
-	--arg cni "$CNI_VER" --argjson host "$HOST_PACKAGES" \
-	--argjson binaries "$(printf '%s\n' "${BINARIES_JSON[@]}" | jq -s .)" \
-	--argjson images "$(printf '%s\n' "${IMAGES_JSON[@]}" | jq -s .)" '{
-	kubernetesVersion: $k8s,
-	etcdVersion: $etcd, corednsVersion: $coredns, pauseVersion: $pause, flannelVersion: $flannel,
-	containerdVersion: $containerd, runcVersion: $runc, cniPluginsVersion: $cni,
-	goVersion: $go,
-	hostPackages: $host,
-	pinLabel: "io.cri-containerd.pinned=pinned",
-	binaries: $binaries,
-	images: $images
-}' >"$OUT/manifest.json.tmp"
-mv "$OUT/manifest.json.tmp" "$OUT/manifest.json"
 
+# release_manifest: the loaded release's manifest.json, with the shared
+# components.
+release_manifest() {
+	local c
+	BINARIES_JSON=()
+	for c in kubeadm kubelet kubectl; do
+		bin_entry "$c" "$K8S_VERSION" k8s.io/kubernetes "releases/$K8S_VERSION/bin/$c" "$NODE_RELEASES/$K8S_VERSION/$c"
+	done
+	BINARIES_JSON+=("${SHARED_BINARIES_JSON[@]}")
+	jq -n --arg k8s "$K8S_VERSION" --arg go "$GOVERSION" --arg etcd "$ETCD_TAG" --arg coredns "$COREDNS_TAG" \
+		--arg pause "$PAUSE_TAG" --arg flannel "$FLANNEL_VER" --arg containerd "$CTRD_VER" --arg runc "$RUNC_VER" \
+		--arg cni "$CNI_VER" --argjson host "$HOST_PACKAGES" \
+		--argjson binaries "$(printf '%s\n' "${BINARIES_JSON[@]}" | jq -s .)" \
+		--argjson images "$(printf '%s\n' "${IMAGES_JSON[@]}" | jq -s .)" '{
+		kubernetesVersion: $k8s,
+		etcdVersion: $etcd, corednsVersion: $coredns, pauseVersion: $pause, flannelVersion: $flannel,
+		containerdVersion: $containerd, runcVersion: $runc, cniPluginsVersion: $cni,
+		goVersion: $go,
+		hostPackages: $host,
+		pinLabel: "io.cri-containerd.pinned=pinned",
+		binaries: $binaries,
+		images: $images
+	}' >"$REL_OUT/manifest.json.tmp"
+	mv "$REL_OUT/manifest.json.tmp" "$REL_OUT/manifest.json"
+	local versions_file=$REPO/internal/versions/versions_$K8S_VERSION.json
+	if [[ ${ORRERY_UPDATE_VERSIONS:-} == 1 ]]; then
+		cp "$REL_OUT/manifest.json" "$versions_file"
+		log "wrote $versions_file"
+	elif ! cmp -s "$REL_OUT/manifest.json" "$versions_file"; then
+		log "warning: $versions_file differs from this build's manifest; run with ORRERY_UPDATE_VERSIONS=1 to update it"
+	fi
+}
+
+# -------------------------------------------------------------- releases
+
+manifests=()
+for folder in "${RELEASES[@]}"; do
+	load_release "$folder"
+	log "release $K8S_VERSION ($REL_DIR)"
+	build_release_binaries
+	IMAGES_JSON=("${SHARED_IMAGES_JSON[@]}")
+	build_release_images
+	release_manifest
+	manifests+=("$REL_OUT/manifest.json")
+done
+# The owner's kubectl: the newest release's, which the skew policy lets
+# talk to the release before it too.
+install -m 0755 "$REL_OUT/bin/kubectl" "$OUT/hostbin/kubectl"
+# Releases no folder names any more are left out of the image.
+for d in "$OUT"/releases/*/; do
+	[[ -f $d/manifest.json ]] && printf '%s\n' "${manifests[@]}" | grep -qxF "${d}manifest.json" || rm -rf "$d"
+done
+
+jq -s . "${manifests[@]}" >"$OUT/manifest.json.tmp"
+mv "$OUT/manifest.json.tmp" "$OUT/manifest.json"
 total=$(($(date +%s) - START_ALL))
 printf '%s\n' "${TIMINGS[@]}" "total $total" >"$OUT/timings.txt"
-log "manifest: $OUT/manifest.json"
+log "manifest: $OUT/manifest.json (${RELEASES[*]})"
 log "total: ${total}s"
-
-versions_file=$REPO/internal/versions/versions_$K8S_VERSION.json
-if [[ ${ORRERY_UPDATE_VERSIONS:-} == 1 ]]; then
-	cp "$OUT/manifest.json" "$versions_file"
-	log "wrote $versions_file"
-elif ! cmp -s "$OUT/manifest.json" "$versions_file"; then
-	log "warning: $versions_file differs from this build's manifest; run with ORRERY_UPDATE_VERSIONS=1 to update it"
-fi

@@ -126,6 +126,9 @@ func unlockState(ctx context.Context, c *console, tool *cryptsetup.Tool, mlog *p
 	if err := checkKept(c, key); err != nil {
 		return err
 	}
+	if err := recordClusterVersion(c, key); err != nil {
+		return err
+	}
 	recordOwner(c, key)
 	if err := lease.Down(); err != nil {
 		c.log("network", "could not take the network down for the OS: %v", err)
@@ -155,6 +158,22 @@ func checkKept(c *console, key unlock.Key) error {
 		role = "control plane"
 	}
 	c.log("kept", "kubeadm's and kubelet's kept files are a %s's (%s)", role, since(t))
+	return nil
+}
+
+// recordClusterVersion leaves the cluster's Kubernetes version, as the
+// join service's ticket said it, for bootstrapperd to run that release
+// (handoff.ClusterVersionFile, on /run). A recovery says none: the
+// recovered control plane runs what its checked static pods name.
+func recordClusterVersion(c *console, key unlock.Key) error {
+	v := key.Cluster.KubernetesVersion
+	if v == "" {
+		return nil
+	}
+	if err := handoff.WriteClusterVersion(handoff.ClusterVersionFile, v); err != nil {
+		return err
+	}
+	c.log("kept", "the cluster runs Kubernetes %s: the node runs that release of its image", v)
 	return nil
 }
 

@@ -379,11 +379,10 @@ func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, node
 	}
 	node.set = set.Name
 	releases, err := services.Releases(services.Settings{
-		APIServer:         net.JoinHostPort(host, strconv.Itoa(cfg.APIServerPort)),
-		PodCIDR:           clusternet.PodCIDR,
-		KubernetesVersion: cfg.KubernetesVersion,
-		MeasurementSets:   []measurementset.Set{set},
-		PlatformCA:        pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cfg.PlatformCA.Raw}),
+		APIServer:       net.JoinHostPort(host, strconv.Itoa(cfg.APIServerPort)),
+		PodCIDR:         clusternet.PodCIDR,
+		MeasurementSets: []measurementset.Set{set},
+		PlatformCA:      pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cfg.PlatformCA.Raw}),
 	})
 	if err != nil {
 		return err

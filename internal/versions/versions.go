@@ -11,6 +11,7 @@
 package versions
 
 import (
+	"cmp"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -18,12 +19,14 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
 
-// Default is the Kubernetes version used when the owner names none.
-const Default = "v1.36.3"
+// Default is the Kubernetes version used when the owner names none: the
+// newest the image carries.
+var Default = newest()
 
 //go:embed versions_*.json
 var data embed.FS
@@ -121,7 +124,7 @@ func (r Release) PinnedImages() []string {
 	return refs
 }
 
-// List returns the supported Kubernetes versions, sorted.
+// List returns the supported Kubernetes versions, oldest first.
 func List() []string {
 	rs, err := load()
 	if err != nil {
@@ -131,8 +134,68 @@ func List() []string {
 	for v := range rs {
 		vs = append(vs, v)
 	}
-	slices.Sort(vs)
+	slices.SortFunc(vs, Compare)
 	return vs
+}
+
+// Compare orders two vMAJOR.MINOR.PATCH versions by number: v1.9.0
+// before v1.10.0. A version that is not one sorts first.
+func Compare(a, b string) int {
+	pa, pb := parts(a), parts(b)
+	for i := range pa {
+		if c := cmp.Compare(pa[i], pb[i]); c != 0 {
+			return c
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+// parts is v's major, minor and patch, or -1s if v is not vX.Y.Z.
+func parts(v string) [3]int {
+	p := [3]int{-1, -1, -1}
+	if !semver.MatchString(v) {
+		return p
+	}
+	for i, f := range strings.SplitN(v[1:], ".", 3) {
+		p[i], _ = strconv.Atoi(f)
+	}
+	return p
+}
+
+// Resolve returns the full version the image carries for v: v itself
+// ("v1.37.2"), or for a minor alone ("v1.37") the newest patch of it the
+// image carries. The leading "v" may be left out. A version the image
+// does not carry is an *UnsupportedError.
+func Resolve(v string) (string, error) {
+	norm := "v" + strings.TrimPrefix(v, "v")
+	if !minorOnly.MatchString(norm) {
+		r, err := Get(norm)
+		if err != nil {
+			return "", &UnsupportedError{Version: v, Supported: List()}
+		}
+		return r.KubernetesVersion, nil
+	}
+	var found string
+	for _, full := range List() {
+		if strings.HasPrefix(full, norm+".") {
+			found = full // List is sorted oldest first
+		}
+	}
+	if found == "" {
+		return "", &UnsupportedError{Version: v, Supported: List()}
+	}
+	return found, nil
+}
+
+var minorOnly = regexp.MustCompile(`^v\d+\.\d+$`)
+
+// newest is the newest version the image carries, "" if none.
+func newest() string {
+	vs := List()
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[len(vs)-1]
 }
 
 // Supported returns nil if the image carries Kubernetes version v, and an

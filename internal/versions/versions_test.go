@@ -156,3 +156,78 @@ func TestParse(t *testing.T) {
 		})
 	}
 }
+
+// The image carries two Kubernetes minors, so that a cluster can move
+// from the older to the newer in place.
+func TestImageCarriesTwoMinors(t *testing.T) {
+	minors := map[string]bool{}
+	for _, v := range List() {
+		minors[minorOf(v)] = true
+	}
+	if len(minors) < 2 {
+		t.Fatalf("the image carries %v: want two minors, for an in-place upgrade", List())
+	}
+}
+
+func TestDefaultIsTheNewest(t *testing.T) {
+	vs := List()
+	if Default != vs[len(vs)-1] {
+		t.Errorf("Default = %s, want the newest of %v", Default, vs)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	vs := List()
+	newestOf := map[string]string{}
+	for _, v := range vs {
+		newestOf[minorOf(v)] = v // List is oldest first
+	}
+	for _, v := range vs {
+		for _, in := range []string{v, strings.TrimPrefix(v, "v")} {
+			if got, err := Resolve(in); err != nil || got != v {
+				t.Errorf("Resolve(%q) = %q, %v; want %s", in, got, err, v)
+			}
+		}
+		for _, in := range []string{minorOf(v), strings.TrimPrefix(minorOf(v), "v")} {
+			if got, err := Resolve(in); err != nil || got != newestOf[minorOf(v)] {
+				t.Errorf("Resolve(%q) = %q, %v; want the minor's newest patch %s", in, got, err, newestOf[minorOf(v)])
+			}
+		}
+	}
+	supported := strings.Join(vs, ", ")
+	for _, in := range []string{"v1.20", "v1.20.0", "v1", "1", "", "latest", "v1.37.x", Default + "-rc.1", "v" + Default, "stable-1.37", "v1.36.", "v1.36.3.1"} {
+		got, err := Resolve(in)
+		var ue *UnsupportedError
+		if !errors.As(err, &ue) {
+			t.Errorf("Resolve(%q) = %q, %v; want an *UnsupportedError", in, got, err)
+			continue
+		}
+		if want := "Kubernetes " + in + " is not supported by this image; supported: " + supported; err.Error() != want {
+			t.Errorf("Resolve(%q): %q, want %q", in, err, want)
+		}
+	}
+}
+
+func TestCompare(t *testing.T) {
+	ordered := []string{"latest", "v1.9.0", "v1.9.10", "v1.10.0", "v1.36.3", "v1.37.2", "v2.0.0"}
+	for i := range ordered {
+		for j := range ordered {
+			if got, want := Compare(ordered[i], ordered[j]), cmpInt(i, j); got != want {
+				t.Errorf("Compare(%s, %s) = %d, want %d", ordered[i], ordered[j], got, want)
+			}
+		}
+	}
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// minorOf is "v1.37" of "v1.37.2".
+func minorOf(v string) string { return v[:strings.LastIndex(v, ".")] }

@@ -29,6 +29,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
+	"github.com/orrery-dev/orrery/internal/versions"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
 	"github.com/orrery-dev/orrery/joinservice/internal/keyservice"
@@ -58,7 +59,10 @@ type Config struct {
 	// ControlPlanes are the instance IDs the owner approved as control
 	// planes: their rejoin tickets say they are one. Nil approves none.
 	ControlPlanes []string
-	Logger        *slog.Logger
+	// KubernetesVersion is the version the cluster runs, as its tickets
+	// say; "" is versions.Default.
+	KubernetesVersion string
+	Logger            *slog.Logger
 }
 
 // Serve serves the join service on a loopback port until the test ends
@@ -95,7 +99,13 @@ func Serve(tb testing.TB, cfg Config) string {
 	}
 	srv, err := joinserver.New(joinserver.Config{
 		Keys: masterKeys{cfg.MasterSecret}, Admissions: adm, Nodes: allNodes{}, CA: ca, CAKey: caKey,
-		PKIDir: tb.TempDir(), Endpoint: "127.0.0.1:6443", KubernetesVersion: "v0.0.0",
+		PKIDir: tb.TempDir(), Endpoint: "127.0.0.1:6443",
+		ClusterVersion: func(context.Context) (string, error) {
+			if cfg.KubernetesVersion == "" {
+				return versions.Default, nil
+			}
+			return cfg.KubernetesVersion, nil
+		},
 		MeasurementSalt: func(context.Context) ([]byte, error) { return cfg.MeasurementSalt, nil },
 		ControlPlanes:   func(context.Context) ([]string, error) { return cfg.ControlPlanes, nil },
 		CurrentSet:      val.Current,

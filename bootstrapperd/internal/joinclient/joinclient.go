@@ -32,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,6 +41,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
+	"github.com/orrery-dev/orrery/internal/clustersettings"
 	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -49,6 +51,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
+	"github.com/orrery-dev/orrery/internal/versions"
 )
 
 // Locker is the node lock.
@@ -94,6 +97,11 @@ type Config struct {
 	Joiner Joiner
 	// StateDir keeps what a later rejoin needs (the measurement salt).
 	StateDir string
+	// ClusterVersionFile is where the initrd left the Kubernetes version
+	// its rejoin ticket named this boot (handoff.ClusterVersionFile); ""
+	// or a missing file: none. Finish runs that version rather than the
+	// kept ticket's: the cluster may have moved on since.
+	ClusterVersionFile string
 	// RecordOwner keeps the public half of the owner's access key from
 	// the ticket, for the inspect service. Nil keeps none.
 	RecordOwner func(ctx context.Context, key ed25519.PublicKey) error
@@ -263,6 +271,9 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 		return fmt.Errorf("join ticket: %w", err)
 	}
 	// Check the whole ticket before the point of no return.
+	if err := checkVersion(t.GetKubernetesVersion()); err != nil {
+		return err
+	}
 	if k := t.GetOwnerAccessKey(); len(k) != 0 && len(k) != ed25519.PublicKeySize {
 		return fmt.Errorf("join ticket: the owner's access key has %d bytes, want %d", len(k), ed25519.PublicKeySize)
 	}
@@ -322,11 +333,26 @@ func apply(ctx context.Context, cfg Config, log *slog.Logger, status func(string
 	if err := cfg.Joiner.Join(ctx, kubeadm.JoinParams{
 		NodeName: self.Name, NodeIP: self.IP, Endpoint: t.GetApiServerEndpoint(),
 		CACert: t.GetClusterCaCert(), ClientCert: t.GetKubeletCert(), ClientKey: key,
-		ControlPlane: self.Role == role.ControlPlane,
+		ControlPlane: self.Role == role.ControlPlane, KubernetesVersion: t.GetKubernetesVersion(),
 	}, os.Stderr); err != nil {
 		return err
 	}
 	return pendingjoin.Remove(cfg.StateDir)
+}
+
+// checkVersion refuses a ticket for a Kubernetes version this node's
+// image does not carry: the node runs the cluster's release or none, so
+// it never joins with a kubelet the skew policy forbids. The join is
+// retried, and the message repeated, until the cluster runs a release
+// the image carries: a node of an image of newer Kubernetes waits for
+// the owner's upgrade.
+func checkVersion(v string) error {
+	if _, err := versions.Get(v); err != nil {
+		return fmt.Errorf("the cluster runs Kubernetes %s, which this node's image does not carry (it carries %s): "+
+			"the node waits until the cluster runs one of those ('orrery upgrade apply --kubernetes-version'), or boot it from an image that carries %s",
+			clustersettings.Quote(v), strings.Join(versions.List(), ", "), clustersettings.Quote(v))
+	}
+	return nil
 }
 
 // recordOwner keeps the owner's access key of the ticket for the node

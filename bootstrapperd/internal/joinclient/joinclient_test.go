@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -39,7 +40,9 @@ import (
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
+	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
 	"github.com/orrery-dev/orrery/internal/tpm/swtpm/swtpmtest"
+	"github.com/orrery-dev/orrery/internal/versions"
 )
 
 type meta struct {
@@ -151,7 +154,7 @@ func ticket() *joinpb.IssueJoinTicketResponse {
 		StateDiskKey: bytes.Repeat([]byte{5}, 32), MeasurementSalt: bytes.Repeat([]byte{6}, 32),
 		MeasurementSecret: bytes.Repeat([]byte{7}, 32), KubeletCert: []byte("der"),
 		ApiServerEndpoint: "10.42.1.100:6443", ClusterCaCert: []byte("ca der"),
-		OwnerAccessKey: bytes.Repeat([]byte{8}, 32),
+		OwnerAccessKey: bytes.Repeat([]byte{8}, 32), KubernetesVersion: versions.Default,
 	}
 }
 
@@ -278,7 +281,7 @@ func TestJoinWorker(t *testing.T) {
 	if got.GetIsControlPlane() || got.GetDiskUuid() == "" || len(got.GetCertificateRequest()) == 0 {
 		t.Fatalf("request %v", got)
 	}
-	if j.p == nil || j.p.Endpoint != "10.42.1.100:6443" || j.p.ControlPlane || j.p.NodeName != "worker-0" {
+	if j.p == nil || j.p.Endpoint != "10.42.1.100:6443" || j.p.ControlPlane || j.p.NodeName != "worker-0" || j.p.KubernetesVersion != versions.Default {
 		t.Fatalf("kubeadm join params: %v", j.p != nil)
 	}
 	// kubeadm gets the ticket's CA and certificate, and the key the node
@@ -406,6 +409,43 @@ func TestBadOwnerKeyRefusedBeforeTheLock(t *testing.T) {
 		t.Fatalf("a ticket with a 5-byte owner key: err %v, joined %v, lock free %v; want a refusal before the lock", err, j.p != nil, l.free)
 	}
 }
+
+// A node whose image lacks the cluster's version takes no ticket: it is
+// refused before the lock, says why, and keeps asking (the cluster may be
+// upgraded to a version its image carries).
+func TestVersionTheImageLacksRefusedBeforeTheLock(t *testing.T) {
+	for _, v := range []string{"v1.99.0", "", minorOf(versions.Default)} {
+		tk := ticket()
+		tk.KubernetesVersion = v
+		cfg, svc, l, _, j := setup(t, role.Worker, tk, false)
+		var logs syncbuffer.Buffer
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, cfg) }()
+		// Until it asked again, or a minute (each attempt attests on
+		// swtpm).
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, n := svc.requests(); n >= 2 {
+				break
+			}
+		}
+		cancel()
+		err := <-done
+		if err == nil || j.p != nil || !l.free || pendingjoin.Exists(cfg.StateDir) {
+			t.Fatalf("a ticket for Kubernetes %q: err %v, joined %v, lock free %v; want a refusal before the lock", v, err, j.p != nil, l.free)
+		}
+		if !strings.Contains(logs.String(), "which this node's image does not carry (it carries "+strings.Join(versions.List(), ", ")+")") {
+			t.Errorf("a ticket for Kubernetes %q: the log does not say the image lacks it:\n%s", v, logs.String())
+		}
+		if _, n := svc.requests(); n < 2 {
+			t.Errorf("a ticket for Kubernetes %q: asked %d times, want the node to keep asking", v, n)
+		}
+	}
+}
+
+// minorOf is "v1.37" of "v1.37.2".
+func minorOf(v string) string { return v[:strings.LastIndex(v, ".")] }
 
 func TestJoinRetriedAfterLockTakenFinishes(t *testing.T) {
 	cfg, svc, l, d, j := setup(t, role.Worker, ticket(), false)

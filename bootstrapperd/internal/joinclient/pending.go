@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
 )
 
@@ -26,6 +27,11 @@ func Finish(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log.Info("finishing this node's join with the ticket kept on the state disk: the node is locked to the cluster, so the join service gives it no other", "phase", "join")
+	if cfg.ClusterVersionFile != "" {
+		if v, err := handoff.ReadClusterVersion(cfg.ClusterVersionFile); err == nil {
+			ticket.KubernetesVersion = v
+		}
+	}
 	return retry(ctx, cfg, log, "the interrupted join has not finished yet; retrying", func() error {
 		self, err := cfg.Metadata.Self(ctx)
 		if err != nil {

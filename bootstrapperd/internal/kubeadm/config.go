@@ -264,6 +264,10 @@ type JoinParams struct {
 	// kubelet bootstraps with it, so no bootstrap token is involved.
 	CACert, ClientCert, ClientKey []byte
 	ControlPlane                  bool
+	// KubernetesVersion is the version the cluster runs (the ticket's):
+	// the release of the image whose kubeadm joins, and whose kubelet
+	// then runs. kubeadm join itself takes its own version.
+	KubernetesVersion string
 	// PatchDir: see InitParams.
 	PatchDir string
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/ownertest"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/versions"
 )
 
 // startInitNode serves node over attested TLS from a provisioned swtpm
@@ -286,5 +287,48 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, raw, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// --kubernetes-version takes a release the image carries or its minor
+// alone (its newest patch); the node is sent the full release. Anything
+// else is refused before the node is asked anything, naming what the
+// image carries.
+func TestInitKubernetesVersion(t *testing.T) {
+	node := &ownertest.Node{}
+	addr, caPath, measPath := startInitNode(t, node)
+	secretPath := filepath.Join(t.TempDir(), "init-secret")
+	os.WriteFile(secretPath, []byte("s3cret"), 0o600)
+	init := func(version string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		code := Execute(context.Background(), []string{"init", "--mini-dir", filepath.Join(t.TempDir(), "none"), "--node", addr,
+			"--measurements", measPath, "--platform-ca", caPath, "--init-secret-file", secretPath,
+			"--workspace", filepath.Join(t.TempDir(), "out"), "--timeout", "30s", "--skip-services", "--kubernetes-version", version}, &stdout, &stderr)
+		return code, stderr.String()
+	}
+	newest := map[string]string{}
+	for _, v := range versions.List() {
+		newest[minorOf(v)] = v
+	}
+	for _, v := range versions.List() {
+		for _, asked := range []string{v, minorOf(v)} {
+			if code, stderr := init(asked); code != 0 {
+				t.Fatalf("init --kubernetes-version %s: exit %d: %s", asked, code, stderr)
+			}
+			reqs := node.Requests()
+			if got, want := reqs[len(reqs)-1].GetKubernetesVersion(), map[bool]string{true: v, false: newest[minorOf(v)]}[asked == v]; got != want {
+				t.Errorf("init --kubernetes-version %s sent %q, want %s", asked, got, want)
+			}
+		}
+	}
+	asked := len(node.Requests())
+	for _, bad := range []string{"v1.20", "v1.20.0", "latest", "v1.37.99", ""} {
+		code, stderr := init(bad)
+		if code == 0 || !strings.Contains(stderr, "is not supported by this image; supported: "+strings.Join(versions.List(), ", ")) {
+			t.Errorf("init --kubernetes-version %q: exit %d, %q; want it refused naming what the image carries", bad, code, stderr)
+		}
+	}
+	if n := len(node.Requests()); n != asked {
+		t.Errorf("refused versions still asked the node %d times", n-asked)
 	}
 }

@@ -47,7 +47,7 @@ func writeSet(t *testing.T, b byte, warnOnly bool) (string, measurementset.Set) 
 func initialised(t *testing.T, set measurementset.Set) string {
 	t.Helper()
 	srv := apiservertest.Start(t)
-	rs, err := services.Releases(services.Settings{APIServer: "10.42.1.100:6443", PodCIDR: "10.244.0.0/16", KubernetesVersion: "v1.36.3",
+	rs, err := services.Releases(services.Settings{APIServer: "10.42.1.100:6443", PodCIDR: "10.244.0.0/16",
 		MeasurementSets: []measurementset.Set{set}, PlatformCA: []byte("PEM")})
 	if err != nil {
 		t.Fatal(err)

@@ -14,10 +14,12 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/orrery-dev/orrery/internal/clustersettings"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
+	"github.com/orrery-dev/orrery/internal/versions"
 )
 
 // JoinService calls join services that proved themselves (a
@@ -160,7 +162,22 @@ func clusterOf(t *joinpb.IssueRejoinTicketResponse) (*Cluster, error) {
 	if k := t.GetOwnerAccessKey(); len(k) != 0 && len(k) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("its owner access key has %d bytes, want %d", len(k), ed25519.PublicKeySize)
 	}
-	return checkedCluster(t.GetClusterCaCert(), t.GetApiServerEndpoint(), t.GetControlPlane())
+	c, err := checkedCluster(t.GetClusterCaCert(), t.GetApiServerEndpoint(), t.GetControlPlane())
+	if err != nil {
+		return nil, err
+	}
+	// The node runs the cluster's release or none: its image must carry
+	// it (a cluster upgraded past this image waits for the node's new
+	// image).
+	v := t.GetKubernetesVersion()
+	if _, err := versions.Get(v); err != nil {
+		if v == "" {
+			return nil, errors.New("it names no Kubernetes version (a join service older than this image): upgrade the cluster's services ('orrery upgrade apply') before this node rejoins")
+		}
+		return nil, fmt.Errorf("the cluster runs Kubernetes %s, which this node's image does not carry (it carries %s): boot this node from an image that does", clustersettings.Quote(v), strings.Join(versions.List(), ", "))
+	}
+	c.KubernetesVersion = v
+	return c, nil
 }
 
 // checkedCluster is a Cluster of caCert and endpoint once both are

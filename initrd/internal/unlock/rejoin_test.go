@@ -32,6 +32,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/testkit/syncbuffer"
+	"github.com/orrery-dev/orrery/internal/versions"
 )
 
 var (
@@ -101,7 +102,7 @@ func ticket(key, secret byte) *joinpb.IssueRejoinTicketResponse {
 	return &joinpb.IssueRejoinTicketResponse{
 		StateDiskKey: bytes.Repeat([]byte{key}, 32), MeasurementSecret: bytes.Repeat([]byte{secret}, 32),
 		ClusterCaCert: clusterCA(), ApiServerEndpoint: "10.42.1.100:6443",
-		OwnerAccessKey: bytes.Repeat([]byte{9}, 32),
+		OwnerAccessKey: bytes.Repeat([]byte{9}, 32), KubernetesVersion: versions.Default,
 	}
 }
 
@@ -294,6 +295,12 @@ func TestClusterOf(t *testing.T) {
 		"too long":                      {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.ApiServerEndpoint = "a" + longest }, wantErr: "256 bytes, more than 255"},
 		"short owner key":               {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.OwnerAccessKey = []byte("short") }, wantErr: "owner access key has 5 bytes, want 32"},
 		"no owner key (an old service)": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.OwnerAccessKey = nil }},
+		"a version the image lacks": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = "v1.99.0" },
+			wantErr: `the cluster runs Kubernetes "v1.99.0", which this node's image does not carry (it carries ` + strings.Join(versions.List(), ", ") + "): boot this node from an image that does"},
+		"a minor, not a release": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = minor(versions.Default) },
+			wantErr: "which this node's image does not carry"},
+		"no version (an old service)": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = "" }, wantErr: "names no Kubernetes version"},
+		"a path for a version":        {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = "../../../tmp" }, wantErr: "does not carry"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -310,7 +317,7 @@ func TestClusterOf(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(c.CACert, tk.ClusterCaCert) || c.Endpoint != tk.ApiServerEndpoint || !c.ControlPlane {
+			if !bytes.Equal(c.CACert, tk.ClusterCaCert) || c.Endpoint != tk.ApiServerEndpoint || !c.ControlPlane || c.KubernetesVersion != tk.KubernetesVersion {
 				t.Errorf("cluster %+v from ticket %v", c, tk)
 			}
 		})
@@ -360,3 +367,6 @@ func TestControlPlaneRejoinsThroughAnother(t *testing.T) {
 		t.Fatalf("cp-1 did not rejoin through cp-0; console:\n%s", console)
 	}
 }
+
+// minor is "v1.37" of "v1.37.2".
+func minor(v string) string { return v[:strings.LastIndex(v, ".")] }

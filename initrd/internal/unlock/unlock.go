@@ -64,13 +64,17 @@ type Cluster struct {
 	// owner's own); the node's metadata role, the host's word, does not
 	// count.
 	ControlPlane bool
+	// KubernetesVersion is the version the cluster runs now, one this
+	// image carries: the join service's word. "" from a recovery: the
+	// recovered control plane runs what its checked static pods name.
+	KubernetesVersion string
 }
 
 func (c *Cluster) clone() *Cluster {
 	if c == nil {
 		return nil
 	}
-	return &Cluster{CACert: bytes.Clone(c.CACert), Endpoint: c.Endpoint, ControlPlane: c.ControlPlane}
+	return &Cluster{CACert: bytes.Clone(c.CACert), Endpoint: c.Endpoint, ControlPlane: c.ControlPlane, KubernetesVersion: c.KubernetesVersion}
 }
 
 var (

@@ -69,8 +69,7 @@ type Settings struct {
 	APIServer string
 	// PodCIDR is the pod network; kubeadm's podSubnet on the nodes
 	// must be the same.
-	PodCIDR           string
-	KubernetesVersion string
+	PodCIDR string
 	// MeasurementSets are the images whose nodes may join.
 	MeasurementSets []measurementset.Set
 	// PlatformCA is the PEM certificate of the CA that certifies nodes'
@@ -102,11 +101,10 @@ func Releases(s Settings) ([]Release, error) {
 			"apiServer": map[string]any{"host": host, "port": port},
 		},
 		charts.OrreryServices: {
-			"endpoint":          s.APIServer,
-			"apiServerPort":     port,
-			"kubernetesVersion": s.KubernetesVersion,
-			"measurementSets":   sets,
-			"platformCA":        string(s.PlatformCA),
+			"endpoint":        s.APIServer,
+			"apiServerPort":   port,
+			"measurementSets": sets,
+			"platformCA":      string(s.PlatformCA),
 		},
 	}
 	var out []Release

@@ -13,7 +13,7 @@ func TestReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := Releases(Settings{APIServer: "10.42.1.100:6443", PodCIDR: "10.244.0.0/16", KubernetesVersion: "v1.36.3",
+	rs, err := Releases(Settings{APIServer: "10.42.1.100:6443", PodCIDR: "10.244.0.0/16",
 		MeasurementSets: []measurementset.Set{set}, PlatformCA: []byte("PEM")})
 	if err != nil {
 		t.Fatal(err)

@@ -139,13 +139,15 @@ type IssueJoinTicketResponse struct {
 	// `kubeadm join --control-plane`. Empty when is_control_plane was false.
 	ControlPlaneFiles []*ControlPlaneFile `protobuf:"bytes,8,rep,name=control_plane_files,json=controlPlaneFiles,proto3" json:"control_plane_files,omitempty"`
 	// kubernetes_version is the version the cluster runs now, with a leading
-	// "v", e.g. "v1.36.3". After an upgrade it may differ from the version
-	// the node's image ships; the node then installs kubernetes_components.
+	// "v", e.g. "v1.37.2": the version in kubeadm's ClusterConfiguration,
+	// which 'kubeadm upgrade apply' moves. The node runs this release's
+	// kubeadm and kubelet, from its own image; a node whose image does not
+	// carry it takes no ticket and waits (an image of a newer Kubernetes
+	// than the cluster's, before the owner upgrades the cluster).
 	KubernetesVersion string `protobuf:"bytes,9,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
-	// kubernetes_components are the binaries and archives that make up
-	// kubernetes_version (kubelet, kubeadm, kubectl, CNI plugins...). The node
-	// verifies and installs each one before it runs `kubeadm join`. May be
-	// empty when the image's own components are the right ones.
+	// kubernetes_components lists kubernetes_version's binaries as the
+	// image's manifest names them (path and digest), for the record: the
+	// node runs only what its measured image carries, and installs nothing.
 	KubernetesComponents []*KubernetesComponent `protobuf:"bytes,10,rep,name=kubernetes_components,json=kubernetesComponents,proto3" json:"kubernetes_components,omitempty"`
 	// cluster_ca_cert is the DER-encoded certificate of the cluster CA, which
 	// signed kubelet_cert and the API server's certificate. The node trusts
@@ -490,8 +492,14 @@ type IssueRejoinTicketResponse struct {
 	// copy at every boot, so a copy changed by root on the node does not
 	// outlive the boot.
 	OwnerAccessKey []byte `protobuf:"bytes,6,opt,name=owner_access_key,json=ownerAccessKey,proto3" json:"owner_access_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// kubernetes_version is the version the cluster runs now, as in
+	// IssueJoinTicketResponse: the node runs that release of its image,
+	// whatever release it ran before the reboot (the owner may have
+	// upgraded the cluster meanwhile). The initrd refuses a version the
+	// image does not carry.
+	KubernetesVersion string `protobuf:"bytes,7,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *IssueRejoinTicketResponse) Reset() {
@@ -564,6 +572,13 @@ func (x *IssueRejoinTicketResponse) GetOwnerAccessKey() []byte {
 		return x.OwnerAccessKey
 	}
 	return nil
+}
+
+func (x *IssueRejoinTicketResponse) GetKubernetesVersion() string {
+	if x != nil {
+		return x.KubernetesVersion
+	}
+	return ""
 }
 
 // CheckDiskGenerationRequest is sent by the initrd of a rejoining node
@@ -799,14 +814,15 @@ const file_internal_proto_joinpb_join_proto_rawDesc = "" +
 	"\finstall_path\x18\x03 \x01(\tR\vinstallPath\x12\x18\n" +
 	"\aextract\x18\x04 \x01(\bR\aextract\"7\n" +
 	"\x18IssueRejoinTicketRequest\x12\x1b\n" +
-	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\"\x97\x02\n" +
+	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\"\xc6\x02\n" +
 	"\x19IssueRejoinTicketResponse\x12$\n" +
 	"\x0estate_disk_key\x18\x01 \x01(\fR\fstateDiskKey\x12-\n" +
 	"\x12measurement_secret\x18\x02 \x01(\fR\x11measurementSecret\x12&\n" +
 	"\x0fcluster_ca_cert\x18\x03 \x01(\fR\rclusterCaCert\x12.\n" +
 	"\x13api_server_endpoint\x18\x04 \x01(\tR\x11apiServerEndpoint\x12#\n" +
 	"\rcontrol_plane\x18\x05 \x01(\bR\fcontrolPlane\x12(\n" +
-	"\x10owner_access_key\x18\x06 \x01(\fR\x0eownerAccessKey\"Y\n" +
+	"\x10owner_access_key\x18\x06 \x01(\fR\x0eownerAccessKey\x12-\n" +
+	"\x12kubernetes_version\x18\a \x01(\tR\x11kubernetesVersion\"Y\n" +
 	"\x1aCheckDiskGenerationRequest\x12\x1b\n" +
 	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\x12\x1e\n" +
 	"\n" +

@@ -1,7 +1,7 @@
 // Package apiservertest runs a real kube-apiserver with its own etcd for
 // tests of code that talks to a cluster (backups, upgrades), the way
 // controller-runtime's envtest does: the same binaries the node image
-// runs, from the components build (build/components/imagebin), on
+// runs, from the components build (build/components/releases/<default>/imagebin), on
 // loopback ports, with an admin client certificate. No controllers, no
 // scheduler, no nodes: objects are stored and validated, nothing runs.
 // Authorization and admission are a kubeadm cluster's (the Node authorizer
@@ -36,6 +36,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/orrery-dev/orrery/internal/versions"
 )
 
 // BinDirEnv names a directory holding etcd and kube-apiserver, instead of
@@ -137,7 +139,7 @@ func binDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(root, "build", "components", "imagebin")
+	bin := filepath.Join(releaseDir(root), "imagebin")
 	return bin, checkBins(bin)
 }
 
@@ -150,11 +152,17 @@ func Kubeadm(tb testing.TB) string {
 	if err != nil {
 		tb.Skip(err)
 	}
-	path := filepath.Join(root, "build", "components", "bin", "kubeadm")
+	path := filepath.Join(releaseDir(root), "bin", "kubeadm")
 	if _, err := os.Stat(path); err != nil {
 		tb.Skipf("no kubeadm (run 'make testbin'): %v", err)
 	}
 	return path
+}
+
+// releaseDir is where 'make testbin' builds the default Kubernetes
+// release's programs (image/components/build.sh).
+func releaseDir(checkout string) string {
+	return filepath.Join(checkout, "build", "components", "releases", versions.Default)
 }
 
 // checkout finds the Orrery checkout above the working directory.

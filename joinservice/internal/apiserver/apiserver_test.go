@@ -79,3 +79,34 @@ func TestRemovedNodes(t *testing.T) {
 		t.Fatalf("a garbled list: err = %v, want one naming the entry", err)
 	}
 }
+
+// The cluster's version is kubeadm's: what 'kubeadm init' wrote and
+// 'kubeadm upgrade apply' moves. A record without one gives no version.
+func TestKubernetesVersion(t *testing.T) {
+	c, admin := connect(t)
+	ctx := context.Background()
+	if v, err := c.KubernetesVersion(ctx); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("no kubeadm-config: %q, %v; want an error naming the 404", v, err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-config", Namespace: "kube-system"},
+		Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.37.2\nclusterName: orrery\n"}}
+	if _, err := admin.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.KubernetesVersion(ctx); err != nil || v != "v1.37.2" {
+		t.Fatalf("KubernetesVersion = %q, %v; want v1.37.2", v, err)
+	}
+	for name, data := range map[string]map[string]string{
+		"no ClusterConfiguration": {"other": "x"},
+		"no version":              {"ClusterConfiguration": "kind: ClusterConfiguration\n"},
+		"not YAML":                {"ClusterConfiguration": "{{{"},
+	} {
+		cm.Data = data
+		if _, err := admin.CoreV1().ConfigMaps("kube-system").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := c.KubernetesVersion(ctx); err == nil {
+			t.Errorf("%s: KubernetesVersion = %q, want an error", name, v)
+		}
+	}
+}

@@ -77,6 +77,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/records/admitted"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/records/removednodes"
+	"github.com/orrery-dev/orrery/internal/versions"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 )
 
@@ -137,9 +138,12 @@ type Config struct {
 	// PKIDir holds the control-plane files (/etc/kubernetes/pki).
 	PKIDir string
 	// Endpoint is the API server endpoint, host:port.
-	Endpoint          string
-	KubernetesVersion string
-	Components        []*joinpb.KubernetesComponent
+	Endpoint string
+	// ClusterVersion returns the Kubernetes version the cluster runs now
+	// (kubeadm's ClusterConfiguration), asked for every ticket: a node
+	// runs that release of its image. An error refuses the ticket
+	// (UNAVAILABLE). Required.
+	ClusterVersion func(ctx context.Context) (string, error)
 	// MeasurementSalt returns the cluster's measurement salt.
 	MeasurementSalt func(ctx context.Context) ([]byte, error)
 	// ControlPlanes returns the instance IDs the owner approved as
@@ -175,6 +179,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CurrentSet == nil {
 		return nil, errors.New("join server: no check of the accepted measurement sets configured (Config.CurrentSet)")
 	}
+	if cfg.ClusterVersion == nil {
+		return nil, errors.New("join server: no view of the cluster's Kubernetes version configured (Config.ClusterVersion)")
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -206,6 +213,12 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	// Before the node is admitted: a cluster whose version cannot be read
+	// admits no one.
+	version, err := s.clusterVersion(ctx, log)
+	if err != nil {
+		return nil, err
+	}
 	csr, claimed, err := checkCSR(req.GetCertificateRequest())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "kubelet certificate request: %v", err)
@@ -232,7 +245,7 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 			return nil, status.Errorf(codes.Internal, "read control-plane files: %v", err)
 		}
 	}
-	log.Info("issued join ticket")
+	log.Info("issued join ticket", "kubernetesVersion", version)
 	return &joinpb.IssueJoinTicketResponse{
 		StateDiskKey:         k.disk,
 		MeasurementSalt:      salt,
@@ -241,8 +254,8 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 		ClusterCaCert:        s.cfg.CA.Raw,
 		ApiServerEndpoint:    s.cfg.Endpoint,
 		ControlPlaneFiles:    files,
-		KubernetesVersion:    s.cfg.KubernetesVersion,
-		KubernetesComponents: s.cfg.Components,
+		KubernetesVersion:    version,
+		KubernetesComponents: components(version),
 		OwnerAccessKey:       k.owner,
 	}, nil
 }
@@ -354,11 +367,15 @@ func (s *Server) IssueRejoinTicket(ctx context.Context, req *joinpb.IssueRejoinT
 		// to keep a node from its disk.
 		r.log.Warn("cannot record the node's measurement set", "error", err.Error())
 	}
-	r.log.Info("issued rejoin ticket", "controlPlane", controlPlane)
+	version, err := s.clusterVersion(ctx, r.log)
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("issued rejoin ticket", "controlPlane", controlPlane, "kubernetesVersion", version)
 	return &joinpb.IssueRejoinTicketResponse{
 		StateDiskKey: k.disk, MeasurementSecret: k.measurementSecret,
 		ClusterCaCert: s.cfg.CA.Raw, ApiServerEndpoint: s.cfg.Endpoint, ControlPlane: controlPlane,
-		OwnerAccessKey: k.owner,
+		OwnerAccessKey: k.owner, KubernetesVersion: version,
 	}, nil
 }
 
@@ -628,4 +645,28 @@ func (s *Server) controlPlaneFiles() ([]*joinpb.ControlPlaneFile, error) {
 		out = append(out, &joinpb.ControlPlaneFile{Name: name, Data: data})
 	}
 	return out, nil
+}
+
+// clusterVersion is the Kubernetes version the cluster runs now.
+func (s *Server) clusterVersion(ctx context.Context, log *slog.Logger) (string, error) {
+	v, err := s.cfg.ClusterVersion(ctx)
+	if err != nil {
+		log.Error("cannot read the cluster's Kubernetes version", "error", err.Error())
+		return "", status.Errorf(codes.Unavailable, "read the cluster's Kubernetes version: %v", err)
+	}
+	return v, nil
+}
+
+// components lists version's binaries as this image's manifest names
+// them, for the ticket's record; none if the image lacks version.
+func components(version string) []*joinpb.KubernetesComponent {
+	r, err := versions.Get(version)
+	if err != nil {
+		return nil
+	}
+	var cs []*joinpb.KubernetesComponent
+	for _, b := range r.Binaries {
+		cs = append(cs, &joinpb.KubernetesComponent{Url: "file://" + b.InstallPath, Hash: "sha256:" + b.SHA256, InstallPath: b.InstallPath})
+	}
+	return cs
 }

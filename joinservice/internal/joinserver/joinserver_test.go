@@ -170,7 +170,13 @@ type envOptions struct {
 	approveNode bool
 	// controlPlanesErr, if set, is what reading that list fails with.
 	controlPlanesErr error
+	// versionErr, if set, is what reading the cluster's Kubernetes
+	// version fails with.
+	versionErr error
 }
+
+// clusterVersion is the Kubernetes version the test's cluster runs.
+const clusterVersion = "v1.37.2"
 
 // newEnv serves the join service twice: over attested TLS (the node's
 // swtpm attests, through the same validator the join service uses: the
@@ -211,7 +217,8 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	}
 	srv, err := New(Config{
 		Keys: localKeys{}, Admissions: e.admissions, Nodes: e.nodes, CurrentSet: val.Current, CA: ca, CAKey: caKey, PKIDir: pki,
-		Endpoint: "10.42.1.100:6443", KubernetesVersion: "v1.36.3",
+		Endpoint:        "10.42.1.100:6443",
+		ClusterVersion:  func(context.Context) (string, error) { return clusterVersion, opts.versionErr },
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
 		ControlPlanes: func(context.Context) ([]string, error) {
 			if opts.controlPlanesErr != nil {
@@ -309,6 +316,34 @@ func TestJoinTicket(t *testing.T) {
 		if got := len(resp.GetControlPlaneFiles()); (got > 0) != cp || (cp && got != len(controlplanes.PKIFiles)) {
 			t.Fatalf("control plane %v: %d files", cp, got)
 		}
+		// The node runs the release the cluster runs now.
+		if got := resp.GetKubernetesVersion(); got != clusterVersion {
+			t.Fatalf("ticket names Kubernetes %q, want the cluster's %s", got, clusterVersion)
+		}
+	}
+}
+
+// A join service that cannot read the cluster's Kubernetes version gives
+// no ticket, and admits no disk: a node must never join with a version it
+// guessed.
+func TestNoTicketWithoutTheClusterVersion(t *testing.T) {
+	e := newEnv(t, envOptions{versionErr: errors.New("kube-system/kubeadm-config: forbidden")})
+	ctx := context.Background()
+	_, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
+		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
+	})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "read the cluster's Kubernetes version: kube-system/kubeadm-config: forbidden") {
+		t.Fatalf("join ticket without the cluster's version: %v, want Unavailable naming the cause", err)
+	}
+	if _, found, _ := e.admissions.Lookup(ctx, strings.ToLower(uuid)); found {
+		t.Fatal("the refused join admitted the disk")
+	}
+	if err := e.admissions.Admit(ctx, strings.ToLower(uuid), e.node.Instance, e.imageA); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.attested.IssueRejoinTicket(ctx, &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
+	if status.Code(err) != codes.Unavailable || len(resp.GetStateDiskKey()) > 0 {
+		t.Fatalf("rejoin ticket without the cluster's version: %v, want Unavailable and no key", err)
 	}
 }
 
@@ -398,6 +433,9 @@ func TestRejoinTicket(t *testing.T) {
 	// same CA and endpoint a join ticket carries.
 	if !bytes.Equal(resp.GetClusterCaCert(), e.ca.Raw) || resp.GetApiServerEndpoint() != "10.42.1.100:6443" {
 		t.Fatalf("rejoin ticket: cluster CA %d bytes (want the CA's %d), endpoint %q", len(resp.GetClusterCaCert()), len(e.ca.Raw), resp.GetApiServerEndpoint())
+	}
+	if got := resp.GetKubernetesVersion(); got != clusterVersion {
+		t.Fatalf("rejoin ticket names Kubernetes %q, want the cluster's %s", got, clusterVersion)
 	}
 
 	// The owner removes the node ('kubectl delete node'): no more rejoins.
@@ -532,6 +570,10 @@ func TestNewRequiresAdmissionsAndCA(t *testing.T) {
 	if _, err := New(Config{CA: &x509.Certificate{}, CAKey: &ecdsa.PrivateKey{}, Admissions: &admissions.Memory{}}); err == nil {
 		t.Fatal("a join server without a view of the nodes was created")
 	}
+	if _, err := New(Config{CA: &x509.Certificate{}, CAKey: &ecdsa.PrivateKey{}, Admissions: &admissions.Memory{}, Nodes: &memNodes{},
+		CurrentSet: func(context.Context, []byte) (string, error) { return "", nil }}); err == nil || !strings.Contains(err.Error(), "ClusterVersion") {
+		t.Fatalf("a join server without a view of the cluster's Kubernetes version: %v", err)
+	}
 }
 
 // FuzzCheckCSR feeds arbitrary bytes as the kubelet CSR, the one blob in a
@@ -548,7 +590,8 @@ func FuzzCheckCSR(f *testing.F) {
 	f.Add([]byte{})
 	ca, caKey := newCA(f)
 	s, err := New(Config{CA: ca, CAKey: caKey, Admissions: &admissions.Memory{}, Nodes: &memNodes{},
-		CurrentSet: func(context.Context, []byte) (string, error) { return "", nil }})
+		CurrentSet:     func(context.Context, []byte) (string, error) { return "", nil },
+		ClusterVersion: func(context.Context) (string, error) { return clusterVersion, nil }})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-module github.com/orrery-dev/orrery/image/components/etcd
+module github.com/orrery-dev/orrery/image/components/releases/v1.36/etcd
 
 go 1.26.0
 

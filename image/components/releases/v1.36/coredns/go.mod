@@ -1,4 +1,4 @@
-module github.com/orrery-dev/orrery/image/components/coredns
+module github.com/orrery-dev/orrery/image/components/releases/v1.36/coredns
 
 go 1.26.0
 

@@ -1,6 +1,7 @@
 package versions
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -212,21 +213,11 @@ func TestCompare(t *testing.T) {
 	ordered := []string{"latest", "v1.9.0", "v1.9.10", "v1.10.0", "v1.36.3", "v1.37.2", "v2.0.0"}
 	for i := range ordered {
 		for j := range ordered {
-			if got, want := Compare(ordered[i], ordered[j]), cmpInt(i, j); got != want {
+			if got, want := Compare(ordered[i], ordered[j]), cmp.Compare(i, j); got != want {
 				t.Errorf("Compare(%s, %s) = %d, want %d", ordered[i], ordered[j], got, want)
 			}
 		}
 	}
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // minorOf is "v1.37" of "v1.37.2".

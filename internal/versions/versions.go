@@ -187,6 +187,15 @@ func Resolve(v string) (string, error) {
 	return found, nil
 }
 
+// Minor is the minor of version v: "v1.37" of "v1.37.2"; v itself if it
+// names no patch.
+func Minor(v string) string {
+	if i := strings.LastIndex(v, "."); strings.Count(v, ".") == 2 && i > 0 {
+		return v[:i]
+	}
+	return v
+}
+
 var minorOnly = regexp.MustCompile(`^v\d+\.\d+$`)
 
 // newest is the newest version the image carries, "" if none.

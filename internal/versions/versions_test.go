@@ -163,7 +163,7 @@ func TestParse(t *testing.T) {
 func TestImageCarriesTwoMinors(t *testing.T) {
 	minors := map[string]bool{}
 	for _, v := range List() {
-		minors[minorOf(v)] = true
+		minors[Minor(v)] = true
 	}
 	if len(minors) < 2 {
 		t.Fatalf("the image carries %v: want two minors, for an in-place upgrade", List())
@@ -181,7 +181,7 @@ func TestResolve(t *testing.T) {
 	vs := List()
 	newestOf := map[string]string{}
 	for _, v := range vs {
-		newestOf[minorOf(v)] = v // List is oldest first
+		newestOf[Minor(v)] = v // List is oldest first
 	}
 	for _, v := range vs {
 		for _, in := range []string{v, strings.TrimPrefix(v, "v")} {
@@ -189,9 +189,9 @@ func TestResolve(t *testing.T) {
 				t.Errorf("Resolve(%q) = %q, %v; want %s", in, got, err, v)
 			}
 		}
-		for _, in := range []string{minorOf(v), strings.TrimPrefix(minorOf(v), "v")} {
-			if got, err := Resolve(in); err != nil || got != newestOf[minorOf(v)] {
-				t.Errorf("Resolve(%q) = %q, %v; want the minor's newest patch %s", in, got, err, newestOf[minorOf(v)])
+		for _, in := range []string{Minor(v), strings.TrimPrefix(Minor(v), "v")} {
+			if got, err := Resolve(in); err != nil || got != newestOf[Minor(v)] {
+				t.Errorf("Resolve(%q) = %q, %v; want the minor's newest patch %s", in, got, err, newestOf[Minor(v)])
 			}
 		}
 	}
@@ -220,5 +220,10 @@ func TestCompare(t *testing.T) {
 	}
 }
 
-// minorOf is "v1.37" of "v1.37.2".
-func minorOf(v string) string { return v[:strings.LastIndex(v, ".")] }
+func TestMinor(t *testing.T) {
+	for in, want := range map[string]string{"v1.37.2": "v1.37", "1.36.3": "1.36", "v1.37": "v1.37", "latest": "latest", "": ""} {
+		if got := Minor(in); got != want {
+			t.Errorf("Minor(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -414,7 +414,7 @@ func TestBadOwnerKeyRefusedBeforeTheLock(t *testing.T) {
 // refused before the lock, says why, and keeps asking (the cluster may be
 // upgraded to a version its image carries).
 func TestVersionTheImageLacksRefusedBeforeTheLock(t *testing.T) {
-	for _, v := range []string{"v1.99.0", "", minorOf(versions.Default)} {
+	for _, v := range []string{"v1.99.0", "", versions.Minor(versions.Default)} {
 		tk := ticket()
 		tk.KubernetesVersion = v
 		cfg, svc, l, _, j := setup(t, role.Worker, tk, false)
@@ -443,9 +443,6 @@ func TestVersionTheImageLacksRefusedBeforeTheLock(t *testing.T) {
 		}
 	}
 }
-
-// minorOf is "v1.37" of "v1.37.2".
-func minorOf(v string) string { return v[:strings.LastIndex(v, ".")] }
 
 func TestJoinRetriedAfterLockTakenFinishes(t *testing.T) {
 	cfg, svc, l, d, j := setup(t, role.Worker, ticket(), false)

@@ -89,7 +89,7 @@ cluster's disks.`,
 	_ = f.MarkDeprecated("out-dir", "use --workspace")
 	f.BoolVar(&o.replaceWorkspace, "replace-workspace", false, "the workspace holds an earlier init's files (another cluster's, or one whose VMs are gone): move them into orrery-replaced-<UTC time>/ in the workspace and start a new cluster")
 	f.BoolVar(&o.mergeKubeconfig, "merge-kubeconfig", false, "also add the cluster to your kubeconfig ($KUBECONFIG or ~/.kube/config) as context orrery-<cluster name>, and make it the current context")
-	f.StringVar(&o.kubernetesVersion, "kubernetes-version", versions.Default, "Kubernetes version to install: one the image carries ("+strings.Join(versions.List(), ", ")+"), or a minor alone (such as "+minorOf(versions.Default)+") for its newest patch")
+	f.StringVar(&o.kubernetesVersion, "kubernetes-version", versions.Default, "Kubernetes version to install: one the image carries ("+strings.Join(versions.List(), ", ")+"), or a minor alone (such as "+versions.Minor(versions.Default)+") for its newest patch")
 	f.StringVar(&o.clusterName, "cluster-name", "orrery", "cluster name (a DNS label)")
 	f.StringSliceVar(&o.sans, "api-server-san", nil, "extra name or IP for the API server certificate (repeatable)")
 	f.StringVar(&o.serviceCIDR, "service-cidr", clusternet.DefaultServiceCIDR, "IP range of Kubernetes services")
@@ -248,12 +248,4 @@ func (o initOptions) config() (owner.InitConfig, error) {
 		ServiceCIDR:       o.serviceCIDR,
 		SkipServices:      o.skipServices,
 	}, nil
-}
-
-// minorOf is "v1.37" of "v1.37.2".
-func minorOf(v string) string {
-	if i := strings.LastIndex(v, "."); i > 0 {
-		return v[:i]
-	}
-	return v
 }

@@ -308,15 +308,15 @@ func TestInitKubernetesVersion(t *testing.T) {
 	}
 	newest := map[string]string{}
 	for _, v := range versions.List() {
-		newest[minorOf(v)] = v
+		newest[versions.Minor(v)] = v
 	}
 	for _, v := range versions.List() {
-		for _, asked := range []string{v, minorOf(v)} {
+		for _, asked := range []string{v, versions.Minor(v)} {
 			if code, stderr := init(asked); code != 0 {
 				t.Fatalf("init --kubernetes-version %s: exit %d: %s", asked, code, stderr)
 			}
 			reqs := node.Requests()
-			if got, want := reqs[len(reqs)-1].GetKubernetesVersion(), map[bool]string{true: v, false: newest[minorOf(v)]}[asked == v]; got != want {
+			if got, want := reqs[len(reqs)-1].GetKubernetesVersion(), map[bool]string{true: v, false: newest[versions.Minor(v)]}[asked == v]; got != want {
 				t.Errorf("init --kubernetes-version %s sent %q, want %s", asked, got, want)
 			}
 		}

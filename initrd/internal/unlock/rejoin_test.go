@@ -297,7 +297,7 @@ func TestClusterOf(t *testing.T) {
 		"no owner key (an old service)": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.OwnerAccessKey = nil }},
 		"a version the image lacks": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = "v1.99.0" },
 			wantErr: `the cluster runs Kubernetes "v1.99.0", which this node's image does not carry (it carries ` + strings.Join(versions.List(), ", ") + "): boot this node from an image that does"},
-		"a minor, not a release": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = minor(versions.Default) },
+		"a minor, not a release": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = versions.Minor(versions.Default) },
 			wantErr: "which this node's image does not carry"},
 		"no version (an old service)": {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = "" }, wantErr: "names no Kubernetes version"},
 		"a path for a version":        {spoil: func(t *joinpb.IssueRejoinTicketResponse) { t.KubernetesVersion = "../../../tmp" }, wantErr: "does not carry"},
@@ -367,6 +367,3 @@ func TestControlPlaneRejoinsThroughAnother(t *testing.T) {
 		t.Fatalf("cp-1 did not rejoin through cp-0; console:\n%s", console)
 	}
 }
-
-// minor is "v1.37" of "v1.37.2".
-func minor(v string) string { return v[:strings.LastIndex(v, ".")] }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
+	"github.com/orrery-dev/orrery/internal/redact"
 )
 
 // keptLines is how many of its log lines the initrd keeps for its owner:
@@ -71,7 +72,7 @@ func (l *lineLog) Read(ctx context.Context, q inspectserver.Query, emit func([]*
 		if len(lines) > 0 {
 			es := make([]*inspectpb.JournalEntry, len(lines))
 			for i, ln := range lines {
-				es[i] = &inspectpb.JournalEntry{TimeUnixMicros: ln.at.UnixMicro(), Identifier: "orrery-init", Pid: 1, Priority: 6, Message: inspectserver.Redact(ln.text)}
+				es[i] = &inspectpb.JournalEntry{TimeUnixMicros: ln.at.UnixMicro(), Identifier: "orrery-init", Pid: 1, Priority: 6, Message: redact.Secrets(ln.text)}
 			}
 			if err := emit(es); err != nil {
 				return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
+	"github.com/orrery-dev/orrery/internal/redact"
 )
 
 func collect(t *testing.T, l *lineLog, q inspectserver.Query) []string {
@@ -35,7 +36,7 @@ func TestInitrdLogForTheOwner(t *testing.T) {
 	c.log("kubeadm", "kubeadm join --token abcdef.0123456789abcdef")
 
 	got := collect(t, &c.kept, inspectserver.Query{Lines: 3})
-	if len(got) != 3 || got[0] != fmt.Sprintf("rejoin: attempt %d", keptLines+8) || !strings.HasSuffix(got[2], inspectserver.Redacted) {
+	if len(got) != 3 || got[0] != fmt.Sprintf("rejoin: attempt %d", keptLines+8) || !strings.HasSuffix(got[2], redact.Redacted) {
 		t.Fatalf("the newest 3 lines: %q", got)
 	}
 	if got := collect(t, &c.kept, inspectserver.Query{Lines: inspectserver.MaxLines}); len(got) != keptLines {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
+	"github.com/orrery-dev/orrery/internal/redact"
 )
 
 // Bounds of one Journal call. A node's journal holds hundreds of megabytes;
@@ -271,7 +272,7 @@ func ParseEntry(line []byte) (*inspectpb.JournalEntry, error) {
 	if err != nil || prio < 0 || prio > 7 {
 		prio = 6
 	}
-	msg := Redact(field(rec, "MESSAGE"))
+	msg := redact.Secrets(field(rec, "MESSAGE"))
 	return &inspectpb.JournalEntry{
 		TimeUnixMicros: ts,
 		Unit:           truncate(unit, 256),

@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
 	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
+	"github.com/orrery-dev/orrery/internal/redact"
 	"github.com/orrery-dev/orrery/internal/tarfiles"
 )
 
@@ -134,7 +135,7 @@ func TestInspectARunningNode(t *testing.T) {
 		t.Fatalf("logs kubelet: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, _ = cmd("logs", addr)
-	if strings.Contains(out, leakedToken) || !strings.Contains(out, "--token "+inspectserver.Redacted) {
+	if strings.Contains(out, leakedToken) || !strings.Contains(out, "--token "+redact.Redacted) {
 		t.Errorf("logs served a bootstrap token:\n%s", out)
 	}
 	out, errOut, code = cmd("dmesg", addr, "-o", "json")

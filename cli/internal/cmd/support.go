@@ -20,10 +20,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/atomicfile"
-	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
+	"github.com/orrery-dev/orrery/internal/redact"
 )
 
 type supportOptions struct {
@@ -95,7 +95,7 @@ func runSupport(cmd *cobra.Command, o supportOptions, names []string) error {
 	}
 	fmt.Fprint(progress, "cluster: ")
 	for name, data := range clusterState(ctx, o.cluster.kc, o.cluster.ws) {
-		if err := b.Add("cluster/"+name, []byte(inspectserver.Redact(string(data)))); err != nil {
+		if err := b.Add("cluster/"+name, []byte(redact.Secrets(string(data)))); err != nil {
 			return err
 		}
 	}
@@ -116,7 +116,7 @@ func runSupport(cmd *cobra.Command, o supportOptions, names []string) error {
 			fmt.Fprintf(progress, "owner's %s left out: it holds the master secret\n", name)
 			continue
 		}
-		if err := b.Add("owner/"+name, []byte(inspectserver.Redact(string(data)))); err != nil {
+		if err := b.Add("owner/"+name, []byte(redact.Secrets(string(data)))); err != nil {
 			return err
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
+	"github.com/orrery-dev/orrery/internal/redact"
 	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
@@ -33,7 +33,7 @@ func NewBundle(w io.Writer) *Bundle {
 }
 
 // Add adds a file. Text from outside the owner's machine should go through
-// inspectserver.Redact first.
+// redact.Secrets first.
 func (b *Bundle) Add(name string, data []byte) error {
 	if err := b.tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(data)), ModTime: b.now, Typeflag: tar.TypeReg}); err != nil {
 		return err
@@ -87,7 +87,7 @@ func (b *Bundle) AddNode(ctx context.Context, dir string, n *Node) error {
 		if err != nil {
 			return fmt.Errorf("the node's support bundle: %w", err)
 		}
-		if err := b.Add(dir+"/"+h.Name, []byte(inspectserver.Redact(string(data)))); err != nil {
+		if err := b.Add(dir+"/"+h.Name, []byte(redact.Secrets(string(data)))); err != nil {
 			return err
 		}
 	}

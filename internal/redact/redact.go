@@ -1,8 +1,10 @@
-package inspectserver
+// Package redact removes what looks like a secret from text that a node
+// shows its owner: journal entries, kubeadm's output, support bundles.
+package redact
 
 import "regexp"
 
-// Redacted replaces what Redact removes.
+// Redacted replaces what Secrets removes.
 const Redacted = "[REDACTED]"
 
 // secretPatterns match secrets that a node's programs are known to print,
@@ -25,8 +27,8 @@ var secretPatterns = []struct {
 	{regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{16,}`), "${1}" + Redacted},
 }
 
-// Redact replaces anything in s that looks like a secret by Redacted.
-func Redact(s string) string {
+// Secrets replaces anything in s that looks like a secret by Redacted.
+func Secrets(s string) string {
 	for _, p := range secretPatterns {
 		s = p.re.ReplaceAllString(s, p.with)
 	}

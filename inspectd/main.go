@@ -16,26 +16,21 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"google.golang.org/grpc"
 
-	"github.com/orrery-dev/orrery/internal/atls"
-	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
-	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/vtpm"
 	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/nodelock"
 	"github.com/orrery-dev/orrery/internal/owneraccess"
+	"github.com/orrery-dev/orrery/internal/ownerservice"
 	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
-	"github.com/orrery-dev/orrery/internal/sdsocket"
 	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
 	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
 )
@@ -74,35 +69,10 @@ func main() {
 }
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
-	lis, err := sdsocket.Listen(c.listen, "orrery-inspectd.socket")
-	if err != nil {
-		return err
-	}
 	mlog := &pcrlog.Log{Path: c.measurementLog}
-	p, err := nodeattest.DetectUntil(ctx, &metadata.Client{BaseURL: c.metadataURL}, func(_ int, err error) {
-		log.Warn("cannot tell which attestation this node's platform offers yet; retrying", "error", err.Error())
-	})
-	if err != nil {
-		return err
-	}
-	issuer, err := p.Issuer(qemu.IssuerConfig{OpenTPM: tpmdev.Open, FirmwareEventLogPath: c.firmwareLog, MeasurementLog: mlog})
-	if err != nil {
-		return fmt.Errorf("set up %s attestation: %w", p.Variant, err)
-	}
-	owner := owneraccess.FromFile(c.ownerKey)
-	creds, err := atls.NewCredentials(atls.Config{
-		Issuer:          issuer,
-		AuthorizeClient: owneraccess.Authorize(owner),
-		OnPeerRejected: func(peer net.Addr, err error) {
-			log.Warn("refused a caller", "peer", peer.String(), "error", err.Error())
-		},
-	})
-	if err != nil {
-		return err
-	}
 	lock := nodelock.New(tpmdev.Open, mlog)
 	svc, err := inspectserver.New(inspectserver.Config{
-		Owner:   owner,
+		Owner:   owneraccess.FromFile(c.ownerKey),
 		Journal: inspectserver.Journalctl{},
 		Units:   systemdUnits{},
 		Status:  inspectserver.Host{Stage: "system", ClusterID: lock.Cluster}.Status,
@@ -111,22 +81,13 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// Answers are bounded by the service; what a client may send is one
-	// small request.
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(16<<10), grpc.MaxHeaderListSize(16<<10))
-	inspectpb.RegisterInspectServiceServer(srv, svc)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	log.Info("serving the owner", "listen", lis.Addr().String(), "attestation", p.Variant.String())
-	_, _ = daemon.SdNotify(false, "READY=1\nSTATUS=serving the owner on "+lis.Addr().String())
-	select {
-	case <-ctx.Done():
-		// A follower's stream would hold GracefulStop forever.
-		t := time.AfterFunc(5*time.Second, srv.Stop)
-		srv.GracefulStop()
-		t.Stop()
-		return nil
-	case err := <-errc:
-		return err
-	}
+	return ownerservice.Serve(ctx, ownerservice.Config{
+		Listen: c.listen, Socket: "orrery-inspectd.socket", OwnerKey: c.ownerKey,
+		MeasurementLog: mlog, FirmwareLog: c.firmwareLog, MetadataURL: c.metadataURL,
+		// Answers are bounded by the service; what a client may send is
+		// one small request.
+		MaxRecvMsgSize: 16 << 10,
+		StopWait:       5 * time.Second,
+		Log:            log,
+	}, func(srv *grpc.Server) { inspectpb.RegisterInspectServiceServer(srv, svc) })
 }

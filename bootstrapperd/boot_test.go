@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease/kubereleasetest"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/nodestate"
 	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation"
@@ -44,8 +45,7 @@ func testBootstrapper(t *testing.T, openTPM tpmdev.Opener, dir string, logs *syn
 	p.stateDir = dir
 	p.runDir = dir
 	p.ownerKey = filepath.Join(dir, "owner-access-key.pem")
-	p.root = dir
-	installReleases(t, dir)
+	p.root = kubereleasetest.Root(t).Root
 	p.clusterVersion = filepath.Join(dir, "cluster-kubernetes-version")
 	b, err := newBootstrapper(p, openTPM, logging.New(logging.Config{Output: logs}))
 	if err != nil {

@@ -2,71 +2,17 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm/kubeadmtest"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
-	"github.com/orrery-dev/orrery/internal/clusternet"
-	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease/kubereleasetest"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
-
-// releaseRoot is a node root with every release's binaries where the
-// image installs them.
-func releaseRoot(t *testing.T) kuberelease.Node {
-	t.Helper()
-	n := kuberelease.Node{Root: t.TempDir()}
-	installReleases(t, n.Root)
-	return n
-}
-
-// installReleases puts every release's binaries (empty files) under root
-// where the image installs them.
-func installReleases(t *testing.T, root string) {
-	t.Helper()
-	for _, v := range versions.List() {
-		dir, err := kuberelease.Folder(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range kuberelease.Binaries {
-			path := filepath.Join(root, dir, b)
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, nil, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
-// keptPods is a folder of the static pods kubeadm writes for a control
-// plane of version.
-func keptPods(t *testing.T, version string) string {
-	t.Helper()
-	bin := apiservertest.Kubeadm(t)
-	t.Setenv("PATH", filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: t.TempDir()}
-	pods, err := tool.StaticPods(context.Background(), kubeadm.InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"),
-		KubernetesVersion: version, ClusterName: "orrery", ServiceCIDR: clusternet.DefaultServiceCIDR}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for name, b := range pods {
-		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 // A node that boots into its cluster runs the release the join service's
 // rejoin ticket named, over what its kept pods say; a recovered control
@@ -74,7 +20,7 @@ func keptPods(t *testing.T, version string) string {
 // a version its image lacks, starts no kubelet.
 func TestBootReleaseFollowsTheClusterNotTheDisk(t *testing.T) {
 	oldest, newest := versions.List()[0], versions.Default
-	pods := keptPods(t, newest)
+	pods := kubeadmtest.KeptPods(t, newest)
 	noPods := t.TempDir()
 	for name, tc := range map[string]struct {
 		ticket, pods string
@@ -91,7 +37,7 @@ func TestBootReleaseFollowsTheClusterNotTheDisk(t *testing.T) {
 		"a path for a version":                {ticket: "../../../tmp", pods: pods, says: "is not supported by this image"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			node := releaseRoot(t)
+			node := kubereleasetest.Root(t)
 			if tc.chosen != "" {
 				if err := node.Activate(tc.chosen); err != nil {
 					t.Fatal(err)

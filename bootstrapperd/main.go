@@ -9,6 +9,8 @@
 // it at boot so the journal and console show them. 'bootstrapperd
 // static-pods' makes a control plane's static pods what kubeadm writes for
 // its cluster: a unit runs it before kubelet (see rewriteStaticPods).
+// 'bootstrapperd serve-upgrades' serves the owner's Kubernetes upgrades of
+// the node on port 9002 (see serveUpgrades).
 package main
 
 import (
@@ -37,6 +39,9 @@ func main() {
 		tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: p.runDir}
 		exit(rewriteStaticPods(ctx, manifestsDir, tool, tpmdev.Open, os.Stdout))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "serve-upgrades" {
+		exit(serveUpgrades(ctx, os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "kubernetes-release" {
 		exit(chooseBootRelease(kuberelease.Node{Root: "/"}, handoff.ClusterVersionFile, manifestsDir, os.Stdout))
 	}
@@ -50,7 +55,7 @@ func main() {
 	fs.StringVar(&p.firmwareLog, "firmware-event-log", p.firmwareLog, "the firmware's TCG event log")
 	fs.StringVar(&p.bootstrappedMarker, "bootstrapped-marker", p.bootstrappedMarker, "file that marks the node as part of a cluster")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: bootstrapperd [flags]\n       bootstrapperd pcrs\n       bootstrapperd kubernetes-release\n       bootstrapperd static-pods\n\n")
+		fmt.Fprintf(fs.Output(), "usage: bootstrapperd [flags]\n       bootstrapperd pcrs\n       bootstrapperd kubernetes-release\n       bootstrapperd static-pods\n       bootstrapperd serve-upgrades [flags]\n\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])

@@ -439,7 +439,11 @@ func TestConfigsPassKubeadmValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, cfg := range map[string][]byte{"init": initCfg, "worker join": worker, "control-plane join": controlPlane} {
+	upgrade, err := UpgradeConfig(UpgradeParams{KubernetesVersion: versions.Default, Apply: true, ControlPlane: true, PatchDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string][]byte{"init": initCfg, "worker join": worker, "control-plane join": controlPlane, "upgrade": upgrade} {
 		path := filepath.Join(dir, "config.yaml")
 		if err := os.WriteFile(path, cfg, 0o600); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,113 @@
+package upgradeserver
+
+import (
+	"bytes"
+	"context"
+	"sync"
+
+	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
+	"github.com/orrery-dev/orrery/internal/redact"
+)
+
+// maxLines bounds what a job keeps of its output for those who follow
+// it: a kubeadm upgrade prints about a hundred lines.
+const maxLines = 5000
+
+// job is one upgrade of the node, which runs to its end whoever follows
+// it: kubeadm stopped halfway leaves a control plane worse off than
+// either version.
+type job struct {
+	version string
+	step    kubeupgradepb.Step
+
+	mu      sync.Mutex
+	lines   []string
+	partial []byte
+	changed chan struct{} // closed when lines or done change
+	done    bool
+	err     error
+	onLine  func(string)
+}
+
+func newJob(version string, step kubeupgradepb.Step, onLine func(string)) *job {
+	return &job{version: version, step: step, changed: make(chan struct{}), onLine: onLine}
+}
+
+// Write takes the job's output: whole lines, with what looks like a
+// secret redacted, go to the followers.
+func (j *job) Write(p []byte) (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.partial = append(j.partial, p...)
+	for {
+		i := bytes.IndexByte(j.partial, '\n')
+		if i < 0 {
+			break
+		}
+		j.addLocked(string(j.partial[:i]))
+		j.partial = j.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (j *job) addLocked(line string) {
+	line = redact.Secrets(line)
+	j.onLine(line)
+	switch {
+	case len(j.lines) < maxLines:
+		j.lines = append(j.lines, line)
+	case len(j.lines) == maxLines:
+		j.lines = append(j.lines, "(more output than a follower is sent: the node's journal has it all)")
+	}
+	j.notifyLocked()
+}
+
+func (j *job) notifyLocked() {
+	close(j.changed)
+	j.changed = make(chan struct{})
+}
+
+// finish ends the job with err.
+func (j *job) finish(err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.partial) > 0 {
+		j.addLocked(string(j.partial))
+		j.partial = nil
+	}
+	j.done, j.err = true, err
+	j.notifyLocked()
+}
+
+// follow sends the job's output from its first line until it ends, and
+// returns how it ended; or ctx's error if the follower goes first.
+func (j *job) follow(ctx context.Context, send func([]string) error) error {
+	next := 0
+	for {
+		j.mu.Lock()
+		batch := j.lines[next:]
+		done, err, changed := j.done, j.err, j.changed
+		j.mu.Unlock()
+		if len(batch) > 0 {
+			if serr := send(batch); serr != nil {
+				return serr
+			}
+			next += len(batch)
+		}
+		if done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// running reports whether the job has not ended.
+func (j *job) running() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return !j.done
+}

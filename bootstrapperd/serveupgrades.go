@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
+	"github.com/orrery-dev/orrery/bootstrapperd/internal/upgradeserver"
+	"github.com/orrery-dev/orrery/internal/etcdsnapshot"
+	"github.com/orrery-dev/orrery/internal/logging"
+	"github.com/orrery-dev/orrery/internal/ownerservice"
+	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
+	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
+)
+
+// kubeletWait is how long a switched kubelet may take to answer its
+// health check. Under TCG on a busy host a kubelet start took up to a
+// minute (its first sync of every pod); five leave room, and a kubelet
+// that never comes up costs the owner that wait before the node goes
+// back to its release.
+const kubeletWait = 5 * time.Minute
+
+// serveUpgrades serves the owner's Kubernetes upgrades of this node
+// ('bootstrapperd serve-upgrades', from orrery-kubernetes-upgrade.socket):
+// as root, since it runs kubeadm and restarts kubelet, and only to a
+// client that proves the owner's access key.
+func serveUpgrades(ctx context.Context, args []string) error {
+	p := nodePaths()
+	fs := flag.NewFlagSet("bootstrapperd serve-upgrades", flag.ExitOnError)
+	listen := fs.String("listen", "", "listen on this address instead of the socket systemd passes (e.g. :9002)")
+	firmwareLog := fs.String("firmware-event-log", p.firmwareLog, "the firmware's TCG event log")
+	var level logging.Level
+	logging.AddLevelFlag(fs, &level)
+	_ = fs.Parse(args)
+	log := logging.New(logging.Config{Program: "bootstrapperd-upgrades", Format: logging.Journal, Level: level, Output: os.Stderr})
+	runner := kubeadm.ExecRunner{}
+	srv := upgradeserver.New(ctx, upgradeserver.Config{
+		Release:        kuberelease.Node{Root: p.root},
+		Kubeadm:        &kubeadm.Tool{Runner: runner, ConfigDir: filepath.Join(p.runDir, "upgrade")},
+		Manifests:      manifestsDir,
+		KubeletConfig:  "/etc/kubernetes/kubelet.conf",
+		KubeadmBackups: "/etc/kubernetes/tmp",
+		Kubelet:        systemdKubelet{runner: runner},
+		Etcd:           etcdsnapshot.Kubeadm,
+		KubeletWait:    kubeletWait,
+		Log:            log,
+	})
+	return ownerservice.Serve(ctx, ownerservice.Config{
+		Listen: *listen, Socket: "orrery-kubernetes-upgrade.socket", OwnerKey: p.ownerKey,
+		MeasurementLog: &pcrlog.Log{Path: p.measurementLog}, FirmwareLog: *firmwareLog, MetadataURL: p.metadataURL,
+		// A client sends small requests only.
+		MaxRecvMsgSize: 16 << 10,
+		// An upgrade's follower ends with it; stopping the service cuts
+		// its stream, not the upgrade's kubeadm, which systemd stops.
+		StopWait: 5 * time.Second,
+		Log:      log,
+	}, func(s *grpc.Server) { kubeupgradepb.RegisterKubernetesUpgradeServiceServer(s, srv) })
+}
+
+// systemdKubelet is kubelet.service.
+type systemdKubelet struct{ runner kubeadm.Runner }
+
+func (k systemdKubelet) Restart(ctx context.Context, out io.Writer) error {
+	return k.runner.Run(ctx, "systemctl", []string{"restart", "kubelet.service"}, nil, out)
+}
+
+// kubeletHealthz is kubelet's health check, on loopback (kubelet's
+// healthzBindAddress default).
+const kubeletHealthz = "http://127.0.0.1:10248/healthz"
+
+func (systemdKubelet) Healthy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, kubeletHealthz, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("kubelet's health check answered %s", resp.Status)
+	}
+	return nil
+}

@@ -51,26 +51,14 @@ type Owner struct {
 	Logger *slog.Logger
 }
 
-// Node is a running node that passed the owner's check.
+// Node is a running node that passed the owner's check, reached on its
+// inspect service.
 type Node struct {
-	Addr   string
+	Attested
 	Client inspectpb.InspectServiceClient
-	// Image names the Image whose measurements the node matched.
-	Image string
-	// Locked means PCR 15 holds the owner's cluster ID; otherwise it is
-	// zero: the node waits in its initrd for its disk key, and serves
-	// only its status and the initrd's log.
-	Locked   bool
-	Variant  variant.Variant
-	Instance attestation.Instance
-	Hardware []attestation.Field
 	// Status is what the node said of itself on connecting.
 	Status *inspectpb.StatusResponse
-	conn   *grpc.ClientConn
 }
-
-// Close closes the connection.
-func (n *Node) Close() error { return n.conn.Close() }
 
 // Dial connects to the inspect service at addr (HOST:PORT), which must
 // attest with one of the owner's images and the owner's cluster ID, and
@@ -81,6 +69,41 @@ func (n *Node) Close() error { return n.conn.Close() }
 // its own kubelet may rewrite to lead to another, genuine node; only the
 // attestation says which node answered.
 func (o Owner) Dial(ctx context.Context, addr, name string) (*Node, error) {
+	var status *inspectpb.StatusResponse
+	a, err := o.DialService(ctx, addr, name, "inspect service", func(ctx context.Context, conn *grpc.ClientConn, p *peer.Peer) error {
+		var err error
+		status, err = inspectpb.NewInspectServiceClient(conn).Status(ctx, &inspectpb.StatusRequest{}, grpc.Peer(p))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Node{Attested: *a, Client: inspectpb.NewInspectServiceClient(a.Conn), Status: status}, nil
+}
+
+// Attested is a connection to one of the owner's services on a node that
+// passed the owner's check.
+type Attested struct {
+	Addr string
+	Conn *grpc.ClientConn
+	// Image names the Image whose measurements the node matched.
+	Image string
+	// Locked means PCR 15 holds the owner's cluster ID; otherwise it is
+	// zero: the node waits in its initrd for its disk key.
+	Locked   bool
+	Variant  variant.Variant
+	Instance attestation.Instance
+	Hardware []attestation.Field
+}
+
+// Close closes the connection.
+func (a *Attested) Close() error { return a.Conn.Close() }
+
+// DialService connects to a service of the owner's at addr (HOST:PORT),
+// named service in errors, as Dial does: first makes the connection's
+// first call, with p to be filled in by grpc.Peer, and the node is
+// verified once it returns.
+func (o Owner) DialService(ctx context.Context, addr, name, service string, first func(ctx context.Context, conn *grpc.ClientConn, p *peer.Peer) error) (*Attested, error) {
 	vs, err := o.validators()
 	if err != nil {
 		return nil, err
@@ -93,28 +116,27 @@ func (o Owner) Dial(ctx context.Context, addr, name string) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Addr: addr, Client: inspectpb.NewInspectServiceClient(conn), conn: conn}
+	a := &Attested{Addr: addr, Conn: conn}
 	var p peer.Peer
-	n.Status, err = n.Client.Status(ctx, &inspectpb.StatusRequest{}, grpc.Peer(&p))
-	if err != nil {
+	if err := first(ctx, conn, &p); err != nil {
 		conn.Close()
 		if herr := d.HandshakeError(addr, err); herr != err { //nolint:errorlint // identity: did HandshakeError put another error in its place
 			return nil, herr
 		}
-		return nil, fmt.Errorf("inspect service at %s: %w", addr, termtext.Error(err))
+		return nil, fmt.Errorf("%s at %s: %w", service, addr, termtext.Error(err))
 	}
 	info, _ := p.AuthInfo.(atls.AuthInfo)
-	n.Variant, n.Instance, n.Hardware = info.PeerVariant, info.PeerInstance, info.PeerHardware
-	if err := checkIdentity(addr, name, n.Instance); err != nil {
+	a.Variant, a.Instance, a.Hardware = info.PeerVariant, info.PeerInstance, info.PeerHardware
+	if err := checkIdentity(addr, name, a.Instance); err != nil {
 		conn.Close()
 		return nil, err
 	}
 	for _, v := range vs {
 		if m, locked := v.result(); m != "" {
-			n.Image, n.Locked = m, locked
+			a.Image, a.Locked = m, locked
 		}
 	}
-	return n, nil
+	return a, nil
 }
 
 // WrongNodeError means the node that answered at an address is not the

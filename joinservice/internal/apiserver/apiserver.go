@@ -18,8 +18,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/orrery-dev/orrery/internal/records/kubeadmconfig"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 	"github.com/orrery-dev/orrery/internal/records/removednodes"
@@ -183,16 +182,11 @@ func (c *Conn) RemovedNodes(ctx context.Context) (removednodes.List, error) {
 	return removednodes.Parse(cm.Data)
 }
 
-// kubeadmConfig is kubeadm's record of the cluster (kube-system/
-// kubeadm-config), which 'kubeadm init' writes and 'kubeadm upgrade
-// apply' updates.
-const kubeadmConfig = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config"
-
 // KubernetesVersion is the version the cluster runs: the kubernetesVersion
 // of kubeadm's ClusterConfiguration. Only cluster administrators (kubeadm,
 // the owner) can write it.
 func (c *Conn) KubernetesVersion(ctx context.Context) (string, error) {
-	code, body, err := c.Do(ctx, http.MethodGet, kubeadmConfig, nil)
+	code, body, err := c.Do(ctx, http.MethodGet, kubeadmconfig.Path, nil)
 	if err != nil {
 		return "", fmt.Errorf("read kubeadm's cluster configuration: %w", err)
 	}
@@ -203,13 +197,7 @@ func (c *Conn) KubernetesVersion(ctx context.Context) (string, error) {
 		Data map[string]string `json:"data"`
 	}
 	if err := json.Unmarshal(body, &cm); err != nil {
-		return "", fmt.Errorf("decode kube-system/kubeadm-config: %w", err)
+		return "", fmt.Errorf("decode %s/%s: %w", kubeadmconfig.Namespace, kubeadmconfig.ConfigMapName, err)
 	}
-	var cc struct {
-		KubernetesVersion string `json:"kubernetesVersion"`
-	}
-	if err := yaml.Unmarshal([]byte(cm.Data["ClusterConfiguration"]), &cc); err != nil || cc.KubernetesVersion == "" {
-		return "", fmt.Errorf("kube-system/kubeadm-config holds no ClusterConfiguration with a kubernetesVersion (%v)", err)
-	}
-	return cc.KubernetesVersion, nil
+	return kubeadmconfig.KubernetesVersion(cm.Data)
 }

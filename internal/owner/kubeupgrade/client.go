@@ -1,0 +1,95 @@
+package kubeupgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+
+	"github.com/orrery-dev/orrery/internal/owner/inspect"
+	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
+	"github.com/orrery-dev/orrery/internal/termtext"
+)
+
+// Releases is what a node said of its Kubernetes releases.
+type Releases struct {
+	Carried      []string
+	Running      string
+	ControlPlane bool
+}
+
+// Remote is a node's upgrade service over attested TLS, reached by the
+// owner's check (inspect.Owner): one of the owner's images, locked to the
+// owner's cluster, the instance named.
+type Remote struct {
+	*inspect.Attested
+	client   kubeupgradepb.KubernetesUpgradeServiceClient
+	Releases Releases
+}
+
+// Dial reaches the upgrade service at addr of the node name, and asks for
+// its releases.
+func Dial(ctx context.Context, owner inspect.Owner, addr, name string) (*Remote, error) {
+	var rel *kubeupgradepb.ReleasesResponse
+	a, err := owner.DialService(ctx, addr, name, "Kubernetes upgrade service", func(ctx context.Context, conn *grpc.ClientConn, p *peer.Peer) error {
+		var err error
+		rel, err = kubeupgradepb.NewKubernetesUpgradeServiceClient(conn).Releases(ctx, &kubeupgradepb.ReleasesRequest{}, grpc.Peer(p))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !a.Locked {
+		a.Close()
+		return nil, fmt.Errorf("%s at %s is not locked to this cluster (PCR 15): it waits in its initrd; 'orrery verify %s' says more", name, addr, name)
+	}
+	return &Remote{Attested: a, client: kubeupgradepb.NewKubernetesUpgradeServiceClient(a.Conn),
+		Releases: Releases{Carried: rel.GetCarried(), Running: rel.GetRunning(), ControlPlane: rel.GetControlPlane()}}, nil
+}
+
+// Upgrade implements NodeClient.
+func (r *Remote) Upgrade(ctx context.Context, version string, apply bool, line func(string)) error {
+	step := kubeupgradepb.Step_STEP_NODE
+	if apply {
+		step = kubeupgradepb.Step_STEP_APPLY
+	}
+	stream, err := r.client.Upgrade(ctx, &kubeupgradepb.UpgradeRequest{KubernetesVersion: version, Step: step})
+	if err != nil {
+		return termtext.Error(err)
+	}
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return termtext.Error(err)
+		}
+		for _, l := range m.GetLines() {
+			line(termtext.Line(l))
+		}
+	}
+}
+
+// BackupEtcd implements NodeClient.
+func (r *Remote) BackupEtcd(ctx context.Context, w io.Writer) error {
+	stream, err := r.client.BackupEtcd(ctx, &kubeupgradepb.BackupEtcdRequest{})
+	if err != nil {
+		return termtext.Error(err)
+	}
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return termtext.Error(err)
+		}
+		if _, err := w.Write(m.GetData()); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package kubeupgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/orrery-dev/orrery/internal/etcdsnapshot"
+)
+
+// NodeClient is a node's upgrade service, reached and verified.
+type NodeClient interface {
+	// Upgrade has the node run kubeadm's upgrade to version (apply:
+	// kubeadm upgrade apply) and switch its kubelet, handing each line of
+	// its output to line.
+	Upgrade(ctx context.Context, version string, apply bool, line func(string)) error
+	// BackupEtcd writes a snapshot of the node's etcd member to w.
+	BackupEtcd(ctx context.Context, w io.Writer) error
+	Close() error
+}
+
+// Config is what an upgrade works with.
+type Config struct {
+	Client kubernetes.Interface
+	// Connect reaches a node's upgrade service.
+	Connect func(ctx context.Context, n Node) (NodeClient, error)
+	// Say reports progress, a line at a time.
+	Say func(format string, args ...any)
+	// NodeTimeout bounds one node's upgrade (kubeadm's and kubelet's);
+	// DrainTimeout a worker's drain; ReadyTimeout the wait for a node's
+	// Node to report the new kubelet as Ready.
+	NodeTimeout, DrainTimeout, ReadyTimeout time.Duration
+}
+
+// NodeError is a node whose upgrade failed; the nodes after it were not
+// touched.
+type NodeError struct {
+	Node string
+	// From is the release the node runs still.
+	From string
+	Err  error
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("node %s was not upgraded, and runs %s still: %v", e.Node, e.From, e.Err)
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// Run runs the plan's pending steps in order, and stops at the first
+// that fails (a *NodeError).
+func Run(ctx context.Context, c Config, p Plan) error {
+	for _, st := range p.Steps {
+		n := st.Node
+		if st.Done {
+			c.Say("%s: runs Kubernetes %s already", n.Name, p.To)
+			continue
+		}
+		started := time.Now()
+		role := "worker"
+		if n.ControlPlane {
+			role = "control plane"
+		}
+		c.Say("%s (%s): upgrading from %s to %s", n.Name, role, n.Kubelet, p.To)
+		if err := c.upgradeNode(ctx, st, p.To); err != nil {
+			return &NodeError{Node: n.Name, From: n.Kubelet, Err: err}
+		}
+		c.Say("%s: runs Kubernetes %s, upgraded in %s", n.Name, p.To, time.Since(started).Round(time.Second))
+	}
+	return nil
+}
+
+func (c Config) upgradeNode(ctx context.Context, st Step, to string) (err error) {
+	n := st.Node
+	if !n.ControlPlane {
+		if err := cordon(ctx, c.Client, n, to); err != nil {
+			return err
+		}
+		// A node left on its old release still serves: it is uncordoned
+		// whether or not its upgrade went through.
+		defer func() {
+			if uerr := uncordon(context.WithoutCancel(ctx), c.Client, n.Name); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}()
+		t := time.Now()
+		if err := drain(ctx, c.Client, n.Name, c.DrainTimeout, c.Say); err != nil {
+			return err
+		}
+		c.Say("  drained %s in %s", n.Name, time.Since(t).Round(time.Second))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.NodeTimeout)
+	defer cancel()
+	nc, err := c.Connect(ctx, n)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := nc.Upgrade(ctx, to, st.Apply, func(l string) { c.Say("  | %s", l) }); err != nil {
+		return err
+	}
+	return c.waitNode(ctx, n.Name, to)
+}
+
+// waitNode waits until the Node of name reports kubelet at version and
+// Ready.
+func (c Config) waitNode(ctx context.Context, name, version string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.ReadyTimeout)
+	defer cancel()
+	var last string
+	for {
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			n := readNode(*node, nil)
+			if n.Kubelet == version && n.Ready {
+				return nil
+			}
+			last = fmt.Sprintf("its Node reports kubelet %s, Ready %t", n.Kubelet, n.Ready)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubeadm's upgrade went through, but within %s %s", c.ReadyTimeout, last)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// BackupEtcd saves a snapshot of the etcd member of control plane n to
+// path (0600: it holds every Secret of the cluster), checked against the
+// hash etcd ends it with. A snapshot that fails leaves no file.
+func BackupEtcd(ctx context.Context, c Config, n Node, path string) (size int64, err error) {
+	nc, err := c.Connect(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return 0, fmt.Errorf("create the backup folder: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("create the etcd backup: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("write the etcd backup: %w", cerr)
+		}
+		if err != nil {
+			_ = os.Remove(path)
+		}
+	}()
+	w := etcdsnapshot.NewWriter(f)
+	if err := nc.BackupEtcd(ctx, w); err != nil {
+		return 0, fmt.Errorf("back up etcd from %s: %w", n.Name, err)
+	}
+	if err := w.Check(); err != nil {
+		return 0, fmt.Errorf("back up etcd from %s: %w", n.Name, err)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, fmt.Errorf("write the etcd backup: %w", err)
+	}
+	return w.Size(), nil
+}

@@ -10,11 +10,11 @@ var (
 	// ErrDowngrade refuses going to an older version: kubeadm cannot,
 	// and etcd's data, once written by a newer etcd, may not be read
 	// by an older one.
-	ErrDowngrade = errors.New("Kubernetes cannot be downgraded")
+	ErrDowngrade = errors.New("no downgrades: Kubernetes cannot be downgraded")
 	// ErrSkipsMinor refuses going more than one minor at once:
 	// Kubernetes' skew policy lets a control plane move one minor at a
 	// time, so that its components and kubelets are never two apart.
-	ErrSkipsMinor = errors.New("Kubernetes moves one minor version at a time")
+	ErrSkipsMinor = errors.New("an upgrade moves Kubernetes one minor version at a time")
 )
 
 // CheckUpgrade returns nil if a cluster at version from may be upgraded

@@ -46,6 +46,9 @@ func TestBadInputRefusedAtOnce(t *testing.T) {
 		{[]string{"recover", "--node", "http://10.42.1.100"}, []string{`drop "http://"`}},
 		{[]string{"recover"}, []string{"node"}},
 		{[]string{"control-plane", "approve"}, []string{"arg"}},
+		{[]string{"upgrade", "apply", "--kubernetes-version", "v1.99"}, []string{"--kubernetes-version", "v1.99 is not supported", "v1.37"}},
+		{[]string{"upgrade", "apply", "--kubernetes-version", "v1.37", "--retire", "image-x"}, []string{"--retire is an option of the upgrade of Orrery's releases"}},
+		{[]string{"upgrade", "apply", "--kubernetes-version", "v1.37"}, []string{"read the master secret"}},
 		{[]string{"no-such-command"}, []string{"unknown command"}},
 		{[]string{"init", "--no-such-flag"}, []string{"unknown flag"}},
 	}

@@ -7,11 +7,12 @@ import (
 func newUpgradeCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "upgrade",
-		Short: "Upgrade the cluster's services and change the node images it accepts",
+		Short: "Upgrade Kubernetes or the cluster's services, and change the node images it accepts",
 		Long: `upgrade brings the Helm releases Orrery owns in a cluster (orrery-crds,
 flannel, orrery-services; 'orrery version' lists them) to the charts this
 orrery carries, and adds or retires the node images (measurement sets) the
-join service accepts.
+join service accepts; with --kubernetes-version, it upgrades Kubernetes
+on every node in place.
 
 'upgrade check' tells what would change; 'upgrade apply' changes it, after
 backing up Orrery's custom resources to your disk. Each release is upgraded

@@ -12,18 +12,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
 
-func newUpgradeApplyCmd() *cobra.Command {
-	var o upgradeApplyOptions
-	c := &cobra.Command{
-		Use:   "apply",
-		Short: "Upgrade Orrery's releases, and add or retire accepted images",
-		Long: `apply shows what it would change and asks (unless --yes), then:
+const upgradeApplyLong = `apply shows what it would change and asks (unless --yes), then:
 
   1. saves every custom resource definition of Orrery's and every object of
      them as YAML under --backup-dir/<UTC time>/ (crds/ and resources/, one
@@ -48,24 +44,62 @@ you name one, with --snp-test-root.
 A release changed by hand with helm since Orrery's last revision is not
 touched without --force. Running apply again when everything is current
 changes nothing. Ctrl-C during an upgrade lets Helm roll the release back
-first; apply then says where each release stands.`,
+first; apply then says where each release stands.
+
+--kubernetes-version upgrades Kubernetes instead, in place, with kubeadm's
+own upgrade, to a newer patch or the next minor that every node's image
+carries ('orrery upgrade check' lists them). It reaches each node's
+upgrade service over attested TLS with your access key (derived from the
+master secret), and refuses, before it changes anything, a downgrade, a
+skipped minor, a version some node's image lacks, and a cluster with a
+node that is not Ready. It then saves a snapshot of etcd under
+--backup-dir, and upgrades one node at a time: the control planes first
+(kubeadm upgrade apply on the first, kubeadm upgrade node on the others),
+then each worker, cordoned and drained (PodDisruptionBudgets are
+honoured), upgraded and uncordoned. Each node's kubelet switches to the
+new release last; one that does not come up healthy goes back. A node
+that fails stops the upgrade there, on its old release, and is named.
+Run the same command again after an interruption (Ctrl-C, a lost
+connection, a reset node): it skips the nodes that run the new release
+and goes on.`
+
+func newUpgradeApplyCmd() *cobra.Command {
+	var o upgradeApplyOptions
+	c := &cobra.Command{
+		Use:   "apply",
+		Short: "Upgrade Orrery's releases, and add or retire accepted images",
+		Long:  upgradeApplyLong,
 		Example: `  orrery upgrade apply --dry-run
+  orrery upgrade apply --kubernetes-version v1.37 --dry-run
+  orrery upgrade apply --kubernetes-version v1.37 --yes
   orrery upgrade apply --yes --timeout 5m
   orrery upgrade apply --measurements new-image/measurements.json
   orrery upgrade apply --retire image-3f2a9c0d1e4b5a6f`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.workspace = workspaceDir(cmd)
-			return runUpgradeApply(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), o)
+			if o.backupDir == "" {
+				o.backupDir = o.workspace.Path("orrery-backups")
+			}
+			if o.kubernetesVersion != "" {
+				o.cluster.kc, o.cluster.measurements, o.cluster.hardware, o.cluster.timeout = o.kc, o.measurementsPaths, o.hardware, o.timeout
+				return withUpgradeLog(o.workspace, cmd.OutOrStdout(), func(out io.Writer) error {
+					return runKubernetesUpgrade(cmd, cmd.InOrStdin(), out, o)
+				})
+			}
+			return withUpgradeLog(o.workspace, cmd.OutOrStdout(), func(out io.Writer) error {
+				return runUpgradeApply(cmd.Context(), cmd.InOrStdin(), out, o)
+			})
 		},
 	}
 	f := c.Flags()
 	addKubeconfigFlags(f, &o.kc)
+	addKubernetesUpgradeFlags(f, &o)
 	f.StringVar(&o.backupDir, "backup-dir", "", "folder that receives a backup folder per run, named after the time (default: orrery-backups in the workspace)")
-	f.StringArrayVar(&o.measurementsPaths, "measurements", nil, "accept the image of this measurements.json too (repeatable)")
-	addSNPTestRootFlag(f, &o.hardware)
+	f.StringArrayVar(&o.measurementsPaths, "measurements", nil, "accept the image of this measurements.json too (repeatable); with --kubernetes-version: the images the nodes may run, which each node must prove before it is asked to upgrade (default: the image 'make image' built)")
+	addHardwareFlags(f, &o.hardware)
 	f.StringArrayVar(&o.retire, "retire", nil, "stop accepting this measurement set (repeatable; see 'orrery upgrade check')")
-	f.DurationVar(&o.timeout, "timeout", upgrade.DefaultTimeout, "how long each release may take to become ready before it is rolled back (the rollback then waits as long again for the old revision)")
+	f.DurationVar(&o.timeout, "timeout", upgrade.DefaultTimeout, "how long each release may take to become ready before it is rolled back (the rollback then waits as long again for the old revision); with --kubernetes-version: how long each node's upgrade may take (default 30m)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "show what would change, and change nothing")
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.force, "force", false, "upgrade releases changed outside Orrery, go back to older charts, retire images nodes still run")
@@ -73,30 +107,15 @@ first; apply then says where each release stands.`,
 	return c
 }
 
-func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgradeApplyOptions) (err error) {
+func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgradeApplyOptions) error {
 	if o.timeout <= 0 {
 		return errors.New("--timeout must be positive")
-	}
-	if o.backupDir == "" {
-		o.backupDir = o.workspace.Path("orrery-backups")
 	}
 	kubeconfig, cleanup, err := o.kc.resolve(o.workspace)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	// The last upgrade's output stays in the workspace, for 'orrery
-	// support'; a workspace it cannot be written to costs only that.
-	if f, ferr := o.workspace.CreateLog(workspace.UpgradeLogFile); ferr == nil {
-		defer f.Close()
-		fmt.Fprintf(f, "orrery upgrade apply at %s\n", time.Now().UTC().Format(time.RFC3339))
-		out = io.MultiWriter(out, f)
-		defer func() {
-			if err != nil {
-				fmt.Fprintf(f, "Error: %v\n", err)
-			}
-		}()
-	}
 	cluster, plan, err := o.plan(ctx, kubeconfig)
 	if err != nil {
 		return err
@@ -133,6 +152,23 @@ func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgrade
 	}
 	fmt.Fprintf(out, "Upgraded %d release(s). The backup is in %s.\n", len(outcomes), dir)
 	return nil
+}
+
+// withUpgradeLog runs f with out copied to the workspace's upgrade log:
+// the last upgrade's output stays there, for 'orrery support'. A
+// workspace it cannot be written to costs only that.
+func withUpgradeLog(ws workspace.Dir, out io.Writer, f func(io.Writer) error) error {
+	log, err := ws.CreateLog(workspace.UpgradeLogFile)
+	if err != nil {
+		return f(out)
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "orrery upgrade apply at %s\n", time.Now().UTC().Format(time.RFC3339))
+	err = f(io.MultiWriter(out, log))
+	if err != nil {
+		fmt.Fprintf(log, "Error: %v\n", err)
+	}
+	return err
 }
 
 // plan reads what the cluster runs and plans the upgrade the options ask
@@ -241,4 +277,19 @@ type upgradeApplyOptions struct {
 	timeout            time.Duration
 	dryRun, yes, force bool
 	allowWeaker        bool
+	// kubernetesVersion, if set, makes apply upgrade Kubernetes, with
+	// what cluster says of the nodes and the owner.
+	kubernetesVersion string
+	cluster           clusterOptions
+}
+
+// addKubernetesUpgradeFlags adds the flags of 'apply --kubernetes-version':
+// the version, and what proves the owner to the nodes and the nodes to
+// the owner.
+func addKubernetesUpgradeFlags(f *pflag.FlagSet, o *upgradeApplyOptions) {
+	f.StringVar(&o.kubernetesVersion, "kubernetes-version", "", "upgrade Kubernetes on every node to this version (v1.37 means its newest patch), one minor at a time; Orrery's releases are not touched")
+	f.StringVar(&o.cluster.masterSecretPath, "master-secret", "", "with --kubernetes-version: the cluster's master secret, from which your access key to the nodes is derived (default: "+workspace.MasterSecretFile+" in the workspace)")
+	f.StringVar(&o.cluster.platformCAPath, "platform-ca", "", "with --kubernetes-version: CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
+	f.StringVar(&o.cluster.miniDir, "mini-dir", "orrery-mini", "with --kubernetes-version: state directory of 'orrery mini', for the default --platform-ca")
+	f.BoolVar(&o.cluster.trustAnyAK, "insecure-trust-any-ak", false, "with --kubernetes-version: accept any attestation key (development only)")
 }

@@ -94,6 +94,12 @@ func writeCheck(w io.Writer, r upgrade.Report) error {
 		fmt.Fprintf(w, "  %s\n", reason)
 	}
 	fmt.Fprintf(w, "\nKubernetes: the cluster runs %s; this orrery's image supports %s\n", r.KubernetesVersion, strings.Join(r.KubernetesVersions, ", "))
+	if len(r.KubernetesUpgrades) == 0 {
+		fmt.Fprintln(w, "  no newer version to upgrade to")
+	}
+	for _, v := range r.KubernetesUpgrades {
+		fmt.Fprintf(w, "  upgrade available: %s ('orrery upgrade apply --kubernetes-version %s'; every node's image must carry it)\n", v, v)
+	}
 	fmt.Fprintln(w, "\nImages the cluster accepts (measurement sets):")
 	for _, img := range r.Images {
 		nodes := "no node"

@@ -89,7 +89,7 @@ func MakePlan(s State, to string, carried map[string][]string) (Plan, error) {
 		errs = append(errs, fmt.Errorf("nodes not Ready: %s; an upgrade starts from a healthy cluster: bring them back or remove them ('orrery node remove NAME')", strings.Join(notReady, ", ")))
 	}
 	if len(lacking) > 0 {
-		errs = append(errs, fmt.Errorf("Kubernetes %s is not in the image of %s: move those nodes to an image that carries it first (see 'orrery upgrade check')", to, strings.Join(lacking, ", ")))
+		errs = append(errs, fmt.Errorf("the images of these nodes lack Kubernetes %s: %s; move them to an image that carries it first (see 'orrery upgrade check')", to, strings.Join(lacking, ", ")))
 	}
 	if len(errs) > 0 {
 		return Plan{}, fmt.Errorf("%w:\n%w", ErrRefused, errors.Join(errs...))

@@ -99,7 +99,7 @@ func TestPlanRefusals(t *testing.T) {
 			s.ClusterVersion, s.Nodes[0] = v37, cp("cp-0", v37, v37)
 			s.Nodes[1].Kubelet = "v1.35.0"
 		}, "v1.38.0", []string{"node w-0's kubelet runs v1.35.0"}, versions.ErrSkipsMinor},
-		{"a node whose image lacks it", func(_ *State, c map[string][]string) { c["w-0"] = []string{v36} }, v37, []string{"not in the image of w-0 (carries v1.36.3)"}, nil},
+		{"a node whose image lacks it", func(_ *State, c map[string][]string) { c["w-0"] = []string{v36} }, v37, []string{"lack Kubernetes v1.37.2: w-0 (carries v1.36.3)"}, nil},
 		{"a node that did not answer", func(_ *State, c map[string][]string) { delete(c, "w-0") }, v37, []string{"w-0 (carries none)"}, nil},
 		{"a node not Ready", func(s *State, _ map[string][]string) { s.Nodes[1].Ready = false }, v37, []string{"nodes not Ready: w-0"}, nil},
 		{"a control plane on another version", func(s *State, _ map[string][]string) { s.Nodes[0].Components["kube-scheduler"] = "v1.35.0" }, v37, []string{"runs kube-scheduler v1.35.0"}, nil},

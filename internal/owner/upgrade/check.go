@@ -17,6 +17,9 @@ type Report struct {
 	// orrery's image supports.
 	KubernetesVersion  string   `json:"kubernetesVersion"`
 	KubernetesVersions []string `json:"kubernetesVersions"`
+	// KubernetesUpgrades are the versions among those the cluster may be
+	// upgraded to: newer, and at most the next minor.
+	KubernetesUpgrades []string `json:"kubernetesUpgrades"`
 	// Images are the accepted measurement sets with the nodes that run
 	// each; Unknown lists nodes whose image no record names.
 	Images  []ImageReport `json:"images"`
@@ -65,7 +68,8 @@ func Check(ctx context.Context, c *Cluster, given []measurementset.Set) (Report,
 	if err != nil {
 		return Report{}, err
 	}
-	r := Report{KubernetesVersion: c.ServerVersion, KubernetesVersions: versions.List(), UpToDate: true}
+	r := Report{KubernetesVersion: c.ServerVersion, KubernetesVersions: versions.List(),
+		KubernetesUpgrades: versions.UpgradesFrom(c.ServerVersion), UpToDate: true}
 	var accepted []string
 	for _, inst := range installed {
 		rr := ReleaseReport{Name: inst.Ref.Name, Namespace: inst.Ref.Namespace, Installed: inst.ChartVersion, Revision: inst.Revision, Status: string(inst.Status)}

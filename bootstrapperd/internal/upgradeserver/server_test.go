@@ -324,18 +324,28 @@ func TestAnUpgradeOutlivesItsCaller(t *testing.T) {
 	if _, err := f.upgrade(t.Context(), oldest, kubeupgradepb.Step_STEP_NODE); status.Code(err) != codes.Unavailable {
 		t.Errorf("another upgrade during one: %v, want Unavailable", err)
 	}
-	second := make(chan string, 1)
-	go func() {
-		out, err := f.upgrade(t.Context(), newest, kubeupgradepb.Step_STEP_NODE)
-		if err != nil {
-			out += "error: " + err.Error()
-		}
-		second <- out
-	}()
+	// The second caller follows the running upgrade: its first message
+	// holds the lines printed before kubeadm blocked.
+	stream, err := f.client.Upgrade(t.Context(), &kubeupgradepb.UpgradeRequest{KubernetesVersion: newest, Step: kubeupgradepb.Step_STEP_NODE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	m, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
 	close(release)
-	out := <-second
-	if !strings.HasPrefix(out, "[orrery-upgrade]") || !strings.Contains(out, "is healthy after") || strings.Contains(out, "error:") {
-		t.Errorf("the second caller saw\n%s\nwant the whole upgrade from its first line, and its success", out)
+	for ; err == nil; m, err = stream.Recv() {
+		for _, l := range m.GetLines() {
+			out.WriteString(l + "\n")
+		}
+	}
+	if !errors.Is(err, io.EOF) {
+		out.WriteString("error: " + err.Error())
+	}
+	if got := out.String(); !strings.HasPrefix(got, "[orrery-upgrade]") || !strings.Contains(got, "is healthy after") || strings.Contains(got, "error:") {
+		t.Errorf("the second caller saw\n%s\nwant the whole upgrade from its first line, and its success", got)
 	}
 	if got := f.runner.ran(); len(got) != 1 {
 		t.Errorf("kubeadm ran %d times, want once", len(got))

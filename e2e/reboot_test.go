@@ -112,32 +112,22 @@ func runPod(t *testing.T, k kubectlFunc, dir, name, manifest, want string) strin
 	}
 }
 
-// rebootWorker hard-resets the worker after a pod wrote a file on its
-// state disk: it must rejoin by itself (its initrd gets the key from the
-// join service), become Ready, and still have the file.
-func (s *suite) rebootWorker(worker *cloud.Node) {
-	t, ctx, k, dir, p := s.t, s.ctx, s.k, s.dir, s.p
-	t.Helper()
-	logs := runPod(t, k, dir, "write-state", hostPathPod("write-state", worker.Name, "echo before-reset > /data/marker && sync && cat /data/marker"), "before-reset")
+// writeWorkerFile has a pod write a file on the worker's state disk,
+// which must survive the cloud's power cut (readWorkerFile).
+func (s *suite) writeWorkerFile(worker *cloud.Node) {
+	logs := runPod(s.t, s.k, s.dir, "write-state", hostPathPod("write-state", worker.Name, "echo before-reset > /data/marker && sync && cat /data/marker"), "before-reset")
 	if !strings.Contains(logs, "before-reset") {
-		t.Fatalf("the pod did not write its file on %s:\n%s", worker.Name, logs)
+		s.t.Fatalf("the pod did not write its file on %s:\n%s", worker.Name, logs)
 	}
-	p.done("a pod writes a file on the worker's state disk")
-	before, boot := consoleCount(worker, "rejoined cluster"), bootID(t, k, worker.Name)
-	resetNode(t, ctx, worker)
-	// "rejoined cluster" comes from bootstrapperd, after the whole boot:
-	// under the stress script the worker (then at nice 5, beside cp-0 and the busy
-	// loop) spent ~2 min in firmware and reached systemd at 132 s of its
-	// uptime, so the same 10 minutes as the other whole-boot waits.
-	waitConsoleMore(t, ctx, worker, "rejoined cluster", before, patience(10*time.Minute))
-	t.Logf("%s: %s", worker.Name, lastLine(mustRead(worker.SerialLog()), "state disk opened with the key from"))
-	waitReady(t, k, worker.Name, boot, patience(10*time.Minute))
-	p.done("worker-0 hard reset: rejoins by itself and is Ready")
-	logs = runPod(t, k, dir, "read-state", hostPathPod("read-state", worker.Name, "cat /data/marker"), "before-reset")
+}
+
+// readWorkerFile checks that the file writeWorkerFile wrote is there
+// after the worker was powered off without warning and rejoined.
+func (s *suite) readWorkerFile(worker *cloud.Node) {
+	logs := runPod(s.t, s.k, s.dir, "read-state", hostPathPod("read-state", worker.Name, "cat /data/marker"), "before-reset")
 	if !strings.Contains(logs, "before-reset") {
-		t.Fatalf("the file written before the reset is gone from %s:\n%s", worker.Name, logs)
+		s.t.Fatalf("the file written before the power cut is gone from %s:\n%s", worker.Name, logs)
 	}
-	p.done("the worker's file survived the reset")
 }
 
 // recoverControlPlane stops the whole cloud and starts it again, as

@@ -84,9 +84,14 @@ func (c Config) upgradeNode(ctx context.Context, st Step, to string) (err error)
 			return err
 		}
 		// A node left on its old release still serves: it is uncordoned
-		// whether or not its upgrade went through.
+		// whether or not its upgrade went through. One whose upgrade the
+		// owner interrupted may be upgrading still: it stays cordoned,
+		// with the mark that has the next run finish it and uncordon it.
 		defer func() {
-			if uerr := uncordon(context.WithoutCancel(ctx), c.Client, n.Name); uerr != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if uerr := uncordon(ctx, c.Client, n.Name); uerr != nil {
 				err = errors.Join(err, uerr)
 			}
 		}()
@@ -96,9 +101,15 @@ func (c Config) upgradeNode(ctx context.Context, st Step, to string) (err error)
 		}
 		c.Say("  drained %s in %s", n.Name, time.Since(t).Round(time.Second))
 	}
+	return c.upgradeOn(ctx, st, to)
+}
+
+// upgradeOn has node st run its kubeadm upgrade, and waits until it
+// reports the new kubelet.
+func (c Config) upgradeOn(ctx context.Context, st Step, to string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.NodeTimeout)
 	defer cancel()
-	nc, err := c.Connect(ctx, n)
+	nc, err := c.Connect(ctx, st.Node)
 	if err != nil {
 		return err
 	}
@@ -106,7 +117,7 @@ func (c Config) upgradeNode(ctx context.Context, st Step, to string) (err error)
 	if err := nc.Upgrade(ctx, to, st.Apply, func(l string) { c.Say("  | %s", l) }); err != nil {
 		return err
 	}
-	return c.waitNode(ctx, n.Name, to)
+	return c.waitNode(ctx, st.Node.Name, to)
 }
 
 // waitNode waits until the Node of name reports kubelet at version and

@@ -313,3 +313,32 @@ func TestBackupEtcd(t *testing.T) {
 		})
 	}
 }
+
+// A worker whose upgrade the owner interrupts may be upgrading still: it
+// stays cordoned, marked, and the next run finishes it and uncordons it.
+func TestAnInterruptedWorkerStaysCordonedUntilTheNextRun(t *testing.T) {
+	c, _, out := newRun(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	connect := c.Connect
+	c.Connect = func(cctx context.Context, n Node) (NodeClient, error) {
+		if n.Name == "w-0" {
+			cancel() // Ctrl-C while w-0 upgrades
+		}
+		return connect(cctx, n)
+	}
+	if err := Run(ctx, c, plan(t, c)); err == nil {
+		t.Fatal("an interrupted upgrade returned nil")
+	}
+	node, _ := c.Client.CoreV1().Nodes().Get(t.Context(), "w-0", metav1.GetOptions{})
+	if !node.Spec.Unschedulable || node.Annotations[CordonedAnnotation] != v37 {
+		t.Fatalf("the interrupted worker: unschedulable %v, annotations %v; want it cordoned and marked", node.Spec.Unschedulable, node.Annotations)
+	}
+	c.Connect = connect
+	if err := Run(t.Context(), c, plan(t, c)); err != nil {
+		t.Fatalf("the next run: %v\n%s", err, out)
+	}
+	node, _ = c.Client.CoreV1().Nodes().Get(t.Context(), "w-0", metav1.GetOptions{})
+	if node.Spec.Unschedulable || node.Annotations[CordonedAnnotation] != "" {
+		t.Errorf("after the next run, w-0 is still cordoned or marked: %v", node.Annotations)
+	}
+}

@@ -310,13 +310,15 @@ var smokeCases = []clusterCase{
 // fullCases end a full run: reboots, recovery, upgrades, a removed node,
 // a modified image and a new one.
 var fullCases = []clusterCase{
+	// Steadiness is judged before the Kubernetes upgrade, and from the
+	// control plane's recovery to the end: the upgrade replaces the
+	// control plane's pods, and a reboot restarts their containers once,
+	// as each should.
+	{"", func(s *suite) { assertControlPlaneSteady(s.t, s.k, nil) }},
 	// Early, so that the reboots, the recovery and the new nodes run the
 	// newer release.
 	{"", (*suite).upgradeKubernetes},
-	// Steadiness is judged before the reboots, and from the control
-	// plane's recovery to the end: a reboot restarts the control plane's
-	// containers once, as it should.
-	{"", func(s *suite) { s.beforeReboot = assertControlPlaneSteady(s.t, s.k, nil) }},
+	{"", func(s *suite) { s.beforeReboot = controlPlaneRestarts(s.t, s.k) }},
 	// The worker's rejoin is checked after the whole cloud's power cut,
 	// which cuts its power as a reset would: a reset of its own would
 	// take the same path, and 3 to 4 minutes more.

@@ -128,43 +128,60 @@ func (s *suite) upgradeKubernetesAgain(from, to string) {
 // kubeBackups is where the Kubernetes upgrade keeps its etcd snapshot.
 func (s *suite) kubeBackups() string { return filepath.Join(s.out, "kubernetes-backups") }
 
-// assertRunsRelease checks that every node's kubelet, every control
-// plane's components, kube-proxy and CoreDNS run release v.
+// assertRunsRelease waits until every node's kubelet, every control
+// plane's components, kube-proxy and CoreDNS run release v, and no pod of
+// kube-system another release's image: the old add-ons' pods take a while
+// to go.
 func (s *suite) assertRunsRelease(v string) {
-	t, k := s.t, s.k
+	t := s.t
 	rel, err := versions.Get(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := k("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.nodeInfo.kubeletVersion}{"\n"}{end}`)
-	if err != nil {
-		t.Fatalf("list the nodes: %v\n%s", err, nodes)
+	deadline := waitDeadline(t, patience(5*time.Minute))
+	for {
+		problems := s.releaseProblems(rel)
+		if len(problems) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster does not run Kubernetes %s alone:\n%s", v, strings.Join(problems, "\n"))
+		}
+		time.Sleep(5 * time.Second)
 	}
+}
+
+// releaseProblems lists what does not run release rel.
+func (s *suite) releaseProblems(rel versions.Release) []string {
+	v := rel.KubernetesVersion
+	nodes, err := s.k("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.nodeInfo.kubeletVersion}{"\n"}{end}`)
+	if err != nil {
+		return []string{"list the nodes: " + err.Error()}
+	}
+	var problems []string
 	for _, line := range strings.Fields(nodes) {
 		if !strings.HasSuffix(line, "="+v) {
-			t.Errorf("node %s, want kubelet %s", line, v)
+			problems = append(problems, "node "+line+", want kubelet "+v)
 		}
 	}
-	images, err := k("-n", "kube-system", "get", "pods,daemonsets,deployments", "-o", `jsonpath={range .items[*]}{.metadata.name}={.spec.containers[0].image}{.spec.template.spec.containers[0].image}{"\n"}{end}`)
+	images, err := s.k("-n", "kube-system", "get", "pods,daemonsets,deployments", "-o", `jsonpath={range .items[*]}{.metadata.name}={.spec.containers[0].image}{.spec.template.spec.containers[0].image}{"\n"}{end}`)
 	if err != nil {
-		t.Fatalf("list kube-system's images: %v\n%s", err, images)
+		return append(problems, "list kube-system's images: "+err.Error())
 	}
 	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kube-proxy", "coredns"} {
 		im, ok := rel.Image(name)
 		if !ok {
-			t.Fatalf("release %s has no image %s", v, name)
+			s.t.Fatalf("release %s has no image %s", v, name)
 		}
 		if !strings.Contains(images, "="+im.Ref+"\n") {
-			t.Errorf("kube-system runs no %s; its images:\n%s", im.Ref, images)
+			problems = append(problems, "kube-system runs no "+im.Ref)
 		}
 		for _, other := range versions.List() {
 			r, _ := versions.Get(other)
 			if o, _ := r.Image(name); other != v && o.Ref != im.Ref && strings.Contains(images, "="+o.Ref+"\n") {
-				t.Errorf("kube-system still runs %s of Kubernetes %s; its images:\n%s", o.Ref, other, images)
+				problems = append(problems, "kube-system still runs "+o.Ref+" of Kubernetes "+other)
 			}
 		}
 	}
-	if t.Failed() {
-		t.FailNow()
-	}
+	return problems
 }

@@ -3,6 +3,7 @@ package kubeadm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -52,6 +53,9 @@ func TestUpgradeRunsTheTargetsKubeadmWithThePatches(t *testing.T) {
 			if get(doc, "kind") != "UpgradeConfiguration" || get(doc, "apply", "kubernetesVersion") != "v1.37.2" ||
 				get(doc, "apply", "imagePullPolicy") != "Never" || get(doc, "node", "imagePullPolicy") != "Never" {
 				t.Errorf("configuration:\n%s", cfg)
+			}
+			if got := fmt.Sprint(get(doc, "apply", "ignorePreflightErrors")); got != "[CreateJob]" {
+				t.Errorf("apply.ignorePreflightErrors = %s, want [CreateJob] alone", got)
 			}
 			if got := get(doc, "timeouts", "upgradeManifests"); got != controlPlaneHealthCheck {
 				t.Errorf("timeouts.upgradeManifests = %v, want %s", got, controlPlaneHealthCheck)

@@ -70,6 +70,11 @@ func drain(ctx context.Context, client kubernetes.Interface, node string, timeou
 	if err != nil {
 		return err
 	}
+	for _, p := range pods {
+		if metav1.GetControllerOf(&p) == nil {
+			say("  evicting pod %s/%s, which no controller makes again: it is gone for good", p.Namespace, p.Name)
+		}
+	}
 	for len(pods) > 0 {
 		var blocked []string
 		for _, p := range pods {

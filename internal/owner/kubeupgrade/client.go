@@ -60,18 +60,12 @@ func (r *Remote) Upgrade(ctx context.Context, version string, apply bool, line f
 	if err != nil {
 		return termtext.Error(err)
 	}
-	for {
-		m, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return termtext.Error(err)
-		}
+	return each(stream.Recv, func(m *kubeupgradepb.UpgradeOutput) error {
 		for _, l := range m.GetLines() {
 			line(termtext.Line(l))
 		}
-	}
+		return nil
+	})
 }
 
 // BackupEtcd implements NodeClient.
@@ -80,15 +74,23 @@ func (r *Remote) BackupEtcd(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return termtext.Error(err)
 	}
+	return each(stream.Recv, func(m *kubeupgradepb.BackupChunk) error {
+		_, err := w.Write(m.GetData())
+		return err
+	})
+}
+
+// each hands every message of a stream to f, until the stream ends.
+func each[T any](recv func() (T, error), f func(T) error) error {
 	for {
-		m, err := stream.Recv()
+		m, err := recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return termtext.Error(err)
 		}
-		if _, err := w.Write(m.GetData()); err != nil {
+		if err := f(m); err != nil {
 			return err
 		}
 	}

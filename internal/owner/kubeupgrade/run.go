@@ -96,7 +96,7 @@ func (c Config) upgradeNode(ctx context.Context, st Step, to string) (err error)
 			}
 		}()
 		t := time.Now()
-		if err := drain(ctx, c.Client, n.Name, c.DrainTimeout, c.Say); err != nil {
+		if err := drainNode(ctx, c.Client, n.Name, c.DrainTimeout, c.Say); err != nil {
 			return err
 		}
 		c.Say("  drained %s in %s", n.Name, time.Since(t).Round(time.Second))

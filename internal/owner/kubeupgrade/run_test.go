@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/etcdsnapshot"
+	"github.com/orrery-dev/orrery/internal/owner/drain"
 	"github.com/orrery-dev/orrery/internal/records/kubeadmconfig"
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
@@ -117,7 +118,7 @@ func (c fakeNode) Upgrade(ctx context.Context, version string, apply bool, line 
 	if err != nil {
 		return err
 	}
-	pods, _ := podsToEvict(ctx, client, c.n.Name)
+	pods, _ := drain.Pods(ctx, client, c.n.Name)
 	entry := fmt.Sprintf("%s apply=%t cordoned=%t pods=%d", c.n.Name, apply, node.Spec.Unschedulable, len(pods))
 	f.mu.Lock()
 	f.log = append(f.log, entry)

@@ -26,17 +26,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/orrery-dev/orrery/internal/owner/drain"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 	"github.com/orrery-dev/orrery/internal/records/removednodes"
@@ -94,7 +93,7 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 		return fmt.Errorf("the cluster has no node %s and no record of a disk admitted for it: check the name ('kubectl get nodes', 'kubectl get admittednodes')", name)
 	}
 	if node != nil {
-		if err := drain(ctx, cfg, name); err != nil {
+		if err := drainNode(ctx, cfg, name); err != nil {
 			return err
 		}
 	}
@@ -172,72 +171,27 @@ func markRecordsRemoved(ctx context.Context, cfg Config, name string, now time.T
 	return ids, nil
 }
 
-// drain cordons node name and evicts its pods, waiting up to the drain
-// timeout for them to go.
-func drain(ctx context.Context, cfg Config, name string) error {
+// drainNode cordons node name and evicts its pods, waiting up to the
+// drain timeout for them to go; those left then go with the node: the
+// owner asked for the node to go.
+func drainNode(ctx context.Context, cfg Config, name string) error {
 	cordon := []byte(`{"spec":{"unschedulable":true}}`)
 	if _, err := cfg.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("cordon node %s: %w", name, err)
 	}
 	fmt.Fprintf(cfg.Out, "node %s: cordoned\n", name)
-	pods, err := evictable(ctx, cfg, name)
+	left, err := drain.Drain(ctx, cfg.Client, name, cfg.DrainTimeout, func(format string, args ...any) {
+		fmt.Fprintf(cfg.Out, "node %s: "+format+"\n", append([]any{name}, args...)...)
+	})
 	if err != nil {
 		return err
 	}
-	for _, p := range pods {
-		err := cfg.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
-		switch {
-		case err == nil, apierrors.IsNotFound(err):
-		case apierrors.IsTooManyRequests(err):
-			// A disruption budget holds it: the pod goes with the
-			// node; the owner asked for the node to go.
-			fmt.Fprintf(cfg.Out, "node %s: pod %s/%s is held by a disruption budget; it goes with the node\n", name, p.Namespace, p.Name)
-		default:
-			return fmt.Errorf("evict pod %s/%s from node %s: %w", p.Namespace, p.Name, name, err)
-		}
+	if len(left) > 0 {
+		fmt.Fprintf(cfg.Out, "node %s: %d pods still there after %s (%s); they go with the node\n", name, len(left), cfg.DrainTimeout, drain.Names(left))
+		return nil
 	}
-	fmt.Fprintf(cfg.Out, "node %s: evicting %d pods\n", name, len(pods))
-	deadline := time.Now().Add(cfg.DrainTimeout)
-	for {
-		left, err := evictable(ctx, cfg, name)
-		if err != nil {
-			return err
-		}
-		if len(left) == 0 {
-			fmt.Fprintf(cfg.Out, "node %s: drained\n", name)
-			return nil
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintf(cfg.Out, "node %s: %d pods still there after %s (first: %s/%s); they go with the node\n", name, len(left), cfg.DrainTimeout, left[0].Namespace, left[0].Name)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-// evictable lists the pods on node name that a drain evicts: not those of
-// DaemonSets (which tolerate the cordon and would come back) nor static
-// pods (which are the node's own).
-func evictable(ctx context.Context, cfg Config, name string) ([]corev1.Pod, error) {
-	list, err := cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
-	if err != nil {
-		return nil, fmt.Errorf("list the pods of node %s: %w", name, err)
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-			continue
-		}
-		if owner := metav1.GetControllerOf(&p); owner != nil && owner.Kind == "DaemonSet" {
-			continue
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	fmt.Fprintf(cfg.Out, "node %s: drained\n", name)
+	return nil
 }
 
 // list puts node name on the removed list.

@@ -60,17 +60,15 @@ func newSuite(t *testing.T) *suite {
 	return s
 }
 
-// up starts the cloud. Two spare slots boot later: a node from a
-// modified image, and a node of a new image that joins across a
+// up starts the cloud. In a full run two spare slots boot later: a node
+// from a modified image, and a node of a new image that joins across a
 // join-service restart and the cluster's refusal, and whose image the
-// owner then retires. Every VM is a simulated SEV-SNP confidential VM:
+// owner then retires; a smoke run boots only the first, the Kubernetes
+// upgrade neither. Every VM is a simulated SEV-SNP confidential VM:
 // the suite runs the gcp-sev-snp variant end to end, under the cloud's
 // test root, which the owner names (ownerChecks).
 func (s *suite) up() {
-	spares := 2
-	if *smoke {
-		spares = 1
-	}
+	spares := map[string]int{fullSet: 2, smokeSet: 1}[*set]
 	c, err := cloud.Up(s.ctx, cloud.Spec{
 		Dir: s.dir, ControlPlanes: 1, Workers: 1, Spares: spares, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
 		Image: filepath.Join(s.img, "disk.qcow2"), Namespace: namespace, KeepLogs: true, SEVSNP: true,
@@ -189,7 +187,7 @@ func (s *suite) ready(names ...string) func() bool {
 // come first, so a case's own flag overrides one (a string flag given
 // twice takes the last).
 func (s *suite) orreryAsOwner(args ...string) (string, error) {
-	owner := append([]string{"--master-secret", filepath.Join(s.out, workspace.MasterSecretFile), "--kubeconfig", s.kubeconfig(), "--mini-dir", s.dir}, s.ownerChecks()...)
+	owner := append([]string{"--workspace", s.out, "--master-secret", filepath.Join(s.out, workspace.MasterSecretFile), "--kubeconfig", s.kubeconfig(), "--mini-dir", s.dir}, s.ownerChecks()...)
 	cmd := append([]string{s.orr, args[0]}, owner...)
 	b, err := inNS(s.ctx, append(cmd, args[1:]...)...)
 	return string(b), err

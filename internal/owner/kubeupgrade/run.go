@@ -114,10 +114,27 @@ func (c Config) upgradeOn(ctx context.Context, st Step, to string) error {
 		return err
 	}
 	defer nc.Close()
-	if err := nc.Upgrade(ctx, to, st.Apply, func(l string) { c.Say("  | %s", l) }); err != nil {
+	// Each line of kubeadm's output with the time since the node's upgrade
+	// began: kubeadm's own lines carry none, and its steps differ in
+	// length by minutes.
+	began := time.Now()
+	say := func(l string) { c.Say("  %5s | %s", elapsed(time.Since(began)), l) }
+	if err := nc.Upgrade(ctx, to, st.Apply, say); err != nil {
 		return err
 	}
-	return c.waitNode(ctx, st.Node.Name, to)
+	c.Say("  the node's upgrade took %s; waiting for its Node to report kubelet %s, Ready", time.Since(began).Round(time.Second), to)
+	waited := time.Now()
+	if err := c.waitNode(ctx, st.Node.Name, to); err != nil {
+		return err
+	}
+	c.Say("  its Node reported it after %s", time.Since(waited).Round(time.Second))
+	return nil
+}
+
+// elapsed is d as minutes and seconds, "3:07".
+func elapsed(d time.Duration) string {
+	sec := int(d.Round(time.Second) / time.Second)
+	return fmt.Sprintf("%d:%02d", sec/60, sec%60)
 }
 
 // waitNode waits until the Node of name reports kubelet at version and

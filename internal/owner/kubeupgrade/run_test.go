@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -207,7 +208,7 @@ func TestRunUpgradesControlPlanesThenDrainedWorkers(t *testing.T) {
 	if p := plan(t, c); len(p.Pending()) != 0 {
 		t.Errorf("after the upgrade, %d steps are pending", len(p.Pending()))
 	}
-	if !strings.Contains(out.String(), "w-1: runs Kubernetes "+v37+", upgraded in") || !strings.Contains(out.String(), "  | [upgrade] cp-0") {
+	if !strings.Contains(out.String(), "w-1: runs Kubernetes "+v37+", upgraded in") || !regexp.MustCompile(`\n   0:\d\d \| \[upgrade\] cp-0`).MatchString(out.String()) {
 		t.Errorf("progress:\n%s", out)
 	}
 }

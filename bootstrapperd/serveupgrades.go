@@ -43,7 +43,7 @@ func serveUpgrades(ctx context.Context, args []string) error {
 	_ = fs.Parse(args)
 	log := logging.New(logging.Config{Program: "bootstrapperd-upgrades", Format: logging.Journal, Level: level, Output: os.Stderr})
 	runner := kubeadm.ExecRunner{}
-	srv := upgradeserver.New(ctx, upgradeserver.Config{
+	srv := upgradeserver.New(upgradeserver.Config{
 		Release:        kuberelease.Node{Root: p.root},
 		Kubeadm:        &kubeadm.Tool{Runner: runner, ConfigDir: filepath.Join(p.runDir, "upgrade")},
 		Manifests:      manifestsDir,
@@ -54,16 +54,22 @@ func serveUpgrades(ctx context.Context, args []string) error {
 		KubeletWait:    kubeletWait,
 		Log:            log,
 	})
-	return ownerservice.Serve(ctx, ownerservice.Config{
+	err := ownerservice.Serve(ctx, ownerservice.Config{
 		Listen: *listen, Socket: "orrery-kubernetes-upgrade.socket", OwnerKey: p.ownerKey,
 		MeasurementLog: &pcrlog.Log{Path: p.measurementLog}, FirmwareLog: *firmwareLog, MetadataURL: p.metadataURL,
 		// A client sends small requests only.
 		MaxRecvMsgSize: 16 << 10,
-		// An upgrade's follower ends with it; stopping the service cuts
-		// its stream, not the upgrade's kubeadm, which systemd stops.
+		// Stopping the service cuts a follower's stream, not the upgrade:
+		// the service waits for it below, as long as systemd lets it
+		// (TimeoutStopSec).
 		StopWait: 5 * time.Second,
 		Log:      log,
 	}, func(s *grpc.Server) { kubeupgradepb.RegisterKubernetesUpgradeServiceServer(s, srv) })
+	if v, busy := srv.Busy(); busy {
+		log.Info("waiting for the upgrade under way to end before stopping", "to", v)
+	}
+	srv.Wait()
+	return err
 }
 
 // systemdKubelet is kubelet.service.

@@ -23,6 +23,9 @@ var secretPatterns = []struct {
 	// kubeadm's certificate key (--certificate-key, "certificate key:"),
 	// which decrypts the control-plane certificates it uploads.
 	{regexp.MustCompile(`(?i)(certificate[-_ ]key[:= ]+)[0-9a-f]{64}`), "${1}" + Redacted},
+	// A kubeconfig's inline private key, as a tool that prints one shows
+	// it.
+	{regexp.MustCompile(`(?i)((?:client-key|private-key)-data:\s*)\S+`), "${1}" + Redacted},
 	// Bearer tokens, as an HTTP client's debug output shows them.
 	{regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{16,}`), "${1}" + Redacted},
 }
@@ -33,4 +36,32 @@ func Secrets(s string) string {
 		s = p.re.ReplaceAllString(s, p.with)
 	}
 	return s
+}
+
+var (
+	beginKey = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----`)
+	endKey   = regexp.MustCompile(`-----END [A-Z0-9 ]*PRIVATE KEY-----`)
+)
+
+// Lines redacts text that comes a line at a time, such as a program's
+// output: Secrets alone would see a private key's BEGIN line, and let the
+// key's body through on the lines after it. The zero Lines is ready.
+type Lines struct {
+	inKey bool
+}
+
+// Line returns line, the next one, redacted.
+func (l *Lines) Line(line string) string {
+	if l.inKey {
+		end := endKey.FindStringIndex(line)
+		if end == nil {
+			return Redacted
+		}
+		l.inKey = false
+		return Redacted + Secrets(line[end[1]:])
+	}
+	if begin := beginKey.FindStringIndex(line); begin != nil && endKey.FindStringIndex(line[begin[1]:]) == nil {
+		l.inKey = true
+	}
+	return Secrets(line)
 }

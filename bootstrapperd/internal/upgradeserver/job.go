@@ -10,8 +10,14 @@ import (
 )
 
 // maxLines bounds what a job keeps of its output for those who follow
-// it: a kubeadm upgrade prints about a hundred lines.
-const maxLines = 5000
+// it: a kubeadm upgrade prints about a hundred lines. maxLineBytes splits
+// a longer line, and maxBatch bounds the lines of one message, so that
+// none nears gRPC's 4 MiB limit.
+const (
+	maxLines     = 5000
+	maxLineBytes = 4 << 10
+	maxBatch     = 256
+)
 
 // job is one upgrade of the node, which runs to its end whoever follows
 // it: kubeadm stopped halfway leaves a control plane worse off than
@@ -27,6 +33,7 @@ type job struct {
 	done    bool
 	err     error
 	onLine  func(string)
+	redact  redact.Lines
 }
 
 func newJob(version string, step kubeupgradepb.Step, onLine func(string)) *job {
@@ -47,11 +54,15 @@ func (j *job) Write(p []byte) (int, error) {
 		j.addLocked(string(j.partial[:i]))
 		j.partial = j.partial[i+1:]
 	}
+	for len(j.partial) > maxLineBytes {
+		j.addLocked(string(j.partial[:maxLineBytes]))
+		j.partial = j.partial[maxLineBytes:]
+	}
 	return len(p), nil
 }
 
 func (j *job) addLocked(line string) {
-	line = redact.Secrets(line)
+	line = j.redact.Line(line)
 	j.onLine(line)
 	switch {
 	case len(j.lines) < maxLines:
@@ -85,7 +96,8 @@ func (j *job) follow(ctx context.Context, send func([]string) error) error {
 	next := 0
 	for {
 		j.mu.Lock()
-		batch := j.lines[next:]
+		batch := j.lines[next:min(next+maxBatch, len(j.lines))]
+		more := next+len(batch) < len(j.lines)
 		done, err, changed := j.done, j.err, j.changed
 		j.mu.Unlock()
 		if len(batch) > 0 {
@@ -93,6 +105,9 @@ func (j *job) follow(ctx context.Context, send func([]string) error) error {
 				return serr
 			}
 			next += len(batch)
+		}
+		if more {
+			continue
 		}
 		if done {
 			return err

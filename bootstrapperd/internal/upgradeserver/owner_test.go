@@ -33,7 +33,7 @@ func TestOnlyTheOwnerUpgrades(t *testing.T) {
 	f := newFixture(t, oldest, "")
 	owner := func() (ed25519.PublicKey, error) { return pub, nil }
 	addr := atlstest.Serve(t, atls.Config{Issuer: n.Issuer, AuthorizeClient: owneraccess.Authorize(owner)},
-		func(s *grpc.Server) { kubeupgradepb.RegisterKubernetesUpgradeServiceServer(s, New(t.Context(), f.cfg)) })
+		func(s *grpc.Server) { kubeupgradepb.RegisterKubernetesUpgradeServiceServer(s, New(f.cfg)) })
 	m := measurements.M{}
 	for pcr, v := range n.PCRs(t) {
 		if pcr == 4 || pcr == 9 || pcr == 11 {

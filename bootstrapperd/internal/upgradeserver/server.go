@@ -59,8 +59,8 @@ type Config struct {
 	Manifests, KubeletConfig string
 	// KubeadmBackups is where kubeadm upgrade leaves a copy of the
 	// static pods and of etcd's data it replaced (/etc/kubernetes/tmp).
-	// It is removed once the node runs the new release: the owner's etcd
-	// snapshot is the backup, and the state disk should not hold a
+	// It is removed once the upgrade ended, however it did: the owner's
+	// etcd snapshot is the backup, and the state disk should not hold a
 	// second copy of every Secret (the boot's check of kept files would
 	// remove it anyway).
 	KubeadmBackups string
@@ -72,21 +72,44 @@ type Config struct {
 	Log         *slog.Logger
 }
 
+// jobTimeout bounds an upgrade that hangs: kubeadm waits up to 15 min
+// for each control-plane component it replaces (kubeadm.UpgradeConfig)
+// and kubelet up to KubeletWait; an upgrade still running after an hour
+// is stuck, and is killed rather than keep the node busy for ever.
+const jobTimeout = time.Hour
+
 // Server implements kubeupgradepb.KubernetesUpgradeServiceServer.
 type Server struct {
 	kubeupgradepb.UnimplementedKubernetesUpgradeServiceServer
 	c Config
-	// life is the service's: an upgrade outlives the call that started
-	// it.
-	life context.Context
 
 	mu  sync.Mutex
 	job *job
+	// jobs counts the upgrades that run: Wait waits for them.
+	jobs sync.WaitGroup
 }
 
-// New returns a server whose upgrades run until life ends.
-func New(life context.Context, c Config) *Server {
-	return &Server{c: c, life: life}
+// New returns a server. An upgrade it starts runs to its end, whoever
+// follows it and whatever stops the service: kubeadm killed halfway leaves
+// a control plane with some components on either release, and kubelet
+// killed between its release link and its restart leaves the node on
+// neither. Kubeadm's and kubelet's waits bound it.
+func New(c Config) *Server {
+	return &Server{c: c}
+}
+
+// Wait waits until no upgrade runs: the service calls it before it exits,
+// and systemd gives it TimeoutStopSec to.
+func (s *Server) Wait() { s.jobs.Wait() }
+
+// Busy says which upgrade runs, if one does.
+func (s *Server) Busy() (version string, running bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.job == nil || !s.job.running() {
+		return "", false
+	}
+	return s.job.version, true
 }
 
 // Releases implements kubeupgradepb.KubernetesUpgradeServiceServer.
@@ -105,25 +128,31 @@ func (s *Server) controlPlane() bool {
 
 // Upgrade implements kubeupgradepb.KubernetesUpgradeServiceServer.
 func (s *Server) Upgrade(req *kubeupgradepb.UpgradeRequest, stream kubeupgradepb.KubernetesUpgradeService_UpgradeServer) error {
-	from, err := s.check(req)
+	j, err := s.start(req)
 	if err != nil {
 		return err
 	}
-	j, err := s.start(req, from)
-	if err != nil {
-		return err
-	}
+	var sendErr error
 	err = j.follow(stream.Context(), func(lines []string) error {
-		return stream.Send(&kubeupgradepb.UpgradeOutput{Lines: lines})
+		sendErr = stream.Send(&kubeupgradepb.UpgradeOutput{Lines: lines})
+		return sendErr
 	})
-	if err != nil && stream.Context().Err() == nil {
-		return status.Error(codes.Aborted, err.Error())
+	switch {
+	case err == nil:
+		return nil
+	case stream.Context().Err() != nil || sendErr != nil:
+		// The follower went; the upgrade goes on.
+		return status.Errorf(codes.Canceled, "the upgrade to Kubernetes %s goes on on this node: %v", j.version, err)
 	}
-	return err
+	// Aborted: the upgrade ended and failed, and the node is back on its
+	// release (the error says which).
+	return status.Error(codes.Aborted, err.Error())
 }
 
 // check refuses what this node must not run, before anything changes;
-// it returns the release the node runs.
+// it returns the release the node runs. The caller holds s.mu, so that
+// no upgrade ends between the check and the start of the next (one that
+// did would make a request of the release it ran from a downgrade).
 func (s *Server) check(req *kubeupgradepb.UpgradeRequest) (string, error) {
 	v := req.GetKubernetesVersion()
 	if err := versions.Supported(v); err != nil {
@@ -150,7 +179,7 @@ func (s *Server) check(req *kubeupgradepb.UpgradeRequest) (string, error) {
 
 // start starts req's upgrade, or returns the same upgrade if it runs
 // already (a client that lost its connection asks again).
-func (s *Server) start(req *kubeupgradepb.UpgradeRequest, from string) (*job, error) {
+func (s *Server) start(req *kubeupgradepb.UpgradeRequest) (*job, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.job != nil && s.job.running() {
@@ -159,12 +188,20 @@ func (s *Server) start(req *kubeupgradepb.UpgradeRequest, from string) (*job, er
 		}
 		return nil, status.Errorf(codes.Unavailable, "this node is busy with an upgrade to Kubernetes %s (%s); ask again once it ended", s.job.version, stepName(s.job.step))
 	}
+	from, err := s.check(req)
+	if err != nil {
+		return nil, err
+	}
 	j := newJob(req.GetKubernetesVersion(), req.GetStep(), func(line string) { s.c.Log.Info("upgrade", "output", line) })
 	s.job = j
+	s.jobs.Add(1)
 	go func() {
+		defer s.jobs.Done()
 		start := time.Now()
 		s.c.Log.Info("upgrading Kubernetes", "from", from, "to", j.version, "step", stepName(j.step))
-		err := s.run(s.life, j, from)
+		ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
+		defer cancel()
+		err := s.run(ctx, j, from)
 		if err != nil {
 			s.c.Log.Error("upgrade failed", "to", j.version, "error", err.Error(), "took", time.Since(start).Round(time.Second).String())
 		} else {
@@ -199,21 +236,26 @@ func (s *Server) run(ctx context.Context, j *job, from string) error {
 		}
 		p.APIServer = netip.AddrPortFrom(kept.NodeIP, clusternet.APIServerPort)
 	}
+	// Once kubeadm is done with them, its backups go whatever the
+	// outcome: kubeadm puts a failed control plane back from them itself,
+	// and the owner's etcd snapshot is the backup that outlives the run.
+	defer s.removeKubeadmBackups(j)
 	started := time.Now()
 	fmt.Fprintf(j, "[orrery-upgrade] %s to Kubernetes %s (this node runs %s)\n", stepName(j.step), j.version, from)
 	if err := s.c.Kubeadm.Upgrade(ctx, p, j); err != nil {
 		return fmt.Errorf("%s to %s failed; this node still runs %s (kubeadm puts back a control plane's static pods that do not come up): %w", stepName(j.step), j.version, from, err)
 	}
 	fmt.Fprintf(j, "[orrery-upgrade] %s took %s\n", stepName(j.step), time.Since(started).Round(time.Second))
-	if err := s.switchKubelet(ctx, from, j.version, j); err != nil {
-		return err
+	return s.switchKubelet(ctx, from, j.version, j)
+}
+
+func (s *Server) removeKubeadmBackups(out io.Writer) {
+	if s.c.KubeadmBackups == "" {
+		return
 	}
-	if s.c.KubeadmBackups != "" {
-		if err := os.RemoveAll(s.c.KubeadmBackups); err != nil {
-			fmt.Fprintf(j, "[orrery-upgrade] could not remove kubeadm's backups in %s: %v\n", s.c.KubeadmBackups, err)
-		}
+	if err := os.RemoveAll(s.c.KubeadmBackups); err != nil {
+		fmt.Fprintf(out, "[orrery-upgrade] could not remove kubeadm's backups in %s: %v\n", s.c.KubeadmBackups, err)
 	}
-	return nil
 }
 
 // switchKubelet points the node at release to and restarts kubelet; a

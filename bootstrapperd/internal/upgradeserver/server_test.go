@@ -122,7 +122,7 @@ func newFixture(t *testing.T, running, manifests string) *fixture {
 	if err := os.WriteFile(f.cfg.KubeletConfig, []byte("kubeconfig"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.client = serve(t, New(t.Context(), f.cfg))
+	f.client = serve(t, New(f.cfg))
 	return f
 }
 
@@ -272,10 +272,16 @@ func TestRefusals(t *testing.T) {
 func TestAFailedKubeadmLeavesTheNodeOnItsRelease(t *testing.T) {
 	oldest, newest := releases(t)
 	f := newFixture(t, oldest, "")
-	f.runner.hook = func(context.Context, string, []string) error { return errors.New("exit status 1") }
+	f.runner.hook = func(context.Context, string, []string) error {
+		// kubeadm's backups, which it restored from.
+		return errors.Join(os.MkdirAll(filepath.Join(f.cfg.KubeadmBackups, "kubeadm-backup-etcd-x"), 0o700), errors.New("exit status 1"))
+	}
 	_, err := f.upgrade(t.Context(), newest, kubeupgradepb.Step_STEP_NODE)
 	if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), "still runs "+oldest) {
 		t.Errorf("err = %v, want Aborted saying the node still runs %s", err, oldest)
+	}
+	if _, err := os.Stat(f.cfg.KubeadmBackups); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("kubeadm's backups after a failed upgrade: %v, want them gone", err)
 	}
 	if got, _ := f.node.Active(); got != oldest || len(f.kubelet.restarts) != 0 {
 		t.Errorf("runs %s, kubelet restarted %v; want %s untouched", got, f.kubelet.restarts, oldest)
@@ -352,6 +358,58 @@ func TestAnUpgradeOutlivesItsCaller(t *testing.T) {
 	}
 	if got, _ := f.node.Active(); got != newest {
 		t.Errorf("runs %s, want %s", got, newest)
+	}
+}
+
+// Stopping the service (systemd's SIGTERM, a shutdown the hypervisor
+// asks for) cuts the followers' streams, but neither kills kubeadm nor
+// ends the service before the upgrade did.
+func TestTheServiceWaitsForItsUpgrade(t *testing.T) {
+	oldest, newest := releases(t)
+	f := newFixture(t, oldest, "")
+	srv := New(f.cfg)
+	client := serve(t, srv)
+	started, release := make(chan struct{}), make(chan struct{})
+	killed := make(chan error, 1)
+	f.runner.hook = func(ctx context.Context, _ string, _ []string) error {
+		close(started)
+		<-release
+		killed <- ctx.Err()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		stream, err := client.Upgrade(ctx, &kubeupgradepb.UpgradeRequest{KubernetesVersion: newest, Step: kubeupgradepb.Step_STEP_NODE})
+		for err == nil {
+			_, err = stream.Recv()
+		}
+	}()
+	<-started
+	cancel()
+	if v, busy := srv.Busy(); !busy || v != newest {
+		t.Fatalf("Busy() = %q, %v with kubeadm running, want %s, true", v, busy, newest)
+	}
+	waited := make(chan struct{})
+	go func() { srv.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while kubeadm ran")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait did not return once the upgrade ended")
+	}
+	if err := <-killed; err != nil {
+		t.Errorf("kubeadm's context ended with its caller: %v", err)
+	}
+	if got, _ := f.node.Active(); got != newest {
+		t.Errorf("runs %s, want %s: the upgrade did not finish", got, newest)
+	}
+	if _, busy := srv.Busy(); busy {
+		t.Error("Busy once the upgrade ended")
 	}
 }
 

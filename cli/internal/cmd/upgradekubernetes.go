@@ -101,7 +101,7 @@ func (u kubeUpgrade) plan(ctx context.Context, client kubernetes.Interface, to s
 	if err != nil {
 		return kubeupgrade.Plan{}, err
 	}
-	carried := map[string][]string{}
+	told := map[string]kubeupgrade.Releases{}
 	var unreachable []string
 	for _, n := range state.Nodes {
 		r, err := u.dial(ctx, n)
@@ -109,13 +109,13 @@ func (u kubeUpgrade) plan(ctx context.Context, client kubernetes.Interface, to s
 			unreachable = append(unreachable, fmt.Sprintf("  %s: %v", n.Name, err))
 			continue
 		}
-		carried[n.Name] = r.Releases.Carried
+		told[n.Name] = r.Releases
 		r.Close()
 	}
 	if len(unreachable) > 0 {
 		return kubeupgrade.Plan{}, fmt.Errorf("%w: these nodes' upgrade services did not answer, or did not pass your check:\n%s", kubeupgrade.ErrRefused, strings.Join(unreachable, "\n"))
 	}
-	return kubeupgrade.MakePlan(state, to, carried)
+	return kubeupgrade.MakePlan(state, to, told)
 }
 
 // dial reaches node n's upgrade service, which must prove it is n.

@@ -136,6 +136,9 @@ func (o Owner) DialService(ctx context.Context, addr, name, service string, firs
 			a.Image, a.Locked = m, locked
 		}
 	}
+	for _, v := range vs {
+		v.pin(a.Instance, a.Locked)
+	}
 	return a, nil
 }
 

@@ -6,7 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +169,120 @@ func TestDialChecksWhoAnswered(t *testing.T) {
 	if _, err := owner.Dial(ctx, serve(t, anon, pub), "worker-0"); !errors.As(err, &wrong) || !wrong.Got.IsZero() {
 		t.Fatalf("a node with no certified instance, named: %v, want a refusal", err)
 	}
+}
+
+// relay forwards each connection to the address it is set to, as the
+// network between the owner and a node may; cut drops every connection
+// it forwarded, so that gRPC dials again.
+type relay struct {
+	lis   net.Listener
+	mu    sync.Mutex
+	to    string
+	conns []net.Conn
+}
+
+func newRelay(t *testing.T, to string) *relay {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{lis: lis, to: to}
+	t.Cleanup(func() { lis.Close(); r.cut() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			to := r.to
+			r.mu.Unlock()
+			up, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, c, up)
+			r.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return r
+}
+
+func (r *relay) set(to string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.to = to
+}
+
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+// TestARedialReachesTheSameNode: a connection the owner checked is worth
+// only as much as its next handshake. Whoever can cut the owner's TCP
+// connection and answer the redial (the hypervisor's network, with a
+// genuine node of the cluster behind it, as root on a worker has) must
+// not receive the calls meant for the node first checked, nor answer
+// them.
+func TestARedialReachesTheSameNode(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := qemutest.NewNode(t).CA
+	worker0 := qemutest.NewInstance(t, ca, platformca.NewInstance("worker-0")).Boot(t, "image", "image").Lock(t, "cluster-a")
+	worker1 := qemutest.NewInstance(t, ca, platformca.NewInstance("worker-1")).Boot(t, "image", "image").Lock(t, "cluster-a")
+	owner := Owner{
+		Key: key, ClusterID: []byte("cluster-a"),
+		Images:      []Image{{Name: "image.json", Policy: image(t, "image")}},
+		PlatformCAs: []*x509.Certificate{ca.Cert},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := newRelay(t, serve(t, worker0, pub))
+	n, err := owner.Dial(ctx, r.lis.Addr().String(), "worker-0")
+	if err != nil {
+		t.Fatalf("worker-0: %v", err)
+	}
+	defer n.Close()
+	call := func() error {
+		_, err := n.Client.Status(ctx, &inspectpb.StatusRequest{})
+		return err
+	}
+
+	// The same node again, after a cut: the call goes through.
+	r.cut()
+	if err := eventually(call, func(err error) bool { return err == nil }); err != nil {
+		t.Fatalf("worker-0 after a redial: %v", err)
+	}
+
+	r.set(serve(t, worker1, pub))
+	r.cut()
+	err = eventually(call, func(err error) bool { return err != nil && strings.Contains(err.Error(), "another machine answered") })
+	if err == nil || !strings.Contains(err.Error(), "instance worker-1") {
+		t.Fatalf("worker-1 answering the redial: %v, want a refusal naming it", err)
+	}
+}
+
+// eventually calls f until done says its error is the one expected (gRPC
+// may first report the cut connection itself), for up to 20 tries.
+func eventually(f func() error, done func(error) bool) error {
+	var err error
+	for range 20 {
+		if err = f(); done(err) {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return err
 }

@@ -29,6 +29,52 @@ type anyImage struct {
 	mu     sync.Mutex
 	match  string
 	isLock bool
+	// pinned holds, once set, the node the connection's first call
+	// proved: gRPC dials again after a lost connection, and whatever
+	// answers then must be that node, as locked as it was.
+	pinned *pin
+}
+
+type pin struct {
+	instance attestation.Instance
+	locked   bool
+}
+
+// pin makes every later handshake prove instance, locked as locked.
+func (a *anyImage) pin(instance attestation.Instance, locked bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pinned = &pin{instance: instance, locked: locked}
+}
+
+// checkPin refuses a handshake after the first that proves another node,
+// or the same node in another state of its lock.
+func (a *anyImage) checkPin(got attestation.Instance, locked bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch p := a.pinned; {
+	case p == nil:
+		return nil
+	case got != p.instance:
+		return fmt.Errorf("the connection was made to %s, and another machine answered when it was made again: %s", describe(p.instance), describe(got))
+	case locked != p.locked:
+		return fmt.Errorf("%s was %s when the connection was made, and is %s now", describe(got), lockState(p.locked), lockState(locked))
+	}
+	return nil
+}
+
+func describe(i attestation.Instance) string {
+	if i.IsZero() {
+		return "a machine whose platform certified no instance"
+	}
+	return "instance " + i.Name
+}
+
+func lockState(locked bool) string {
+	if locked {
+		return "locked to this cluster"
+	}
+	return "not locked to a cluster"
 }
 
 func (a *anyImage) Variant() variant.Variant { return a.cs[0].locked.Variant() }
@@ -39,34 +85,46 @@ func (a *anyImage) Validate(ctx context.Context, doc, nonce []byte) ([]byte, err
 }
 
 func (a *anyImage) ValidateProof(ctx context.Context, doc, nonce []byte) (attestation.Proof, error) {
+	p, name, locked, err := a.validate(ctx, doc, nonce)
+	if err != nil {
+		return attestation.Proof{}, err
+	}
+	if err := a.checkPin(p.Instance, locked); err != nil {
+		return attestation.Proof{}, err
+	}
+	a.matched(name, locked)
+	return p, nil
+}
+
+// validate checks the node's attestation against each image, locked and
+// not, and says which it matched.
+func (a *anyImage) validate(ctx context.Context, doc, nonce []byte) (attestation.Proof, string, bool, error) {
 	var why []string
 	for _, c := range a.cs {
 		p, err := c.locked.ValidateProof(ctx, doc, nonce)
 		if err == nil {
-			a.matched(c.name, true)
-			return p, nil
+			return p, c.name, true, nil
 		}
 		// Only a mismatch of measurements makes another way worth
 		// trying; a forged or stale attestation fails them all alike.
 		if !isMismatch(err) {
-			return attestation.Proof{}, err
+			return attestation.Proof{}, "", false, err
 		}
 		p, uerr := c.unlocked.ValidateProof(ctx, doc, nonce)
 		if uerr == nil {
-			a.matched(c.name, false)
-			return p, nil
+			return p, c.name, false, nil
 		}
 		// The image is right and only the lock differs: that is all the
 		// owner needs to know.
 		if onlyLock(err) && onlyLock(uerr) {
-			return attestation.Proof{}, fmt.Errorf("the node runs the image of %s but is not locked to this cluster (PCR %d differs): it belongs to another cluster: %w", c.name, nodelock.PCR, err)
+			return attestation.Proof{}, "", false, fmt.Errorf("the node runs the image of %s but is not locked to this cluster (PCR %d differs): it belongs to another cluster: %w", c.name, nodelock.PCR, err)
 		}
 		why = append(why, c.name+": "+err.Error())
 	}
 	if len(a.cs) == 1 {
-		return attestation.Proof{}, fmt.Errorf("the node does not run the image of %s: %s", a.cs[0].name, strings.TrimPrefix(why[0], a.cs[0].name+": "))
+		return attestation.Proof{}, "", false, fmt.Errorf("the node does not run the image of %s: %s", a.cs[0].name, strings.TrimPrefix(why[0], a.cs[0].name+": "))
 	}
-	return attestation.Proof{}, fmt.Errorf("the node matches none of the accepted images: %s", strings.Join(why, "; "))
+	return attestation.Proof{}, "", false, fmt.Errorf("the node matches none of the accepted images: %s", strings.Join(why, "; "))
 }
 
 func isMismatch(err error) bool {

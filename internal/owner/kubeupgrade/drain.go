@@ -14,9 +14,15 @@ import (
 )
 
 // cordon marks node unschedulable for the upgrade to version, unless it
-// is already (the owner's cordon, which uncordon then leaves alone).
+// is already (the owner's cordon, which uncordon then leaves alone). It
+// reads the Node afresh: the plan may be an hour old, and a cordon the
+// owner made since must stay the owner's.
 func cordon(ctx context.Context, client kubernetes.Interface, n Node, version string) error {
-	if n.Cordoned {
+	node, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s: %w", n.Name, err)
+	}
+	if node.Spec.Unschedulable {
 		return nil
 	}
 	return patchNode(ctx, client, n.Name, true, version)

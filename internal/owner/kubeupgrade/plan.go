@@ -51,7 +51,12 @@ var ErrRefused = errors.New("the upgrade is refused, and nothing was changed")
 //   - a version that some node's image does not carry;
 //   - a cluster with a node that is not Ready, or a control plane whose
 //     components do not run the cluster's version or the target.
-func MakePlan(s State, to string, carried map[string][]string) (Plan, error) {
+//
+// told is what each node's upgrade service said over attested TLS. A
+// node counts as upgraded only when its Node and its own service agree:
+// a kubelet writes its Node's status itself, so a stolen kubelet
+// credential could otherwise claim the target and have its node skipped.
+func MakePlan(s State, to string, told map[string]Releases) (Plan, error) {
 	p := Plan{From: s.ClusterVersion, To: to}
 	var errs []error
 	if err := versions.CheckUpgrade(s.ClusterVersion, to); err != nil {
@@ -60,14 +65,19 @@ func MakePlan(s State, to string, carried map[string][]string) (Plan, error) {
 	var lacking, notReady []string
 	firstCP := true
 	for _, n := range s.Nodes {
+		r, answered := told[n.Name]
 		if err := versions.CheckUpgrade(n.Kubelet, to); err != nil {
 			errs = append(errs, fmt.Errorf("node %s's kubelet runs %s: %w", n.Name, n.Kubelet, err))
+		} else if answered && r.Running != n.Kubelet {
+			if err := versions.CheckUpgrade(r.Running, to); err != nil {
+				errs = append(errs, fmt.Errorf("node %s runs Kubernetes %s, its Node says %s: %w", n.Name, orNone([]string{r.Running}), n.Kubelet, err))
+			}
 		}
 		if !n.Ready {
 			notReady = append(notReady, n.Name)
 		}
-		if c, ok := carried[n.Name]; !ok || !slices.Contains(c, to) {
-			lacking = append(lacking, fmt.Sprintf("%s (carries %s)", n.Name, orNone(c)))
+		if !answered || !slices.Contains(r.Carried, to) {
+			lacking = append(lacking, fmt.Sprintf("%s (carries %s)", n.Name, orNone(r.Carried)))
 		}
 		st := Step{Node: n, Apply: n.ControlPlane && firstCP}
 		if n.ControlPlane {
@@ -79,7 +89,7 @@ func MakePlan(s State, to string, carried map[string][]string) (Plan, error) {
 				}
 			}
 		}
-		st.Done = done(s, st, to)
+		st.Done = done(s, st, to) && r.Running == to
 		p.Steps = append(p.Steps, st)
 	}
 	if firstCP {

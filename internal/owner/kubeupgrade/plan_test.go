@@ -25,10 +25,12 @@ func worker(name, kubelet string) Node {
 	return Node{Name: name, Kubelet: kubelet, Ready: true}
 }
 
-func carriedByAll(s State, vs ...string) map[string][]string {
-	m := map[string][]string{}
+// carriedByAll is each node of s saying that its image carries vs and
+// that it runs what its Node says.
+func carriedByAll(s State, vs ...string) map[string]Releases {
+	m := map[string]Releases{}
 	for _, n := range s.Nodes {
-		m[n.Name] = vs
+		m[n.Name] = Releases{Carried: vs, Running: n.Kubelet, ControlPlane: n.ControlPlane}
 	}
 	return m
 }
@@ -86,25 +88,32 @@ func TestPlanRefusals(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name    string
-		change  func(*State, map[string][]string)
+		change  func(*State, map[string]Releases)
 		to      string
 		wantErr []string
 		wantIs  error
 	}{
-		{"a downgrade", func(s *State, _ map[string][]string) { s.ClusterVersion = v37 }, v36, []string{"cannot be downgraded"}, versions.ErrDowngrade},
-		{"a skipped minor", func(s *State, c map[string][]string) {
-			c["cp-0"], c["w-0"] = append(c["cp-0"], "v1.38.0"), append(c["w-0"], "v1.38.0")
+		{"a downgrade", func(s *State, _ map[string]Releases) { s.ClusterVersion = v37 }, v36, []string{"cannot be downgraded"}, versions.ErrDowngrade},
+		{"a skipped minor", func(s *State, c map[string]Releases) {
+			for _, n := range []string{"cp-0", "w-0"} {
+				r := c[n]
+				r.Carried = append(r.Carried, "v1.38.0")
+				c[n] = r
+			}
 		}, "v1.38.0", []string{"one minor version at a time"}, versions.ErrSkipsMinor},
-		{"a kubelet a minor behind the cluster", func(s *State, _ map[string][]string) {
+		{"a kubelet a minor behind the cluster", func(s *State, _ map[string]Releases) {
 			s.ClusterVersion, s.Nodes[0] = v37, cp("cp-0", v37, v37)
 			s.Nodes[1].Kubelet = "v1.35.0"
 		}, "v1.38.0", []string{"node w-0's kubelet runs v1.35.0"}, versions.ErrSkipsMinor},
-		{"a node whose image lacks it", func(_ *State, c map[string][]string) { c["w-0"] = []string{v36} }, v37, []string{"lack Kubernetes v1.37.2: w-0 (carries v1.36.3)"}, nil},
-		{"a node that did not answer", func(_ *State, c map[string][]string) { delete(c, "w-0") }, v37, []string{"w-0 (carries none)"}, nil},
-		{"a node not Ready", func(s *State, _ map[string][]string) { s.Nodes[1].Ready = false }, v37, []string{"nodes not Ready: w-0"}, nil},
-		{"a control plane on another version", func(s *State, _ map[string][]string) { s.Nodes[0].Components["kube-scheduler"] = "v1.35.0" }, v37, []string{"runs kube-scheduler v1.35.0"}, nil},
-		{"a control plane's component not running", func(s *State, _ map[string][]string) { delete(s.Nodes[0].Components, "kube-apiserver") }, v37, []string{"runs kube-apiserver none"}, nil},
-		{"no control plane", func(s *State, _ map[string][]string) { s.Nodes = s.Nodes[1:] }, v37, []string{"no control plane"}, nil},
+		{"a node whose image lacks it", func(_ *State, c map[string]Releases) { c["w-0"] = Releases{Carried: []string{v36}, Running: v36} }, v37, []string{"lack Kubernetes v1.37.2: w-0 (carries v1.36.3)"}, nil},
+		{"a node that did not answer", func(_ *State, c map[string]Releases) { delete(c, "w-0") }, v37, []string{"w-0 (carries none)"}, nil},
+		{"a node not Ready", func(s *State, _ map[string]Releases) { s.Nodes[1].Ready = false }, v37, []string{"nodes not Ready: w-0"}, nil},
+		{"a control plane on another version", func(s *State, _ map[string]Releases) { s.Nodes[0].Components["kube-scheduler"] = "v1.35.0" }, v37, []string{"runs kube-scheduler v1.35.0"}, nil},
+		{"a control plane's component not running", func(s *State, _ map[string]Releases) { delete(s.Nodes[0].Components, "kube-apiserver") }, v37, []string{"runs kube-apiserver none"}, nil},
+		{"a Node that says less than its node runs", func(s *State, c map[string]Releases) {
+			c["w-0"] = Releases{Carried: []string{"v1.35.0", v36, v37}, Running: "v1.35.0"}
+		}, v37, []string{"node w-0 runs Kubernetes v1.35.0, its Node says v1.36.3"}, versions.ErrSkipsMinor},
+		{"no control plane", func(s *State, _ map[string]Releases) { s.Nodes = s.Nodes[1:] }, v37, []string{"no control plane"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := healthy()
@@ -136,5 +145,21 @@ func TestImageTag(t *testing.T) {
 		if got := imageTag(ref); got != want {
 			t.Errorf("imageTag(%q) = %q, want %q", ref, got, want)
 		}
+	}
+}
+
+// A worker's kubelet credential writes its own Node's status: a Node
+// that claims the target while the node's attested service says it runs
+// the old release is upgraded all the same.
+func TestPlanTrustsTheNodeNotItsNodeObject(t *testing.T) {
+	s := State{ClusterVersion: v37, KubeProxy: v37, Nodes: []Node{cp("cp-0", v37, v37), worker("w-0", v37)}}
+	told := carriedByAll(s, v36, v37)
+	told["w-0"] = Releases{Carried: []string{v36, v37}, Running: v36}
+	p, err := MakePlan(s, v37, told)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending := p.Pending(); len(pending) != 1 || pending[0].Node.Name != "w-0" {
+		t.Errorf("pending %v, want w-0", pending)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -43,16 +45,42 @@ type Config struct {
 // touched.
 type NodeError struct {
 	Node string
-	// From is the release the node runs still.
+	// From is the release the node ran before.
 	From string
-	Err  error
+	// MayRun means the node's upgrade may be running still: the owner
+	// lost it (a cut connection, NodeTimeout) before the node said how
+	// it ended.
+	MayRun bool
+	Err    error
 }
 
 func (e *NodeError) Error() string {
-	return fmt.Sprintf("node %s was not upgraded, and runs %s still: %v", e.Node, e.From, e.Err)
+	if e.MayRun {
+		return fmt.Sprintf("the upgrade of node %s may still be running there (%v): it stays cordoned until an upgrade run sees it end", e.Node, e.Err)
+	}
+	return fmt.Sprintf("node %s was not upgraded from %s: %v", e.Node, e.From, e.Err)
 }
 
 func (e *NodeError) Unwrap() error { return e.Err }
+
+// lostError is a node's upgrade that the owner lost track of.
+type lostError struct{ err error }
+
+func (e lostError) Error() string { return e.err.Error() }
+func (e lostError) Unwrap() error { return e.err }
+
+// settled tells whether err, a node's answer to an upgrade, means the
+// node is done with it: it refused the request before any change, or ran
+// it, failed and went back (Aborted). Any other error (a cut connection,
+// a deadline, the node busy) leaves open whether kubeadm runs there
+// still.
+func settled(err error) bool {
+	switch status.Code(err) {
+	case codes.Aborted, codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
+}
 
 // Run runs the plan's pending steps in order, and stops at the first
 // that fails (a *NodeError).
@@ -70,7 +98,8 @@ func Run(ctx context.Context, c Config, p Plan) error {
 		}
 		c.Say("%s (%s): upgrading from %s to %s", n.Name, role, n.Kubelet, p.To)
 		if err := c.upgradeNode(ctx, st, p.To); err != nil {
-			return &NodeError{Node: n.Name, From: n.Kubelet, Err: err}
+			var lost lostError
+			return &NodeError{Node: n.Name, From: n.Kubelet, MayRun: errors.As(err, &lost), Err: err}
 		}
 		c.Say("%s: runs Kubernetes %s, upgraded in %s", n.Name, p.To, time.Since(started).Round(time.Second))
 	}
@@ -85,10 +114,12 @@ func (c Config) upgradeNode(ctx context.Context, st Step, to string) (err error)
 		}
 		// A node left on its old release still serves: it is uncordoned
 		// whether or not its upgrade went through. One whose upgrade the
-		// owner interrupted may be upgrading still: it stays cordoned,
-		// with the mark that has the next run finish it and uncordon it.
+		// owner interrupted or lost may be upgrading still: it stays
+		// cordoned, with the mark that has the next run finish it and
+		// uncordon it.
 		defer func() {
-			if ctx.Err() != nil {
+			var lost lostError
+			if ctx.Err() != nil || errors.As(err, &lost) {
 				return
 			}
 			if uerr := uncordon(ctx, c.Client, n.Name); uerr != nil {
@@ -120,6 +151,9 @@ func (c Config) upgradeOn(ctx context.Context, st Step, to string) error {
 	began := time.Now()
 	say := func(l string) { c.Say("  %5s | %s", elapsed(time.Since(began)), l) }
 	if err := nc.Upgrade(ctx, to, st.Apply, say); err != nil {
+		if !settled(err) {
+			return lostError{err}
+		}
 		return err
 	}
 	c.Say("  the node's upgrade took %s; waiting for its Node to report kubelet %s, Ready", time.Since(began).Round(time.Second), to)

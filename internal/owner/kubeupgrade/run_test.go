@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -217,10 +219,10 @@ func TestRunUpgradesControlPlanesThenDrainedWorkers(t *testing.T) {
 // not touched, and the same upgrade run again goes on from it.
 func TestRunStopsAtAFailedNodeAndGoesOnWhenRunAgain(t *testing.T) {
 	c, f, out := newRun(t)
-	f.fail["w-0"] = errors.New("kubeadm upgrade node failed")
+	f.fail["w-0"] = status.Error(codes.Aborted, "kubeadm upgrade node to "+v37+" failed; this node still runs "+v36)
 	err := Run(t.Context(), c, plan(t, c))
 	var ne *NodeError
-	if !errors.As(err, &ne) || ne.Node != "w-0" || ne.From != v36 || !strings.Contains(err.Error(), "runs "+v36+" still") {
+	if !errors.As(err, &ne) || ne.Node != "w-0" || ne.MayRun || !strings.Contains(err.Error(), "node w-0 was not upgraded from "+v36) {
 		t.Fatalf("Run = %v, want a NodeError for w-0", err)
 	}
 	node, _ := c.Client.CoreV1().Nodes().Get(t.Context(), "w-0", metav1.GetOptions{})
@@ -233,6 +235,31 @@ func TestRunStopsAtAFailedNodeAndGoesOnWhenRunAgain(t *testing.T) {
 	want := "cp-0 apply=true cordoned=false pods=0 | w-0 apply=false cordoned=true pods=0 | w-0 apply=false cordoned=true pods=0 | w-1 apply=false cordoned=true pods=0"
 	if got := strings.Join(f.calls(), " | "); got != want {
 		t.Errorf("upgrades:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A worker whose upgrade the owner lost (the connection cut, the
+// node's deadline passed) may be upgrading still: it is not uncordoned,
+// and the error says so, not that the node runs its old release.
+func TestALostUpgradeLeavesItsWorkerCordoned(t *testing.T) {
+	for name, fail := range map[string]error{
+		"connection cut": status.Error(codes.Unavailable, "error reading from server: EOF"),
+		"deadline":       status.Error(codes.DeadlineExceeded, "context deadline exceeded"),
+		"no status":      io.ErrUnexpectedEOF,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, f, _ := newRun(t)
+			f.fail["w-0"] = fail
+			err := Run(t.Context(), c, plan(t, c))
+			var ne *NodeError
+			if !errors.As(err, &ne) || ne.Node != "w-0" || !ne.MayRun || !strings.Contains(err.Error(), "may still be running") {
+				t.Fatalf("Run = %v, want a NodeError for w-0 that says its upgrade may still run", err)
+			}
+			node, _ := c.Client.CoreV1().Nodes().Get(t.Context(), "w-0", metav1.GetOptions{})
+			if !node.Spec.Unschedulable || node.Annotations[CordonedAnnotation] != v37 {
+				t.Errorf("w-0: unschedulable %v, annotations %v; want it cordoned and marked", node.Spec.Unschedulable, node.Annotations)
+			}
+		})
 	}
 }
 

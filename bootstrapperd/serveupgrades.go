@@ -15,7 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/upgradeserver"
-	"github.com/orrery-dev/orrery/internal/etcdsnapshot"
+	"github.com/orrery-dev/orrery/internal/etcd"
 	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/ownerservice"
 	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
@@ -50,7 +50,7 @@ func serveUpgrades(ctx context.Context, args []string) error {
 		KubeletConfig:  "/etc/kubernetes/kubelet.conf",
 		KubeadmBackups: "/etc/kubernetes/tmp",
 		Kubelet:        systemdKubelet{runner: runner},
-		Etcd:           etcdsnapshot.Kubeadm,
+		Etcd:           etcd.Kubeadm,
 		KubeletWait:    kubeletWait,
 		Log:            log,
 	})

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/orrery-dev/orrery/internal/etcdsnapshot"
+	"github.com/orrery-dev/orrery/internal/etcd"
 )
 
 // NodeClient is a node's upgrade service, reached and verified.
@@ -220,7 +220,7 @@ func BackupEtcd(ctx context.Context, c Config, n Node, path string) (size int64,
 			_ = os.Remove(path)
 		}
 	}()
-	w := etcdsnapshot.NewWriter(f)
+	w := etcd.NewWriter(f)
 	if err := nc.BackupEtcd(ctx, w); err != nil {
 		return 0, fmt.Errorf("back up etcd from %s: %w", n.Name, err)
 	}

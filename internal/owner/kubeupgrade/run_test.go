@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/orrery-dev/orrery/internal/etcdsnapshot"
+	"github.com/orrery-dev/orrery/internal/etcd"
 	"github.com/orrery-dev/orrery/internal/owner/drain"
 	"github.com/orrery-dev/orrery/internal/records/kubeadmconfig"
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
@@ -320,7 +320,7 @@ func TestBackupEtcd(t *testing.T) {
 		want   error
 	}{
 		"whole":     {append(append([]byte{}, db...), sum[:]...), nil},
-		"cut short": {db[:1000], etcdsnapshot.ErrCorrupt},
+		"cut short": {db[:1000], etcd.ErrCorrupt},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := &fakeNodes{etcd: c.stream}

@@ -1,21 +1,17 @@
-// Package etcdsnapshot takes a snapshot of a control plane's etcd member
-// through etcd's own snapshot call, over TLS with a client certificate of
-// the member's CA, as kubeadm sets etcd up.
-package etcdsnapshot
+// Package etcd talks to a control plane's etcd member through etcd's own
+// API (internal/proto/etcdpb), over TLS with a client certificate of the
+// member's CA, as kubeadm sets etcd up: it takes snapshots, reads the
+// member's status and the cluster's membership, and removes members.
+package etcd
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-
-	"github.com/orrery-dev/orrery/internal/proto/etcdsnapshotpb"
 )
 
 // Member is an etcd member and what proves a client to it.
@@ -38,39 +34,18 @@ var Kubeadm = Member{
 	ClientKey:  "/etc/kubernetes/pki/etcd/healthcheck-client.key",
 }
 
-// Stream takes a snapshot and hands each part to send, with what the
-// member says is still to come. The last part is the database's SHA-256,
-// which Check verifies.
-func (m Member) Stream(ctx context.Context, send func(data []byte, remaining uint64) error) error {
+// dial returns a connection to the member; it connects on the first
+// call.
+func (m Member) dial() (*grpc.ClientConn, error) {
 	tlsCfg, err := m.tlsConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn, err := grpc.NewClient("passthrough:///"+m.Endpoint, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 	if err != nil {
-		return fmt.Errorf("reach etcd at %s: %w", m.Endpoint, err)
+		return nil, fmt.Errorf("reach etcd at %s: %w", m.Endpoint, err)
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// A snapshot is as large as the database: etcd sends it in parts of
-	// 32 KiB.
-	stream, err := etcdsnapshotpb.NewMaintenanceClient(conn).Snapshot(ctx, &etcdsnapshotpb.SnapshotRequest{})
-	if err != nil {
-		return fmt.Errorf("ask etcd at %s for a snapshot: %w", m.Endpoint, err)
-	}
-	for {
-		r, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("etcd's snapshot from %s: %w", m.Endpoint, err)
-		}
-		if err := send(r.GetBlob(), r.GetRemainingBytes()); err != nil {
-			return err
-		}
-	}
+	return conn, nil
 }
 
 func (m Member) tlsConfig() (*tls.Config, error) {

@@ -15,6 +15,7 @@ readonly PACKAGES=(
 	qemu-system-x86 qemu-utils ovmf # the local cloud's VMs (TCG when KVM does not work)
 	linux-image-cloud-amd64 # the kernel the local cloud's tests boot
 	iproute2         # namespaces, bridges and taps of the local cloud
+	haproxy          # the local cloud's load balancer in front of its control planes
 	cryptsetup-bin e2fsprogs # LUKS2 and ext4 for the state disk (initrd and its tests)
 	dmsetup          # the initrd checks the opened state disk's table with it
 	erofs-utils fdisk # the read-only root and its GPT in the initrd's VM test

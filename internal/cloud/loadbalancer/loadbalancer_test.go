@@ -1,0 +1,172 @@
+package loadbalancer
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRender(t *testing.T) {
+	cfg, err := Render(Config{
+		Dir: "/run/cloud/lb", Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443, 30090},
+		Backends: []Backend{{"cp-0", netip.MustParseAddr("10.42.1.100")}, {"cp-1", netip.MustParseAddr("10.42.1.101")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"stats socket /run/cloud/lb/haproxy.sock mode 600 level admin",
+		"bind 10.42.0.2:6443", "bind 10.42.0.2:30090",
+		"default-server check inter 2000ms fall 3 rise 2 on-marked-down shutdown-sessions",
+		"server cp-0 10.42.1.100:6443", "server cp-1 10.42.1.101:6443", "server cp-1 10.42.1.101:30090",
+	} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("the configuration lacks %q:\n%s", want, cfg)
+		}
+	}
+	for _, bad := range []Config{
+		{Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443}},
+		{Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443}, Backends: []Backend{{"cp 0", netip.MustParseAddr("10.42.1.100")}}},
+		{Ports: []uint16{6443}, Backends: []Backend{{"cp-0", netip.MustParseAddr("10.42.1.100")}}},
+	} {
+		if _, err := Render(bad); err == nil {
+			t.Errorf("Render(%+v) passed", bad)
+		}
+	}
+}
+
+// backend answers each connection on addr with its name.
+func backend(t *testing.T, addr, name string) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, name)
+			c.Close()
+		}
+	}()
+	return l
+}
+
+// TestFailover runs the real HAProxy in front of two backends: both
+// serve while both are up, and once one stops, its health check takes it
+// out and every connection reaches the other.
+func TestFailover(t *testing.T) {
+	if _, err := exec.LookPath("haproxy"); err != nil {
+		t.Fatal("haproxy is not installed: 'make deps' installs it")
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	p := strconv.Itoa(port)
+	backend(t, "127.0.0.2:"+p, "cp-0")
+	second := backend(t, "127.0.0.3:"+p, "cp-1")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Start(ctx, Config{
+		Dir: t.TempDir(), Address: netip.MustParseAddr("127.0.0.1"), Ports: []uint16{uint16(port)},
+		Backends:   []Backend{{"cp-0", netip.MustParseAddr("127.0.0.2")}, {"cp-1", netip.MustParseAddr("127.0.0.3")}},
+		CheckEvery: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+
+	waitFor(t, b, map[string]bool{"cp-0": true, "cp-1": true})
+	if got := reached(t, "127.0.0.1:"+p, 6); !got["cp-0"] || !got["cp-1"] {
+		t.Errorf("with both up, connections reached %v, want both", got)
+	}
+	second.Close()
+	waitFor(t, b, map[string]bool{"cp-0": true, "cp-1": false})
+	if got := reached(t, "127.0.0.1:"+p, 6); !got["cp-0"] || got["cp-1"] {
+		t.Errorf("with cp-1 down, connections reached %v, want cp-0 alone", got)
+	}
+
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.DialTimeout("tcp", "127.0.0.1:"+p, time.Second); err == nil {
+		t.Error("the stopped balancer still accepts connections")
+	}
+}
+
+// waitFor waits until the balancer sees each backend of want up or down.
+func waitFor(t *testing.T, b *Balancer, want map[string]bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		servers, err := b.Servers(context.Background())
+		got := map[string]bool{}
+		for _, s := range servers {
+			got[s.Name] = s.Up
+		}
+		match := err == nil && len(got) == len(want)
+		for name, up := range want {
+			match = match && got[name] == up
+		}
+		if match {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backends %+v (%v), want up: %v", servers, err, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// reached makes n connections to addr and returns the backends that
+// answered.
+func reached(t *testing.T, addr string, n int) map[string]bool {
+	t.Helper()
+	got := map[string]bool{}
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("connect through the balancer: %v", err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		b, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || len(b) == 0 {
+			t.Fatalf("read through the balancer: %q, %v", b, err)
+		}
+		got[string(b)] = true
+	}
+	return got
+}
+
+// An address the machine does not have: HAProxy cannot bind it, exits,
+// and Start says where its log tells why.
+func TestStartOnAnAddressNotHere(t *testing.T) {
+	if _, err := exec.LookPath("haproxy"); err != nil {
+		t.Fatal("haproxy is not installed: 'make deps' installs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := Start(ctx, Config{
+		Dir: t.TempDir(), Address: netip.MustParseAddr("192.0.2.1"), Ports: []uint16{6443},
+		Backends: []Backend{{"cp-0", netip.MustParseAddr("127.0.0.2")}},
+	})
+	if err == nil || !strings.Contains(err.Error(), LogFile) || !strings.Contains(err.Error(), "192.0.2.1:6443") {
+		t.Fatalf("Start = %v, want an error that names the log and quotes its complaint", err)
+	}
+}

@@ -150,7 +150,8 @@ func Start(ctx context.Context, c Config) (*Balancer, error) {
 	defer log.Close()
 	// -db: in the foreground, so that the cloud owns the process; -Ws
 	// would fork.
-	cmd := exec.Command(args[0], append(args[1:], "-db", "-f", path)...)
+	// HAProxy outlives Start's ctx: Stop ends it.
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), args[0], append(args[1:], "-db", "-f", path)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
@@ -187,10 +188,10 @@ func logTail(path string, n int) string {
 func (b *Balancer) PID() int { return b.cmd.Process.Pid }
 
 // Stop stops HAProxy, cutting its connections, and waits for it.
-func (b *Balancer) Stop() error {
+func (b *Balancer) Stop() {
 	select {
 	case <-b.done:
-		return nil
+		return
 	default:
 	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
@@ -200,7 +201,6 @@ func (b *Balancer) Stop() error {
 		_ = b.cmd.Process.Kill()
 		<-b.done
 	}
-	return nil
 }
 
 // Server is what the balancer knows of one backend on one port.

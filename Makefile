@@ -26,7 +26,7 @@ E2E_SLOWDOWN ?= 1
 # The smoke run's deadline: 10-12 min of suite time here (10m12s from a
 # fresh clone), 30 on a slow host, and room for its teardown.
 E2E_SMOKE_TIMEOUT ?= 45m
-# The Kubernetes upgrade run's deadline: about 30 min of suite time here,
+# The Kubernetes upgrade run's deadline: 25-31 min of suite time here,
 # and room for a slower host and the teardown.
 E2E_KUBERNETES_UPGRADE_TIMEOUT ?= 90m
 
@@ -118,7 +118,7 @@ e2e: deps image build ## end to end: the whole flow on the local cloud (root, 25
 e2e-smoke: deps image build ## the end-to-end suite's core: init, join, a Service across nodes, a modified image refused (root, ~12 min of suite; CI runs it)
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_SMOKE_TIMEOUT) -v ./e2e -args $(E2E_ARGS) -set smoke
 
-e2e-kubernetes-upgrade: deps image build ## a cluster at the image's older Kubernetes upgraded in place to its newer one while it serves (root, ~30 min of suite)
+e2e-kubernetes-upgrade: deps image build ## a cluster at the image's older Kubernetes upgraded in place to its newer one while it serves (root, 25-31 min of suite)
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_KUBERNETES_UPGRADE_TIMEOUT) -v ./e2e -args $(E2E_ARGS) -set kubernetes-upgrade
 
 clean: ## remove build outputs

@@ -119,24 +119,33 @@ func TestDialChecksImageClusterAndOwner(t *testing.T) {
 	}
 }
 
+// twoWorkers are worker-0 and worker-1, genuine nodes of the owner's
+// image locked to the owner's cluster, their platform's CA, and the
+// owner, whose access key pub is.
+func twoWorkers(t *testing.T) (owner Owner, pub ed25519.PublicKey, ca *platformca.CA, worker0, worker1 *qemutest.Node) {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca = qemutest.NewNode(t).CA
+	worker0 = qemutest.NewInstance(t, ca, platformca.NewInstance("worker-0")).Boot(t, "image", "image").Lock(t, "cluster-a")
+	worker1 = qemutest.NewInstance(t, ca, platformca.NewInstance("worker-1")).Boot(t, "image", "image").Lock(t, "cluster-a")
+	owner = Owner{
+		Key: key, ClusterID: []byte("cluster-a"),
+		Images:      []Image{{Name: "image.json", Policy: image(t, "image")}},
+		PlatformCAs: []*x509.Certificate{ca.Cert},
+	}
+	return owner, pub, ca, worker0, worker1
+}
+
 // TestDialChecksWhoAnswered is root on worker-0 rewriting its Node's
 // address to worker-1's: both are genuine nodes of the owner's image and
 // cluster, and worker-1's inspect service even calls itself worker-0 (its
 // status is its own word). Asked for worker-0, the owner must refuse the
 // node at that address, since its attestation proves it is worker-1.
 func TestDialChecksWhoAnswered(t *testing.T) {
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := qemutest.NewNode(t).CA
-	worker0 := qemutest.NewInstance(t, ca, platformca.NewInstance("worker-0")).Boot(t, "image", "image").Lock(t, "cluster-a")
-	worker1 := qemutest.NewInstance(t, ca, platformca.NewInstance("worker-1")).Boot(t, "image", "image").Lock(t, "cluster-a")
-	owner := Owner{
-		Key: key, ClusterID: []byte("cluster-a"),
-		Images:      []Image{{Name: "image.json", Policy: image(t, "image")}},
-		PlatformCAs: []*x509.Certificate{ca.Cert},
-	}
+	owner, pub, ca, worker0, worker1 := twoWorkers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	addr0, addr1 := serve(t, worker0, pub), serve(t, worker1, pub)
@@ -235,18 +244,7 @@ func (r *relay) cut() {
 // not receive the calls meant for the node first checked, nor answer
 // them.
 func TestARedialReachesTheSameNode(t *testing.T) {
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := qemutest.NewNode(t).CA
-	worker0 := qemutest.NewInstance(t, ca, platformca.NewInstance("worker-0")).Boot(t, "image", "image").Lock(t, "cluster-a")
-	worker1 := qemutest.NewInstance(t, ca, platformca.NewInstance("worker-1")).Boot(t, "image", "image").Lock(t, "cluster-a")
-	owner := Owner{
-		Key: key, ClusterID: []byte("cluster-a"),
-		Images:      []Image{{Name: "image.json", Policy: image(t, "image")}},
-		PlatformCAs: []*x509.Certificate{ca.Cert},
-	}
+	owner, pub, _, worker0, worker1 := twoWorkers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r := newRelay(t, serve(t, worker0, pub))

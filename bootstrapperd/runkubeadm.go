@@ -86,6 +86,8 @@ func (c *cluster) Init(ctx context.Context, p initserver.ClusterParams, out io.W
 		ClusterName:       p.ClusterName,
 		ServiceCIDR:       p.ServiceCIDR,
 		CertSANs:          p.APIServerSANs,
+
+		ControlPlaneEndpoint: p.ControlPlaneEndpoint,
 	}, out)
 }
 

@@ -45,7 +45,7 @@ func serveUpgrades(ctx context.Context, args []string) error {
 	runner := kubeadm.ExecRunner{}
 	srv := upgradeserver.New(upgradeserver.Config{
 		Release:        kuberelease.Node{Root: p.root},
-		Kubeadm:        &kubeadm.Tool{Runner: runner, ConfigDir: filepath.Join(p.runDir, "upgrade")},
+		Kubeadm:        &kubeadm.Tool{Runner: runner, ConfigDir: filepath.Join(p.runDir, "upgrade"), AdminKubeconfig: p.adminKubeconfig},
 		Manifests:      manifestsDir,
 		KubeletConfig:  "/etc/kubernetes/kubelet.conf",
 		KubeadmBackups: "/etc/kubernetes/tmp",

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
-	"github.com/orrery-dev/orrery/internal/role"
 )
 
 // checkGeneration proves to a join service of the node's own cluster
@@ -46,22 +44,16 @@ func checkGeneration(ctx context.Context, c *console, joins *joinconn.Dialer, me
 	return nil
 }
 
-// otherControlPlanes are the join services of the control planes the
-// metadata service names, but this node's.
+// otherControlPlanes are the join services the metadata service leads
+// to, but this node's.
 func otherControlPlanes(ctx context.Context, meta *metadata.Client) ([]string, error) {
-	self, err := meta.Self(ctx)
+	_, services, err := metadata.JoinServices(ctx, meta, joinpb.Port)
 	if err != nil {
-		return nil, fmt.Errorf("ask the metadata service who this node is: %w", err)
-	}
-	peers, err := meta.Peers(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("ask the metadata service for the control planes: %w", err)
+		return nil, err
 	}
 	var out []string
-	for _, p := range peers {
-		if p.Role == role.ControlPlane && p.IP != self.IP {
-			out = append(out, netip.AddrPortFrom(p.IP, joinpb.Port).String())
-		}
+	for _, s := range services {
+		out = append(out, s.Addr.String())
 	}
 	return out, nil
 }

@@ -33,22 +33,29 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/snp/launch"
 	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
 	"github.com/orrery-dev/orrery/internal/cloud/dhcpd"
+	"github.com/orrery-dev/orrery/internal/cloud/loadbalancer"
 	"github.com/orrery-dev/orrery/internal/cloud/metadataserver"
 	"github.com/orrery-dev/orrery/internal/cloud/netenv"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
+	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
 )
 
 // The cloud's network plan: control planes and workers get addresses from
 // distinct ranges, so an address tells the role.
 var (
-	Gateway       = netip.MustParsePrefix("10.42.0.1/16")
-	MetadataIP    = netip.MustParseAddr(metadata.Address)
-	firstCP       = netip.MustParseAddr("10.42.1.100")
-	firstWorker   = netip.MustParseAddr("10.42.2.100")
-	DefaultBridge = "orrery0"
+	Gateway    = netip.MustParsePrefix("10.42.0.1/16")
+	MetadataIP = netip.MustParseAddr(metadata.Address)
+	// LoadBalancerIP is the cloud's load balancer in front of the control
+	// planes: the cluster's stable endpoint, as a real cloud's passthrough
+	// network load balancer is.
+	LoadBalancerIP = netip.MustParseAddr("10.42.0.2")
+	firstCP        = netip.MustParseAddr("10.42.1.100")
+	firstWorker    = netip.MustParseAddr("10.42.2.100")
+	DefaultBridge  = "orrery0"
 )
 
 // Files in the state directory.
@@ -57,6 +64,9 @@ const (
 	LockFile       = "lock"
 	InitSecretFile = "init-secret"
 	PlatformCACert = platformca.CertFile
+	// LoadBalancerDir holds the load balancer's configuration, admin
+	// socket and log.
+	LoadBalancerDir = "loadbalancer"
 	// SEVSNPTestRoot is the file, written with Spec.SEVSNP, that names
 	// the simulated chip's test root for the owner (orrery init
 	// --snp-test-root).
@@ -106,6 +116,10 @@ type Spec struct {
 	// the VMs boot, under a test root the cloud keeps in Dir (and
 	// writes for the owner as SEVSNPTestRoot).
 	SEVSNP bool `json:"sevSnp,omitempty"`
+	// LoadBalancerPorts are the ports the load balancer at
+	// LoadBalancerIP forwards to the same port of every control plane;
+	// nil means DefaultLoadBalancerPorts.
+	LoadBalancerPorts []uint16 `json:"loadBalancerPorts,omitempty"`
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer `json:"-"`
 }
@@ -153,6 +167,7 @@ type Cloud struct {
 	network *netenv.Network
 	dhcp    *dhcpd.Server
 	meta    *http.Server
+	lb      *loadbalancer.Balancer
 	ca      *platformca.CA
 	nodes   []*Node
 	// chip and launch are the simulated SEV-SNP chip and the VMs'
@@ -236,6 +251,9 @@ func (c *Cloud) boot(ctx context.Context, initSecretHash []byte) error {
 	if err := c.startNetwork(ctx, initSecretHash); err != nil {
 		return err
 	}
+	if err := c.startLoadBalancer(ctx); err != nil {
+		return err
+	}
 	if err := c.startVMs(ctx); err != nil {
 		return err
 	}
@@ -269,7 +287,7 @@ func (s Spec) withDefaults() Spec {
 func (c *Cloud) startNetwork(ctx context.Context, initSecretHash []byte) error {
 	c.progress("network: bridge %s %s (namespace %q)", c.spec.Bridge, Gateway, c.spec.Namespace)
 	var err error
-	c.network, err = netenv.Create(ctx, netenv.Config{Namespace: c.spec.Namespace, Bridge: c.spec.Bridge, Gateway: Gateway, MetadataIP: MetadataIP})
+	c.network, err = netenv.Create(ctx, netenv.Config{Namespace: c.spec.Namespace, Bridge: c.spec.Bridge, Gateway: Gateway, MetadataIP: MetadataIP, LoadBalancerIP: LoadBalancerIP})
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
@@ -287,6 +305,34 @@ func (c *Cloud) startNetwork(ctx context.Context, initSecretHash []byte) error {
 	if err := c.writeState(); err != nil {
 		return fmt.Errorf("record the cloud's state: %w", err)
 	}
+	return nil
+}
+
+// DefaultLoadBalancerPorts are what the load balancer forwards to every
+// control plane: the API server and the join service.
+var DefaultLoadBalancerPorts = []uint16{clusternet.APIServerPort, joinpb.Port}
+
+// startLoadBalancer starts HAProxy in front of the control planes.
+func (c *Cloud) startLoadBalancer(ctx context.Context) error {
+	var backends []loadbalancer.Backend
+	for _, n := range c.nodes {
+		if n.Role == role.ControlPlane {
+			backends = append(backends, loadbalancer.Backend{Name: n.Name, Addr: n.IP})
+		}
+	}
+	ports := c.spec.LoadBalancerPorts
+	if ports == nil {
+		ports = DefaultLoadBalancerPorts
+	}
+	lb, err := loadbalancer.Start(ctx, loadbalancer.Config{
+		Dir: filepath.Join(c.spec.Dir, LoadBalancerDir), Address: LoadBalancerIP, Ports: ports,
+		Backends: backends, ExecPrefix: c.network.ExecPrefix(),
+	})
+	if err != nil {
+		return fmt.Errorf("load balancer: %w", err)
+	}
+	c.lb = lb
+	c.progress("load balancer: %s, ports %v to %d control planes", LoadBalancerIP, ports, len(backends))
 	return nil
 }
 
@@ -520,7 +566,7 @@ func (c *Cloud) startServices(ctx context.Context, initSecretHash []byte) error 
 		}
 		instances = append(instances, in)
 	}
-	cfg := metadataserver.Config{Instances: instances, InitSecretHash: initSecretHash}
+	cfg := metadataserver.Config{Instances: instances, InitSecretHash: initSecretHash, Endpoint: netip.AddrPortFrom(LoadBalancerIP, clusternet.APIServerPort)}
 	if c.spec.SEVSNP {
 		cfg.SEVSNPReport = c.sevSNPReport
 	}
@@ -597,6 +643,7 @@ func (c *Cloud) Down(ctx context.Context) error {
 	for _, n := range c.nodes {
 		errs = append(errs, removeNodeDir(n.Dir, c.spec.KeepLogs))
 	}
+	errs = append(errs, removeNodeDir(filepath.Join(c.spec.Dir, LoadBalancerDir), c.spec.KeepLogs))
 	errs = append(errs, removeRunFiles(c.spec.Dir))
 	if c.lock != nil {
 		c.lock.Close()
@@ -638,6 +685,10 @@ func (c *Cloud) stopRunning(ctx context.Context) []error {
 	if c.meta != nil {
 		_ = c.meta.Close()
 		c.meta = nil
+	}
+	if c.lb != nil {
+		c.lb.Stop()
+		c.lb = nil
 	}
 	if c.dhcp != nil {
 		_ = c.dhcp.Close()
@@ -693,6 +744,9 @@ func removeIfExists(path string) error {
 func (c *Cloud) Abandon() {
 	if c.meta != nil {
 		c.meta.Close()
+	}
+	if c.lb != nil {
+		c.lb.Stop()
 	}
 	if c.dhcp != nil {
 		c.dhcp.Close()

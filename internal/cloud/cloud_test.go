@@ -6,6 +6,9 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +47,8 @@ func testSpec(t testing.TB, dir string, cps, workers int) cloud.Spec {
 		Progress:      testWriter{t},
 		// The test guest ignores the ACPI power button.
 		ShutdownTimeout: 500 * time.Millisecond,
+		// The test guest serves its name there.
+		LoadBalancerPorts: []uint16{8080},
 	}
 }
 
@@ -161,6 +166,13 @@ func TestTwoVMs(t *testing.T) {
 		}
 	}
 
+	// The load balancer reaches the control plane, and only it.
+	for range 3 {
+		if got := throughLoadBalancer(t, ctx, c); got != "cp-0" {
+			t.Errorf("the load balancer reached %q, want cp-0, the only control plane", got)
+		}
+	}
+
 	// A hard reset through QMP reboots the guest.
 	if err := nodes[1].VM().Reset(ctx); err != nil {
 		t.Fatalf("reset: %v", err)
@@ -179,6 +191,48 @@ func TestTwoVMs(t *testing.T) {
 	assertNothingLeft(t, spec, st)
 }
 
+// throughLoadBalancer asks for a name at the cloud's load balancer, from
+// inside the cloud's network; its health checks may take a few seconds to
+// pass first.
+func throughLoadBalancer(t *testing.T, ctx context.Context, c *cloud.Cloud) string {
+	t.Helper()
+	var got string
+	addr := net.JoinHostPort(cloud.LoadBalancerIP.String(), "8080")
+	var last error
+	for range 30 {
+		// Dialled inside the namespace; the connection works from anywhere.
+		last = c.Network().Do(func() error {
+			conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n"); err != nil {
+				return err
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			got = string(b)
+			return err
+		})
+		if last == nil {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("through the load balancer: %v (%v)", last, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+	t.Fatalf("through the load balancer: %v", last)
+	return ""
+}
+
 func assertNothingLeft(t *testing.T, spec cloud.Spec, st cloud.State) {
 	t.Helper()
 	out, _ := exec.Command("ip", "netns", "list").Output()
@@ -193,7 +247,10 @@ func assertNothingLeft(t *testing.T, spec cloud.Spec, st cloud.State) {
 			t.Errorf("processes %v of %s are left", pids, n.Name)
 		}
 	}
-	for _, f := range []string{cloud.StateFile, cloud.LockFile, cloud.InitSecretFile} {
+	if pids := cloud.ProcessesUsing(filepath.Join(spec.Dir, cloud.LoadBalancerDir)); len(pids) > 0 {
+		t.Errorf("load balancer processes %v are left", pids)
+	}
+	for _, f := range []string{cloud.StateFile, cloud.LockFile, cloud.InitSecretFile, cloud.LoadBalancerDir} {
 		if _, err := os.Stat(filepath.Join(spec.Dir, f)); err == nil {
 			t.Errorf("%s is left", f)
 		}

@@ -32,6 +32,7 @@ func preflight(spec Spec, stopped bool) error {
 		{"qemu-img", "qemu-utils"},
 		{"swtpm", "swtpm"},
 		{"ip", "iproute2"},
+		{"haproxy", "haproxy"},
 	} {
 		if _, err := exec.LookPath(tool.bin); err != nil {
 			problems = append(problems, fmt.Errorf("%s is missing: install Debian's %s package (make deps installs it)", tool.bin, tool.pkg))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/orrery-dev/orrery/internal/clusternet"
 
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
 )
@@ -40,6 +43,9 @@ type State struct {
 	Spec Spec `json:"spec"`
 	// KeepLogs says the owner asked to keep the serial logs.
 	KeepLogs bool `json:"keepLogs,omitempty"`
+	// Endpoint is the load balancer in front of the control planes'
+	// API servers, the cluster's stable endpoint.
+	Endpoint netip.AddrPort `json:"endpoint,omitzero"`
 }
 
 // Phases of a cloud in the state file.
@@ -64,6 +70,7 @@ func (c *Cloud) writeState() error {
 		Phase:         c.phase,
 		KeepLogs:      c.spec.KeepLogs,
 		Spec:          c.spec,
+		Endpoint:      netip.AddrPortFrom(LoadBalancerIP, clusternet.APIServerPort),
 	}
 	if c.phase == PhaseStopped {
 		// No process may be signalled on the cloud's behalf: its PID may
@@ -254,6 +261,7 @@ func Cleanup(ctx context.Context, dir string) error {
 	for _, n := range st.Nodes {
 		errs = append(errs, removeNodeDir(n.Dir, st.KeepLogs))
 	}
+	errs = append(errs, removeNodeDir(filepath.Join(dir, LoadBalancerDir), st.KeepLogs))
 	errs = append(errs, removeRunFiles(dir), removeIfExists(filepath.Join(dir, LockFile)))
 	return errors.Join(errs...)
 }
@@ -301,6 +309,13 @@ func killVMs(st State) []error {
 	var errs []error
 	for _, n := range st.Nodes {
 		for _, pid := range processesUsing(n.Dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	// The load balancer dies with its supervisor (Pdeathsig), unless
+	// that was killed at a bad moment.
+	if st.Spec.Dir != "" {
+		for _, pid := range processesUsing(filepath.Join(st.Spec.Dir, LoadBalancerDir)) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}

@@ -8,8 +8,10 @@ package clustersettings
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/orrery-dev/orrery/internal/clusternet"
@@ -21,6 +23,10 @@ type Settings struct {
 	ClusterName       string
 	APIServerSANs     []string
 	ServiceCIDR       string
+	// ControlPlaneEndpoint is the stable address of the control planes,
+	// HOST:PORT (see CheckEndpoint); empty means the first control
+	// plane's own address.
+	ControlPlaneEndpoint string
 }
 
 // Limits of the settings. A real cluster is far below each; they exist so
@@ -76,6 +82,11 @@ func (s Settings) Validate(supported func(string) error) error {
 	}
 	if err := validateServiceCIDR(s.ServiceCIDR); err != nil {
 		errs = append(errs, err)
+	}
+	if s.ControlPlaneEndpoint != "" {
+		if err := CheckEndpoint(s.ControlPlaneEndpoint); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -136,6 +147,24 @@ func validateServiceCIDR(cidr string) error {
 		return fmt.Errorf("service CIDR %s is too large: want /12 or smaller", Quote(cidr))
 	case p.Overlaps(podCIDR):
 		return fmt.Errorf("service CIDR %s overlaps the pods' range %s: choose another", Quote(cidr), podCIDR)
+	}
+	return nil
+}
+
+// CheckEndpoint checks a control-plane endpoint: HOST:PORT with an IP
+// address or a DNS name and a port from 1 to 65535. It is what every
+// kubeconfig and join ticket of the cluster names, and the API server's
+// certificate carries HOST, so it cannot change after init.
+func CheckEndpoint(endpoint string) error {
+	host, port, err := net.SplitHostPort(endpoint)
+	if len(endpoint) > MaxSAN+6 || err != nil {
+		return fmt.Errorf("control-plane endpoint %s is not HOST:PORT, e.g. 10.42.0.2:%d", Quote(endpoint), clusternet.APIServerPort)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port != strconv.FormatUint(n, 10) {
+		return fmt.Errorf("control-plane endpoint %s: port %s is not a number from 1 to 65535", Quote(endpoint), Quote(port))
+	}
+	if !validSAN(host) {
+		return fmt.Errorf("control-plane endpoint %s: %s is neither an IP address nor a DNS name", Quote(endpoint), Quote(host))
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ func onlyV1363(v string) error {
 }
 
 func TestValidate(t *testing.T) {
-	good := Settings{KubernetesVersion: "v1.36.3", ClusterName: "orrery", APIServerSANs: []string{"10.42.1.100", "api.example.org", "fd00::1"}, ServiceCIDR: "10.96.0.0/12"}
+	good := Settings{KubernetesVersion: "v1.36.3", ClusterName: "orrery", APIServerSANs: []string{"10.42.1.100", "api.example.org", "fd00::1"}, ServiceCIDR: "10.96.0.0/12", ControlPlaneEndpoint: "10.42.0.2:6443"}
 	if err := good.Validate(onlyV1363); err != nil {
 		t.Fatalf("the defaults are refused: %v", err)
 	}
@@ -34,6 +34,11 @@ func TestValidate(t *testing.T) {
 		"CIDR large":       {func(s *Settings) { s.ServiceCIDR = "10.0.0.0/8" }, "too large"},
 		"CIDR IPv6":        {func(s *Settings) { s.ServiceCIDR = "fd00::/112" }, "not IPv4"},
 		"CIDR pod overlap": {func(s *Settings) { s.ServiceCIDR = "10.244.128.0/20" }, "overlaps the pods' range 10.244.0.0/16"},
+		"endpoint no port": {func(s *Settings) { s.ControlPlaneEndpoint = "10.42.0.2" }, "is not HOST:PORT"},
+		"endpoint port 0":  {func(s *Settings) { s.ControlPlaneEndpoint = "10.42.0.2:0" }, "not a number from 1 to 65535"},
+		"endpoint port +1": {func(s *Settings) { s.ControlPlaneEndpoint = "10.42.0.2:+1" }, "not a number from 1 to 65535"},
+		"endpoint host":    {func(s *Settings) { s.ControlPlaneEndpoint = "bad host:6443" }, "neither an IP address nor a DNS name"},
+		"endpoint long":    {func(s *Settings) { s.ControlPlaneEndpoint = strings.Repeat("a", 300) + ":6443" }, "is not HOST:PORT"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -44,6 +49,14 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate: %v; want an error saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestCheckEndpoint(t *testing.T) {
+	for _, ok := range []string{"10.42.0.2:6443", "api.example.org:443", "[fd00::2]:6443"} {
+		if err := CheckEndpoint(ok); err != nil {
+			t.Errorf("CheckEndpoint(%q): %v", ok, err)
+		}
 	}
 }
 

@@ -13,7 +13,9 @@
 //
 //	/self            {"name": ..., "role": ..., "ip": ...} of the caller
 //	/peers           [{"name", "role", "ip"}, ...] sorted by role, then name
-//	/endpoint        {"endpoint": "<first control-plane IP>:<API server port>"}
+//	/endpoint        {"endpoint": "<IP>:<API server port>"} of the control
+//	                 planes: the cloud's load balancer in front of them,
+//	                 or else the first control plane
 //	/initsecrethash  {"hash": "<bcrypt hash of the init secret>"}
 //	/sev-snp/report/<128 hex digits>
 //	                 {"report": "<base64>"}: only for a VM whose /self says
@@ -51,11 +53,13 @@ const (
 	PathSEVSNPReport = "/sev-snp/report/"
 )
 
-// Source is what a node asks its cloud's metadata API: who it is and
-// where its peers are (the control planes among them). *Client is one.
+// Source is what a node asks its cloud's metadata API: who it is, where
+// its peers are (the control planes among them) and the control planes'
+// endpoint. *Client is one.
 type Source interface {
 	Self(ctx context.Context) (Instance, error)
 	Peers(ctx context.Context) ([]Instance, error)
+	Endpoint(ctx context.Context) (netip.AddrPort, error)
 }
 
 // TEESimulatedSEVSNP is Instance.TEE of a VM the local cloud runs as a
@@ -134,4 +138,51 @@ func CheckInstances(ins []Instance) error {
 		ips[in.IP] = true
 	}
 	return nil
+}
+
+// JoinService is a place where a node may ask for a join or rejoin
+// ticket.
+type JoinService struct {
+	// Name says what it is: a control plane's name, or "the control-plane
+	// endpoint".
+	Name string
+	Addr netip.AddrPort
+}
+
+// EndpointName is JoinService.Name of the control planes' endpoint.
+const EndpointName = "the control-plane endpoint"
+
+// JoinServices lists where the node that src says it is may ask for a
+// ticket, on port: the control planes' endpoint first (a cloud's load
+// balancer, which passes the node to a control plane that is up), then
+// every other control plane in turn, so that a node still joins when the
+// endpoint does not answer. Neither answer is trusted: a join service
+// proves itself by attestation. A node that is the only control plane
+// gets none, since the endpoint can lead only to itself.
+func JoinServices(ctx context.Context, src Source, port uint16) (Instance, []JoinService, error) {
+	self, err := src.Self(ctx)
+	if err != nil {
+		return Instance{}, nil, fmt.Errorf("ask the metadata service who this node is: %w", err)
+	}
+	peers, err := src.Peers(ctx)
+	if err != nil {
+		return Instance{}, nil, fmt.Errorf("ask the metadata service for the control planes: %w", err)
+	}
+	var out []JoinService
+	seen := map[netip.Addr]bool{self.IP: true}
+	for _, p := range peers {
+		if p.Role == role.ControlPlane && !seen[p.IP] {
+			seen[p.IP] = true
+			out = append(out, JoinService{Name: p.Name, Addr: netip.AddrPortFrom(p.IP, port)})
+		}
+	}
+	if len(out) == 0 {
+		return self, nil, nil
+	}
+	// A cloud without a load balancer names the first control plane,
+	// which is on the list already.
+	if ep, err := src.Endpoint(ctx); err == nil && !seen[ep.Addr()] {
+		out = append([]JoinService{{Name: EndpointName, Addr: netip.AddrPortFrom(ep.Addr(), port)}}, out...)
+	}
+	return self, out, nil
 }

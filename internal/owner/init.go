@@ -65,6 +65,11 @@ type InitConfig struct {
 	ClusterName       string
 	APIServerSANs     []string
 	ServiceCIDR       string
+	// Endpoint is the control planes' stable address, HOST:PORT: a load
+	// balancer in front of every control plane's API server and join
+	// service. Empty means the node's own API server, and a cluster that
+	// is reached through it alone.
+	Endpoint string
 	// SkipServices stops after kubeadm init: no cluster services, no
 	// health check (tests of the init protocol).
 	SkipServices bool
@@ -143,6 +148,8 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 		ClusterName:       cfg.ClusterName,
 		ApiServerCertSans: cfg.APIServerSANs,
 		ServiceCidr:       cfg.ServiceCIDR,
+
+		ControlPlaneEndpoint: cfg.Endpoint,
 	}
 	done, node, err := runInit(ctx, d, cfg, req, r)
 	if err != nil {
@@ -378,8 +385,12 @@ func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, node
 		return fmt.Errorf("the measurements for the join service: %w", err)
 	}
 	node.set = set.Name
+	endpoint := cfg.Endpoint
+	if endpoint == "" {
+		endpoint = net.JoinHostPort(host, strconv.Itoa(cfg.APIServerPort))
+	}
 	releases, err := services.Releases(services.Settings{
-		APIServer:       net.JoinHostPort(host, strconv.Itoa(cfg.APIServerPort)),
+		APIServer:       endpoint,
 		PodCIDR:         clusternet.PodCIDR,
 		MeasurementSets: []measurementset.Set{set},
 		PlatformCA:      pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cfg.PlatformCA.Raw}),

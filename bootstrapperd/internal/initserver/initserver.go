@@ -82,7 +82,9 @@ type ClusterParams struct {
 	ClusterName       string   `json:"clusterName"`
 	APIServerSANs     []string `json:"apiServerSANs"`
 	ServiceCIDR       string   `json:"serviceCIDR"`
-	ClusterID         []byte   `json:"clusterID"`
+	// ControlPlaneEndpoint is HOST:PORT; empty, the node's address.
+	ControlPlaneEndpoint string `json:"controlPlaneEndpoint,omitempty"`
+	ClusterID            []byte `json:"clusterID"`
 }
 
 // Config wires the server to the node.
@@ -336,7 +338,9 @@ func (s *Server) startOrAttach(req *initpb.InitRequest, ms keys.MasterSecret, cl
 			ClusterName:       req.GetClusterName(),
 			APIServerSANs:     req.GetApiServerCertSans(),
 			ServiceCIDR:       req.GetServiceCidr(),
-			ClusterID:         clusterID,
+
+			ControlPlaneEndpoint: req.GetControlPlaneEndpoint(),
+			ClusterID:            clusterID,
 		}}
 		if err := s.lock(p); err != nil {
 			return nil, nil, err

@@ -246,6 +246,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		"bad SAN":                 {func(r *initpb.InitRequest) { r.ApiServerCertSans = []string{"not a name"} }, codes.InvalidArgument, "must each be an IP address or a DNS name"},
 		"bad CIDR":                {func(r *initpb.InitRequest) { r.ServiceCidr = "10.96.0.0/33" }, codes.InvalidArgument, "service CIDR"},
 		"CIDR with host bits":     {func(r *initpb.InitRequest) { r.ServiceCidr = "10.96.0.1/12" }, codes.InvalidArgument, "did you mean 10.96.0.0/12"},
+		"bad endpoint":            {func(r *initpb.InitRequest) { r.ControlPlaneEndpoint = "10.42.0.2" }, codes.InvalidArgument, "control-plane endpoint"},
 		"no init secret":          {func(r *initpb.InitRequest) { r.InitSecret = nil }, codes.InvalidArgument, "init secret has 0 bytes"},
 		"wrong init secret":       {func(r *initpb.InitRequest) { r.InitSecret = []byte("guess") }, codes.PermissionDenied, "wrong init secret"},
 	}

@@ -167,6 +167,7 @@ func TestOversizedFieldsGetBoundedErrors(t *testing.T) {
 		"3 MiB SAN":                {func(r *initpb.InitRequest) { r.ApiServerCertSans = []string{strings.Repeat("a", 3<<20)} }, []string{"... (3145728 bytes)"}},
 		"3 MiB Kubernetes version": {func(r *initpb.InitRequest) { r.KubernetesVersion = strings.Repeat("v", 3<<20) }, []string{"Kubernetes version", "longer than 32 bytes"}},
 		"3 MiB service CIDR":       {func(r *initpb.InitRequest) { r.ServiceCidr = strings.Repeat("1", 3<<20) }, []string{"service CIDR", "longer than 64 bytes"}},
+		"3 MiB endpoint":           {func(r *initpb.InitRequest) { r.ControlPlaneEndpoint = strings.Repeat("1", 3<<20) }, []string{"control-plane endpoint", "... (3145728 bytes)"}},
 		"3 MiB master secret":      {func(r *initpb.InitRequest) { r.MasterSecret = make([]byte, 3<<20) }, []string{"master key has 3145728 bytes, want 32"}},
 		"3 MiB master secret salt": {func(r *initpb.InitRequest) { r.MasterSecretSalt = make([]byte, 3<<20) }, []string{"master salt has 3145728 bytes, want 32"}},
 		"3 MiB measurement salt":   {func(r *initpb.InitRequest) { r.MeasurementSalt = make([]byte, 3<<20) }, []string{"measurement salt has 3145728 bytes, want 32"}},
@@ -220,6 +221,7 @@ func TestLargestValidRequestFits(t *testing.T) {
 	fill(req.ApiServerCertSans, strings.Repeat(strings.Repeat("a", 63)+".", 3)+strings.Repeat("a", 61))
 	// As long as a valid range gets: the services' range is IPv4.
 	req.ServiceCidr = "172.100.100.128/25"
+	req.ControlPlaneEndpoint = strings.Repeat(strings.Repeat("a", 63)+".", 3) + strings.Repeat("a", 61) + ":65535"
 	if err := validate(req, func(string) error { return nil }); err != nil {
 		t.Fatalf("validate: %v", err)
 	}

@@ -48,6 +48,8 @@ func validate(req *initpb.InitRequest, supported func(string) error) error {
 		ClusterName:       req.GetClusterName(),
 		APIServerSANs:     req.GetApiServerCertSans(),
 		ServiceCIDR:       req.GetServiceCidr(),
+
+		ControlPlaneEndpoint: req.GetControlPlaneEndpoint(),
 	}
 	if err := settings.Validate(supported); err != nil {
 		errs = append(errs, err)

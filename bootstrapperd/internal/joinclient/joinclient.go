@@ -28,7 +28,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -204,13 +203,9 @@ func retry(ctx context.Context, cfg Config, log *slog.Logger, msg string, attemp
 }
 
 func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *slog.Logger, status func(string)) error {
-	self, err := cfg.Metadata.Self(ctx)
+	self, services, err := metadata.JoinServices(ctx, cfg.Metadata, joinpb.Port)
 	if err != nil {
-		return fmt.Errorf("ask the metadata service who this node is: %w", err)
-	}
-	peers, err := cfg.Metadata.Peers(ctx)
-	if err != nil {
-		return fmt.Errorf("ask the metadata service for the control planes: %w", err)
+		return err
 	}
 	uuid, err := cfg.Disk.UUID(ctx)
 	if err != nil {
@@ -221,12 +216,9 @@ func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *sl
 		return err
 	}
 	lastErr := errors.New("no other control-plane node is known")
-	for _, p := range peers {
-		if p.Role != role.ControlPlane || p.IP == self.IP {
-			continue
-		}
-		addr := netip.AddrPortFrom(p.IP, joinpb.Port).String()
-		status("joining via " + p.IP.String())
+	for _, s := range services {
+		addr := s.Addr.String()
+		status("joining via " + s.Name + " (" + s.Addr.Addr().String() + ")")
 		ticket, err := requestTicket(ctx, service, addr, &joinpb.IssueJoinTicketRequest{
 			DiskUuid: uuid, CertificateRequest: csr, IsControlPlane: self.Role == role.ControlPlane,
 		})

@@ -51,6 +51,11 @@ type meta struct {
 }
 
 func (m meta) Self(context.Context) (metadata.Instance, error) { return m.self, nil }
+
+// Endpoint: the tests' cloud has no load balancer.
+func (m meta) Endpoint(context.Context) (netip.AddrPort, error) {
+	return netip.AddrPort{}, errors.New("no control-plane endpoint")
+}
 func (m meta) Peers(context.Context) ([]metadata.Instance, error) {
 	return append(slices.Clone(m.peers), m.self), nil
 }

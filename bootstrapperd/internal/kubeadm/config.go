@@ -30,6 +30,10 @@ type InitParams struct {
 	ClusterName       string
 	ServiceCIDR       string
 	CertSANs          []string
+	// ControlPlaneEndpoint is where every control plane is reached,
+	// HOST:PORT, a load balancer in front of them; empty means NodeIP's
+	// API server.
+	ControlPlaneEndpoint string
 	// PatchDir holds kubeadm's patches for the control-plane static pods
 	// (see patchFiles); empty means none.
 	PatchDir string
@@ -236,7 +240,7 @@ func InitConfig(p InitParams) ([]byte, error) {
 
 	cc := clusterConfiguration{APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "ClusterConfiguration",
 		KubernetesVersion: p.KubernetesVersion, ClusterName: p.ClusterName,
-		ControlPlaneEndpoint: netip.AddrPortFrom(p.NodeIP, clusternet.APIServerPort).String()}
+		ControlPlaneEndpoint: p.endpoint()}
 	cc.Networking.ServiceSubnet = p.ServiceCIDR
 	cc.Networking.PodSubnet = clusternet.PodCIDR
 	cc.APIServer.CertSANs = p.CertSANs
@@ -250,6 +254,14 @@ func InitConfig(p InitParams) ([]byte, error) {
 		ResolvConf: "/run/systemd/resolve/resolv.conf", EnableSystemLogHandler: true, EnableSystemLogQuery: true,
 		RuntimeRequestTimeout: runtimeRequestTimeout}
 	return documents(ic, cc, kc)
+}
+
+// endpoint is p's control-plane endpoint, HOST:PORT.
+func (p InitParams) endpoint() string {
+	if p.ControlPlaneEndpoint != "" {
+		return p.ControlPlaneEndpoint
+	}
+	return netip.AddrPortFrom(p.NodeIP, clusternet.APIServerPort).String()
 }
 
 // JoinParams are the inputs of `kubeadm join`.

@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
-	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 )
@@ -68,12 +66,15 @@ type Tool struct {
 // Init runs kubeadm init and returns the admin kubeconfig.
 func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, error) {
 	p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-patches")
-	apiServer := netip.AddrPortFrom(p.NodeIP, clusternet.APIServerPort)
-	if err := writePatches(p.PatchDir, map[string]string{coreDNSPatchFile: coreDNSPatch(apiServer)}); err != nil {
-		return nil, err
-	}
 	cfg, err := InitConfig(p)
 	if err != nil {
+		return nil, err
+	}
+	patch, err := coreDNSPatch(p.endpoint())
+	if err != nil {
+		return nil, err
+	}
+	if err := writePatches(p.PatchDir, map[string]string{coreDNSPatchFile: patch}); err != nil {
 		return nil, err
 	}
 	path, err := t.writeConfig("kubeadm-init.yaml", cfg)

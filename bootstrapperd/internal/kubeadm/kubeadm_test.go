@@ -126,6 +126,12 @@ func TestInitConfig(t *testing.T) {
 	if _, err := InitConfig(InitParams{}); err == nil {
 		t.Error("empty params accepted")
 	}
+	// A cluster behind a load balancer names it, and only it: a second
+	// control plane then needs no new certificate.
+	raw, _ = InitConfig(InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"), ControlPlaneEndpoint: "10.42.0.2:6443"})
+	if got := get(splitDocs(t, raw)[1], "controlPlaneEndpoint"); got != "10.42.0.2:6443" {
+		t.Errorf("controlPlaneEndpoint = %v, want the load balancer 10.42.0.2:6443", got)
+	}
 }
 
 func TestJoinConfig(t *testing.T) {
@@ -272,7 +278,7 @@ func TestControlPlanePatches(t *testing.T) {
 	admin := filepath.Join(dir, "admin.conf")
 	r := &fakeRunner{onRun: func(c call) error { return os.WriteFile(admin, []byte("kubeconfig"), 0o600) }}
 	tool := &Tool{Runner: r, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: admin}
-	if _, err := tool.Init(context.Background(), InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100")}, io.Discard); err != nil {
+	if _, err := tool.Init(context.Background(), InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"), ControlPlaneEndpoint: "10.42.0.2:6443"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	cfg, _ := os.ReadFile(r.calls[0].args[2])
@@ -409,9 +415,9 @@ func checkCoreDNSPatch(t *testing.T, patchDir string) {
 	}
 	cs := dns.Spec.Template.Spec.Containers
 	if len(cs) != 1 || cs[0].Name != "coredns" || len(cs[0].Env) != 2 ||
-		cs[0].Env[0].Name != "KUBERNETES_SERVICE_HOST" || cs[0].Env[0].Value != "10.42.1.100" ||
+		cs[0].Env[0].Name != "KUBERNETES_SERVICE_HOST" || cs[0].Env[0].Value != "10.42.0.2" ||
 		cs[0].Env[1].Name != "KUBERNETES_SERVICE_PORT" || cs[0].Env[1].Value != "6443" {
-		t.Fatalf("CoreDNS patch %+v; want the API server at 10.42.1.100:6443", cs)
+		t.Fatalf("CoreDNS patch %+v; want the control-plane endpoint 10.42.0.2:6443", cs)
 	}
 }
 

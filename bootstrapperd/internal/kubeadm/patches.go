@@ -2,7 +2,7 @@ package kubeadm
 
 import (
 	"fmt"
-	"net/netip"
+	"net"
 	"os"
 	"path/filepath"
 )
@@ -161,7 +161,11 @@ const coreDNSPatchFile = "corednsdeployment+strategic.yaml"
 // toleration): its service account lists every pod in the cluster, and it
 // answers every pod's name lookups, neither of which root on a worker
 // should hold.
-func coreDNSPatch(apiServer netip.AddrPort) string {
+func coreDNSPatch(endpoint string) (string, error) {
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("control-plane endpoint %q: %w", endpoint, err)
+	}
 	return fmt.Sprintf(`spec:
   template:
     spec:
@@ -173,8 +177,8 @@ func coreDNSPatch(apiServer netip.AddrPort) string {
         - name: KUBERNETES_SERVICE_HOST
           value: %q
         - name: KUBERNETES_SERVICE_PORT
-          value: "%d"
-`, apiServer.Addr().String(), apiServer.Port())
+          value: %q
+`, host, port), nil
 }
 
 // writePatches writes patchFiles and extra (file name to patch) into dir,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"path/filepath"
 )
@@ -25,9 +24,9 @@ type UpgradeParams struct {
 	// static pods it writes are what init and join wrote (and what
 	// orrery-static-pods checks at boot).
 	ControlPlane bool
-	// APIServer is the control-plane endpoint the CoreDNS patch points at
-	// (Apply only).
-	APIServer netip.AddrPort
+	// Endpoint is the control-plane endpoint, HOST:PORT, that the CoreDNS
+	// patch points at (Apply only).
+	Endpoint string
 	// PatchDir: see InitParams; Upgrade sets it.
 	PatchDir string
 }
@@ -94,10 +93,11 @@ func (t *Tool) Upgrade(ctx context.Context, p UpgradeParams, out io.Writer) erro
 		p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-upgrade-patches")
 		var extra map[string]string
 		if p.Apply {
-			if !p.APIServer.IsValid() {
-				return fmt.Errorf("kubeadm upgrade apply: the API server's address is required")
+			patch, err := coreDNSPatch(p.Endpoint)
+			if err != nil {
+				return fmt.Errorf("kubeadm upgrade apply: %w", err)
 			}
-			extra = map[string]string{coreDNSPatchFile: coreDNSPatch(p.APIServer)}
+			extra = map[string]string{coreDNSPatchFile: patch}
 		}
 		if err := writePatches(p.PatchDir, extra); err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +12,6 @@ import (
 )
 
 func TestUpgradeRunsTheTargetsKubeadmWithThePatches(t *testing.T) {
-	apiServer := netip.MustParseAddrPort("10.42.1.100:6443")
 	for _, c := range []struct {
 		name             string
 		p                UpgradeParams
@@ -21,7 +19,7 @@ func TestUpgradeRunsTheTargetsKubeadmWithThePatches(t *testing.T) {
 		wantPatches      bool
 		wantCoreDNSPatch bool
 	}{
-		{"first control plane", UpgradeParams{Apply: true, ControlPlane: true, APIServer: apiServer}, "upgrade apply --config CONFIG --yes", true, true},
+		{"first control plane", UpgradeParams{Apply: true, ControlPlane: true, Endpoint: "10.42.0.2:6443"}, "upgrade apply --config CONFIG --yes", true, true},
 		{"other control plane", UpgradeParams{ControlPlane: true}, "upgrade node --config CONFIG", true, false},
 		{"worker", UpgradeParams{}, "upgrade node --config CONFIG", false, false},
 	} {

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +28,6 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
-	"github.com/orrery-dev/orrery/internal/clusternet"
 	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
@@ -230,11 +228,9 @@ func (s *Server) run(ctx context.Context, j *job, from string) error {
 		Apply: j.step == kubeupgradepb.Step_STEP_APPLY, ControlPlane: s.controlPlane(),
 	}
 	if p.Apply {
-		kept, err := kubeadm.KeptSettings(s.c.Manifests)
-		if err != nil {
-			return fmt.Errorf("read this control plane's address: %w", err)
+		if p.Endpoint, err = s.c.Kubeadm.Endpoint(); err != nil {
+			return err
 		}
-		p.APIServer = netip.AddrPortFrom(kept.NodeIP, clusternet.APIServerPort)
 	}
 	// Once kubeadm is done with them, its backups go whatever the
 	// outcome: kubeadm puts a failed control plane back from them itself,

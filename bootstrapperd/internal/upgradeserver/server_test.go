@@ -114,12 +114,16 @@ func newFixture(t *testing.T, running, manifests string) *fixture {
 		manifests = filepath.Join(dir, "no-manifests")
 	}
 	f.cfg = Config{
-		Release: f.node, Kubeadm: &kubeadm.Tool{Runner: f.runner, ConfigDir: filepath.Join(dir, "run")},
+		Release: f.node, Kubeadm: &kubeadm.Tool{Runner: f.runner, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: filepath.Join(dir, "admin.conf")},
 		Manifests: manifests, KubeletConfig: filepath.Join(dir, "kubelet.conf"), KubeadmBackups: filepath.Join(dir, "kubeadm-tmp"),
 		Kubelet: f.kubelet, Etcd: etcd{data: []byte("etcd database, then its hash")},
 		KubeletWait: 2 * time.Second, Log: slog.New(slog.DiscardHandler),
 	}
 	if err := os.WriteFile(f.cfg.KubeletConfig, []byte("kubeconfig"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	admin := "clusters:\n- cluster:\n    server: https://10.42.0.2:6443\n"
+	if err := os.WriteFile(f.cfg.Kubeadm.AdminKubeconfig, []byte(admin), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f.client = serve(t, New(f.cfg))
@@ -205,7 +209,7 @@ func TestAWorkerUpgradesWithTheTargetsKubeadmThenSwitchesKubelet(t *testing.T) {
 	}
 }
 
-func TestTheFirstControlPlaneAppliesWithItsPatchesAndAddress(t *testing.T) {
+func TestTheFirstControlPlaneAppliesWithItsPatchesAndTheEndpoint(t *testing.T) {
 	oldest, newest := releases(t)
 	pods := kubeadmtest.KeptPods(t, oldest)
 	f := newFixture(t, oldest, pods)
@@ -226,8 +230,10 @@ func TestTheFirstControlPlaneAppliesWithItsPatchesAndAddress(t *testing.T) {
 		t.Errorf("ran %q, want kubeadm upgrade apply", got)
 	}
 	all := strings.Join(patches, "\n")
-	if !strings.Contains(all, "corednsdeployment") || !strings.Contains(all, kubeadmtest.NodeIP.String()) || !strings.Contains(all, "kube-apiserver+strategic.yaml") {
-		t.Errorf("kubeadm got patches\n%s\nwant the control plane's and CoreDNS's pointing at %s", all, kubeadmtest.NodeIP)
+	// CoreDNS goes to the endpoint of admin.conf, the load balancer, not
+	// to this control plane, which may leave the cluster.
+	if !strings.Contains(all, "corednsdeployment") || !strings.Contains(all, `"10.42.0.2"`) || strings.Contains(all, kubeadmtest.NodeIP.String()) || !strings.Contains(all, "kube-apiserver+strategic.yaml") {
+		t.Errorf("kubeadm got patches\n%s\nwant the control plane's and CoreDNS's pointing at the endpoint 10.42.0.2", all)
 	}
 }
 

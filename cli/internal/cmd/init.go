@@ -7,9 +7,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/toolout"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/initpb"
+	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
@@ -43,6 +46,7 @@ type initOptions struct {
 	clusterName       string
 	sans              []string
 	serviceCIDR       string
+	endpoint          string
 	timeout           time.Duration
 	verbose           bool
 	skipServices      bool
@@ -93,6 +97,9 @@ cluster's disks.`,
 	f.StringVar(&o.clusterName, "cluster-name", "orrery", "cluster name (a DNS label)")
 	f.StringSliceVar(&o.sans, "api-server-san", nil, "extra name or IP for the API server certificate (repeatable)")
 	f.StringVar(&o.serviceCIDR, "service-cidr", clusternet.DefaultServiceCIDR, "IP range of Kubernetes services")
+	f.StringVar(&o.endpoint, "endpoint", "", fmt.Sprintf("the control planes' stable address, HOST or HOST:PORT (port %d if not given): a TCP load balancer in front of every control plane's API server and join service (port %d). "+
+		"It is in every kubeconfig, join ticket and the API server's certificate, and cannot change later "+
+		"(default: the local cloud's load balancer with 'orrery mini'; otherwise the node's own address, through which alone the cluster is then reached)", clusternet.APIServerPort, joinpb.Port))
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long to wait for the node and for kubeadm")
 	f.BoolVar(&o.verbose, "verbose", false, "show kubeadm's output")
 	_ = f.MarkDeprecated("verbose", "use --log-level debug, which shows kubeadm's output")
@@ -128,6 +135,9 @@ func (o *initOptions) applyMiniDefaults() (*cloud.State, error) {
 	if o.initSecretPath == "" {
 		o.initSecretPath = filepath.Join(o.miniDir, cloud.InitSecretFile)
 	}
+	if o.endpoint == "" && st.Endpoint.IsValid() {
+		o.endpoint = st.Endpoint.String()
+	}
 	return &st, nil
 }
 
@@ -161,7 +171,19 @@ func runInit(ctx context.Context, out io.Writer, log *slog.Logger, o initOptions
 
 // settings are the cluster's settings the flags chose.
 func (o initOptions) settings() clustersettings.Settings {
-	return clustersettings.Settings{KubernetesVersion: o.kubernetesVersion, ClusterName: o.clusterName, APIServerSANs: o.sans, ServiceCIDR: o.serviceCIDR}
+	return clustersettings.Settings{KubernetesVersion: o.kubernetesVersion, ClusterName: o.clusterName, APIServerSANs: o.sans, ServiceCIDR: o.serviceCIDR, ControlPlaneEndpoint: withAPIPort(o.endpoint)}
+}
+
+// withAPIPort adds the API server's port to an endpoint given as a host
+// alone.
+func withAPIPort(endpoint string) string {
+	if endpoint == "" {
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(endpoint); err == nil {
+		return endpoint
+	}
+	return net.JoinHostPort(strings.Trim(endpoint, "[]"), strconv.Itoa(clusternet.APIServerPort))
 }
 
 // checkFlags checks what the flags say on their own, so that a typo is
@@ -246,6 +268,7 @@ func (o initOptions) config() (owner.InitConfig, error) {
 		ClusterName:       o.clusterName,
 		APIServerSANs:     o.sans,
 		ServiceCIDR:       o.serviceCIDR,
+		Endpoint:          withAPIPort(o.endpoint),
 		SkipServices:      o.skipServices,
 	}, nil
 }

@@ -68,7 +68,7 @@ func TestInit(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	args := []string{"init", "--mini-dir", filepath.Join(dir, "no-mini"), "--node", addr, "--measurements", measPath,
 		"--platform-ca", caPath, "--init-secret-file", secretPath, "--workspace", out, "--timeout", "30s",
-		"--cluster-name", "demo", "--api-server-san", "api.example.org", "--skip-services"}
+		"--cluster-name", "demo", "--api-server-san", "api.example.org", "--endpoint", "api.example.org", "--skip-services"}
 
 	var stdout, stderr bytes.Buffer
 	if code := Execute(context.Background(), args, &stdout, &stderr); code != 0 {
@@ -84,7 +84,8 @@ func TestInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := node.Requests()[0]
-	if !bytes.Equal(req.GetMasterSecret(), ms.Key) || req.GetClusterName() != "demo" || req.GetApiServerCertSans()[0] != "api.example.org" || req.GetServiceCidr() != "10.96.0.0/12" {
+	if !bytes.Equal(req.GetMasterSecret(), ms.Key) || req.GetClusterName() != "demo" || req.GetApiServerCertSans()[0] != "api.example.org" || req.GetServiceCidr() != "10.96.0.0/12" ||
+		req.GetControlPlaneEndpoint() != "api.example.org:6443" {
 		t.Fatalf("request does not carry the owner's settings: %v", req)
 	}
 	if bytes.Equal(req.GetMeasurementSalt(), ms.Salt) {
@@ -140,6 +141,7 @@ func TestInitErrors(t *testing.T) {
 			wantErr: "PCR 11 mismatch"},
 		"kubeadm fails": {args: []string{"--init-secret-file", secret("s3cret")}, fail: true, wantErr: "run kubeadm init: exit status 1", wantLog: true},
 		"no node":       {args: []string{"--node", "", "--init-secret-file", secret("s3cret")}, wantErr: "pass --node"},
+		"bad endpoint":  {args: []string{"--init-secret-file", secret("s3cret"), "--endpoint", "10.42.0.2:http"}, wantErr: "control-plane endpoint"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

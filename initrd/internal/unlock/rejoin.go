@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/joinconn"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
-	"github.com/orrery-dev/orrery/internal/role"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 
@@ -90,25 +88,18 @@ func (r *Rejoiner) round(ctx context.Context) error {
 	if err := r.Unlocker.Check(ctx); err != nil {
 		return err
 	}
-	self, err := r.Metadata.Self(ctx)
+	_, services, err := metadata.JoinServices(ctx, r.Metadata, joinpb.Port)
 	if err != nil {
-		return fmt.Errorf("ask the metadata service who this node is: %w", err)
-	}
-	peers, err := r.Metadata.Peers(ctx)
-	if err != nil {
-		return fmt.Errorf("ask the metadata service for the control planes: %w", err)
+		return err
 	}
 	var errs []error
-	for _, p := range peers {
-		if p.Role != role.ControlPlane || p.IP == self.IP {
-			continue
-		}
-		addr := netip.AddrPortFrom(p.IP, joinpb.Port).String()
+	for _, s := range services {
+		addr := s.Addr.String()
 		err := r.ask(ctx, addr)
 		if err == nil || errors.Is(err, ErrOpen) || errors.Is(err, ErrRefused) {
 			return err
 		}
-		errs = append(errs, fmt.Errorf("%s (%s): %w", p.Name, addr, err))
+		errs = append(errs, fmt.Errorf("%s (%s): %w", s.Name, addr, err))
 	}
 	if len(errs) == 0 {
 		return errors.New("the metadata service names no other control plane; with every control plane down, the owner recovers one with 'orrery recover'")

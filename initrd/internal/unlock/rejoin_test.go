@@ -42,13 +42,23 @@ var (
 
 // meta is the metadata service; it refuses the first downFor questions
 // (a network that is not up yet).
-type meta struct{ downFor atomic.Int32 }
+type meta struct {
+	noEndpoint
+	downFor atomic.Int32
+}
 
 func (m *meta) Self(context.Context) (metadata.Instance, error) {
 	if m.downFor.Add(-1) >= 0 {
 		return metadata.Instance{}, errors.New("connection refused")
 	}
 	return self, nil
+}
+
+// noEndpoint is the metadata of a cloud without a load balancer.
+type noEndpoint struct{}
+
+func (noEndpoint) Endpoint(context.Context) (netip.AddrPort, error) {
+	return netip.AddrPort{}, errors.New("no control-plane endpoint")
 }
 
 func (m *meta) Peers(context.Context) ([]metadata.Instance, error) {
@@ -335,14 +345,17 @@ func TestRejoinAloneSaysRecover(t *testing.T) {
 	}
 }
 
-type metaOnly struct{ self metadata.Instance }
+type metaOnly struct {
+	noEndpoint
+	self metadata.Instance
+}
 
 func (m metaOnly) Self(context.Context) (metadata.Instance, error) { return m.self, nil }
 func (m metaOnly) Peers(context.Context) ([]metadata.Instance, error) {
 	return []metadata.Instance{m.self}, nil
 }
 
-type cpMeta struct{}
+type cpMeta struct{ noEndpoint }
 
 var cp1 = metadata.Instance{Name: "cp-1", Role: role.ControlPlane, IP: netip.MustParseAddr("10.42.1.101")}
 

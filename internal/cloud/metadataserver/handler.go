@@ -42,6 +42,10 @@ type Config struct {
 	// APIServerPort is the control plane's API server port. Zero means
 	// clusternet.APIServerPort.
 	APIServerPort int
+	// Endpoint is the control planes' stable endpoint, a load balancer
+	// in front of them; zero means the first control plane's API server
+	// (at APIServerPort).
+	Endpoint netip.AddrPort
 	// Logger receives a line per request; nil discards them.
 	Logger *slog.Logger
 	// SEVSNPReport plays the simulated AMD Secure Processor of the
@@ -66,8 +70,8 @@ type handler struct {
 
 // NewHandler checks cfg (valid and unique names and addresses, valid
 // roles, at least one control-plane, a bcrypt hash, a valid port) and
-// returns the API's handler. The control-plane endpoint is the first
-// control-plane instance in cfg.Instances.
+// returns the API's handler. The control-plane endpoint is cfg.Endpoint,
+// or else the first control-plane instance in cfg.Instances.
 func NewHandler(cfg Config) (http.Handler, error) {
 	if err := metadata.CheckInstances(cfg.Instances); err != nil {
 		return nil, err
@@ -106,7 +110,11 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.Name, b.Name))
 	})
 	h.peers = mustJSON(peers)
-	h.endpoint = mustJSON(metadata.EndpointAnswer{Endpoint: netip.AddrPortFrom(cfg.Instances[cp].IP, uint16(port)).String()})
+	endpoint := netip.AddrPortFrom(cfg.Instances[cp].IP, uint16(port))
+	if cfg.Endpoint.IsValid() {
+		endpoint = cfg.Endpoint
+	}
+	h.endpoint = mustJSON(metadata.EndpointAnswer{Endpoint: endpoint.String()})
 	h.hash = mustJSON(metadata.InitSecretHashAnswer{Hash: string(cfg.InitSecretHash)})
 	return h, nil
 }

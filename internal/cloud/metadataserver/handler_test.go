@@ -218,22 +218,28 @@ func TestHandlerAnswers(t *testing.T) {
 
 func TestHandlerEndpointFormat(t *testing.T) {
 	tests := map[string]struct {
-		ip   string
-		port int
-		want string
+		ip       string
+		port     int
+		endpoint string
+		want     string
 	}{
-		"IPv4 default port": {"10.42.0.10", 0, "10.42.0.10:6443"},
-		"IPv4 custom port":  {"10.42.0.10", 443, "10.42.0.10:443"},
-		"IPv6":              {"fd00::10", 0, "[fd00::10]:6443"},
+		"IPv4 default port": {"10.42.0.10", 0, "", "10.42.0.10:6443"},
+		"IPv4 custom port":  {"10.42.0.10", 443, "", "10.42.0.10:443"},
+		"IPv6":              {"fd00::10", 0, "", "[fd00::10]:6443"},
+		"load balancer":     {"10.42.0.10", 0, "10.42.0.2:6443", "10.42.0.2:6443"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			ip := netip.MustParseAddr(tc.ip)
-			h, err := NewHandler(Config{
+			cfg := Config{
 				Instances:      []metadata.Instance{{Name: "cp-0", Role: role.ControlPlane, IP: ip}},
 				InitSecretHash: testHash(),
 				APIServerPort:  tc.port,
-			})
+			}
+			if tc.endpoint != "" {
+				cfg.Endpoint = netip.MustParseAddrPort(tc.endpoint)
+			}
+			h, err := NewHandler(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

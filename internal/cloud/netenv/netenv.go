@@ -46,6 +46,10 @@ type Config struct {
 	// MetadataIP is an extra /32 address on the bridge on which the
 	// metadata API listens, e.g. 169.254.169.254. Zero adds none.
 	MetadataIP netip.Addr
+	// LoadBalancerIP is a further address of the host's on the bridge,
+	// inside the VM subnet, on which the cloud's load balancer in front
+	// of the control planes listens, e.g. 10.42.0.2. Zero adds none.
+	LoadBalancerIP netip.Addr
 }
 
 // Network is a created bridge with its taps. Its methods are safe for
@@ -134,6 +138,10 @@ func create(ctx context.Context, cfg Config, cmd commander, openNS func(string) 
 	if cfg.MetadataIP.IsValid() {
 		steps = append(steps, []string{"addr", "add", netip.PrefixFrom(cfg.MetadataIP, 32).String(), "dev", cfg.Bridge})
 	}
+	if cfg.LoadBalancerIP.IsValid() {
+		// /32: the subnet's route is the gateway's address's already.
+		steps = append(steps, []string{"addr", "add", netip.PrefixFrom(cfg.LoadBalancerIP, 32).String(), "dev", cfg.Bridge})
+	}
 	steps = append(steps, []string{"link", "set", "dev", cfg.Bridge, "up"})
 	for _, args := range steps {
 		if err := n.ip.do(ctx, ns, args...); err != nil {
@@ -162,6 +170,11 @@ func (c Config) validate() error {
 		}
 		if c.Gateway.Contains(c.MetadataIP) {
 			return fmt.Errorf("metadata address %s is inside the VM subnet %s: use one outside it, e.g. 169.254.169.254", c.MetadataIP, c.Gateway.Masked())
+		}
+	}
+	if lb := c.LoadBalancerIP; lb.IsValid() {
+		if !c.Gateway.Contains(lb) || lb == c.Gateway.Addr() || lb == c.Gateway.Masked().Addr() {
+			return fmt.Errorf("load balancer address %s: want a host address of the VM subnet %s other than the gateway's", lb, c.Gateway.Masked())
 		}
 	}
 	return nil

@@ -23,6 +23,8 @@ func TestConfigValidate(t *testing.T) {
 		Bridge:     "orrery0",
 		Gateway:    netip.MustParsePrefix("10.42.0.1/16"),
 		MetadataIP: netip.MustParseAddr("169.254.169.254"),
+
+		LoadBalancerIP: netip.MustParseAddr("10.42.0.2"),
 	}
 	tests := map[string]struct {
 		change  func(*Config)
@@ -45,6 +47,10 @@ func TestConfigValidate(t *testing.T) {
 		"gateway network addr":   {change: func(c *Config) { c.Gateway = netip.MustParsePrefix("10.42.0.0/16") }, wantErr: true},
 		"IPv6 metadata address":  {change: func(c *Config) { c.MetadataIP = netip.MustParseAddr("fd00::254") }, wantErr: true},
 		"metadata in subnet":     {change: func(c *Config) { c.MetadataIP = netip.MustParseAddr("10.42.255.254") }, wantErr: true},
+		"no load balancer":       {change: func(c *Config) { c.LoadBalancerIP = netip.Addr{} }},
+		"balancer outside":       {change: func(c *Config) { c.LoadBalancerIP = netip.MustParseAddr("10.43.0.2") }, wantErr: true},
+		"balancer on gateway":    {change: func(c *Config) { c.LoadBalancerIP = netip.MustParseAddr("10.42.0.1") }, wantErr: true},
+		"balancer network addr":  {change: func(c *Config) { c.LoadBalancerIP = netip.MustParseAddr("10.42.0.0") }, wantErr: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -152,12 +158,13 @@ func createCommandsCases() map[string]createCommandsCase {
 	md := netip.MustParseAddr("169.254.169.254")
 	return map[string]createCommandsCase{
 		"host namespace": {
-			cfg: Config{Bridge: "orrery0", Gateway: gw, MetadataIP: md},
+			cfg: Config{Bridge: "orrery0", Gateway: gw, MetadataIP: md, LoadBalancerIP: netip.MustParseAddr("10.42.0.2")},
 			ip:  fakeIP{links: map[string]string{"/lo": "loopback"}},
 			wantChanges: []string{
 				"link add name orrery0 type bridge",
 				"addr add 10.42.0.1/16 dev orrery0",
 				"addr add 169.254.169.254/32 dev orrery0",
+				"addr add 10.42.0.2/32 dev orrery0",
 				"link set dev orrery0 up",
 			},
 		},

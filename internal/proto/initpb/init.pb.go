@@ -67,9 +67,18 @@ type InitRequest struct {
 	// service_cidr is the IP range for Kubernetes Services in CIDR notation,
 	// e.g. "10.96.0.0/12". Required: the default lives in the CLI's config,
 	// so an empty value is rejected rather than silently defaulted here.
-	ServiceCidr   string `protobuf:"bytes,8,opt,name=service_cidr,json=serviceCidr,proto3" json:"service_cidr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ServiceCidr string `protobuf:"bytes,8,opt,name=service_cidr,json=serviceCidr,proto3" json:"service_cidr,omitempty"`
+	// control_plane_endpoint is the stable address of the cluster's control
+	// planes, "HOST:PORT", where HOST is an IP address or a DNS name: a load
+	// balancer in front of every control plane's API server and join
+	// service. It goes into every kubeconfig, every join ticket and the API
+	// server's certificate, and cannot change later, so a cluster that is
+	// to have more than one control plane needs it from init on. Empty means
+	// this node's own address and API server port: the cluster then stays
+	// reachable only through this node.
+	ControlPlaneEndpoint string `protobuf:"bytes,9,opt,name=control_plane_endpoint,json=controlPlaneEndpoint,proto3" json:"control_plane_endpoint,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *InitRequest) Reset() {
@@ -154,6 +163,13 @@ func (x *InitRequest) GetApiServerCertSans() []string {
 func (x *InitRequest) GetServiceCidr() string {
 	if x != nil {
 		return x.ServiceCidr
+	}
+	return ""
+}
+
+func (x *InitRequest) GetControlPlaneEndpoint() string {
+	if x != nil {
+		return x.ControlPlaneEndpoint
 	}
 	return ""
 }
@@ -547,7 +563,7 @@ var File_internal_proto_initpb_init_proto protoreflect.FileDescriptor
 
 const file_internal_proto_initpb_init_proto_rawDesc = "" +
 	"\n" +
-	" internal/proto/initpb/init.proto\x12\x0eorrery.init.v1\"\xd2\x02\n" +
+	" internal/proto/initpb/init.proto\x12\x0eorrery.init.v1\"\x88\x03\n" +
 	"\vInitRequest\x12#\n" +
 	"\rmaster_secret\x18\x01 \x01(\fR\fmasterSecret\x12,\n" +
 	"\x12master_secret_salt\x18\x02 \x01(\fR\x10masterSecretSalt\x12)\n" +
@@ -557,7 +573,8 @@ const file_internal_proto_initpb_init_proto_rawDesc = "" +
 	"initSecret\x12!\n" +
 	"\fcluster_name\x18\x06 \x01(\tR\vclusterName\x12/\n" +
 	"\x14api_server_cert_sans\x18\a \x03(\tR\x11apiServerCertSans\x12!\n" +
-	"\fservice_cidr\x18\b \x01(\tR\vserviceCidr\"\xe6\x01\n" +
+	"\fservice_cidr\x18\b \x01(\tR\vserviceCidr\x124\n" +
+	"\x16control_plane_endpoint\x18\t \x01(\tR\x14controlPlaneEndpoint\"\xe6\x01\n" +
 	"\fInitResponse\x126\n" +
 	"\bprogress\x18\x01 \x01(\v2\x18.orrery.init.v1.ProgressH\x00R\bprogress\x12,\n" +
 	"\x03log\x18\x02 \x01(\v2\x18.orrery.init.v1.LogChunkH\x00R\x03log\x121\n" +

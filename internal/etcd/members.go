@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"sync"
+	"time"
 
 	"github.com/orrery-dev/orrery/internal/proto/etcdpb"
 )
@@ -15,6 +18,9 @@ type MemberInfo struct {
 	// added that has not started yet.
 	Name     string
 	PeerURLs []string
+	// ClientURLs are where the member serves clients, empty for a member
+	// that has not started.
+	ClientURLs []string
 	// Learner is a member that follows the log but does not vote: kubeadm
 	// adds a joining control plane's member as one, then promotes it.
 	Learner bool
@@ -81,10 +87,69 @@ func (m Member) Remove(ctx context.Context, id uint64) ([]MemberInfo, error) {
 	return members(r.GetMembers()), nil
 }
 
+// Health is what one member said when asked for its status.
+type Health struct {
+	Status Status
+	// Err says why the member did not answer; nil if it did.
+	Err error
+}
+
+// healthWait bounds each member's answer: a member that takes longer
+// serves no one well either.
+const healthWait = 5 * time.Second
+
+// Health asks every member of members for its status at its first client
+// URL, with m's credentials (every member's CA is the same), all at once.
+// A member that gives no client URL has not started.
+func (m Member) Health(ctx context.Context, members []MemberInfo) map[uint64]Health {
+	out := make(map[uint64]Health, len(members))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, info := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := Health{Err: errors.New("it has not started")}
+			if len(info.ClientURLs) > 0 {
+				h = m.healthAt(ctx, info.ClientURLs[0])
+			}
+			mu.Lock()
+			out[info.ID] = h
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (m Member) healthAt(ctx context.Context, clientURL string) Health {
+	u, err := url.Parse(clientURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return Health{Err: fmt.Errorf("its client URL %q is not https://HOST:PORT", clientURL)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, healthWait)
+	defer cancel()
+	other := m
+	other.Endpoint = u.Host
+	st, err := other.Status(ctx)
+	return Health{Status: st, Err: err}
+}
+
+// Healthy is the set of members whose Health has no error.
+func Healthy(h map[uint64]Health) map[uint64]bool {
+	out := map[uint64]bool{}
+	for id, x := range h {
+		if x.Err == nil {
+			out[id] = true
+		}
+	}
+	return out
+}
+
 func members(ms []*etcdpb.Member) []MemberInfo {
 	out := make([]MemberInfo, len(ms))
 	for i, m := range ms {
-		out[i] = MemberInfo{ID: m.GetID(), Name: m.GetName(), PeerURLs: m.GetPeerUrls(), Learner: m.GetIsLearner()}
+		out[i] = MemberInfo{ID: m.GetID(), Name: m.GetName(), PeerURLs: m.GetPeerUrls(), ClientURLs: m.GetClientUrls(), Learner: m.GetIsLearner()}
 	}
 	return out
 }

@@ -44,7 +44,17 @@ func TestMembershipOfARealEtcd(t *testing.T) {
 	if err != nil || len(now) != 2 {
 		t.Fatalf("members after adding a learner: %+v, %v", now, err)
 	}
-	if err := CheckRemoval(now, map[uint64]bool{before[0].ID: true}, learner); err != nil {
+	health := m.Health(t.Context(), now)
+	if h := health[before[0].ID]; h.Err != nil || h.Status.ID != before[0].ID {
+		t.Errorf("the started member's health: %+v, want its status", h)
+	}
+	if h := health[learner]; h.Err == nil {
+		t.Errorf("the learner that never started is healthy: %+v", h)
+	}
+	if got := Healthy(health); len(got) != 1 || !got[before[0].ID] {
+		t.Errorf("Healthy = %v, want the started member alone", got)
+	}
+	if err := CheckRemoval(now, Healthy(health), learner); err != nil {
 		t.Errorf("CheckRemoval of the learner: %v", err)
 	}
 	left, err := m.Remove(t.Context(), learner)

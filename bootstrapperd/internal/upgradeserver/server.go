@@ -28,6 +28,7 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
+	"github.com/orrery-dev/orrery/internal/etcd"
 	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
@@ -41,9 +42,14 @@ type Kubelet interface {
 	Healthy(ctx context.Context) error
 }
 
-// Snapshotter streams a snapshot of the node's etcd member.
-type Snapshotter interface {
+// Etcd is the node's etcd member (etcd.Member): its snapshot, and the
+// cluster's membership as it sees it.
+type Etcd interface {
 	Stream(ctx context.Context, send func(data []byte, remaining uint64) error) error
+	Members(ctx context.Context) ([]etcd.MemberInfo, error)
+	Health(ctx context.Context, members []etcd.MemberInfo) map[uint64]etcd.Health
+	Status(ctx context.Context) (etcd.Status, error)
+	Remove(ctx context.Context, id uint64) ([]etcd.MemberInfo, error)
 }
 
 // Config is what the server works on.
@@ -63,7 +69,7 @@ type Config struct {
 	// remove it anyway).
 	KubeadmBackups string
 	Kubelet        Kubelet
-	Etcd           Snapshotter
+	Etcd           Etcd
 	// KubeletWait is how long a switched kubelet may take to answer its
 	// health check before the node goes back to the release it ran.
 	KubeletWait time.Duration
@@ -85,6 +91,8 @@ type Server struct {
 	job *job
 	// jobs counts the upgrades that run: Wait waits for them.
 	jobs sync.WaitGroup
+	// removing is held while an etcd member is removed.
+	removing sync.Mutex
 }
 
 // New returns a server. An upgrade it starts runs to its end, whoever

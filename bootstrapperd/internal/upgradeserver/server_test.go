@@ -79,9 +79,14 @@ func (k *kubelet) Healthy(context.Context) error {
 	return nil
 }
 
-type etcd struct{ data []byte }
+// fakeEtcd is a member whose snapshot is data; its membership tests are
+// in etcdmembers_test.go.
+type fakeEtcd struct {
+	data []byte
+	membership
+}
 
-func (e etcd) Stream(_ context.Context, send func([]byte, uint64) error) error {
+func (e fakeEtcd) Stream(_ context.Context, send func([]byte, uint64) error) error {
 	for i := 0; i < len(e.data); i += 4 {
 		if err := send(e.data[i:min(i+4, len(e.data))], uint64(len(e.data)-min(i+4, len(e.data)))); err != nil {
 			return err
@@ -116,7 +121,7 @@ func newFixture(t *testing.T, running, manifests string) *fixture {
 	f.cfg = Config{
 		Release: f.node, Kubeadm: &kubeadm.Tool{Runner: f.runner, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: filepath.Join(dir, "admin.conf")},
 		Manifests: manifests, KubeletConfig: filepath.Join(dir, "kubelet.conf"), KubeadmBackups: filepath.Join(dir, "kubeadm-tmp"),
-		Kubelet: f.kubelet, Etcd: etcd{data: []byte("etcd database, then its hash")},
+		Kubelet: f.kubelet, Etcd: fakeEtcd{data: []byte("etcd database, then its hash"), membership: &fakeMembers{}},
 		KubeletWait: 2 * time.Second, Log: slog.New(slog.DiscardHandler),
 	}
 	if err := os.WriteFile(f.cfg.KubeletConfig, []byte("kubeconfig"), 0o600); err != nil {

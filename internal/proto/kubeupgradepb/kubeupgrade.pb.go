@@ -366,6 +366,241 @@ func (x *BackupChunk) GetRemainingBytes() uint64 {
 	return 0
 }
 
+type EtcdMembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdMembersRequest) Reset() {
+	*x = EtcdMembersRequest{}
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdMembersRequest) ProtoMessage() {}
+
+func (x *EtcdMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdMembersRequest.ProtoReflect.Descriptor instead.
+func (*EtcdMembersRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP(), []int{6}
+}
+
+type EtcdMembersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*EtcdMember          `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdMembersResponse) Reset() {
+	*x = EtcdMembersResponse{}
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdMembersResponse) ProtoMessage() {}
+
+func (x *EtcdMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdMembersResponse.ProtoReflect.Descriptor instead.
+func (*EtcdMembersResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EtcdMembersResponse) GetMembers() []*EtcdMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type EtcdMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is etcd's member ID.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is the member's name, which kubeadm makes the node's; empty for
+	// a member added that never started.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// learner is a member that follows but does not vote yet.
+	Learner bool `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
+	// healthy says the member answered for its status; error says why not.
+	Healthy bool   `protobuf:"varint,4,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Error   string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// leader says the member is the leader, as the member itself knows.
+	Leader bool `protobuf:"varint,6,opt,name=leader,proto3" json:"leader,omitempty"`
+	// raft_index is the last index of the log the member has.
+	RaftIndex     uint64 `protobuf:"varint,7,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdMember) Reset() {
+	*x = EtcdMember{}
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdMember) ProtoMessage() {}
+
+func (x *EtcdMember) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdMember.ProtoReflect.Descriptor instead.
+func (*EtcdMember) Descriptor() ([]byte, []int) {
+	return file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EtcdMember) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *EtcdMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EtcdMember) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
+func (x *EtcdMember) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *EtcdMember) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *EtcdMember) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *EtcdMember) GetRaftIndex() uint64 {
+	if x != nil {
+		return x.RaftIndex
+	}
+	return 0
+}
+
+type RemoveEtcdMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the member's, the control plane's node name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// break_quorum removes it even if etcd is left without its quorum (it
+	// then serves no write, and the cluster stops until the member is
+	// back) or without a member (every piece of the cluster's state goes).
+	BreakQuorum   bool `protobuf:"varint,2,opt,name=break_quorum,json=breakQuorum,proto3" json:"break_quorum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveEtcdMemberRequest) Reset() {
+	*x = RemoveEtcdMemberRequest{}
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveEtcdMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveEtcdMemberRequest) ProtoMessage() {}
+
+func (x *RemoveEtcdMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveEtcdMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveEtcdMemberRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RemoveEtcdMemberRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RemoveEtcdMemberRequest) GetBreakQuorum() bool {
+	if x != nil {
+		return x.BreakQuorum
+	}
+	return false
+}
+
 var File_internal_proto_kubeupgradepb_kubeupgrade_proto protoreflect.FileDescriptor
 
 const file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc = "" +
@@ -384,17 +619,35 @@ const file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc = "" +
 	"\x11BackupEtcdRequest\"J\n" +
 	"\vBackupChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12'\n" +
-	"\x0fremaining_bytes\x18\x02 \x01(\x04R\x0eremainingBytes*;\n" +
+	"\x0fremaining_bytes\x18\x02 \x01(\x04R\x0eremainingBytes\"\x14\n" +
+	"\x12EtcdMembersRequest\"R\n" +
+	"\x13EtcdMembersResponse\x12;\n" +
+	"\amembers\x18\x01 \x03(\v2!.orrery.kubeupgrade.v1.EtcdMemberR\amembers\"\xb1\x01\n" +
+	"\n" +
+	"EtcdMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\alearner\x18\x03 \x01(\bR\alearner\x12\x18\n" +
+	"\ahealthy\x18\x04 \x01(\bR\ahealthy\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x16\n" +
+	"\x06leader\x18\x06 \x01(\bR\x06leader\x12\x1d\n" +
+	"\n" +
+	"raft_index\x18\a \x01(\x04R\traftIndex\"P\n" +
+	"\x17RemoveEtcdMemberRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fbreak_quorum\x18\x02 \x01(\bR\vbreakQuorum*;\n" +
 	"\x04Step\x12\x14\n" +
 	"\x10STEP_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"STEP_APPLY\x10\x01\x12\r\n" +
-	"\tSTEP_NODE\x10\x022\xaf\x02\n" +
+	"\tSTEP_NODE\x10\x022\x85\x04\n" +
 	"\x18KubernetesUpgradeService\x12[\n" +
 	"\bReleases\x12&.orrery.kubeupgrade.v1.ReleasesRequest\x1a'.orrery.kubeupgrade.v1.ReleasesResponse\x12X\n" +
 	"\aUpgrade\x12%.orrery.kubeupgrade.v1.UpgradeRequest\x1a$.orrery.kubeupgrade.v1.UpgradeOutput0\x01\x12\\\n" +
 	"\n" +
-	"BackupEtcd\x12(.orrery.kubeupgrade.v1.BackupEtcdRequest\x1a\".orrery.kubeupgrade.v1.BackupChunk0\x01B;Z9github.com/orrery-dev/orrery/internal/proto/kubeupgradepbb\x06proto3"
+	"BackupEtcd\x12(.orrery.kubeupgrade.v1.BackupEtcdRequest\x1a\".orrery.kubeupgrade.v1.BackupChunk0\x01\x12d\n" +
+	"\vEtcdMembers\x12).orrery.kubeupgrade.v1.EtcdMembersRequest\x1a*.orrery.kubeupgrade.v1.EtcdMembersResponse\x12n\n" +
+	"\x10RemoveEtcdMember\x12..orrery.kubeupgrade.v1.RemoveEtcdMemberRequest\x1a*.orrery.kubeupgrade.v1.EtcdMembersResponseB;Z9github.com/orrery-dev/orrery/internal/proto/kubeupgradepbb\x06proto3"
 
 var (
 	file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescOnce sync.Once
@@ -409,29 +662,38 @@ func file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_kubeupgradepb_kubeupgrade_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_internal_proto_kubeupgradepb_kubeupgrade_proto_goTypes = []any{
-	(Step)(0),                 // 0: orrery.kubeupgrade.v1.Step
-	(*ReleasesRequest)(nil),   // 1: orrery.kubeupgrade.v1.ReleasesRequest
-	(*ReleasesResponse)(nil),  // 2: orrery.kubeupgrade.v1.ReleasesResponse
-	(*UpgradeRequest)(nil),    // 3: orrery.kubeupgrade.v1.UpgradeRequest
-	(*UpgradeOutput)(nil),     // 4: orrery.kubeupgrade.v1.UpgradeOutput
-	(*BackupEtcdRequest)(nil), // 5: orrery.kubeupgrade.v1.BackupEtcdRequest
-	(*BackupChunk)(nil),       // 6: orrery.kubeupgrade.v1.BackupChunk
+	(Step)(0),                       // 0: orrery.kubeupgrade.v1.Step
+	(*ReleasesRequest)(nil),         // 1: orrery.kubeupgrade.v1.ReleasesRequest
+	(*ReleasesResponse)(nil),        // 2: orrery.kubeupgrade.v1.ReleasesResponse
+	(*UpgradeRequest)(nil),          // 3: orrery.kubeupgrade.v1.UpgradeRequest
+	(*UpgradeOutput)(nil),           // 4: orrery.kubeupgrade.v1.UpgradeOutput
+	(*BackupEtcdRequest)(nil),       // 5: orrery.kubeupgrade.v1.BackupEtcdRequest
+	(*BackupChunk)(nil),             // 6: orrery.kubeupgrade.v1.BackupChunk
+	(*EtcdMembersRequest)(nil),      // 7: orrery.kubeupgrade.v1.EtcdMembersRequest
+	(*EtcdMembersResponse)(nil),     // 8: orrery.kubeupgrade.v1.EtcdMembersResponse
+	(*EtcdMember)(nil),              // 9: orrery.kubeupgrade.v1.EtcdMember
+	(*RemoveEtcdMemberRequest)(nil), // 10: orrery.kubeupgrade.v1.RemoveEtcdMemberRequest
 }
 var file_internal_proto_kubeupgradepb_kubeupgrade_proto_depIdxs = []int32{
-	0, // 0: orrery.kubeupgrade.v1.UpgradeRequest.step:type_name -> orrery.kubeupgrade.v1.Step
-	1, // 1: orrery.kubeupgrade.v1.KubernetesUpgradeService.Releases:input_type -> orrery.kubeupgrade.v1.ReleasesRequest
-	3, // 2: orrery.kubeupgrade.v1.KubernetesUpgradeService.Upgrade:input_type -> orrery.kubeupgrade.v1.UpgradeRequest
-	5, // 3: orrery.kubeupgrade.v1.KubernetesUpgradeService.BackupEtcd:input_type -> orrery.kubeupgrade.v1.BackupEtcdRequest
-	2, // 4: orrery.kubeupgrade.v1.KubernetesUpgradeService.Releases:output_type -> orrery.kubeupgrade.v1.ReleasesResponse
-	4, // 5: orrery.kubeupgrade.v1.KubernetesUpgradeService.Upgrade:output_type -> orrery.kubeupgrade.v1.UpgradeOutput
-	6, // 6: orrery.kubeupgrade.v1.KubernetesUpgradeService.BackupEtcd:output_type -> orrery.kubeupgrade.v1.BackupChunk
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0,  // 0: orrery.kubeupgrade.v1.UpgradeRequest.step:type_name -> orrery.kubeupgrade.v1.Step
+	9,  // 1: orrery.kubeupgrade.v1.EtcdMembersResponse.members:type_name -> orrery.kubeupgrade.v1.EtcdMember
+	1,  // 2: orrery.kubeupgrade.v1.KubernetesUpgradeService.Releases:input_type -> orrery.kubeupgrade.v1.ReleasesRequest
+	3,  // 3: orrery.kubeupgrade.v1.KubernetesUpgradeService.Upgrade:input_type -> orrery.kubeupgrade.v1.UpgradeRequest
+	5,  // 4: orrery.kubeupgrade.v1.KubernetesUpgradeService.BackupEtcd:input_type -> orrery.kubeupgrade.v1.BackupEtcdRequest
+	7,  // 5: orrery.kubeupgrade.v1.KubernetesUpgradeService.EtcdMembers:input_type -> orrery.kubeupgrade.v1.EtcdMembersRequest
+	10, // 6: orrery.kubeupgrade.v1.KubernetesUpgradeService.RemoveEtcdMember:input_type -> orrery.kubeupgrade.v1.RemoveEtcdMemberRequest
+	2,  // 7: orrery.kubeupgrade.v1.KubernetesUpgradeService.Releases:output_type -> orrery.kubeupgrade.v1.ReleasesResponse
+	4,  // 8: orrery.kubeupgrade.v1.KubernetesUpgradeService.Upgrade:output_type -> orrery.kubeupgrade.v1.UpgradeOutput
+	6,  // 9: orrery.kubeupgrade.v1.KubernetesUpgradeService.BackupEtcd:output_type -> orrery.kubeupgrade.v1.BackupChunk
+	8,  // 10: orrery.kubeupgrade.v1.KubernetesUpgradeService.EtcdMembers:output_type -> orrery.kubeupgrade.v1.EtcdMembersResponse
+	8,  // 11: orrery.kubeupgrade.v1.KubernetesUpgradeService.RemoveEtcdMember:output_type -> orrery.kubeupgrade.v1.EtcdMembersResponse
+	7,  // [7:12] is the sub-list for method output_type
+	2,  // [2:7] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_kubeupgradepb_kubeupgrade_proto_init() }
@@ -445,7 +707,7 @@ func file_internal_proto_kubeupgradepb_kubeupgrade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc), len(file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

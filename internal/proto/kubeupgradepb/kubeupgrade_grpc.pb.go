@@ -19,9 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	KubernetesUpgradeService_Releases_FullMethodName   = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/Releases"
-	KubernetesUpgradeService_Upgrade_FullMethodName    = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/Upgrade"
-	KubernetesUpgradeService_BackupEtcd_FullMethodName = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/BackupEtcd"
+	KubernetesUpgradeService_Releases_FullMethodName         = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/Releases"
+	KubernetesUpgradeService_Upgrade_FullMethodName          = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/Upgrade"
+	KubernetesUpgradeService_BackupEtcd_FullMethodName       = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/BackupEtcd"
+	KubernetesUpgradeService_EtcdMembers_FullMethodName      = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/EtcdMembers"
+	KubernetesUpgradeService_RemoveEtcdMember_FullMethodName = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/RemoveEtcdMember"
 )
 
 // KubernetesUpgradeServiceClient is the client API for KubernetesUpgradeService service.
@@ -39,6 +41,16 @@ type KubernetesUpgradeServiceClient interface {
 	// BackupEtcd streams a snapshot of a control plane's etcd, as etcd's
 	// own snapshot call gives it: the database, then its SHA-256.
 	BackupEtcd(ctx context.Context, in *BackupEtcdRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
+	// EtcdMembers lists etcd's members, each with its health as this
+	// control plane sees it.
+	EtcdMembers(ctx context.Context, in *EtcdMembersRequest, opts ...grpc.CallOption) (*EtcdMembersResponse, error)
+	// RemoveEtcdMember removes the etcd member of another control plane,
+	// and answers the members left. Unless break_quorum is set, it refuses
+	// (FailedPrecondition) to remove the last voting member, or one without
+	// which fewer healthy voting members than a majority would be left. A
+	// member of this node is refused too: another control plane removes
+	// it, so that the answer comes from a member that stays.
+	RemoveEtcdMember(ctx context.Context, in *RemoveEtcdMemberRequest, opts ...grpc.CallOption) (*EtcdMembersResponse, error)
 }
 
 type kubernetesUpgradeServiceClient struct {
@@ -97,6 +109,26 @@ func (c *kubernetesUpgradeServiceClient) BackupEtcd(ctx context.Context, in *Bac
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KubernetesUpgradeService_BackupEtcdClient = grpc.ServerStreamingClient[BackupChunk]
 
+func (c *kubernetesUpgradeServiceClient) EtcdMembers(ctx context.Context, in *EtcdMembersRequest, opts ...grpc.CallOption) (*EtcdMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EtcdMembersResponse)
+	err := c.cc.Invoke(ctx, KubernetesUpgradeService_EtcdMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kubernetesUpgradeServiceClient) RemoveEtcdMember(ctx context.Context, in *RemoveEtcdMemberRequest, opts ...grpc.CallOption) (*EtcdMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EtcdMembersResponse)
+	err := c.cc.Invoke(ctx, KubernetesUpgradeService_RemoveEtcdMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KubernetesUpgradeServiceServer is the server API for KubernetesUpgradeService service.
 // All implementations must embed UnimplementedKubernetesUpgradeServiceServer
 // for forward compatibility.
@@ -112,6 +144,16 @@ type KubernetesUpgradeServiceServer interface {
 	// BackupEtcd streams a snapshot of a control plane's etcd, as etcd's
 	// own snapshot call gives it: the database, then its SHA-256.
 	BackupEtcd(*BackupEtcdRequest, grpc.ServerStreamingServer[BackupChunk]) error
+	// EtcdMembers lists etcd's members, each with its health as this
+	// control plane sees it.
+	EtcdMembers(context.Context, *EtcdMembersRequest) (*EtcdMembersResponse, error)
+	// RemoveEtcdMember removes the etcd member of another control plane,
+	// and answers the members left. Unless break_quorum is set, it refuses
+	// (FailedPrecondition) to remove the last voting member, or one without
+	// which fewer healthy voting members than a majority would be left. A
+	// member of this node is refused too: another control plane removes
+	// it, so that the answer comes from a member that stays.
+	RemoveEtcdMember(context.Context, *RemoveEtcdMemberRequest) (*EtcdMembersResponse, error)
 	mustEmbedUnimplementedKubernetesUpgradeServiceServer()
 }
 
@@ -130,6 +172,12 @@ func (UnimplementedKubernetesUpgradeServiceServer) Upgrade(*UpgradeRequest, grpc
 }
 func (UnimplementedKubernetesUpgradeServiceServer) BackupEtcd(*BackupEtcdRequest, grpc.ServerStreamingServer[BackupChunk]) error {
 	return status.Error(codes.Unimplemented, "method BackupEtcd not implemented")
+}
+func (UnimplementedKubernetesUpgradeServiceServer) EtcdMembers(context.Context, *EtcdMembersRequest) (*EtcdMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EtcdMembers not implemented")
+}
+func (UnimplementedKubernetesUpgradeServiceServer) RemoveEtcdMember(context.Context, *RemoveEtcdMemberRequest) (*EtcdMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveEtcdMember not implemented")
 }
 func (UnimplementedKubernetesUpgradeServiceServer) mustEmbedUnimplementedKubernetesUpgradeServiceServer() {
 }
@@ -193,6 +241,42 @@ func _KubernetesUpgradeService_BackupEtcd_Handler(srv interface{}, stream grpc.S
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type KubernetesUpgradeService_BackupEtcdServer = grpc.ServerStreamingServer[BackupChunk]
 
+func _KubernetesUpgradeService_EtcdMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EtcdMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KubernetesUpgradeServiceServer).EtcdMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KubernetesUpgradeService_EtcdMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KubernetesUpgradeServiceServer).EtcdMembers(ctx, req.(*EtcdMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KubernetesUpgradeService_RemoveEtcdMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveEtcdMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KubernetesUpgradeServiceServer).RemoveEtcdMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KubernetesUpgradeService_RemoveEtcdMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KubernetesUpgradeServiceServer).RemoveEtcdMember(ctx, req.(*RemoveEtcdMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KubernetesUpgradeService_ServiceDesc is the grpc.ServiceDesc for KubernetesUpgradeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -203,6 +287,14 @@ var KubernetesUpgradeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Releases",
 			Handler:    _KubernetesUpgradeService_Releases_Handler,
+		},
+		{
+			MethodName: "EtcdMembers",
+			Handler:    _KubernetesUpgradeService_EtcdMembers_Handler,
+		},
+		{
+			MethodName: "RemoveEtcdMember",
+			Handler:    _KubernetesUpgradeService_RemoveEtcdMember_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

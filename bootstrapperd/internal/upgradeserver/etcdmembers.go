@@ -1,0 +1,111 @@
+package upgradeserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/clustersettings"
+	"github.com/orrery-dev/orrery/internal/etcd"
+	"github.com/orrery-dev/orrery/internal/nodename"
+	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
+)
+
+// EtcdMembers implements kubeupgradepb.KubernetesUpgradeServiceServer.
+func (s *Server) EtcdMembers(ctx context.Context, _ *kubeupgradepb.EtcdMembersRequest) (*kubeupgradepb.EtcdMembersResponse, error) {
+	if !s.controlPlane() {
+		return nil, status.Error(codes.FailedPrecondition, "this node is no control plane: it runs no etcd member")
+	}
+	members, err := s.c.Etcd.Members(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, strings.TrimSpace(err.Error()))
+	}
+	return s.describe(ctx, members), nil
+}
+
+// describe answers members with each one's health.
+func (s *Server) describe(ctx context.Context, members []etcd.MemberInfo) *kubeupgradepb.EtcdMembersResponse {
+	health := s.c.Etcd.Health(ctx, members)
+	out := &kubeupgradepb.EtcdMembersResponse{}
+	for _, m := range members {
+		h := health[m.ID]
+		pm := &kubeupgradepb.EtcdMember{Id: m.ID, Name: m.Name, Learner: m.Learner, Healthy: h.Err == nil}
+		if h.Err != nil {
+			pm.Error = strings.TrimSpace(h.Err.Error())
+		} else {
+			pm.Leader, pm.RaftIndex = h.Status.Leader == m.ID, h.Status.RaftIndex
+		}
+		out.Members = append(out.Members, pm)
+	}
+	return out
+}
+
+// RemoveEtcdMember implements kubeupgradepb.KubernetesUpgradeServiceServer.
+// The owner removes a control plane's member before its node, so that
+// etcd never counts a member that is gone for good in its quorum.
+func (s *Server) RemoveEtcdMember(ctx context.Context, req *kubeupgradepb.RemoveEtcdMemberRequest) (*kubeupgradepb.EtcdMembersResponse, error) {
+	name := req.GetName()
+	if !nodename.Valid(name) {
+		return nil, status.Errorf(codes.InvalidArgument, "%s is not a node name", clustersettings.Quote(name))
+	}
+	if !s.controlPlane() {
+		return nil, status.Error(codes.FailedPrecondition, "this node is no control plane: it runs no etcd member")
+	}
+	// One removal at a time: two at once could each keep the quorum
+	// alone and lose it together.
+	s.removing.Lock()
+	defer s.removing.Unlock()
+	members, err := s.c.Etcd.Members(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, strings.TrimSpace(err.Error()))
+	}
+	self, err := s.c.Etcd.Status(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, strings.TrimSpace(err.Error()))
+	}
+	var target *etcd.MemberInfo
+	for i, m := range members {
+		if m.Name == name {
+			if target != nil {
+				return nil, status.Errorf(codes.FailedPrecondition, "etcd has two members named %s (%x and %x): remove the wrong one with etcdctl", name, target.ID, m.ID)
+			}
+			target = &members[i]
+		}
+	}
+	switch {
+	case target == nil:
+		return nil, status.Errorf(codes.NotFound, "etcd has no member named %s (its members: %s)", name, memberNames(members))
+	case target.ID == self.ID:
+		return nil, status.Errorf(codes.FailedPrecondition, "%s is this node's own etcd member: ask another control plane to remove it", name)
+	}
+	if err := etcd.CheckRemoval(members, etcd.Healthy(s.c.Etcd.Health(ctx, members)), target.ID); err != nil {
+		if !req.GetBreakQuorum() {
+			return nil, status.Errorf(codes.FailedPrecondition, "not removing %s's etcd member: %v", name, err)
+		}
+		s.c.Log.Warn("removing an etcd member although etcd loses its quorum or its last member: the owner forced it", "member", name, "reason", err.Error())
+	}
+	left, err := s.c.Etcd.Remove(ctx, target.ID)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, strings.TrimSpace(err.Error()))
+	}
+	s.c.Log.Info("removed an etcd member for the owner", "member", name, "id", fmt.Sprintf("%x", target.ID), "left", len(left))
+	return s.describe(ctx, left), nil
+}
+
+func memberNames(ms []etcd.MemberInfo) string {
+	var names []string
+	for _, m := range ms {
+		n := m.Name
+		if n == "" {
+			n = fmt.Sprintf("%x (not started)", m.ID)
+		}
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}

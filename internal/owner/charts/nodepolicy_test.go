@@ -9,12 +9,16 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -27,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
 	"github.com/orrery-dev/orrery/internal/owner/noderemove"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
@@ -581,7 +586,7 @@ func TestRemovedNodeCannotComeBack(t *testing.T) {
 	e := newRemovalEnv(t)
 	checkRemovesWorker(t, e)
 	checkRemovedNodeIsRefused(t, e)
-	checkControlPlanesAreNotRemoved(t, e)
+	checkControlPlaneRemoval(t, e)
 }
 
 // checkRemovesWorker removes worker-1 and checks what the removal left.
@@ -657,24 +662,56 @@ func checkRemovedNodeIsRefused(t *testing.T, e *removalEnv) {
 	}
 }
 
-// checkControlPlanesAreNotRemoved tries to remove control planes, with
-// and without a Node, and a node nobody knows.
-func checkControlPlanesAreNotRemoved(t *testing.T, e *removalEnv) {
+// fakeControlPlane is another control plane's upgrade service, which
+// answers every removal of an etcd member with code.
+type fakeControlPlane struct {
+	code  codes.Code
+	asked *[]string
+}
+
+func (f fakeControlPlane) RemoveEtcdMember(_ context.Context, name string, breakQuorum bool) ([]kubeupgrade.EtcdMember, error) {
+	*f.asked = append(*f.asked, fmt.Sprintf("%s quorum=%v", name, breakQuorum))
+	if f.code != codes.OK {
+		return nil, status.Error(f.code, "etcd would lose its quorum: 2 voting members would be left, 1 of them healthy, and 2 must be")
+	}
+	return []kubeupgrade.EtcdMember{{Name: "cp-0", Healthy: true}}, nil
+}
+
+func (fakeControlPlane) Close() error { return nil }
+
+// checkControlPlaneRemoval removes control planes, with and without a
+// Node: the last one is refused, so is one whose etcd member another
+// control plane will not let go; one that goes loses its member first,
+// then its approval, then the rest of what a worker loses.
+func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 	t.Helper()
 	ctx, cfg := e.ctx, e.cfg
-	// Control planes are not removed this way, nor nodes nobody knows.
-	if _, err := e.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Labels: map[string]string{controlPlaneLabel: ""}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	var dialled, asked []string
+	code := codes.OK
+	cfg.DialControlPlane = func(_ context.Context, name, addr string) (noderemove.ControlPlane, error) {
+		dialled = append(dialled, name+"@"+addr)
+		return fakeControlPlane{code: code, asked: &asked}, nil
 	}
-	if err := noderemove.Remove(ctx, cfg, "cp-0"); err == nil || !strings.Contains(err.Error(), "is a control plane") {
-		t.Errorf("removing a control plane: %v", err)
+	cp := func(name, ip string) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controlPlaneLabel: ""}}}
+		n, err := e.admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		if _, err := e.admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp("cp-0", "10.42.1.100")
+	if err := noderemove.Remove(ctx, cfg, "cp-0"); !errors.Is(err, noderemove.ErrLastControlPlane) || len(dialled) > 0 {
+		t.Errorf("removing the last control plane: %v (dialled %v), want ErrLastControlPlane before any other is asked", err, dialled)
 	}
 	if err := noderemove.Remove(ctx, cfg, "worker-9"); err == nil || !strings.Contains(err.Error(), "no node worker-9") {
 		t.Errorf("removing a node nobody knows: %v", err)
 	}
 
-	// A control plane whose Node is gone (its own kubelet may delete
-	// it) is known by the records: its disk's instance is approved.
+	// cp-1, approved as instance 5150.
 	const cpDisk = "0f9c3a51-7d2e-4b8a-9e61-2c5d8f0a7b34"
 	if _, err := e.dyn.Resource(admittedNodes).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind, "metadata": map[string]any{"name": "disk-" + cpDisk},
@@ -688,15 +725,62 @@ func checkControlPlanesAreNotRemoved(t *testing.T, e *removalEnv) {
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if err := noderemove.Remove(ctx, cfg, "cp-1"); err == nil || !strings.Contains(err.Error(), "is a control plane (instance 5150") {
-		t.Errorf("removing an approved control plane without a Node: %v", err)
+	cp("cp-1", "10.42.1.101")
+	recordRemoved := func() bool {
+		rec, err := e.dyn.Resource(admittedNodes).Get(ctx, "disk-"+cpDisk, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, _, _ := unstructured.NestedString(rec.Object, "spec", "removedAt")
+		return at != ""
 	}
-	rec, err := e.dyn.Resource(admittedNodes).Get(ctx, "disk-"+cpDisk, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	approved := func() string {
+		cm, err := e.admin.CoreV1().ConfigMaps(controlplanes.Namespace).Get(ctx, controlplanes.ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data[controlplanes.Key]
 	}
-	if at, _, _ := unstructured.NestedString(rec.Object, "spec", "removedAt"); at != "" {
-		t.Error("a refused removal marked the control plane's disk removed")
+
+	// Another control plane refuses: etcd would lose its quorum.
+	code = codes.FailedPrecondition
+	err := noderemove.Remove(ctx, cfg, "cp-1")
+	if err == nil || !strings.Contains(err.Error(), "lose its quorum") || !strings.Contains(err.Error(), "--break-etcd-quorum") {
+		t.Errorf("removing a control plane etcd cannot lose: %v, want the refusal and the flag that forces it", err)
+	}
+	if recordRemoved() || !strings.Contains(approved(), "5150") {
+		t.Error("a refused removal marked the control plane's disk removed or revoked its approval")
+	}
+	if want := []string{"cp-0@10.42.1.100"}; !slices.Equal(dialled, want) {
+		t.Errorf("dialled %v, want %v: the member goes through another control plane", dialled, want)
+	}
+
+	// Forced, or with a quorum to spare, it goes.
+	code, asked = codes.OK, nil
+	cfg.BreakQuorum = true
+	if err := noderemove.Remove(ctx, cfg, "cp-1"); err != nil {
+		t.Fatalf("removing cp-1: %v\n%s", err, e.out.String())
+	}
+	if want := []string{"cp-1 quorum=true"}; !slices.Equal(asked, want) {
+		t.Errorf("asked %v, want %v", asked, want)
+	}
+	if !recordRemoved() || strings.Contains(approved(), "5150") {
+		t.Errorf("after the removal: disk marked removed %v, approved %q; want it marked and 5150 revoked", recordRemoved(), approved())
+	}
+	if _, err := e.admin.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("cp-1's Node is still there: %v", err)
+	}
+	for _, want := range []string{"node cp-1: its etcd member is removed (through cp-0)", "instance 5150 is no longer an approved control plane"} {
+		if !strings.Contains(e.out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, e.out.String())
+		}
+	}
+
+	// Without a way to reach the others, no control plane goes.
+	cfg.DialControlPlane = nil
+	cp("cp-2", "10.42.1.102")
+	if err := noderemove.Remove(ctx, cfg, "cp-2"); err == nil || !strings.Contains(err.Error(), "cannot reach the others") {
+		t.Errorf("removing a control plane without reaching the others: %v", err)
 	}
 }
 

@@ -95,3 +95,49 @@ func each[T any](recv func() (T, error), f func(T) error) error {
 		}
 	}
 }
+
+// EtcdMember is a member of etcd, as a control plane sees it.
+type EtcdMember struct {
+	ID   uint64
+	Name string
+	// Learner follows the log but does not vote yet.
+	Learner bool
+	// Healthy says it answered the control plane; Error why not.
+	Healthy bool
+	Error   string
+	Leader  bool
+	// RaftIndex is the last index of its log.
+	RaftIndex uint64
+}
+
+// EtcdMembers lists etcd's members, as the node sees them.
+func (r *Remote) EtcdMembers(ctx context.Context) ([]EtcdMember, error) {
+	resp, err := r.client.EtcdMembers(ctx, &kubeupgradepb.EtcdMembersRequest{})
+	if err != nil {
+		return nil, termtext.Error(err)
+	}
+	return etcdMembers(resp), nil
+}
+
+// RemoveEtcdMember asks the node to remove control plane name's etcd
+// member, and returns the members left. The node refuses (gRPC
+// FailedPrecondition) one whose loss etcd's quorum would not survive,
+// unless breakQuorum; NotFound says there is no such member.
+func (r *Remote) RemoveEtcdMember(ctx context.Context, name string, breakQuorum bool) ([]EtcdMember, error) {
+	resp, err := r.client.RemoveEtcdMember(ctx, &kubeupgradepb.RemoveEtcdMemberRequest{Name: name, BreakQuorum: breakQuorum})
+	if err != nil {
+		return nil, termtext.Error(err)
+	}
+	return etcdMembers(resp), nil
+}
+
+func etcdMembers(resp *kubeupgradepb.EtcdMembersResponse) []EtcdMember {
+	var out []EtcdMember
+	for _, m := range resp.GetMembers() {
+		out = append(out, EtcdMember{
+			ID: m.GetId(), Name: termtext.Line(m.GetName()), Learner: m.GetLearner(), Healthy: m.GetHealthy(),
+			Error: termtext.Line(m.GetError()), Leader: m.GetLeader(), RaftIndex: m.GetRaftIndex(),
+		})
+	}
+	return out
+}

@@ -1,8 +1,12 @@
-// Package noderemove takes a worker out of the cluster for good ('orrery
+// Package noderemove takes a node out of the cluster for good ('orrery
 // node remove'). A removed node may be compromised and still holds its
 // kubelet's certificate and its state disk; removing it must leave it
 // nothing to come back with:
 //
+//  0. a control plane's etcd member is removed, through another control
+//     plane, and its instance is no longer approved as a control plane;
+//     the last control plane, and one without which etcd would lose its
+//     quorum, are refused (the latter unless the owner forces it);
 //  1. its admission records are marked removed (internal/records/admitted), so the
 //     join service never again hands out its disk key, whatever Node
 //     object it re-creates; the records' schema keeps the mark for good;
@@ -20,10 +24,15 @@ package noderemove
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,20 +45,35 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/orrery-dev/orrery/internal/owner/drain"
+	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 	"github.com/orrery-dev/orrery/internal/records/removednodes"
 )
 
-// controlPlaneLabel marks the nodes this package refuses to remove.
+// controlPlaneLabel marks the control planes.
 const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
 var admittedNodes = schema.GroupVersionResource{Group: orreryapi.Group, Version: orreryapi.Version, Resource: orreryapi.AdmittedNodes}
+
+// ControlPlane is another control plane's upgrade service
+// (kubeupgrade.Remote), through which a control plane's etcd member goes.
+type ControlPlane interface {
+	RemoveEtcdMember(ctx context.Context, name string, breakQuorum bool) ([]kubeupgrade.EtcdMember, error)
+	Close() error
+}
 
 // Config is what a removal needs.
 type Config struct {
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface
+	// DialControlPlane reaches the upgrade service of the control plane
+	// called name at addr, which must prove it is that node; nil refuses
+	// to remove control planes.
+	DialControlPlane func(ctx context.Context, name, addr string) (ControlPlane, error)
+	// BreakQuorum removes a control plane whose etcd member the cluster
+	// cannot lose without losing etcd's quorum.
+	BreakQuorum bool
 	// Out gets a line per step.
 	Out io.Writer
 	// DrainTimeout bounds the wait for evicted pods to go; zero means 2
@@ -75,15 +99,27 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 	case err != nil:
 		return fmt.Errorf("read node %s: %w", name, err)
 	}
-	if node != nil {
-		if _, cp := node.Labels[controlPlaneLabel]; cp {
-			return fmt.Errorf("node %s is a control plane: 'orrery node remove' removes workers only (a control plane's etcd member and certificates would stay behind)", name)
-		}
-	}
 	// A control plane is known by the cluster's records too: its Node,
 	// and so its label, may be gone.
-	if err := refuseApprovedControlPlane(ctx, cfg, name); err != nil {
+	approved, err := approvedControlPlane(ctx, cfg, name)
+	if err != nil {
 		return err
+	}
+	isCP := len(approved) > 0
+	if node != nil {
+		_, labelled := node.Labels[controlPlaneLabel]
+		isCP = isCP || labelled
+	}
+	if isCP {
+		if err := leaveEtcd(ctx, cfg, name); err != nil {
+			return err
+		}
+		for _, id := range approved {
+			if err := revoke(ctx, cfg, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(cfg.Out, "node %s: instance %s is no longer an approved control plane: the join service hands it no CA key\n", name, id)
+		}
 	}
 	records, err := markRecordsRemoved(ctx, cfg, name, now)
 	if err != nil {
@@ -116,32 +152,125 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 	return nil
 }
 
-// refuseApprovedControlPlane refuses name if a disk was admitted for it
-// on an instance the owner approved as a control plane.
-func refuseApprovedControlPlane(ctx context.Context, cfg Config, name string) error {
+// approvedControlPlane returns the instance IDs of name's admission
+// records that the owner approved as control planes.
+func approvedControlPlane(ctx context.Context, cfg Config, name string) ([]string, error) {
 	cm, err := cfg.Client.CoreV1().ConfigMaps(controlplanes.Namespace).Get(ctx, controlplanes.ConfigMapName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read the approved control planes (%s/%s): %w", controlplanes.Namespace, controlplanes.ConfigMapName, err)
+		return nil, fmt.Errorf("read the approved control planes (%s/%s): %w", controlplanes.Namespace, controlplanes.ConfigMapName, err)
 	}
 	approved, err := controlplanes.Parse(cm.Data[controlplanes.Key])
 	if err != nil {
-		return fmt.Errorf("the approved control planes (%s/%s): %w", controlplanes.Namespace, controlplanes.ConfigMapName, err)
+		return nil, fmt.Errorf("the approved control planes (%s/%s): %w", controlplanes.Namespace, controlplanes.ConfigMapName, err)
 	}
 	recs, err := cfg.Dynamic.Resource(admittedNodes).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("list the admitted nodes (is this the kubeconfig of a cluster 'orrery init' set up?): %w", err)
+		return nil, fmt.Errorf("list the admitted nodes (is this the kubeconfig of a cluster 'orrery init' set up?): %w", err)
 	}
+	var ids []string
 	for _, r := range recs.Items {
 		n, _, _ := unstructured.NestedString(r.Object, "spec", "instance", "name")
 		id, _, _ := unstructured.NestedString(r.Object, "spec", "instance", "id")
-		if n == name && slices.Contains(approved, id) {
-			return fmt.Errorf("node %s is a control plane (instance %s is approved as one in %s/%s): 'orrery node remove' removes workers only", name, id, controlplanes.Namespace, controlplanes.ConfigMapName)
+		if n == name && slices.Contains(approved, id) && !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
-	return nil
+	return ids, nil
+}
+
+// ErrLastControlPlane refuses to remove the cluster's only control plane.
+var ErrLastControlPlane = errors.New("it is the cluster's last control plane: etcd, and every object of the cluster, would go with it; a cluster is deleted with its VMs ('orrery mini down' for the local cloud), not by removing its nodes")
+
+// leaveEtcd removes control plane name's etcd member through another
+// control plane, which refuses a removal that costs etcd its quorum
+// unless the owner forces it. A member that is gone already (a removal
+// run again) is fine.
+func leaveEtcd(ctx context.Context, cfg Config, name string) error {
+	if cfg.DialControlPlane == nil {
+		return fmt.Errorf("node %s is a control plane, and this removal cannot reach the others to remove its etcd member", name)
+	}
+	nodes, err := cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: controlPlaneLabel})
+	if err != nil {
+		return fmt.Errorf("list the control planes: %w", err)
+	}
+	var others []corev1.Node
+	for _, n := range nodes.Items {
+		if n.Name != name {
+			others = append(others, n)
+		}
+	}
+	if len(others) == 0 {
+		return fmt.Errorf("not removing node %s: %w", name, ErrLastControlPlane)
+	}
+	var errs []error
+	for _, n := range others {
+		addr := internalIP(n)
+		if addr == "" {
+			errs = append(errs, fmt.Errorf("%s: its Node lists no internal IP", n.Name))
+			continue
+		}
+		cp, err := cfg.DialControlPlane(ctx, n.Name, addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
+			continue
+		}
+		left, err := cp.RemoveEtcdMember(ctx, name, cfg.BreakQuorum)
+		cp.Close()
+		switch status.Code(err) {
+		case codes.OK:
+			fmt.Fprintf(cfg.Out, "node %s: its etcd member is removed (through %s); etcd's members: %s\n", name, n.Name, memberList(left))
+			return nil
+		case codes.NotFound:
+			fmt.Fprintf(cfg.Out, "node %s: it is no etcd member (%s says: %v)\n", name, n.Name, err)
+			return nil
+		case codes.FailedPrecondition, codes.InvalidArgument:
+			return fmt.Errorf("not removing node %s: %w\nif the cluster is to go on without it anyway, and etcd stops serving writes (and the API server with it) until enough members are back, run this again with --break-etcd-quorum", name, err)
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
+	}
+	return fmt.Errorf("not removing node %s: no other control plane removed its etcd member:\n%w", name, errors.Join(errs...))
+}
+
+func internalIP(n corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+func memberList(ms []kubeupgrade.EtcdMember) string {
+	var parts []string
+	for _, m := range ms {
+		s := m.Name
+		if !m.Healthy {
+			s += " (not answering)"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// revoke takes instance id off the approved control planes.
+func revoke(ctx context.Context, cfg Config, id string) error {
+	cms := cfg.Client.CoreV1().ConfigMaps(controlplanes.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := cms.Get(ctx, controlplanes.ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read the approved control planes: %w", err)
+		}
+		text, removed, err := controlplanes.Revoke(cm.Data[controlplanes.Key], id)
+		if err != nil || !removed {
+			return err
+		}
+		cm.Data[controlplanes.Key] = text
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // markRecordsRemoved marks every admission record of node name removed at

@@ -15,16 +15,32 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/orrery-dev/orrery/internal/owner/charts"
+	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
 	"github.com/orrery-dev/orrery/internal/owner/upgrade"
 )
 
 // Report is the cluster's status.
 type Report struct {
-	KubernetesVersion string    `json:"kubernetesVersion"`
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// Endpoint is the API server the kubeconfig names: the control
+	// planes' stable endpoint.
+	Endpoint string    `json:"endpoint"`
 	Nodes             []Node    `json:"nodes"`
 	Releases          []Release `json:"releases"`
 	// Behind means an 'orrery upgrade apply' would change something.
 	Behind bool `json:"behind"`
+	// Etcd is etcd's membership, as a control plane told the owner;
+	// nil if none was asked.
+	Etcd *Etcd `json:"etcd,omitempty"`
+}
+
+// Etcd is etcd's membership as a control plane sees it.
+type Etcd struct {
+	// From is the control plane that answered.
+	From    string                   `json:"from,omitempty"`
+	Members []kubeupgrade.EtcdMember `json:"members,omitempty"`
+	// Error says why no control plane answered.
+	Error string `json:"error,omitempty"`
 }
 
 // Node is one of the cluster's nodes.
@@ -33,6 +49,8 @@ type Node struct {
 	Roles          []string `json:"roles"`
 	Ready          bool     `json:"ready"`
 	KubeletVersion string   `json:"kubeletVersion"`
+	// Address is the node's internal IP, as its Node lists it.
+	Address string `json:"address,omitempty"`
 	// Image is the measurement set the node last attested with; empty
 	// if no record names it.
 	Image string `json:"image,omitempty"`
@@ -60,7 +78,7 @@ var (
 
 // Get reads the cluster's status.
 func Get(ctx context.Context, c *upgrade.Cluster) (Report, error) {
-	r := Report{KubernetesVersion: c.ServerVersion}
+	r := Report{KubernetesVersion: c.ServerVersion, Endpoint: c.Host}
 	images, err := c.Usage(ctx)
 	if err != nil {
 		return Report{}, err
@@ -113,6 +131,12 @@ func node(n unstructured.Unstructured, image string) Node {
 	}
 	slices.Sort(out.Roles)
 	out.KubeletVersion, _, _ = unstructured.NestedString(n.Object, "status", "nodeInfo", "kubeletVersion")
+	addrs, _, _ := unstructured.NestedSlice(n.Object, "status", "addresses")
+	for _, a := range addrs {
+		if m, _ := a.(map[string]any); m["type"] == "InternalIP" {
+			out.Address, _ = m["address"].(string)
+		}
+	}
 	conds, _, _ := unstructured.NestedSlice(n.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)

@@ -19,6 +19,8 @@ type Cluster struct {
 	Dynamic    dynamic.Interface
 	// ServerVersion is the API server's Kubernetes version.
 	ServerVersion string
+	// Host is the API server's URL, as the kubeconfig names it.
+	Host string
 }
 
 // connectTimeout bounds the first request: an API server that does not
@@ -46,7 +48,7 @@ func Connect(ctx context.Context, kubeconfig string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cluster{Kubeconfig: kubeconfig, Dynamic: dyn, ServerVersion: v.GitVersion}, nil
+	return &Cluster{Kubeconfig: kubeconfig, Dynamic: dyn, ServerVersion: v.GitVersion, Host: rc.Host}, nil
 }
 
 // Helm connects Helm for releases in namespace.

@@ -29,8 +29,9 @@ E2E_SMOKE_TIMEOUT ?= 45m
 # The Kubernetes upgrade run's deadline: 25-31 min of suite time here,
 # and room for a slower host and the teardown.
 E2E_KUBERNETES_UPGRADE_TIMEOUT ?= 90m
+E2E_HA_TIMEOUT ?= 120m
 
-.PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke e2e-kubernetes-upgrade cluster
+.PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke e2e-kubernetes-upgrade e2e-ha cluster
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -120,6 +121,9 @@ e2e-smoke: deps image build ## the end-to-end suite's core: init, join, a Servic
 
 e2e-kubernetes-upgrade: deps image build ## a cluster at the image's older Kubernetes upgraded in place to its newer one while it serves (root, 25-31 min of suite)
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_KUBERNETES_UPGRADE_TIMEOUT) -v ./e2e -args $(E2E_ARGS) -set kubernetes-upgrade
+
+e2e-ha: deps image build ## three control planes behind the cloud's load balancer: two join once approved, one is hard-reset while the cluster serves, one is removed (root)
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_HA_TIMEOUT) -v ./e2e -args $(E2E_ARGS) -set ha
 
 clean: ## remove build outputs
 	rm -rf build

@@ -30,7 +30,7 @@ var (
 	kubectl  = flag.String("kubectl", "build/components/hostbin/kubectl", "kubectl")
 	logsDir  = flag.String("logs-dir", "build/e2e-logs", "where a failed run leaves its logs, in a folder named by its start time")
 	slowdown = flag.Float64("slowdown", 1, "how many times longer than usual the suite waits for the cluster: for a host that runs other work (hack/stress-e2e.sh)")
-	set      = flag.String("set", fullSet, "which cases to run: "+fullSet+" (make e2e), "+smokeSet+" (make e2e-smoke, CI: init, join, a Service across nodes, the worker's credentials, a modified image refused) or "+kubernetesUpgradeSet+" (make e2e-kubernetes-upgrade: init at the image's older Kubernetes, the cluster upgraded to its newer one)")
+	set      = flag.String("set", fullSet, "which cases to run: "+fullSet+" (make e2e), "+smokeSet+" (make e2e-smoke, CI: init, join, a Service across nodes, the worker's credentials, a modified image refused) "+kubernetesUpgradeSet+" (make e2e-kubernetes-upgrade: init at the image's older Kubernetes, the cluster upgraded to its newer one) or "+haSet+" (make e2e-ha: three control planes behind the cloud's load balancer, one lost, one removed)")
 )
 
 // The sets of cases -set names.
@@ -38,6 +38,7 @@ const (
 	fullSet              = "full"
 	smokeSet             = "smoke"
 	kubernetesUpgradeSet = "kubernetes-upgrade"
+	haSet                = "ha"
 )
 
 // patience is how long to wait for what takes up to d on a host that
@@ -261,7 +262,7 @@ func TestCluster(t *testing.T) {
 	}
 	cases, ok := caseSets()[*set]
 	if !ok {
-		t.Fatalf("-set %q: want %s, %s or %s", *set, fullSet, smokeSet, kubernetesUpgradeSet)
+		t.Fatalf("-set %q: want %s, %s, %s or %s", *set, fullSet, smokeSet, kubernetesUpgradeSet, haSet)
 	}
 	s := newSuite(t)
 	defer s.p.print()
@@ -301,6 +302,7 @@ func caseSets() map[string][]clusterCase {
 		fullSet:              append(slices.Clone(coreCases), fullCases...),
 		smokeSet:             append(slices.Clone(coreCases), smokeCases...),
 		kubernetesUpgradeSet: kubernetesUpgradeCases,
+		haSet:                haCases,
 	}
 }
 
@@ -382,15 +384,15 @@ var kubernetesUpgradeCases = []clusterCase{
 }
 
 // init runs the owner's 'orrery init', and adds its steps to the table
-// of phases. The full run takes the default Kubernetes release, the
-// image's newest; the others the oldest, which the Kubernetes upgrade
-// starts from.
+// of phases. The full and the HA runs take the default Kubernetes
+// release, the image's newest; the others the oldest, which the
+// Kubernetes upgrade starts from.
 func (s *suite) init() {
 	const phase = "orrery init (attestation, kubeadm, Helm services)"
 	s.p.doing(phase)
 	s.initStart = time.Now()
 	args := []string{s.orr, "init", "--mini-dir", s.dir, "--workspace", s.out, "--timeout", "30m"}
-	if *set != fullSet {
+	if *set == smokeSet || *set == kubernetesUpgradeSet {
 		args = append(args, "--kubernetes-version", versions.Minor(versions.List()[0]))
 	}
 	out, err := inNS(s.ctx, append(args, s.ownerChecks()...)...)

@@ -64,13 +64,17 @@ func newSuite(t *testing.T) *suite {
 // from a modified image, and a node of a new image that joins across a
 // join-service restart and the cluster's refusal, and whose image the
 // owner then retires; a smoke run boots only the first, the Kubernetes
-// upgrade neither. Every VM is a simulated SEV-SNP confidential VM:
+// upgrade neither. The HA run has three control planes and no worker. Every VM is a simulated SEV-SNP confidential VM:
 // the suite runs the gcp-sev-snp variant end to end, under the cloud's
 // test root, which the owner names (ownerChecks).
 func (s *suite) up() {
 	spares := map[string]int{fullSet: 2, smokeSet: 1}[*set]
+	controlPlanes, workers := 1, 1
+	if *set == haSet {
+		controlPlanes, workers = 3, 0
+	}
 	c, err := cloud.Up(s.ctx, cloud.Spec{
-		Dir: s.dir, ControlPlanes: 1, Workers: 1, Spares: spares, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
+		Dir: s.dir, ControlPlanes: controlPlanes, Workers: workers, Spares: spares, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,
 		Image: filepath.Join(s.img, "disk.qcow2"), Namespace: namespace, KeepLogs: true, SEVSNP: true,
 	})
 	if err != nil {

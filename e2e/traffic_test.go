@@ -5,12 +5,14 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +37,12 @@ type traffic struct {
 // namespace: a socket belongs to the namespace of the thread that made
 // it.
 func startTraffic(addr string, interval, timeout time.Duration) (*traffic, error) {
+	return startAsking(func() error { return ask(addr, timeout) }, interval)
+}
+
+// startAsking calls ask every interval, on a thread inside the cloud's
+// network namespace, until stop, and counts the errors.
+func startAsking(ask func() error, interval time.Duration) (*traffic, error) {
 	ns, err := os.Open(filepath.Join("/run/netns", namespace))
 	if err != nil {
 		return nil, err
@@ -54,8 +62,7 @@ func startTraffic(addr string, interval, timeout time.Duration) (*traffic, error
 		}
 		entered <- nil
 		for ctx.Err() == nil {
-			err := ask(addr, timeout)
-			tr.record(err)
+			tr.record(ask())
 			select {
 			case <-ctx.Done():
 			case <-time.After(interval):
@@ -67,6 +74,33 @@ func startTraffic(addr string, interval, timeout time.Duration) (*traffic, error
 		return nil, fmt.Errorf("enter the cloud's network namespace: %w", err)
 	}
 	return tr, nil
+}
+
+// askAPI reads the default Namespace from the API server at host (a
+// kubeconfig's https://HOST:PORT) with tlsCfg, over a connection made on
+// this thread: a quorum read, which only an API server whose etcd serves
+// answers.
+func askAPI(host string, tlsCfg *tls.Config, timeout time.Duration) error {
+	addr := strings.TrimPrefix(host, "https://")
+	raw, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	conn := tls.Client(raw, tlsCfg)
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintf(conn, "GET /api/v1/namespaces/default HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", addr); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("answered %s", resp.Status)
+	}
+	return nil
 }
 
 // ask gets / from addr over a connection made on this thread.

@@ -327,9 +327,6 @@ func (c *Cloud) startLoadBalancer(ctx context.Context) error {
 	lb, err := loadbalancer.Start(ctx, loadbalancer.Config{
 		Dir: filepath.Join(c.spec.Dir, LoadBalancerDir), Address: LoadBalancerIP, Ports: ports,
 		Backends: backends, ExecPrefix: c.network.ExecPrefix(),
-		// The API server's own word that it serves, which it gives
-		// without credentials.
-		ReadyChecks: map[uint16]string{clusternet.APIServerPort: "/readyz"},
 	})
 	if err != nil {
 		return fmt.Errorf("load balancer: %w", err)

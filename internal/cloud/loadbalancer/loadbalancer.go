@@ -53,16 +53,14 @@ type Config struct {
 	// a backend that fails three checks in a row takes no new
 	// connections, and its open ones are cut (so that a client dials
 	// again and reaches another); two passes bring it back. Zero means 2
-	// s, so that a lost control plane is out within about 6 s.
+	// s, so that a lost control plane is out within about 6 s. A connect
+	// needs nothing of the server's process: an HTTPS check of the API
+	// server's /readyz, as real clouds' health checks ask it, took the
+	// only control plane of an emulated (TCG) cluster out again and again
+	// while it served, its TLS handshakes being as slow as kubectl's
+	// (which timed out after 10 s), and every request through the
+	// balancer then ended in EOF.
 	CheckEvery time.Duration
-	// ReadyChecks are ports whose backends are checked with an HTTPS GET
-	// of a path, which must answer 200, instead of a TCP connect: the
-	// API server's /readyz, as a cloud's health check asks it. A server
-	// that is shutting down, or whose etcd is lost, then takes no new
-	// connections while it still accepts them, and it logs no TLS
-	// handshake cut short every few seconds. The certificate is not
-	// checked: the balancer is trusted with nothing.
-	ReadyChecks map[uint16]string
 	// ExecPrefix runs HAProxy inside the cloud's network namespace.
 	ExecPrefix []string
 	// Binary is HAProxy's; empty means haproxy from PATH.
@@ -81,11 +79,6 @@ defaults
     log global
     option tcplog
     timeout connect 2s
-    # A check that connected may wait this long for its answer: an API
-    # server's /readyz asks etcd, with up to 10 s, and a loaded control
-    # plane under emulation is slow, not lost. A lost one does not
-    # connect at all (timeout connect).
-    timeout check 10s
     # Watches of the API server stay open for long.
     timeout client 1h
     timeout server 1h
@@ -97,13 +90,7 @@ frontend port-{{$p}}
     default_backend port-{{$p}}
 
 backend port-{{$p}}
-{{- with index $.ReadyChecks $p}}
-    option httpchk GET {{.}}
-    http-check expect status 200
-    default-server check check-ssl verify none inter {{$.Every}} fall 3 rise 2 on-marked-down shutdown-sessions
-{{- else}}
     default-server check inter {{$.Every}} fall 3 rise 2 on-marked-down shutdown-sessions
-{{- end}}
 {{- range $.Backends}}
     server {{.Name}} {{.Addr}}:{{$p}}
 {{- end}}
@@ -113,11 +100,6 @@ backend port-{{$p}}
 func Render(c Config) ([]byte, error) {
 	if !c.Address.IsValid() || len(c.Ports) == 0 || len(c.Backends) == 0 {
 		return nil, errors.New("loadbalancer: an address, a port and a backend are needed")
-	}
-	for port, path := range c.ReadyChecks {
-		if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \t\n#") {
-			return nil, fmt.Errorf("loadbalancer: port %d's check path %q: want an absolute path without spaces", port, path)
-		}
 	}
 	for _, b := range c.Backends {
 		if b.Name == "" || strings.ContainsAny(b.Name, " \t\n#") || !b.Addr.IsValid() {

@@ -4,13 +4,10 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,8 +15,7 @@ import (
 func TestRender(t *testing.T) {
 	cfg, err := Render(Config{
 		Dir: "/run/cloud/lb", Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443, 30090},
-		Backends:    []Backend{{"cp-0", netip.MustParseAddr("10.42.1.100")}, {"cp-1", netip.MustParseAddr("10.42.1.101")}},
-		ReadyChecks: map[uint16]string{6443: "/readyz"},
+		Backends: []Backend{{"cp-0", netip.MustParseAddr("10.42.1.100")}, {"cp-1", netip.MustParseAddr("10.42.1.101")}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -27,8 +23,7 @@ func TestRender(t *testing.T) {
 	for _, want := range []string{
 		"stats socket /run/cloud/lb/haproxy.sock mode 600 level admin",
 		"bind 10.42.0.2:6443", "bind 10.42.0.2:30090",
-		"backend port-6443\n    option httpchk GET /readyz\n    http-check expect status 200\n    default-server check check-ssl verify none inter 2000ms fall 3 rise 2 on-marked-down shutdown-sessions\n",
-		"backend port-30090\n    default-server check inter 2000ms fall 3 rise 2 on-marked-down shutdown-sessions\n",
+		"default-server check inter 2000ms fall 3 rise 2 on-marked-down shutdown-sessions",
 		"server cp-0 10.42.1.100:6443", "server cp-1 10.42.1.101:6443", "server cp-1 10.42.1.101:30090",
 	} {
 		if !strings.Contains(string(cfg), want) {
@@ -39,7 +34,6 @@ func TestRender(t *testing.T) {
 		{Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443}},
 		{Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443}, Backends: []Backend{{"cp 0", netip.MustParseAddr("10.42.1.100")}}},
 		{Ports: []uint16{6443}, Backends: []Backend{{"cp-0", netip.MustParseAddr("10.42.1.100")}}},
-		{Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443}, Backends: []Backend{{"cp-0", netip.MustParseAddr("10.42.1.100")}}, ReadyChecks: map[uint16]string{6443: "/readyz\nbind 0.0.0.0:22"}},
 	} {
 		if _, err := Render(bad); err == nil {
 			t.Errorf("Render(%+v) passed", bad)
@@ -111,48 +105,6 @@ func TestFailover(t *testing.T) {
 	if _, err := net.DialTimeout("tcp", "127.0.0.1:"+p, time.Second); err == nil {
 		t.Error("the stopped balancer still accepts connections")
 	}
-}
-
-// TestReadyCheck runs the real HAProxy in front of an HTTPS backend that
-// says it is not ready: it takes no connection until it says it is.
-func TestReadyCheck(t *testing.T) {
-	if _, err := exec.LookPath("haproxy"); err != nil {
-		t.Fatal("haproxy is not installed: 'make deps' installs it")
-	}
-	var ready atomic.Bool
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/readyz" || !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	}))
-	l, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Listener = l
-	srv.StartTLS()
-	defer srv.Close()
-	port := uint16(l.Addr().(*net.TCPAddr).Port)
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	b, err := Start(ctx, Config{
-		Dir: t.TempDir(), Address: netip.MustParseAddr("127.0.0.1"), Ports: []uint16{port},
-		Backends:    []Backend{{"cp-0", netip.MustParseAddr("127.0.0.2")}},
-		ReadyChecks: map[uint16]string{port: "/readyz"},
-		CheckEvery:  100 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Stop()
-	// It accepts connections all along; its answer keeps it out.
-	time.Sleep(time.Second)
-	waitFor(t, b, map[string]bool{"cp-0": false})
-	ready.Store(true)
-	waitFor(t, b, map[string]bool{"cp-0": true})
 }
 
 // waitFor waits until the balancer sees each backend of want up or down.

@@ -143,7 +143,9 @@ func kubectlRetrying(t *testing.T, ctx context.Context, argv []string) (string, 
 func apiUnreachable(out string) bool {
 	for _, s := range []string{"connection refused", "i/o timeout", "TLS handshake timeout", "connection reset by peer",
 		"the server is currently unable to handle the request", "etcdserver: request timed out", "http2: client connection lost",
-		"unexpected EOF", "net/http: request canceled", "request did not complete within requested timeout"} {
+		"unexpected EOF", "net/http: request canceled", "request did not complete within requested timeout",
+		// The load balancer with no control plane up closes at once.
+		"Unable to connect to the server: EOF"} {
 		if strings.Contains(out, s) {
 			return true
 		}

@@ -86,7 +86,12 @@ func askAPI(host string, tlsCfg *tls.Config, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	conn := tls.Client(raw, tlsCfg)
+	// client-go leaves the name to check to its HTTP transport.
+	cfg := tlsCfg.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	conn := tls.Client(raw, cfg)
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := fmt.Fprintf(conn, "GET /api/v1/namespaces/default HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", addr); err != nil {

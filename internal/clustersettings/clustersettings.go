@@ -163,8 +163,8 @@ func CheckEndpoint(endpoint string) error {
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port != strconv.FormatUint(n, 10) {
 		return fmt.Errorf("control-plane endpoint %s: port %s is not a number from 1 to 65535", Quote(endpoint), Quote(port))
 	}
-	if !validSAN(host) {
-		return fmt.Errorf("control-plane endpoint %s: %s is neither an IP address nor a DNS name", Quote(endpoint), Quote(host))
+	if a, err := netip.ParseAddr(host); (err == nil && a.Zone() != "") || !validSAN(host) {
+		return fmt.Errorf("control-plane endpoint %s: %s is neither an IP address without a zone nor a DNS name", Quote(endpoint), Quote(host))
 	}
 	return nil
 }

@@ -37,7 +37,8 @@ func TestValidate(t *testing.T) {
 		"endpoint no port": {func(s *Settings) { s.ControlPlaneEndpoint = "10.42.0.2" }, "is not HOST:PORT"},
 		"endpoint port 0":  {func(s *Settings) { s.ControlPlaneEndpoint = "10.42.0.2:0" }, "not a number from 1 to 65535"},
 		"endpoint port +1": {func(s *Settings) { s.ControlPlaneEndpoint = "10.42.0.2:+1" }, "not a number from 1 to 65535"},
-		"endpoint host":    {func(s *Settings) { s.ControlPlaneEndpoint = "bad host:6443" }, "neither an IP address nor a DNS name"},
+		"endpoint host":    {func(s *Settings) { s.ControlPlaneEndpoint = "bad host:6443" }, "neither an IP address without a zone nor a DNS name"},
+		"endpoint zone":    {func(s *Settings) { s.ControlPlaneEndpoint = "[fe80::1%eth0]:6443" }, "without a zone"},
 		"endpoint long":    {func(s *Settings) { s.ControlPlaneEndpoint = strings.Repeat("a", 300) + ":6443" }, "is not HOST:PORT"},
 	}
 	for name, tt := range tests {

@@ -111,7 +111,7 @@ func (m Member) Health(ctx context.Context, members []MemberInfo) map[uint64]Hea
 			defer wg.Done()
 			h := Health{Err: errors.New("it has not started")}
 			if len(info.ClientURLs) > 0 {
-				h = m.healthAt(ctx, info.ClientURLs[0])
+				h = m.healthAt(ctx, info.ID, info.ClientURLs[0])
 			}
 			mu.Lock()
 			out[info.ID] = h
@@ -122,7 +122,7 @@ func (m Member) Health(ctx context.Context, members []MemberInfo) map[uint64]Hea
 	return out
 }
 
-func (m Member) healthAt(ctx context.Context, clientURL string) Health {
+func (m Member) healthAt(ctx context.Context, id uint64, clientURL string) Health {
 	u, err := url.Parse(clientURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return Health{Err: fmt.Errorf("its client URL %q is not https://HOST:PORT", clientURL)}
@@ -132,6 +132,11 @@ func (m Member) healthAt(ctx context.Context, clientURL string) Health {
 	other := m
 	other.Endpoint = u.Host
 	st, err := other.Status(ctx)
+	if err == nil && st.ID != id {
+		// A stale URL, or an address another member took since: its
+		// answer says nothing of this member.
+		err = fmt.Errorf("%s answers as member %x", clientURL, st.ID)
+	}
 	return Health{Status: st, Err: err}
 }
 

@@ -3,6 +3,8 @@ package upgradeserver
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -54,8 +56,9 @@ func (s *Server) RemoveEtcdMember(ctx context.Context, req *kubeupgradepb.Remove
 	if !s.controlPlane() {
 		return nil, status.Error(codes.FailedPrecondition, "this node is no control plane: it runs no etcd member")
 	}
-	// One removal at a time: two at once could each keep the quorum
-	// alone and lose it together.
+	// One removal at a time on this control plane: two at once could
+	// each keep the quorum alone and lose it together. Two through two
+	// control planes meet etcd's own check (removeError).
 	s.removing.Lock()
 	defer s.removing.Unlock()
 	members, err := s.c.Etcd.Members(ctx)
@@ -66,19 +69,11 @@ func (s *Server) RemoveEtcdMember(ctx context.Context, req *kubeupgradepb.Remove
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, strings.TrimSpace(err.Error()))
 	}
-	var target *etcd.MemberInfo
-	for i, m := range members {
-		if m.Name == name {
-			if target != nil {
-				return nil, status.Errorf(codes.FailedPrecondition, "etcd has two members named %s (%x and %x): remove the wrong one with etcdctl", name, target.ID, m.ID)
-			}
-			target = &members[i]
-		}
+	target, err := findMember(members, name, req.GetAddress())
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case target == nil:
-		return nil, status.Errorf(codes.NotFound, "etcd has no member named %s (its members: %s)", name, memberNames(members))
-	case target.ID == self.ID:
+	if target.ID == self.ID {
 		return nil, status.Errorf(codes.FailedPrecondition, "%s is this node's own etcd member: ask another control plane to remove it", name)
 	}
 	if err := etcd.CheckRemoval(members, etcd.Healthy(s.c.Etcd.Health(ctx, members)), target.ID); err != nil {
@@ -89,10 +84,58 @@ func (s *Server) RemoveEtcdMember(ctx context.Context, req *kubeupgradepb.Remove
 	}
 	left, err := s.c.Etcd.Remove(ctx, target.ID)
 	if err != nil {
-		return nil, status.Error(codes.Unavailable, strings.TrimSpace(err.Error()))
+		return nil, removeError(name, err)
 	}
 	s.c.Log.Info("removed an etcd member for the owner", "member", name, "id", fmt.Sprintf("%x", target.ID), "left", len(left))
 	return s.describe(ctx, left), nil
+}
+
+// findMember finds the member of the control plane called name: the one
+// member of that name, or else one added that never started (so it has
+// no name yet) whose peer URL is at address.
+func findMember(members []etcd.MemberInfo, name, address string) (etcd.MemberInfo, error) {
+	var named, unstarted []etcd.MemberInfo
+	for _, m := range members {
+		switch {
+		case m.Name == name:
+			named = append(named, m)
+		case m.Name == "" && address != "" && slices.ContainsFunc(m.PeerURLs, func(u string) bool { return peerHost(u) == address }):
+			unstarted = append(unstarted, m)
+		}
+	}
+	switch {
+	case len(named) > 1:
+		return etcd.MemberInfo{}, status.Errorf(codes.FailedPrecondition, "etcd has %d members named %s: remove the wrong one with etcdctl", len(named), name)
+	case len(named) == 1:
+		return named[0], nil
+	case len(unstarted) == 1:
+		return unstarted[0], nil
+	case len(unstarted) > 1:
+		return etcd.MemberInfo{}, status.Errorf(codes.FailedPrecondition, "etcd has %d members at %s that never started: remove them with etcdctl", len(unstarted), address)
+	}
+	return etcd.MemberInfo{}, status.Errorf(codes.NotFound, "etcd has no member named %s (its members: %s)", name, memberNames(members))
+}
+
+// peerHost is the host of a member's peer URL.
+func peerHost(peerURL string) string {
+	u, err := url.Parse(peerURL)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}
+
+// removeError tells etcd's own refusals, which say the cluster would lose
+// its quorum (etcd's strict reconfiguration check counts the members it
+// heard from lately), from a member that did not answer.
+func removeError(name string, err error) error {
+	msg := strings.TrimSpace(err.Error())
+	for _, refusal := range []string{"unhealthy cluster", "not enough started members"} {
+		if strings.Contains(msg, refusal) {
+			return status.Errorf(codes.FailedPrecondition, "etcd itself refuses to remove %s's member: it would lose its quorum (%s); bring the other members back first", name, msg)
+		}
+	}
+	return status.Error(codes.Unavailable, msg)
 }
 
 func memberNames(ms []etcd.MemberInfo) string {

@@ -32,6 +32,8 @@ type fakeMembers struct {
 	members []etcd.MemberInfo
 	sick    map[uint64]bool
 	removed []uint64
+	// refuse is etcd's own refusal of every removal, if set.
+	refuse error
 }
 
 func threeMembers(sick ...uint64) *fakeMembers {
@@ -70,6 +72,9 @@ func (f *fakeMembers) Status(context.Context) (etcd.Status, error) {
 func (f *fakeMembers) Remove(_ context.Context, id uint64) ([]etcd.MemberInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.refuse != nil {
+		return nil, f.refuse
+	}
 	f.removed = append(f.removed, id)
 	var left []etcd.MemberInfo
 	for _, m := range f.members {
@@ -79,6 +84,20 @@ func (f *fakeMembers) Remove(_ context.Context, id uint64) ([]etcd.MemberInfo, e
 	}
 	f.members = left
 	return left, nil
+}
+
+// refusing makes etcd refuse every removal, as its strict
+// reconfiguration check does one that would cost its quorum.
+func refusing(f *fakeMembers) *fakeMembers {
+	f.refuse = status.Error(codes.Unavailable, "etcdserver: unhealthy cluster")
+	return f
+}
+
+// withUnstarted adds a learner that kubeadm added for cp-3 and that never
+// started: it has no name yet.
+func withUnstarted(f *fakeMembers) *fakeMembers {
+	f.members = append(f.members, etcd.MemberInfo{ID: 4, PeerURLs: []string{"https://10.42.1.103:2380"}, Learner: true})
+	return f
 }
 
 // controlPlaneWith serves a control plane whose etcd is m.
@@ -134,10 +153,12 @@ func TestRemoveEtcdMember(t *testing.T) {
 		{"this node's own", threeMembers(), "cp-0", false, codes.FailedPrecondition, "ask another control plane", ""},
 		{"one not there", threeMembers(), "cp-7", false, codes.NotFound, "its members: cp-0, cp-1, cp-2", ""},
 		{"no node name", threeMembers(), "CP_1; rm -rf", false, codes.InvalidArgument, "is not a node name", ""},
+		{"one etcd refuses", refusing(threeMembers(3)), "cp-1", true, codes.FailedPrecondition, "etcd itself refuses to remove cp-1's member", ""},
+		{"one that never started", withUnstarted(threeMembers()), "cp-3", false, codes.OK, "", "cp-0:healthy=true,leader=true cp-1:healthy=true,leader=false cp-2:healthy=true,leader=false"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := controlPlaneWith(t, tc.members)
-			r, err := c.RemoveEtcdMember(t.Context(), &kubeupgradepb.RemoveEtcdMemberRequest{Name: tc.remove, BreakQuorum: tc.breakQuorum})
+			r, err := c.RemoveEtcdMember(t.Context(), &kubeupgradepb.RemoveEtcdMemberRequest{Name: tc.remove, BreakQuorum: tc.breakQuorum, Address: "10.42.1.103"})
 			if status.Code(err) != tc.want || !strings.Contains(status.Convert(err).Message(), tc.wantMsg) {
 				t.Fatalf("RemoveEtcdMember: %v; want %v saying %q", err, tc.want, tc.wantMsg)
 			}

@@ -74,7 +74,7 @@ plane still holds the cluster's CA keys: if it may be compromised, the
 cluster's CA is too.`,
 		Example: `  orrery node remove worker-1 --yes
   orrery node remove cp-2 --yes`,
-		Args:    cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !yes {
 				return fmt.Errorf("removing node %s is permanent: it can never rejoin this cluster; pass --yes to remove it", args[0])

@@ -34,6 +34,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
 	"github.com/orrery-dev/orrery/internal/owner/noderemove"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/kubeadmconfig"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 	"github.com/orrery-dev/orrery/internal/records/removednodes"
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
@@ -669,8 +670,8 @@ type fakeControlPlane struct {
 	asked *[]string
 }
 
-func (f fakeControlPlane) RemoveEtcdMember(_ context.Context, name string, breakQuorum bool) ([]kubeupgrade.EtcdMember, error) {
-	*f.asked = append(*f.asked, fmt.Sprintf("%s quorum=%v", name, breakQuorum))
+func (f fakeControlPlane) RemoveEtcdMember(_ context.Context, name, address string, breakQuorum bool) ([]kubeupgrade.EtcdMember, error) {
+	*f.asked = append(*f.asked, fmt.Sprintf("%s@%s quorum=%v", name, address, breakQuorum))
 	if f.code != codes.OK {
 		return nil, status.Error(f.code, "etcd would lose its quorum: 2 voting members would be left, 1 of them healthy, and 2 must be")
 	}
@@ -726,6 +727,25 @@ func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 		t.Fatal(err)
 	}
 	cp("cp-1", "10.42.1.101")
+	// A cluster set up without a load balancer: cp-0's address is its
+	// endpoint, and cp-0 cannot go, whatever etcd says.
+	endpoint := func(ep string) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: kubeadmconfig.ConfigMapName, Namespace: kubeadmconfig.Namespace},
+			Data: map[string]string{"ClusterConfiguration": "kind: ClusterConfiguration\ncontrolPlaneEndpoint: " + ep + "\n"}}
+		if _, err := e.admin.CoreV1().ConfigMaps(kubeadmconfig.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
+			_, err = e.admin.CoreV1().ConfigMaps(kubeadmconfig.Namespace).Create(ctx, cm, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	endpoint("10.42.1.100:6443")
+	if err := noderemove.Remove(ctx, cfg, "cp-0"); err == nil || !strings.Contains(err.Error(), "is the cluster's control-plane endpoint") || len(dialled) > 0 {
+		t.Errorf("removing the control plane that is the endpoint: %v (dialled %v)", err, dialled)
+	}
+	endpoint("10.42.0.2:6443")
 	recordRemoved := func() bool {
 		rec, err := e.dyn.Resource(admittedNodes).Get(ctx, "disk-"+cpDisk, metav1.GetOptions{})
 		if err != nil {
@@ -761,7 +781,7 @@ func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 	if err := noderemove.Remove(ctx, cfg, "cp-1"); err != nil {
 		t.Fatalf("removing cp-1: %v\n%s", err, e.out.String())
 	}
-	if want := []string{"cp-1 quorum=true"}; !slices.Equal(asked, want) {
+	if want := []string{"cp-1@10.42.1.101 quorum=true"}; !slices.Equal(asked, want) {
 		t.Errorf("asked %v, want %v", asked, want)
 	}
 	if !recordRemoved() || strings.Contains(approved(), "5150") {

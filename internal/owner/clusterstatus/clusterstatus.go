@@ -25,8 +25,8 @@ type Report struct {
 	// Endpoint is the API server the kubeconfig names: the control
 	// planes' stable endpoint.
 	Endpoint string    `json:"endpoint"`
-	Nodes             []Node    `json:"nodes"`
-	Releases          []Release `json:"releases"`
+	Nodes    []Node    `json:"nodes"`
+	Releases []Release `json:"releases"`
 	// Behind means an 'orrery upgrade apply' would change something.
 	Behind bool `json:"behind"`
 	// Etcd is etcd's membership, as a control plane told the owner;

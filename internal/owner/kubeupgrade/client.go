@@ -119,12 +119,14 @@ func (r *Remote) EtcdMembers(ctx context.Context) ([]EtcdMember, error) {
 	return etcdMembers(resp), nil
 }
 
-// RemoveEtcdMember asks the node to remove control plane name's etcd
-// member, and returns the members left. The node refuses (gRPC
+// RemoveEtcdMember asks the node to remove the etcd member of control
+// plane name, at address (its IP, if known: a member that never started
+// is found by it), and returns the members left. The node refuses (gRPC
 // FailedPrecondition) one whose loss etcd's quorum would not survive,
-// unless breakQuorum; NotFound says there is no such member.
-func (r *Remote) RemoveEtcdMember(ctx context.Context, name string, breakQuorum bool) ([]EtcdMember, error) {
-	resp, err := r.client.RemoveEtcdMember(ctx, &kubeupgradepb.RemoveEtcdMemberRequest{Name: name, BreakQuorum: breakQuorum})
+// unless breakQuorum, and etcd refuses some even then; NotFound says
+// there is no such member.
+func (r *Remote) RemoveEtcdMember(ctx context.Context, name, address string, breakQuorum bool) ([]EtcdMember, error) {
+	resp, err := r.client.RemoveEtcdMember(ctx, &kubeupgradepb.RemoveEtcdMemberRequest{Name: name, Address: address, BreakQuorum: breakQuorum})
 	if err != nil {
 		return nil, termtext.Error(err)
 	}

@@ -1,12 +1,15 @@
 // Package noderemove takes a node out of the cluster for good ('orrery
 // node remove'). A removed node may be compromised and still holds its
-// kubelet's certificate and its state disk; removing it must leave it
-// nothing to come back with:
+// kubelet's certificate and its state disk; removing it must leave it no
+// way back in (a control plane also keeps the cluster's CA keys and
+// etcd's, which no removal takes back):
 //
 //  0. a control plane's etcd member is removed, through another control
 //     plane, and its instance is no longer approved as a control plane;
-//     the last control plane, and one without which etcd would lose its
-//     quorum, are refused (the latter unless the owner forces it);
+//     the last control plane, the one whose address is the cluster's
+//     endpoint, and one without which etcd would lose its quorum are
+//     refused (the last unless the owner forces it, as far as etcd lets
+//     him);
 //  1. its admission records are marked removed (internal/records/admitted), so the
 //     join service never again hands out its disk key, whatever Node
 //     object it re-creates; the records' schema keeps the mark for good;
@@ -27,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -47,6 +51,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/drain"
 	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
+	"github.com/orrery-dev/orrery/internal/records/kubeadmconfig"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 	"github.com/orrery-dev/orrery/internal/records/removednodes"
 )
@@ -59,7 +64,7 @@ var admittedNodes = schema.GroupVersionResource{Group: orreryapi.Group, Version:
 // ControlPlane is another control plane's upgrade service
 // (kubeupgrade.Remote), through which a control plane's etcd member goes.
 type ControlPlane interface {
-	RemoveEtcdMember(ctx context.Context, name string, breakQuorum bool) ([]kubeupgrade.EtcdMember, error)
+	RemoveEtcdMember(ctx context.Context, name, address string, breakQuorum bool) ([]kubeupgrade.EtcdMember, error)
 	Close() error
 }
 
@@ -111,14 +116,18 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 		isCP = isCP || labelled
 	}
 	if isCP {
-		if err := leaveEtcd(ctx, cfg, name); err != nil {
+		address := ""
+		if node != nil {
+			address = internalIP(*node)
+		}
+		if err := leaveEtcd(ctx, cfg, name, address); err != nil {
 			return err
 		}
 		for _, id := range approved {
 			if err := revoke(ctx, cfg, id); err != nil {
 				return err
 			}
-			fmt.Fprintf(cfg.Out, "node %s: instance %s is no longer an approved control plane: the join service hands it no CA key\n", name, id)
+			fmt.Fprintf(cfg.Out, "node %s: instance %s is no longer an approved control plane: the join service hands it no more CA keys\n", name, id)
 		}
 	}
 	records, err := markRecordsRemoved(ctx, cfg, name, now)
@@ -188,7 +197,7 @@ var ErrLastControlPlane = errors.New("it is the cluster's last control plane: et
 // control plane, which refuses a removal that costs etcd its quorum
 // unless the owner forces it. A member that is gone already (a removal
 // run again) is fine.
-func leaveEtcd(ctx context.Context, cfg Config, name string) error {
+func leaveEtcd(ctx context.Context, cfg Config, name, address string) error {
 	if cfg.DialControlPlane == nil {
 		return fmt.Errorf("node %s is a control plane, and this removal cannot reach the others to remove its etcd member", name)
 	}
@@ -205,6 +214,9 @@ func leaveEtcd(ctx context.Context, cfg Config, name string) error {
 	if len(others) == 0 {
 		return fmt.Errorf("not removing node %s: %w", name, ErrLastControlPlane)
 	}
+	if err := refuseEndpoint(ctx, cfg, name, address); err != nil {
+		return err
+	}
 	var errs []error
 	for _, n := range others {
 		addr := internalIP(n)
@@ -217,7 +229,7 @@ func leaveEtcd(ctx context.Context, cfg Config, name string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
 			continue
 		}
-		left, err := cp.RemoveEtcdMember(ctx, name, cfg.BreakQuorum)
+		left, err := cp.RemoveEtcdMember(ctx, name, address, cfg.BreakQuorum)
 		cp.Close()
 		switch status.Code(err) {
 		case codes.OK:
@@ -232,6 +244,25 @@ func leaveEtcd(ctx context.Context, cfg Config, name string) error {
 		errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
 	}
 	return fmt.Errorf("not removing node %s: no other control plane removed its etcd member:\n%w", name, errors.Join(errs...))
+}
+
+// refuseEndpoint refuses control plane name, at address, if its address
+// is the cluster's endpoint (a cluster set up without a load balancer):
+// every kubeconfig and join ticket names it, and the cluster would stop
+// with it.
+func refuseEndpoint(ctx context.Context, cfg Config, name, address string) error {
+	cm, err := cfg.Client.CoreV1().ConfigMaps(kubeadmconfig.Namespace).Get(ctx, kubeadmconfig.ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the cluster's endpoint (%s/%s): %w", kubeadmconfig.Namespace, kubeadmconfig.ConfigMapName, err)
+	}
+	endpoint, err := kubeadmconfig.ControlPlaneEndpoint(cm.Data)
+	if err != nil {
+		return err
+	}
+	if host, _, err := net.SplitHostPort(endpoint); err == nil && address != "" && host == address {
+		return fmt.Errorf("not removing node %s: its address is the cluster's control-plane endpoint %s, which every kubeconfig and join ticket names: the cluster would stop with it (a cluster that is to lose control planes needs 'orrery init --endpoint' with a load balancer)", name, endpoint)
+	}
+	return nil
 }
 
 func internalIP(n corev1.Node) string {

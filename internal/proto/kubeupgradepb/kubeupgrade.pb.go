@@ -552,7 +552,11 @@ type RemoveEtcdMemberRequest struct {
 	// break_quorum removes it even if etcd is left without its quorum (it
 	// then serves no write, and the cluster stops until the member is
 	// back) or without a member (every piece of the cluster's state goes).
-	BreakQuorum   bool `protobuf:"varint,2,opt,name=break_quorum,json=breakQuorum,proto3" json:"break_quorum,omitempty"`
+	BreakQuorum bool `protobuf:"varint,2,opt,name=break_quorum,json=breakQuorum,proto3" json:"break_quorum,omitempty"`
+	// address is the control plane's IP address, if known: a member of it
+	// that was added but never started (a control plane whose kubeadm join
+	// stopped halfway) has no name yet, and is found by its peer URL.
+	Address       string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -601,6 +605,13 @@ func (x *RemoveEtcdMemberRequest) GetBreakQuorum() bool {
 	return false
 }
 
+func (x *RemoveEtcdMemberRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 var File_internal_proto_kubeupgradepb_kubeupgrade_proto protoreflect.FileDescriptor
 
 const file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc = "" +
@@ -632,10 +643,11 @@ const file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x16\n" +
 	"\x06leader\x18\x06 \x01(\bR\x06leader\x12\x1d\n" +
 	"\n" +
-	"raft_index\x18\a \x01(\x04R\traftIndex\"P\n" +
+	"raft_index\x18\a \x01(\x04R\traftIndex\"j\n" +
 	"\x17RemoveEtcdMemberRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fbreak_quorum\x18\x02 \x01(\bR\vbreakQuorum*;\n" +
+	"\fbreak_quorum\x18\x02 \x01(\bR\vbreakQuorum\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress*;\n" +
 	"\x04Step\x12\x14\n" +
 	"\x10STEP_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +

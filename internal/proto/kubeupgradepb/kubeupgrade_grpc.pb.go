@@ -47,9 +47,12 @@ type KubernetesUpgradeServiceClient interface {
 	// RemoveEtcdMember removes the etcd member of another control plane,
 	// and answers the members left. Unless break_quorum is set, it refuses
 	// (FailedPrecondition) to remove the last voting member, or one without
-	// which fewer healthy voting members than a majority would be left. A
-	// member of this node is refused too: another control plane removes
-	// it, so that the answer comes from a member that stays.
+	// which fewer healthy voting members than a majority would be left. etcd
+	// itself then still refuses a removal that leaves fewer started members
+	// than its quorum, which is FailedPrecondition too. A member of this
+	// node is refused: another control plane removes it, so that the
+	// answer comes from a member that stays. NotFound: there is no such
+	// member.
 	RemoveEtcdMember(ctx context.Context, in *RemoveEtcdMemberRequest, opts ...grpc.CallOption) (*EtcdMembersResponse, error)
 }
 
@@ -150,9 +153,12 @@ type KubernetesUpgradeServiceServer interface {
 	// RemoveEtcdMember removes the etcd member of another control plane,
 	// and answers the members left. Unless break_quorum is set, it refuses
 	// (FailedPrecondition) to remove the last voting member, or one without
-	// which fewer healthy voting members than a majority would be left. A
-	// member of this node is refused too: another control plane removes
-	// it, so that the answer comes from a member that stays.
+	// which fewer healthy voting members than a majority would be left. etcd
+	// itself then still refuses a removal that leaves fewer started members
+	// than its quorum, which is FailedPrecondition too. A member of this
+	// node is refused: another control plane removes it, so that the
+	// answer comes from a member that stays. NotFound: there is no such
+	// member.
 	RemoveEtcdMember(context.Context, *RemoveEtcdMemberRequest) (*EtcdMembersResponse, error)
 	mustEmbedUnimplementedKubernetesUpgradeServiceServer()
 }

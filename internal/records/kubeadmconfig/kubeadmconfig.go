@@ -30,3 +30,16 @@ func KubernetesVersion(data map[string]string) (string, error) {
 	}
 	return cc.KubernetesVersion, nil
 }
+
+// ControlPlaneEndpoint reads the control planes' endpoint, HOST:PORT,
+// from the ConfigMap's data: the address every kubeconfig and join ticket
+// of the cluster names.
+func ControlPlaneEndpoint(data map[string]string) (string, error) {
+	var cc struct {
+		ControlPlaneEndpoint string `json:"controlPlaneEndpoint"`
+	}
+	if err := yaml.Unmarshal([]byte(data["ClusterConfiguration"]), &cc); err != nil || cc.ControlPlaneEndpoint == "" {
+		return "", fmt.Errorf("%s/%s holds no ClusterConfiguration with a controlPlaneEndpoint (%v)", Namespace, ConfigMapName, err)
+	}
+	return cc.ControlPlaneEndpoint, nil
+}

@@ -20,3 +20,21 @@ func TestKubernetesVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestControlPlaneEndpoint(t *testing.T) {
+	for name, c := range map[string]struct {
+		data    map[string]string
+		want    string
+		wantErr bool
+	}{
+		"kubeadm's":   {map[string]string{"ClusterConfiguration": "kind: ClusterConfiguration\ncontrolPlaneEndpoint: 10.42.0.2:6443\n"}, "10.42.0.2:6443", false},
+		"no endpoint": {map[string]string{"ClusterConfiguration": "kind: ClusterConfiguration\n"}, "", true},
+		"not YAML":    {map[string]string{"ClusterConfiguration": "controlPlaneEndpoint: [x"}, "", true},
+		"nil":         {nil, "", true},
+	} {
+		got, err := ControlPlaneEndpoint(c.data)
+		if got != c.want || (err != nil) != c.wantErr {
+			t.Errorf("%s: ControlPlaneEndpoint = %q, %v; want %q, error %v", name, got, err, c.want, c.wantErr)
+		}
+	}
+}

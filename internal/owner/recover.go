@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -38,6 +39,10 @@ type RecoverConfig struct {
 	// attestation key, before it gets the master secret and the
 	// control plane's role. The zero Instance refuses every node.
 	ControlPlane attestation.Instance
+	// ControlPlaneIDs are the instance IDs of the other control planes
+	// the owner approved (the workspace's record): a node certified as one
+	// of them is accepted too.
+	ControlPlaneIDs []string
 	// CACert (DER) and Endpoint (host:port) are the cluster's, from the
 	// owner's admin kubeconfig: the node checks the files its disk keeps
 	// against them, with a control plane's latitude.
@@ -76,7 +81,7 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 	if err != nil {
 		return err
 	}
-	d, err := dialer.New(onlyInstance{v, cfg.ControlPlane})
+	d, err := dialer.New(onlyInstance{v, cfg.ControlPlane, cfg.ControlPlaneIDs})
 	if err != nil {
 		return err
 	}
@@ -126,6 +131,8 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 type onlyInstance struct {
 	attestation.ProofValidator
 	want attestation.Instance
+	// others are further instance IDs that may answer.
+	others []string
 }
 
 func (o onlyInstance) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
@@ -138,9 +145,9 @@ func (o onlyInstance) ValidateProof(ctx context.Context, doc, nonce []byte) (att
 	if err != nil {
 		return attestation.Proof{}, err
 	}
-	if p.Instance != o.want {
-		return attestation.Proof{}, fmt.Errorf("%w: it is %s, and your workspace records %s as the control plane; recover hands the master secret to that node alone",
-			ErrNotTheControlPlane, p.Instance, o.want)
+	if p.Instance != o.want && (p.Instance.IsZero() || !slices.Contains(o.others, p.Instance.ID)) {
+		return attestation.Proof{}, fmt.Errorf("%w: it is %s, and your workspace records %s and %d approved control planes; recover hands the master secret to those alone",
+			ErrNotTheControlPlane, p.Instance, o.want, len(o.others))
 	}
 	return p, nil
 }

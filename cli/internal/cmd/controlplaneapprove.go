@@ -30,11 +30,24 @@ reaches the join service (a minute or so).`,
 			if err != nil {
 				return err
 			}
-			return approveControlPlane(cmd.Context(), cms, args[0], cmd.OutOrStdout())
+			if err := approveControlPlane(cmd.Context(), cms, args[0], cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			recordControlPlane(cmd, args[0], true)
+			return nil
 		},
 	}
 	addKubeconfigFlags(c.Flags(), &kc)
 	return c
+}
+
+// recordControlPlane records the change in the workspace, for 'orrery
+// recover', and says when it cannot.
+func recordControlPlane(cmd *cobra.Command, id string, approved bool) {
+	ws := workspaceDir(cmd)
+	if err := ws.RecordControlPlane(id, approved); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the workspace %s does not record it (%v): 'orrery recover' from there gives this control plane no master secret\n", ws, err)
+	}
 }
 
 // updateList changes the list of approved control planes with change,

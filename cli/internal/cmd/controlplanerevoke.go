@@ -26,7 +26,11 @@ its node keeps the keys it holds.`,
 			if err != nil {
 				return err
 			}
-			return revokeControlPlane(cmd.Context(), cms, args[0], cmd.OutOrStdout())
+			if err := revokeControlPlane(cmd.Context(), cms, args[0], cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			recordControlPlane(cmd, args[0], false)
+			return nil
 		},
 	}
 	addKubeconfigFlags(c.Flags(), &kc)

@@ -91,6 +91,7 @@ cluster's CA is too.`,
 			}
 			cfg.Out = cmd.OutOrStdout()
 			cfg.DialControlPlane = controlPlaneDialer(cmd, &cluster)
+			cfg.Revoked = func(id string) { recordControlPlane(cmd, id, false) }
 			return noderemove.Remove(cmd.Context(), cfg, args[0])
 		},
 	}

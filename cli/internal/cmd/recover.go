@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,10 +24,11 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/recoverpb"
+	"github.com/orrery-dev/orrery/internal/role"
 )
 
 type recoverOptions struct {
-	node             string
+	nodes            []string
 	masterSecretPath string
 	measurementsPath string
 	hardware         hardwareOptions
@@ -38,8 +40,8 @@ type recoverOptions struct {
 func newRecoverCmd() *cobra.Command {
 	var o recoverOptions
 	c := &cobra.Command{
-		Use:   "recover --node HOST[:PORT]",
-		Short: "Give a rebooted control plane its disk key when no join service can",
+		Use:   "recover [--node HOST[:PORT]]...",
+		Short: "Give rebooted control planes their disk keys when no join service can",
 		Long: fmt.Sprintf(`recover unlocks a control-plane node that rebooted while every other control
 plane was down: its initrd found no join service to get its state disk's key
 from, and waits, serving recovery on port %d (its console says so).
@@ -54,9 +56,17 @@ keeps a control plane's files on your word alone, never on the cloud's
 metadata. The node derives its key
 itself; a master secret of another cluster is refused, and the node keeps
 waiting, unchanged. Workers need no recovery: they rejoin by themselves once
-a control plane is back.`, recoverpb.Port),
-		Example: `  orrery recover --node 10.42.1.100              # a node of 'orrery mini'
-  orrery recover --node 10.0.0.5 --master-secret orrery-master-secret.json \
+a control plane is back.
+
+With several control planes (the ones 'orrery control-plane approve'
+recorded in the workspace, and the first), etcd serves only once a majority
+of them runs, and until then no join service does: recover takes the nodes
+in the order given (without --node, every control plane of 'orrery mini',
+cp-0 first) and stops once a majority is back; the others then rejoin by
+themselves through the join service. It says which it recovered.`, recoverpb.Port),
+		Example: `  orrery recover                                 # the control planes of 'orrery mini'
+  orrery recover --node 10.42.1.100              # one node
+  orrery recover --node 10.0.0.5 --node 10.0.0.6 --master-secret orrery-master-secret.json \
     --measurements build/image/measurements.json --platform-ca platform-ca.crt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -67,30 +77,48 @@ a control plane is back.`, recoverpb.Port),
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.node, "node", "", fmt.Sprintf("the waiting node, HOST or HOST:PORT (port defaults to %d)", recoverpb.Port))
+	f.StringArrayVar(&o.nodes, "node", nil, fmt.Sprintf("a waiting control plane, HOST or HOST:PORT (port defaults to %d); repeatable, in the order to recover them (default: the control planes of 'orrery mini')", recoverpb.Port))
 	f.StringVar(&o.masterSecretPath, "master-secret", "", "the cluster's master secret, as 'orrery init' wrote it (default: "+workspace.MasterSecretFile+" in the workspace)")
 	f.StringVar(&o.measurementsPath, "measurements", imageMeasurements, secretMeasurementsUsage)
 	addHardwareFlags(f, &o.hardware)
 	f.StringVar(&o.platformCAPath, "platform-ca", "", "CA certificate that certifies the nodes' attestation keys (default: the one of 'orrery mini')")
-	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini'; supplies the default --platform-ca")
-	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long to wait for the node")
-	_ = c.MarkFlagRequired("node")
+	f.StringVar(&o.miniDir, "mini-dir", "orrery-mini", "state directory of 'orrery mini'; supplies the default --platform-ca and --node")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long to wait for each node")
 	return c
 }
 
 func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverOptions) error {
-	addr, err := dialer.ParseAddress(o.node, recoverpb.Port)
-	if err != nil {
-		return fmt.Errorf("--node: %w", err)
-	}
 	if o.timeout <= 0 {
 		return fmt.Errorf("--timeout %s: want a positive duration such as 10m", o.timeout)
 	}
+	mini, miniErr := cloud.ReadState(o.miniDir)
+	noMini := func(what string) error {
+		if errors.Is(miniErr, fs.ErrNotExist) {
+			return errors.New("no " + what + " given and no 'orrery mini' state in " + o.miniDir + ": pass " + what)
+		}
+		return fmt.Errorf("no %s given, and the local cloud's is not taken: %w", what, miniErr)
+	}
+	if len(o.nodes) == 0 {
+		if miniErr != nil {
+			return noMini("--node")
+		}
+		for _, n := range mini.Nodes {
+			if n.Role == role.ControlPlane {
+				o.nodes = append(o.nodes, n.IP.String())
+			}
+		}
+	}
+	var addrs []string
+	for _, n := range o.nodes {
+		addr, err := dialer.ParseAddress(n, recoverpb.Port)
+		if err != nil {
+			return fmt.Errorf("--node: %w", err)
+		}
+		addrs = append(addrs, addr)
+	}
 	if o.platformCAPath == "" {
-		if _, err := cloud.ReadState(o.miniDir); errors.Is(err, fs.ErrNotExist) {
-			return errors.New("no --platform-ca given and no 'orrery mini' state in " + o.miniDir + ": pass --platform-ca")
-		} else if err != nil {
-			return fmt.Errorf("no --platform-ca given, and the local cloud's CA is not taken: %w", err)
+		if miniErr != nil {
+			return noMini("--platform-ca")
 		}
 		o.platformCAPath = filepath.Join(o.miniDir, cloud.PlatformCACert)
 	}
@@ -106,18 +134,63 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	if err != nil {
 		return fmt.Errorf("%w (pass --master-secret, or --workspace: the directory where 'orrery init' wrote it)", err)
 	}
-	cp, caCert, endpoint, err := recordedControlPlane(workspace.Dir(filepath.Dir(o.masterSecretPath)))
+	ws := workspace.Dir(filepath.Dir(o.masterSecretPath))
+	cp, caCert, endpoint, err := recordedControlPlane(ws)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	p := &progressPrinter{out: out, start: start}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	return owner.Recover(ctx, owner.RecoverConfig{
-		Node: addr, Measurements: m, PlatformCA: ca, Collateral: o.hardware.collateral(), MasterSecret: ms,
-		ControlPlane: cp, CACert: caCert, Endpoint: endpoint, Logger: log, Progress: p.event,
-	})
+	st, err := ws.ReadState()
+	if err != nil {
+		return err
+	}
+	cfg := owner.RecoverConfig{
+		Measurements: m, PlatformCA: ca, Collateral: o.hardware.collateral(), MasterSecret: ms,
+		ControlPlane: cp, ControlPlaneIDs: st.ControlPlanes, CACert: caCert, Endpoint: endpoint, Logger: log,
+	}
+	return recoverInOrder(ctx, out, owner.Recover, cfg, addrs, 1+len(st.ControlPlanes), o.timeout)
+}
+
+// recoverInOrder recovers the nodes at addrs one after the other, and
+// stops once a majority of the cluster's count control planes is back:
+// etcd then serves, and so does the join service, through which the
+// others rejoin by themselves. A node that cannot be recovered is
+// reported, and the next is tried.
+func recoverInOrder(ctx context.Context, out io.Writer, recoverNode func(context.Context, owner.RecoverConfig) error, cfg owner.RecoverConfig, addrs []string, count int, timeout time.Duration) error {
+	need := count/2 + 1
+	if len(addrs) > 1 {
+		fmt.Fprintf(out, "Your workspace records %d control planes: etcd serves once %d of them run. Recovering in this order, until %d are back: %s\n", count, need, need, strings.Join(addrs, ", "))
+	}
+	var back []string
+	var errs []error
+	for i, addr := range addrs {
+		start := time.Now()
+		p := &progressPrinter{out: out, start: start}
+		cfg.Node, cfg.Progress = addr, p.event
+		nodeCtx, cancel := context.WithTimeout(ctx, timeout)
+		err := recoverNode(nodeCtx, cfg)
+		cancel()
+		if err != nil {
+			if len(addrs) == 1 {
+				return err
+			}
+			fmt.Fprintf(out, "%s was not recovered: %v\n", addr, err)
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		back = append(back, addr)
+		if len(back) >= need && i < len(addrs)-1 {
+			fmt.Fprintf(out, "%d of %d control planes are back (%s): etcd has its quorum. The others (%s) rejoin by themselves through the join service once it runs; recover one with --node if its console still says it waits.\n",
+				len(back), count, strings.Join(back, ", "), strings.Join(addrs[i+1:], ", "))
+			return nil
+		}
+	}
+	if len(addrs) > 1 {
+		fmt.Fprintf(out, "Recovered %d of the %d control planes named (%s).\n", len(back), len(addrs), strings.Join(back, ", "))
+	}
+	if len(back) < need && len(addrs) > 1 {
+		return fmt.Errorf("only %d of %d control planes are back, and etcd needs %d: %w", len(back), count, need, errors.Join(errs...))
+	}
+	return nil
 }
 
 // recordedControlPlane reads, from the workspace 'orrery init' wrote, the

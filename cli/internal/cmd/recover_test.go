@@ -6,15 +6,18 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/pem"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/platformca"
 	"github.com/orrery-dev/orrery/internal/keys"
+	"github.com/orrery-dev/orrery/internal/owner"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
 
@@ -104,5 +107,37 @@ func writeRecoverWorkspace(t *testing.T, dir string) {
 	kc.CurrentContext = "admin@demo"
 	if err := clientcmd.WriteToFile(*kc, ws.Path(workspace.KubeconfigFile)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// recoverInOrder stops once a majority of the control planes is back,
+// goes on past one that fails, and fails if no majority came back.
+func TestRecoverInOrder(t *testing.T) {
+	three := []string{"10.42.1.100:9000", "10.42.1.101:9000", "10.42.1.102:9000"}
+	for name, tc := range map[string]struct {
+		fail     map[string]bool
+		wantAsk  string
+		wantErr  bool
+		wantSaid string
+	}{
+		"all answer":        {nil, "10.42.1.100:9000 10.42.1.101:9000", false, "2 of 3 control planes are back"},
+		"the first is lost": {map[string]bool{"10.42.1.100:9000": true}, "10.42.1.100:9000 10.42.1.101:9000 10.42.1.102:9000", false, "Recovered 2 of the 3 control planes named"},
+		"two are lost":      {map[string]bool{"10.42.1.100:9000": true, "10.42.1.102:9000": true}, "10.42.1.100:9000 10.42.1.101:9000 10.42.1.102:9000", true, "was not recovered"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var asked []string
+			recoverNode := func(_ context.Context, cfg owner.RecoverConfig) error {
+				asked = append(asked, cfg.Node)
+				if tc.fail[cfg.Node] {
+					return errors.New("no answer")
+				}
+				return nil
+			}
+			var out bytes.Buffer
+			err := recoverInOrder(t.Context(), &out, recoverNode, owner.RecoverConfig{}, three, 3, time.Second)
+			if (err != nil) != tc.wantErr || strings.Join(asked, " ") != tc.wantAsk || !strings.Contains(out.String(), tc.wantSaid) {
+				t.Fatalf("recoverInOrder: %v, asked %v; want error %v, asked %s, saying %q:\n%s", err, asked, tc.wantErr, tc.wantAsk, tc.wantSaid, out.String())
+			}
+		})
 	}
 }

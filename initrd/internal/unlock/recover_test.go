@@ -252,11 +252,12 @@ func dialRecovery(t *testing.T, node *qemutest.Node, addr string) *grpc.ClientCo
 // runs the genuine image, but its certified instance is not the control
 // plane the owner's workspace records, so it gets neither the master
 // secret nor a control plane's latitude over what its disk keeps.
-func TestRecoverGoesToTheRecordedControlPlaneOnly(t *testing.T) {
+func TestRecoverGoesToTheRecordedControlPlanesOnly(t *testing.T) {
 	ms := masterSecret(t)
 	worker, u, luks, _, addr := recoveryNode(t, ms)
 	cfg := recoverConfig(t, worker, addr, ms)
 	cfg.ControlPlane = attestation.Instance{Name: "cp-0", ID: "4242"}
+	cfg.ControlPlaneIDs = []string{"4243"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := owner.Recover(ctx, cfg)
@@ -265,6 +266,12 @@ func TestRecoverGoesToTheRecordedControlPlaneOnly(t *testing.T) {
 	}
 	if isOpen(u) || luks.keyTests() != 0 {
 		t.Error("the relabelled worker received the master secret")
+	}
+	// Once the owner approved its instance as a control plane (and the
+	// workspace recorded it), it is one.
+	cfg.ControlPlaneIDs = append(cfg.ControlPlaneIDs, worker.Instance.ID)
+	if err := owner.Recover(ctx, cfg); err != nil || !isOpen(u) {
+		t.Fatalf("Recover of an approved control plane = %v, disk open %v", err, isOpen(u))
 	}
 }
 

@@ -79,6 +79,9 @@ type Config struct {
 	// BreakQuorum removes a control plane whose etcd member the cluster
 	// cannot lose without losing etcd's quorum.
 	BreakQuorum bool
+	// Revoked, if set, hears of each instance taken off the approved
+	// control planes (the owner's records follow).
+	Revoked func(id string)
 	// Out gets a line per step.
 	Out io.Writer
 	// DrainTimeout bounds the wait for evicted pods to go; zero means 2
@@ -128,6 +131,9 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 				return err
 			}
 			fmt.Fprintf(cfg.Out, "node %s: instance %s is no longer an approved control plane: the join service hands it no more CA keys\n", name, id)
+			if cfg.Revoked != nil {
+				cfg.Revoked(id)
+			}
 		}
 	}
 	records, err := markRecordsRemoved(ctx, cfg, name, now)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -37,6 +38,31 @@ type State struct {
 	// FirstNode is the node the cluster was initialised on, for an init
 	// run again to record it as admitted.
 	FirstNode *FirstNode `json:"firstNode,omitempty"`
+	// ControlPlanes are the instance IDs the owner approved as control
+	// planes besides the first node ('orrery control-plane approve' with
+	// this workspace): 'orrery recover' gives the master secret to those
+	// and the first node alone.
+	ControlPlanes []string `json:"controlPlanes,omitempty"`
+}
+
+// RecordControlPlane adds (approved) or removes instance id from the
+// workspace's control planes. A workspace without a state file records
+// nothing and says so.
+func (d Dir) RecordControlPlane(id string, approved bool) error {
+	st, err := d.ReadState()
+	if err != nil {
+		return err
+	}
+	has := slices.Contains(st.ControlPlanes, id)
+	switch {
+	case approved && !has:
+		st.ControlPlanes = append(st.ControlPlanes, id)
+	case !approved && has:
+		st.ControlPlanes = slices.DeleteFunc(st.ControlPlanes, func(x string) bool { return x == id })
+	default:
+		return nil
+	}
+	return d.WriteState(st)
 }
 
 // FirstNode is the initialised node as its attestation named it.

@@ -624,7 +624,7 @@ func logCPU(t *testing.T, k kubectlFunc, node, when string) {
 		t.Logf("%s's CPU %s: %v", node, when, err)
 		return
 	}
-	t.Logf("%s's CPU %s (kubelet's stats summary):\n%s", node, when, table)
+	t.Logf("%s's CPU and memory %s (kubelet's stats summary):\n%s", node, when, table)
 }
 
 // failureTail is how many of their last lines failureSummary shows of

@@ -96,6 +96,7 @@ func (s *suite) controlPlanesJoin() {
 	for _, n := range s.c.Nodes() {
 		logCPU(s.t, s.k, n.Name, "with three control planes")
 	}
+	s.logEtcdTiming("once three control planes run")
 }
 
 // instanceID is the instance ID n's platform certified, as 'orrery
@@ -223,6 +224,7 @@ func (s *suite) loseAControlPlane(n *cloud.Node) {
 		}
 	}
 	t.Logf("%s: reset to Ready again in %s", n.Name, rejoined.Round(time.Second))
+	s.logEtcdTiming("after " + n.Name + "'s reset")
 	t.Logf("while %s was lost, %d of %d reads of the API server through the endpoint failed (first: %q), and %d of %d requests to the Service (first: %q)",
 		n.Name, apiFailed, apiTotal, apiFirst, svcFailed, svcTotal, svcFirst)
 	s.p.done(fmt.Sprintf("its etcd member caught up; API: %d of %d reads failed, Service: %d of %d", apiFailed, apiTotal, svcFailed, svcTotal))
@@ -326,4 +328,33 @@ func (s *suite) recoverControlPlanes() {
 		t.Fatalf("the ConfigMap created before the stop: %v %q", err, out)
 	}
 	s.p.done("every control plane Ready, cp-2 by itself; etcd's three members healthy, its data kept")
+}
+
+// etcdSigns are what etcd logs when its timing is too tight for the
+// machine: a heartbeat that went out late (the heartbeat interval), an
+// election (the election timeout, or a member lost), a slow apply.
+var etcdSigns = map[string]string{
+	"late heartbeats": "failed to send out heartbeat on time",
+	"elections won":   "became leader at term",
+	"slow applies":    "apply request took too long",
+}
+
+// logEtcdTiming counts, in each control plane's etcd log, the signs that
+// its heartbeat interval and election timeout are too short for this
+// machine.
+func (s *suite) logEtcdTiming(when string) {
+	var b strings.Builder
+	for _, n := range s.c.Nodes() {
+		logs, err := s.k("-n", "kube-system", "logs", "etcd-"+n.Name, "--tail=-1")
+		if err != nil {
+			fmt.Fprintf(&b, "  %s: no log (%v)\n", n.Name, err)
+			continue
+		}
+		fmt.Fprintf(&b, "  %s:", n.Name)
+		for _, name := range []string{"late heartbeats", "elections won", "slow applies"} {
+			fmt.Fprintf(&b, " %s %d,", name, strings.Count(logs, etcdSigns[name]))
+		}
+		b.WriteString("\n")
+	}
+	s.t.Logf("etcd's timing %s (since each member's container started):\n%s", when, b.String())
 }

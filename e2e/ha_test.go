@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,7 +56,9 @@ func (s *suite) unapprovedRefused(n *cloud.Node) {
 	deadline := waitDeadline(s.t, patience(10*time.Minute))
 	for {
 		logs, _ := s.k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "--tail=-1", "--prefix")
-		if strings.Contains(logs, "is not an approved control plane") && strings.Contains(logs, n.Name) {
+		if slices.ContainsFunc(strings.Split(logs, "\n"), func(l string) bool {
+			return strings.Contains(l, "is not an approved control plane") && strings.Contains(l, `"node":"`+n.Name+`"`)
+		}) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -78,7 +81,8 @@ func (s *suite) controlPlanesJoin() {
 			continue
 		}
 		id := s.instanceID(n)
-		out, err := s.orreryAsOwner("control-plane", "approve", id)
+		// The workspace records the approval, for 'orrery recover'.
+		out, err := inNS(s.ctx, s.orr, "control-plane", "approve", id, "--workspace", s.out, "--kubeconfig", s.kubeconfig())
 		if err != nil {
 			s.t.Fatalf("control-plane approve %s: %v\n%s", id, err, out)
 		}
@@ -275,12 +279,14 @@ func (s *suite) removeAControlPlane(n, frozen *cloud.Node) {
 	if err != nil || !strings.Contains(out, "its etcd member is removed") {
 		t.Fatalf("orrery node remove %s: %v", n.Name, err)
 	}
+	// The owner deletes the removed VM; until then its API server, whose
+	// etcd member is gone, still takes the load balancer's connections.
+	powerOff(t, s.ctx, n)
 	s.waitEtcd(2, patience(5*time.Minute))
 	if out, err := s.k("get", "node", n.Name); err == nil {
 		t.Fatalf("%s is still a node:\n%s", n.Name, out)
 	}
 	s.p.done(n.Name + " removed with orrery node remove, its etcd member first")
-	powerOff(t, s.ctx, n)
 }
 
 // recoverControlPlanes stops the whole cloud and starts it again: every

@@ -82,41 +82,30 @@ func startAsking(ask func() error, interval time.Duration) (*traffic, error) {
 // answers.
 func askAPI(host string, tlsCfg *tls.Config, timeout time.Duration) error {
 	addr := strings.TrimPrefix(host, "https://")
-	raw, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return err
-	}
 	// client-go leaves the name to check to its HTTP transport.
 	cfg := tlsCfg.Clone()
 	if cfg.ServerName == "" {
 		cfg.ServerName, _, _ = net.SplitHostPort(addr)
 	}
-	conn := tls.Client(raw, cfg)
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := fmt.Fprintf(conn, "GET /api/v1/namespaces/default HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", addr); err != nil {
-		return err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("answered %s", resp.Status)
-	}
-	return nil
+	return get(addr, "/api/v1/namespaces/default", timeout, func(c net.Conn) net.Conn { return tls.Client(c, cfg) })
 }
 
 // ask gets / from addr over a connection made on this thread.
 func ask(addr string, timeout time.Duration) error {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	return get(addr, "/", timeout, func(c net.Conn) net.Conn { return c })
+}
+
+// get asks addr for path over a connection made on this thread, wrapped
+// by wrap (TLS), and wants a 200.
+func get(addr, path string, timeout time.Duration, wrap func(net.Conn) net.Conn) error {
+	raw, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return err
 	}
+	conn := wrap(raw)
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", addr); err != nil {
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, addr); err != nil {
 		return err
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

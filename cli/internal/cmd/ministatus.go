@@ -1,16 +1,19 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/cloud/loadbalancer"
 )
 
 func newMiniStatusCmd() *cobra.Command {
@@ -18,7 +21,7 @@ func newMiniStatusCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:     "status",
 		Short:   "Show the local cloud's VMs, roles, addresses and uptime",
-		Long:    "status lists the local cloud's VMs: their roles, addresses, state, uptime and console logs.",
+		Long:    "status lists the local cloud's VMs: their roles, addresses, state, uptime and console logs, and which control planes its load balancer sends connections to.",
 		Example: "  orrery mini status\n  orrery mini status -o jsonpath='{.nodes[*].ip}'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,6 +39,7 @@ func newMiniStatusCmd() *cobra.Command {
 				return writeData(cmd.OutOrStdout(), output, newMiniReport(st))
 			}
 			printNodes(cmd.OutOrStdout(), st)
+			printLoadBalancer(cmd, dir, st)
 			return nil
 		},
 	}
@@ -74,6 +78,29 @@ func newMiniReport(st cloud.State) miniReport {
 		r.Nodes = append(r.Nodes, miniNodeInfo{Name: n.Name, Role: string(n.Role), IP: n.IP.String(), Running: running, UptimeSeconds: int64(d.Seconds()), SerialLog: n.SerialLog()})
 	}
 	return r
+}
+
+// printLoadBalancer says which control planes the cloud's load balancer
+// sends connections to.
+func printLoadBalancer(cmd *cobra.Command, dir string, st cloud.State) {
+	if st.Phase != cloud.PhaseUp || !st.Endpoint.IsValid() {
+		return
+	}
+	out := cmd.OutOrStdout()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+	defer cancel()
+	servers, err := loadbalancer.ServersIn(ctx, filepath.Join(dir, cloud.LoadBalancerDir))
+	if err != nil {
+		fmt.Fprintf(out, "\nLoad balancer %s: no answer (%v)\n", st.Endpoint.Addr(), err)
+		return
+	}
+	fmt.Fprintf(out, "\nLoad balancer %s, the cluster's endpoint:\n", st.Endpoint.Addr())
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PORT\tCONTROL PLANE\tCHECK")
+	for _, s := range servers {
+		fmt.Fprintf(w, "%d\t%s\t%s\n", s.Port, s.Name, s.Status)
+	}
+	w.Flush()
 }
 
 func printNodes(out io.Writer, st cloud.State) {

@@ -222,9 +222,14 @@ type Server struct {
 
 // Servers asks HAProxy, on its admin socket, for the state of every
 // backend on every port.
-func (b *Balancer) Servers(ctx context.Context) ([]Server, error) {
+func (b *Balancer) Servers(ctx context.Context) ([]Server, error) { return ServersIn(ctx, b.c.Dir) }
+
+// ServersIn asks the balancer whose files are in dir (Config.Dir), from
+// any process of the machine: its admin socket is a file, in no network
+// namespace.
+func ServersIn(ctx context.Context, dir string) ([]Server, error) {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", filepath.Join(b.c.Dir, SocketFile))
+	conn, err := d.DialContext(ctx, "unix", filepath.Join(dir, SocketFile))
 	if err != nil {
 		return nil, fmt.Errorf("haproxy's admin socket: %w", err)
 	}

@@ -55,7 +55,7 @@ func (s *suite) controlPlaneServicesReady() {
 func (s *suite) unapprovedRefused(n *cloud.Node) {
 	deadline := waitDeadline(s.t, patience(10*time.Minute))
 	for {
-		logs, _ := s.k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "--tail=-1", "--prefix")
+		logs, _ := s.k("-n", "kube-system", "logs", "-l", "app=orrery-joinservice", "-c", "join", "--tail=-1", "--prefix")
 		if slices.ContainsFunc(strings.Split(logs, "\n"), func(l string) bool {
 			return strings.Contains(l, "is not an approved control plane") && strings.Contains(l, `"node":"`+n.Name+`"`)
 		}) {

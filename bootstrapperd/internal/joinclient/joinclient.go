@@ -215,7 +215,9 @@ func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *sl
 	if err != nil {
 		return err
 	}
-	lastErr := errors.New("no other control-plane node is known")
+	// Every join service's answer: the one that refused this node says
+	// why, whichever was asked last.
+	var errs []error
 	for _, s := range services {
 		addr := s.Addr.String()
 		status("joining via " + s.Name + " (" + s.Addr.Addr().String() + ")")
@@ -230,7 +232,7 @@ func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *sl
 				"phase", "join", "peer", addr, "reason", refused.Err.Error())
 		}
 		if err != nil {
-			lastErr = fmt.Errorf("%s: %w", addr, err)
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
 		}
 		log.Info("got a join ticket", "phase", "join", "peer", addr)
@@ -240,7 +242,10 @@ func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *sl
 		}
 		return err
 	}
-	return lastErr
+	if len(errs) == 0 {
+		return errors.New("no other control-plane node is known")
+	}
+	return errors.Join(errs...)
 }
 
 // requestTicket asks the join service at addr for a ticket.

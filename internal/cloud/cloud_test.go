@@ -166,12 +166,7 @@ func TestTwoVMs(t *testing.T) {
 		}
 	}
 
-	// The load balancer reaches the control plane, and only it.
-	for range 3 {
-		if got := throughLoadBalancer(t, ctx, c); got != "cp-0" {
-			t.Errorf("the load balancer reached %q, want cp-0, the only control plane", got)
-		}
-	}
+	assertBalancesToControlPlane(t, ctx, c)
 
 	// A hard reset through QMP reboots the guest.
 	if err := nodes[1].VM().Reset(ctx); err != nil {
@@ -189,6 +184,17 @@ func TestTwoVMs(t *testing.T) {
 	}
 	downed = true
 	assertNothingLeft(t, spec, st)
+}
+
+// assertBalancesToControlPlane: the load balancer reaches the control
+// plane, and only it.
+func assertBalancesToControlPlane(t *testing.T, ctx context.Context, c *cloud.Cloud) {
+	t.Helper()
+	for range 3 {
+		if got := throughLoadBalancer(t, ctx, c); got != "cp-0" {
+			t.Errorf("the load balancer reached %q, want cp-0, the only control plane", got)
+		}
+	}
 }
 
 // throughLoadBalancer asks for a name at the cloud's load balancer, from

@@ -746,6 +746,15 @@ func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 		t.Errorf("removing the control plane that is the endpoint: %v (dialled %v)", err, dialled)
 	}
 	endpoint("10.42.0.2:6443")
+	checkQuorumAndRemoval(t, e, cfg, &code, &dialled, &asked)
+}
+
+// checkQuorumAndRemoval: cp-1, whose etcd member cp-0 will not remove, is
+// refused with nothing changed; forced, it goes, approval and all.
+func checkQuorumAndRemoval(t *testing.T, e *removalEnv, cfg noderemove.Config, code *codes.Code, dialled, asked *[]string) {
+	t.Helper()
+	ctx := e.ctx
+	const cpDisk = "0f9c3a51-7d2e-4b8a-9e61-2c5d8f0a7b34"
 	recordRemoved := func() bool {
 		rec, err := e.dyn.Resource(admittedNodes).Get(ctx, "disk-"+cpDisk, metav1.GetOptions{})
 		if err != nil {
@@ -763,7 +772,7 @@ func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 	}
 
 	// Another control plane refuses: etcd would lose its quorum.
-	code = codes.FailedPrecondition
+	*code = codes.FailedPrecondition
 	err := noderemove.Remove(ctx, cfg, "cp-1")
 	if err == nil || !strings.Contains(err.Error(), "lose its quorum") || !strings.Contains(err.Error(), "--break-etcd-quorum") {
 		t.Errorf("removing a control plane etcd cannot lose: %v, want the refusal and the flag that forces it", err)
@@ -771,18 +780,18 @@ func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 	if recordRemoved() || !strings.Contains(approved(), "5150") {
 		t.Error("a refused removal marked the control plane's disk removed or revoked its approval")
 	}
-	if want := []string{"cp-0@10.42.1.100"}; !slices.Equal(dialled, want) {
-		t.Errorf("dialled %v, want %v: the member goes through another control plane", dialled, want)
+	if want := []string{"cp-0@10.42.1.100"}; !slices.Equal(*dialled, want) {
+		t.Errorf("dialled %v, want %v: the member goes through another control plane", *dialled, want)
 	}
 
 	// Forced, or with a quorum to spare, it goes.
-	code, asked = codes.OK, nil
+	*code, *asked = codes.OK, nil
 	cfg.BreakQuorum = true
 	if err := noderemove.Remove(ctx, cfg, "cp-1"); err != nil {
 		t.Fatalf("removing cp-1: %v\n%s", err, e.out.String())
 	}
-	if want := []string{"cp-1@10.42.1.101 quorum=true"}; !slices.Equal(asked, want) {
-		t.Errorf("asked %v, want %v", asked, want)
+	if want := []string{"cp-1@10.42.1.101 quorum=true"}; !slices.Equal(*asked, want) {
+		t.Errorf("asked %v, want %v", *asked, want)
 	}
 	if !recordRemoved() || strings.Contains(approved(), "5150") {
 		t.Errorf("after the removal: disk marked removed %v, approved %q; want it marked and 5150 revoked", recordRemoved(), approved())
@@ -798,7 +807,10 @@ func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 
 	// Without a way to reach the others, no control plane goes.
 	cfg.DialControlPlane = nil
-	cp("cp-2", "10.42.1.102")
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-2", Labels: map[string]string{controlPlaneLabel: ""}}}
+	if _, err := e.admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := noderemove.Remove(ctx, cfg, "cp-2"); err == nil || !strings.Contains(err.Error(), "cannot reach the others") {
 		t.Errorf("removing a control plane without reaching the others: %v", err)
 	}

@@ -14,16 +14,17 @@ import (
 
 // FuzzValidate checks that validate accepts only requests within the
 // limits and that its error stays small and printable whatever a request
-// holds. SANs are given comma-separated.
+// holds. SANs are given comma-separated. An endpoint it accepts is one
+// that can go into kubeadm's YAML and a CoreDNS patch as it is.
 func FuzzValidate(f *testing.F) {
-	f.Add("demo", "10.42.1.100,api.example.org", "v1.36.3", "10.96.0.0/12", bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{3}, 32))
+	f.Add("demo", "10.42.1.100,api.example.org", "v1.36.3", "10.96.0.0/12", bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{3}, 32), "10.42.0.2:6443")
 	supported := func(v string) error {
 		if v != "v1.36.3" {
 			return errors.New("this image ships Kubernetes v1.36.3 only")
 		}
 		return nil
 	}
-	f.Fuzz(func(t *testing.T, name, sans, version, cidr string, masterSecret, measurementSalt []byte) {
+	f.Fuzz(func(t *testing.T, name, sans, version, cidr string, masterSecret, measurementSalt []byte, endpoint string) {
 		req := &initpb.InitRequest{
 			MasterSecret:      masterSecret,
 			MasterSecretSalt:  bytes.Repeat([]byte{2}, keys.SaltSize),
@@ -32,6 +33,8 @@ func FuzzValidate(f *testing.F) {
 			InitSecret:        []byte(initSecret),
 			ClusterName:       name,
 			ServiceCidr:       cidr,
+
+			ControlPlaneEndpoint: endpoint,
 		}
 		if sans != "" {
 			req.ApiServerCertSans = strings.Split(sans, ",")
@@ -52,6 +55,9 @@ func FuzzValidate(f *testing.F) {
 			if len(san) > maxSAN || san == "" {
 				t.Fatalf("validate accepted the SAN %.80q (%d bytes)", san, len(san))
 			}
+		}
+		if strings.ContainsFunc(endpoint, func(r rune) bool { return r <= ' ' || r == '"' || r == '\'' || r == '#' || r > '~' }) || len(endpoint) > maxSAN+6 {
+			t.Fatalf("validate accepted the endpoint %.80q", endpoint)
 		}
 	})
 }

@@ -60,8 +60,14 @@ func rewriteStaticPods(ctx context.Context, dir string, tool *kubeadm.Tool, open
 
 // checkCertifiedName refuses static pods made for another node than the
 // one the platform certified in this node's attestation key certificate.
-// A node without a certified instance has no name to hold them to.
+// A node without a certified instance has no name to hold them to, and
+// pods without etcd's name none to be held: a control plane that joins
+// another starts kubelet before kubeadm writes its etcd pod, and until
+// then its pods name no node (KeptSettings).
 func checkCertifiedName(name string, openTPM tpmdev.Opener) error {
+	if name == "" {
+		return nil
+	}
 	rw, err := openTPM()
 	if err != nil {
 		return fmt.Errorf("open the TPM to read this node's certified name: %w", err)

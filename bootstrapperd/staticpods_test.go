@@ -64,6 +64,17 @@ func TestStaticPodsRewrittenBeforeKubelet(t *testing.T) {
 		t.Errorf("kube-scheduler.yaml is not kubeadm's after the rewrite:\n%s", b)
 	}
 
+	// A control plane that joins another starts kubelet before kubeadm
+	// writes its etcd pod: without it, its pods name no node, and kubelet
+	// must start.
+	joining := keep(without(want, "etcd"))
+	if err := rewriteStaticPods(context.Background(), joining, tool, node.TPM.Open, &bytes.Buffer{}); err != nil {
+		t.Errorf("rewriteStaticPods of a joining control plane's pods, before its etcd pod: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(joining, "etcd.yaml")); err == nil {
+		t.Error("the rewrite wrote an etcd pod that kubeadm had not written")
+	}
+
 	for name, tc := range map[string]struct {
 		pods map[string][]byte
 		says string

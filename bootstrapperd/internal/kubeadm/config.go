@@ -92,6 +92,7 @@ func patchesIn(dir string) *patches {
 type timeouts struct {
 	ControlPlaneComponentHealthCheck string `json:"controlPlaneComponentHealthCheck"`
 	KubernetesAPICall                string `json:"kubernetesAPICall"`
+	EtcdAPICall                      string `json:"etcdAPICall"`
 	TLSBootstrap                     string `json:"tlsBootstrap"`
 	Discovery                        string `json:"discovery"`
 }
@@ -100,6 +101,7 @@ type timeouts struct {
 var slowTimeouts = timeouts{
 	ControlPlaneComponentHealthCheck: controlPlaneHealthCheck,
 	KubernetesAPICall:                apiServerWait,
+	EtcdAPICall:                      etcdWait,
 	TLSBootstrap:                     apiServerWait,
 	Discovery:                        apiServerWait,
 }

@@ -79,6 +79,7 @@ func TestInitConfig(t *testing.T) {
 		{0, []string{"patches", "directory"}, "/run/orrery/kubeadm-patches"},
 		{0, []string{"timeouts", "controlPlaneComponentHealthCheck"}, "15m0s"},
 		{0, []string{"timeouts", "kubernetesAPICall"}, "15m0s"},
+		{0, []string{"timeouts", "etcdAPICall"}, "15m0s"},
 		{1, []string{"encryptionAlgorithm"}, "ECDSA-P256"},
 		{2, []string{"cgroupDriver"}, "systemd"},
 		// The owner reads node journals through the API, not the console.

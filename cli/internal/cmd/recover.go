@@ -92,15 +92,15 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 		return fmt.Errorf("--timeout %s: want a positive duration such as 10m", o.timeout)
 	}
 	mini, miniErr := cloud.ReadState(o.miniDir)
-	noMini := func(what string) error {
+	noMini := func(flag, what string) error {
 		if errors.Is(miniErr, fs.ErrNotExist) {
-			return errors.New("no " + what + " given and no 'orrery mini' state in " + o.miniDir + ": pass " + what)
+			return errors.New("no " + flag + " given and no 'orrery mini' state in " + o.miniDir + ": pass " + flag)
 		}
-		return fmt.Errorf("no %s given, and the local cloud's is not taken: %w", what, miniErr)
+		return fmt.Errorf("no %s given, and the local cloud's %s not taken: %w", flag, what, miniErr)
 	}
 	if len(o.nodes) == 0 {
 		if miniErr != nil {
-			return noMini("--node")
+			return noMini("--node", "control planes are")
 		}
 		for _, n := range mini.Nodes {
 			if n.Role == role.ControlPlane {
@@ -118,7 +118,7 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 	}
 	if o.platformCAPath == "" {
 		if miniErr != nil {
-			return noMini("--platform-ca")
+			return noMini("--platform-ca", "CA is")
 		}
 		o.platformCAPath = filepath.Join(o.miniDir, cloud.PlatformCACert)
 	}

@@ -366,9 +366,7 @@ func list(ctx context.Context, cfg Config, name string, e removednodes.Entry) er
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := cms.Get(ctx, removednodes.ConfigMapName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: removednodes.ConfigMapName, Namespace: removednodes.Namespace}}
-			cm.Data = map[string]string{name: e.Value()}
-			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+			_, err = cms.Create(ctx, removednodes.ConfigMap(removednodes.List{name: e}), metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				return apierrors.NewConflict(corev1.Resource("configmaps"), removednodes.ConfigMapName, err)
 			}

@@ -15,6 +15,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/charts"
 	"github.com/orrery-dev/orrery/internal/owner/clusterhealth"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
+	"github.com/orrery-dev/orrery/internal/records/removednodes"
 )
 
 // Namespace holds Orrery's cluster services and their releases.
@@ -122,6 +125,13 @@ func Releases(s Settings) ([]Release, error) {
 // install is waiting for its pods, and the pod network and the join
 // service (on the host network) do not wait for each other.
 func Install(ctx context.Context, kubeconfig string, releases []Release, timeout time.Duration, progress func(msg string)) error {
+	client, err := clientFor(kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := EnsureRemovedNodesList(ctx, client); err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	done := map[string]chan struct{}{}
 	for _, r := range releases {
@@ -162,6 +172,32 @@ func Install(ctx context.Context, kubeconfig string, releases []Release, timeout
 		})
 	}
 	return g.Wait()
+}
+
+// EnsureRemovedNodesList creates the cluster's list of removed nodes,
+// empty, unless it exists: the orrery-services chart's admission policy
+// reads it on every write in the cluster, and must find it in the API
+// server's cache (removednodes.ConfigMap says why). It is not the chart's
+// object: Helm would take back the names 'orrery node remove' lists, and
+// could not adopt a list made before the chart had one.
+func EnsureRemovedNodesList(ctx context.Context, client kubernetes.Interface) error {
+	_, err := client.CoreV1().ConfigMaps(removednodes.Namespace).Create(ctx, removednodes.ConfigMap(nil), metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the removed-node list %s/%s: %w", removednodes.Namespace, removednodes.ConfigMapName, err)
+	}
+	return nil
+}
+
+func clientFor(kubeconfig string) (kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the cluster: %w", err)
+	}
+	return client, nil
 }
 
 // HelmConfig connects Helm to the cluster of kubeconfig, for releases in
@@ -224,13 +260,9 @@ var steadyWorkloads = struct{ deployments, daemonSets []clusterhealth.Workload }
 // so: an API server that answers once and falls over a minute later is
 // not a cluster to hand to the owner.
 func WaitSteady(ctx context.Context, kubeconfig string, timeout time.Duration, progress func(msg string)) error {
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	client, err := clientFor(kubeconfig)
 	if err != nil {
-		return fmt.Errorf("read kubeconfig: %w", err)
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("connect to the cluster: %w", err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -2,10 +2,17 @@ package services
 
 import (
 	"bytes"
+	"context"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
+	"github.com/orrery-dev/orrery/internal/records/removednodes"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
 func TestReleases(t *testing.T) {
@@ -46,5 +53,42 @@ func TestReleases(t *testing.T) {
 	}
 	if _, err := Releases(Settings{APIServer: "10.42.1.100:6443"}); err == nil {
 		t.Error("releases without a measurement set were accepted")
+	}
+}
+
+// TestRemovedNodesListMadeOnceAndKept checks, on a real API server, that
+// init makes the removed-node list when there is none and leaves a list
+// that names nodes as it is (a retried init must not bring them back).
+func TestRemovedNodesListMadeOnceAndKept(t *testing.T) {
+	srv := apiservertest.Start(t)
+	client, err := kubernetes.NewForConfig(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := EnsureRemovedNodesList(ctx, client); err != nil {
+		t.Fatal(err)
+	}
+	cms := client.CoreV1().ConfigMaps(removednodes.Namespace)
+	cm, err := cms.Get(ctx, removednodes.ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no list after init: %v", err)
+	}
+	if l, err := removednodes.Parse(cm.Data); err != nil || len(l) != 0 {
+		t.Errorf("a new cluster's list = %v, %v; want it empty", l, err)
+	}
+	cm.Data = removednodes.ConfigMap(removednodes.List{"worker-1": {InstanceID: "4711", RemovedAt: time.Unix(0, 0)}}).Data
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureRemovedNodesList(ctx, client); err != nil {
+		t.Fatalf("init again: %v", err)
+	}
+	cm, err = cms.Get(ctx, removednodes.ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := removednodes.Parse(cm.Data); err != nil || l["worker-1"].InstanceID != "4711" {
+		t.Errorf("after init again the list = %v, %v; want worker-1 still on it", l, err)
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -28,6 +30,24 @@ const (
 	Namespace     = "kube-system"
 	ConfigMapName = "orrery-removed-nodes"
 )
+
+// ConfigMap is the list's ConfigMap holding l.
+//
+// A cluster keeps one from init on, even with nobody on it: the API
+// server's admission policy looks the list up for every write in the
+// cluster. With the ConfigMap there, the lookup is in the API server's
+// cache. Without it, the API server asks itself for it on every write,
+// with a 1 s deadline (k8s.io/apiserver's policy dispatcher), and fails
+// the write when it cannot answer in time: that is how, under TCG with
+// three control planes, the controller manager's own lease renewals were
+// refused and it stopped signing kubelets' certificates.
+func ConfigMap(l List) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: Namespace}, Data: map[string]string{}}
+	for name, e := range l {
+		cm.Data[name] = e.Value()
+	}
+	return cm
+}
 
 // Entry is one removed node.
 type Entry struct {

@@ -54,6 +54,7 @@ type Server struct {
 
 	ca    *x509.Certificate
 	caKey crypto.Signer
+	dir   string
 }
 
 // Start runs etcd and kube-apiserver until the test ends, with a cluster
@@ -83,7 +84,8 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 	for attempt := 1; ; attempt++ {
 		port := freePort(tb)
 		logPath := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%d.log", attempt))
-		apiserver := start(tb, filepath.Join(bin, "kube-apiserver"), apiserverArgs(etcdURL, pki, dir, port), logPath)
+		args := append(apiserverArgs(etcdURL, pki, dir, port), auditArgs(tb, dir)...)
+		apiserver := start(tb, filepath.Join(bin, "kube-apiserver"), args, logPath)
 		cfg := &rest.Config{
 			Host: "https://127.0.0.1:" + strconv.Itoa(port),
 			TLSClientConfig: rest.TLSClientConfig{
@@ -98,7 +100,7 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 		if err != nil {
 			tb.Fatal(err)
 		}
-		s := &Server{Config: cfg, Kubeconfig: filepath.Join(dir, "admin.conf"), ca: ca, caKey: key}
+		s := &Server{Config: cfg, Kubeconfig: filepath.Join(dir, "admin.conf"), ca: ca, caKey: key, dir: dir}
 		if err := writeKubeconfig(s.Kubeconfig, cfg); err != nil {
 			tb.Fatal(err)
 		}

@@ -339,10 +339,10 @@ func (s *suite) recoverControlPlanes() {
 // etcdSigns are what etcd logs when its timing is too tight for the
 // machine: a heartbeat that went out late (the heartbeat interval), an
 // election (the election timeout, or a member lost), a slow apply.
-var etcdSigns = map[string]string{
-	"late heartbeats": "failed to send out heartbeat on time",
-	"elections won":   "became leader at term",
-	"slow applies":    "apply request took too long",
+var etcdSigns = []struct{ name, line string }{
+	{"late heartbeats", "failed to send out heartbeat on time"},
+	{"elections won", "became leader at term"},
+	{"slow applies", "apply request took too long"},
 }
 
 // logEtcdTiming counts, in each control plane's etcd log, the signs that
@@ -357,8 +357,8 @@ func (s *suite) logEtcdTiming(when string) {
 			continue
 		}
 		fmt.Fprintf(&b, "  %s:", n.Name)
-		for _, name := range []string{"late heartbeats", "elections won", "slow applies"} {
-			fmt.Fprintf(&b, " %s %d,", name, strings.Count(logs, etcdSigns[name]))
+		for _, sign := range etcdSigns {
+			fmt.Fprintf(&b, " %s %d,", sign.name, strings.Count(logs, sign.line))
 		}
 		b.WriteString("\n")
 	}

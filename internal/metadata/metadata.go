@@ -149,8 +149,8 @@ type JoinService struct {
 	Addr netip.AddrPort
 }
 
-// EndpointName is JoinService.Name of the control planes' endpoint.
-const EndpointName = "the control-plane endpoint"
+// endpointName is JoinService.Name of the control planes' endpoint.
+const endpointName = "the control-plane endpoint"
 
 // JoinServices lists where the node that src says it is may ask for a
 // ticket, on port: the control planes' endpoint first (a cloud's load
@@ -182,7 +182,7 @@ func JoinServices(ctx context.Context, src Source, port uint16) (Instance, []Joi
 	// A cloud without a load balancer names the first control plane,
 	// which is on the list already.
 	if ep, err := src.Endpoint(ctx); err == nil && !seen[ep.Addr()] {
-		out = append([]JoinService{{Name: EndpointName, Addr: netip.AddrPortFrom(ep.Addr(), port)}}, out...)
+		out = append([]JoinService{{Name: endpointName, Addr: netip.AddrPortFrom(ep.Addr(), port)}}, out...)
 	}
 	return self, out, nil
 }

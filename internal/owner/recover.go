@@ -37,7 +37,8 @@ type RecoverConfig struct {
 	// cluster's control plane (the workspace's first node): the node
 	// that answers must be it, proved by its platform-certified
 	// attestation key, before it gets the master secret and the
-	// control plane's role. The zero Instance refuses every node.
+	// control plane's role. The zero Instance (the first node was
+	// removed) leaves ControlPlaneIDs alone.
 	ControlPlane attestation.Instance
 	// ControlPlaneIDs are the instance IDs of the other control planes
 	// the owner approved (the workspace's record): a node certified as one
@@ -69,8 +70,8 @@ func Recover(ctx context.Context, cfg RecoverConfig) error {
 	if err := cfg.MasterSecret.Validate(); err != nil {
 		return fmt.Errorf("master secret: %w", err)
 	}
-	if cfg.ControlPlane.Name == "" || cfg.ControlPlane.ID == "" {
-		return errors.New("no record of the cluster's control plane (its instance name and ID): recover needs the state file 'orrery init' wrote beside the master secret")
+	if (cfg.ControlPlane.Name == "" || cfg.ControlPlane.ID == "") && len(cfg.ControlPlaneIDs) == 0 {
+		return errors.New("no record of the cluster's control planes (their instances): recover needs the state file 'orrery init' wrote beside the master secret, and 'orrery control-plane approve' to have recorded the others there if the first was removed")
 	}
 	if len(cfg.CACert) == 0 || cfg.Endpoint == "" {
 		return errors.New("no cluster CA certificate or API server endpoint: recover needs the admin kubeconfig 'orrery init' wrote beside the master secret")
@@ -145,7 +146,7 @@ func (o onlyInstance) ValidateProof(ctx context.Context, doc, nonce []byte) (att
 	if err != nil {
 		return attestation.Proof{}, err
 	}
-	if p.Instance != o.want && (p.Instance.IsZero() || !slices.Contains(o.others, p.Instance.ID)) {
+	if (o.want.IsZero() || p.Instance != o.want) && (p.Instance.IsZero() || !slices.Contains(o.others, p.Instance.ID)) {
 		return attestation.Proof{}, fmt.Errorf("%w: it is %s, and your workspace records %s and %d approved control planes; recover hands the master secret to those alone",
 			ErrNotTheControlPlane, p.Instance, o.want, len(o.others))
 	}

@@ -56,10 +56,10 @@ const (
 	// etcdWait is how long kubeadm's etcd client waits for etcd: a
 	// joining control plane's new member must have caught up with the
 	// leader before kubeadm promotes it, and each of its calls gives up
-	// after kubeadm's 2 min. In the first run of three emulated control
-	// planes on two host cores, the second's join failed so ("failed to
-	// get member ... status: context deadline exceeded", 2 min after its
-	// etcd pod was written), and every later attempt started over.
+	// after kubeadm's 2 min. With three emulated control planes on two
+	// host cores, the second's join failed so ("failed to get member ...
+	// status: context deadline exceeded", 2 min after its etcd pod was
+	// written), and every later attempt started over.
 	etcdWait = "15m0s"
 )
 

@@ -19,7 +19,7 @@ import (
 // EtcdMembers implements kubeupgradepb.KubernetesUpgradeServiceServer.
 func (s *Server) EtcdMembers(ctx context.Context, _ *kubeupgradepb.EtcdMembersRequest) (*kubeupgradepb.EtcdMembersResponse, error) {
 	if !s.controlPlane() {
-		return nil, status.Error(codes.FailedPrecondition, "this node is no control plane: it runs no etcd member")
+		return nil, kubeupgradepb.Refusal(codes.FailedPrecondition, kubeupgradepb.ReasonAskAnother, "this node is no control plane: it runs no etcd member")
 	}
 	members, err := s.c.Etcd.Members(ctx)
 	if err != nil {
@@ -54,11 +54,11 @@ func (s *Server) RemoveEtcdMember(ctx context.Context, req *kubeupgradepb.Remove
 		return nil, status.Errorf(codes.InvalidArgument, "%s is not a node name", clustersettings.Quote(name))
 	}
 	if !s.controlPlane() {
-		return nil, status.Error(codes.FailedPrecondition, "this node is no control plane: it runs no etcd member")
+		return nil, kubeupgradepb.Refusal(codes.FailedPrecondition, kubeupgradepb.ReasonAskAnother, "this node is no control plane: it runs no etcd member")
 	}
 	// One removal at a time on this control plane: two at once could
 	// each keep the quorum alone and lose it together. Two through two
-	// control planes meet etcd's own check (removeError).
+	// control planes can still do so (docs/security.md).
 	s.removing.Lock()
 	defer s.removing.Unlock()
 	members, err := s.c.Etcd.Members(ctx)
@@ -74,11 +74,11 @@ func (s *Server) RemoveEtcdMember(ctx context.Context, req *kubeupgradepb.Remove
 		return nil, err
 	}
 	if target.ID == self.ID {
-		return nil, status.Errorf(codes.FailedPrecondition, "%s is this node's own etcd member: ask another control plane to remove it", name)
+		return nil, kubeupgradepb.Refusal(codes.FailedPrecondition, kubeupgradepb.ReasonAskAnother, "%s is this node's own etcd member: ask another control plane to remove it", name)
 	}
 	if err := etcd.CheckRemoval(members, etcd.Healthy(s.c.Etcd.Health(ctx, members)), target.ID); err != nil {
 		if !req.GetBreakQuorum() {
-			return nil, status.Errorf(codes.FailedPrecondition, "not removing %s's etcd member: %v", name, err)
+			return nil, kubeupgradepb.Refusal(codes.FailedPrecondition, kubeupgradepb.ReasonQuorum, "not removing %s's etcd member: %v", name, err)
 		}
 		s.c.Log.Warn("removing an etcd member although etcd loses its quorum or its last member: the owner forced it", "member", name, "reason", err.Error())
 	}
@@ -112,6 +112,14 @@ func findMember(members []etcd.MemberInfo, name, address string) (etcd.MemberInf
 		return unstarted[0], nil
 	case len(unstarted) > 1:
 		return etcd.MemberInfo{}, status.Errorf(codes.FailedPrecondition, "etcd has %d members at %s that never started: remove them with etcdctl", len(unstarted), address)
+	}
+	// NotFound lets the owner's removal go on as if the member were
+	// gone: not while one at the node's address answers to another name.
+	for _, m := range members {
+		if address != "" && slices.ContainsFunc(m.PeerURLs, func(u string) bool { return peerHost(u) == address }) {
+			return etcd.MemberInfo{}, status.Errorf(codes.FailedPrecondition,
+				"etcd has no member named %s, but its member %s (%x) is at that node's address %s: if it is that node's, remove it with etcdctl", name, m.Name, m.ID, address)
+		}
 	}
 	return etcd.MemberInfo{}, status.Errorf(codes.NotFound, "etcd has no member named %s (its members: %s)", name, memberNames(members))
 }

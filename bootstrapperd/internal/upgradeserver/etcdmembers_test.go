@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -100,6 +101,13 @@ func withUnstarted(f *fakeMembers) *fakeMembers {
 	return f
 }
 
+// withRenamed adds member cp-9 at cp-3's address: cp-3's member, renamed
+// by root on cp-3.
+func withRenamed(f *fakeMembers) *fakeMembers {
+	f.members = append(f.members, etcd.MemberInfo{ID: 4, Name: "cp-9", PeerURLs: []string{"https://10.42.1.103:2380"}})
+	return f
+}
+
 // controlPlaneWith serves a control plane whose etcd is m.
 func controlPlaneWith(t *testing.T, m membership) kubeupgradepb.KubernetesUpgradeServiceClient {
 	t.Helper()
@@ -144,23 +152,29 @@ func TestRemoveEtcdMember(t *testing.T) {
 		breakQuorum bool
 		want        codes.Code
 		wantMsg     string
+		wantReason  string
 		wantLeft    string
 	}{
-		{"one of three", threeMembers(), "cp-2", false, codes.OK, "", "cp-0:healthy=true,leader=true cp-1:healthy=true,leader=false"},
-		{"the broken one", threeMembers(3), "cp-2", false, codes.OK, "", "cp-0:healthy=true,leader=true cp-1:healthy=true,leader=false"},
-		{"a healthy one while another is broken", threeMembers(3), "cp-1", false, codes.FailedPrecondition, "etcd would lose its quorum", ""},
-		{"the same, forced", threeMembers(3), "cp-1", true, codes.OK, "", "cp-0:healthy=true,leader=true cp-2:healthy=false,leader=false"},
-		{"this node's own", threeMembers(), "cp-0", false, codes.FailedPrecondition, "ask another control plane", ""},
-		{"one not there", threeMembers(), "cp-7", false, codes.NotFound, "its members: cp-0, cp-1, cp-2", ""},
-		{"no node name", threeMembers(), "CP_1; rm -rf", false, codes.InvalidArgument, "is not a node name", ""},
-		{"one etcd refuses", refusing(threeMembers(3)), "cp-1", true, codes.FailedPrecondition, "etcd itself refuses to remove cp-1's member", ""},
-		{"one that never started", withUnstarted(threeMembers()), "cp-3", false, codes.OK, "", "cp-0:healthy=true,leader=true cp-1:healthy=true,leader=false cp-2:healthy=true,leader=false"},
+		{"one of three", threeMembers(), "cp-2", false, codes.OK, "", "", "cp-0:healthy=true,leader=true cp-1:healthy=true,leader=false"},
+		{"the broken one", threeMembers(3), "cp-2", false, codes.OK, "", "", "cp-0:healthy=true,leader=true cp-1:healthy=true,leader=false"},
+		{"a healthy one while another is broken", threeMembers(3), "cp-1", false, codes.FailedPrecondition, "etcd would lose its quorum", kubeupgradepb.ReasonQuorum, ""},
+		{"the same, forced", threeMembers(3), "cp-1", true, codes.OK, "", "", "cp-0:healthy=true,leader=true cp-2:healthy=false,leader=false"},
+		{"this node's own", threeMembers(), "cp-0", false, codes.FailedPrecondition, "ask another control plane", kubeupgradepb.ReasonAskAnother, ""},
+		{"one not there", threeMembers(), "cp-7", false, codes.NotFound, "its members: cp-0, cp-1, cp-2", "", ""},
+		{"no node name", threeMembers(), "CP_1; rm -rf", false, codes.InvalidArgument, "is not a node name", "", ""},
+		// Forcing gets past the node's count, never past etcd's own.
+		{"one etcd refuses", refusing(threeMembers(3)), "cp-1", true, codes.FailedPrecondition, "etcd itself refuses to remove cp-1's member", "", ""},
+		{"one that never started", withUnstarted(threeMembers()), "cp-3", false, codes.OK, "", "", "cp-0:healthy=true,leader=true cp-1:healthy=true,leader=false cp-2:healthy=true,leader=false"},
+		{"one renamed at the node's address", withRenamed(threeMembers()), "cp-3", true, codes.FailedPrecondition, "its member cp-9 (4) is at that node's address", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := controlPlaneWith(t, tc.members)
 			r, err := c.RemoveEtcdMember(t.Context(), &kubeupgradepb.RemoveEtcdMemberRequest{Name: tc.remove, BreakQuorum: tc.breakQuorum, Address: "10.42.1.103"})
 			if status.Code(err) != tc.want || !strings.Contains(status.Convert(err).Message(), tc.wantMsg) {
 				t.Fatalf("RemoveEtcdMember: %v; want %v saying %q", err, tc.want, tc.wantMsg)
+			}
+			if got := kubeupgradepb.Reason(err); got != tc.wantReason {
+				t.Errorf("the refusal's reason is %q, want %q: the owner's CLI suggests what to do from it", got, tc.wantReason)
 			}
 			if tc.want != codes.OK {
 				if len(tc.members.removed) > 0 {
@@ -183,10 +197,12 @@ func TestEtcdMembersOfARealEtcd(t *testing.T) {
 	c := controlPlaneWith(t, m)
 	var r *kubeupgradepb.EtcdMembersResponse
 	var err error
+	// A new etcd elects itself leader a moment after it answers.
 	for range 50 {
 		if r, err = c.EtcdMembers(t.Context(), &kubeupgradepb.EtcdMembersRequest{}); err == nil && len(r.GetMembers()) == 1 && r.GetMembers()[0].GetLeader() {
 			break
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil || len(r.GetMembers()) != 1 || !r.GetMembers()[0].GetHealthy() || !r.GetMembers()[0].GetLeader() || r.GetMembers()[0].GetRaftIndex() == 0 {
 		t.Fatalf("EtcdMembers = %v, %v; want one healthy leader", r, err)

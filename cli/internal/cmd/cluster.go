@@ -16,7 +16,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -26,6 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/dialer"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
+	"github.com/orrery-dev/orrery/internal/owner/nodeaddr"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
 )
@@ -89,7 +89,11 @@ func (o *clusterOptions) owner(cmd *cobra.Command, names []string) (inspect.Owne
 	}
 	ms, err := keys.ReadMasterSecretFile(o.masterSecretPath)
 	if err != nil {
-		return inspect.Owner{}, fmt.Errorf("read the master secret (pass --master-secret, or --workspace: the directory where 'orrery init' wrote %s): %w", workspace.MasterSecretFile, err)
+		err = fmt.Errorf("read the master secret (pass --master-secret, or --workspace: the directory where 'orrery init' wrote %s): %w", workspace.MasterSecretFile, err)
+		if errors.Is(err, fs.ErrNotExist) {
+			err = noMasterSecret{err}
+		}
+		return inspect.Owner{}, err
 	}
 	st, err := workspace.Dir(filepath.Dir(o.masterSecretPath)).ReadState()
 	if err != nil {
@@ -293,16 +297,15 @@ func (o clusterOptions) apiServerNodes(ctx context.Context) ([]target, error) {
 	}
 	var ts []target
 	for _, n := range list.Items {
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				addr, err := dialer.ParseAddress(a.Address, inspectpb.Port)
-				if err != nil {
-					return nil, fmt.Errorf("the API server lists node %s at an address that is not one: %w", n.Name, err)
-				}
-				ts = append(ts, target{Name: n.Name, Addr: addr})
-				break
-			}
+		ip := nodeaddr.InternalIP(n)
+		if ip == "" {
+			continue
 		}
+		addr, err := dialer.ParseAddress(ip, inspectpb.Port)
+		if err != nil {
+			return nil, fmt.Errorf("the API server lists node %s at an address that is not one: %w", n.Name, err)
+		}
+		ts = append(ts, target{Name: n.Name, Addr: addr})
 	}
 	slices.SortFunc(ts, func(a, b target) int { return strings.Compare(a.Name, b.Name) })
 	return ts, nil
@@ -320,3 +323,13 @@ func (o clusterOptions) dialNode(ctx context.Context, owner inspect.Owner, t tar
 	}
 	return n, nil
 }
+
+// errNoMasterSecret is what owner returns, wrapped, when there is no
+// master secret at all: a command that only shows more to the owner
+// leaves that part out, where any other error is reported.
+var errNoMasterSecret = errors.New("no master secret")
+
+type noMasterSecret struct{ error }
+
+func (e noMasterSecret) Is(target error) bool { return target == errNoMasterSecret }
+func (e noMasterSecret) Unwrap() error        { return e.error }

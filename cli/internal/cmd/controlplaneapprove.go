@@ -46,7 +46,11 @@ reaches the join service (a minute or so).`,
 func recordControlPlane(cmd *cobra.Command, id string, approved bool) {
 	ws := workspaceDir(cmd)
 	if err := ws.RecordControlPlane(id, approved); err != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the workspace %s does not record it (%v): 'orrery recover' from there gives this control plane no master secret\n", ws, err)
+		consequence := "gives this control plane no master secret"
+		if !approved {
+			consequence = "still counts this instance among the control planes and may give it the master secret"
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the workspace %s does not record it (%v): 'orrery recover' from there %s\n", ws, err, consequence)
 	}
 }
 

@@ -4,17 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
+	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
 	"github.com/orrery-dev/orrery/internal/owner/noderemove"
-	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
 )
 
 // controlPlaneDialer reaches control planes' upgrade services as the
@@ -32,7 +32,7 @@ func controlPlaneDialer(cmd *cobra.Command, cluster *clusterOptions) func(ctx co
 		}
 		ctx, cancel := context.WithTimeout(ctx, cluster.timeout)
 		defer cancel()
-		return kubeupgrade.Dial(ctx, *owner, net.JoinHostPort(addr, strconv.Itoa(kubeupgradepb.Port)), name)
+		return kubeupgrade.DialNode(ctx, *owner, name, addr)
 	}
 }
 
@@ -91,7 +91,12 @@ cluster's CA is too.`,
 			}
 			cfg.Out = cmd.OutOrStdout()
 			cfg.DialControlPlane = controlPlaneDialer(cmd, &cluster)
-			cfg.Revoked = func(id string) { recordControlPlane(cmd, id, false) }
+			cfg.Direct = func(addr string) (kubernetes.Interface, dynamic.Interface, error) { return directClients(rc, addr) }
+			cfg.Removed = func(name string, ids []string) {
+				if ws := workspaceDir(cmd); ws.RecordRemoved(name, ids) != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: the workspace %s does not record the removal: 'orrery recover' from there may still count %s among the control planes and give it the master secret\n", ws, name)
+				}
+			}
 			return noderemove.Remove(cmd.Context(), cfg, args[0])
 		},
 	}
@@ -100,4 +105,26 @@ cluster's CA is too.`,
 	c.Flags().BoolVar(&yes, "yes", false, "confirm that the node is to be removed for good")
 	c.Flags().DurationVar(&cfg.DrainTimeout, "drain-timeout", 0, "how long to wait for the node's pods to be evicted (default 2m)")
 	return c
+}
+
+// directClients reach the API server on the control plane at addr, with
+// rc's credentials, instead of the cluster's endpoint: kubeadm certifies
+// each API server for its node's address too.
+func directClients(rc *rest.Config, addr string) (kubernetes.Interface, dynamic.Interface, error) {
+	u, err := url.Parse(rc.Host)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the kubeconfig's server %q: %w", rc.Host, err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	direct := rest.CopyConfig(rc)
+	direct.Host = "https://" + net.JoinHostPort(addr, port)
+	client, err := kubernetes.NewForConfig(direct)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(direct)
+	return client, dyn, err
 }

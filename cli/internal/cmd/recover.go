@@ -147,7 +147,7 @@ func runRecover(ctx context.Context, out io.Writer, log *slog.Logger, o recoverO
 		Measurements: m, PlatformCA: ca, Collateral: o.hardware.collateral(), MasterSecret: ms,
 		ControlPlane: cp, ControlPlaneIDs: st.ControlPlanes, CACert: caCert, Endpoint: endpoint, Logger: log,
 	}
-	return recoverInOrder(ctx, out, owner.Recover, cfg, addrs, 1+len(st.ControlPlanes), o.timeout)
+	return recoverInOrder(ctx, out, owner.Recover, cfg, addrs, st.ControlPlaneCount(), o.timeout)
 }
 
 // recoverInOrder recovers the nodes at addrs one after the other, and
@@ -163,6 +163,9 @@ func recoverInOrder(ctx context.Context, out io.Writer, recoverNode func(context
 	var back []string
 	var errs []error
 	for i, addr := range addrs {
+		if ctx.Err() != nil {
+			break
+		}
 		start := time.Now()
 		p := &progressPrinter{out: out, start: start}
 		cfg.Node, cfg.Progress = addr, p.event
@@ -222,6 +225,11 @@ func recordedControlPlane(ws workspace.Dir) (attestation.Instance, []byte, strin
 	u, err := url.Parse(cl.Server)
 	if block == nil || err != nil || u.Host == "" {
 		return attestation.Instance{}, nil, "", fmt.Errorf("%s: its cluster has no PEM CA certificate or no https server URL", path)
+	}
+	if st.FirstNode.Removed {
+		// Removed ('orrery node remove'): the approved control planes
+		// alone may get the master secret.
+		return attestation.Instance{}, block.Bytes, u.Host, nil
 	}
 	return attestation.Instance{Name: st.FirstNode.Name, ID: st.FirstNode.InstanceID}, block.Bytes, u.Host, nil
 }

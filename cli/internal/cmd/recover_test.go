@@ -141,3 +141,37 @@ func TestRecoverInOrder(t *testing.T) {
 		})
 	}
 }
+
+// Ctrl-C ends the recovery: the nodes not yet asked are not tried.
+func TestRecoverInOrderStopsWhenCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var asked []string
+	recoverNode := func(ctx context.Context, cfg owner.RecoverConfig) error {
+		asked = append(asked, cfg.Node)
+		cancel()
+		return ctx.Err()
+	}
+	var out bytes.Buffer
+	err := recoverInOrder(ctx, &out, recoverNode, owner.RecoverConfig{}, []string{"10.42.1.100:9000", "10.42.1.101:9000", "10.42.1.102:9000"}, 3, time.Second)
+	if err == nil || len(asked) != 1 {
+		t.Fatalf("recoverInOrder after Ctrl-C: %v, asked %v; want an error and no node asked after the first", err, asked)
+	}
+}
+
+// A first node the owner removed is no control plane to recover: the
+// workspace still names it, and recover trusts the approved ones alone.
+func TestRecoverTrustsNoRemovedFirstNode(t *testing.T) {
+	dir := t.TempDir()
+	writeRecoverWorkspace(t, dir)
+	ws := workspace.Dir(dir)
+	if cp, _, _, err := recordedControlPlane(ws); err != nil || cp.ID != "42" {
+		t.Fatalf("before the removal: %v, %v; want instance 42", cp, err)
+	}
+	if err := ws.RecordRemoved("cp-0", []string{"42"}); err != nil {
+		t.Fatal(err)
+	}
+	cp, ca, endpoint, err := recordedControlPlane(ws)
+	if err != nil || !cp.IsZero() || len(ca) == 0 || endpoint != "10.42.1.100:6443" {
+		t.Errorf("after the removal: %v, CA %d bytes, %q, %v; want no first node, the cluster's CA and endpoint", cp, len(ca), endpoint, err)
+	}
+}

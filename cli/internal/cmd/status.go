@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,7 +14,6 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/owner/clusterstatus"
 	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
-	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
 	"github.com/orrery-dev/orrery/internal/termtext"
 )
 
@@ -73,7 +69,7 @@ it, status shows the rest.`,
 func askEtcd(cmd *cobra.Command, cluster *clusterOptions, nodes []clusterstatus.Node) *clusterstatus.Etcd {
 	own, err := cluster.owner(cmd, nil)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, errNoMasterSecret) {
 			return nil
 		}
 		return &clusterstatus.Etcd{Error: err.Error()}
@@ -85,7 +81,7 @@ func askEtcd(cmd *cobra.Command, cluster *clusterOptions, nodes []clusterstatus.
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), cluster.timeout)
 		members, err := func() ([]kubeupgrade.EtcdMember, error) {
-			r, err := kubeupgrade.Dial(ctx, own, net.JoinHostPort(n.Address, strconv.Itoa(kubeupgradepb.Port)), n.Name)
+			r, err := kubeupgrade.DialNode(ctx, own, n.Name, n.Address)
 			if err != nil {
 				return nil, err
 			}

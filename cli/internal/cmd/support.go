@@ -22,6 +22,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
+	"github.com/orrery-dev/orrery/internal/owner/nodeaddr"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 	"github.com/orrery-dev/orrery/internal/redact"
 )
@@ -179,7 +180,7 @@ func clusterState(ctx context.Context, kc kubeconfigOptions, ws workspace.Dir) m
 					ready = string(c.Status)
 				}
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Name, ready, n.Status.NodeInfo.KubeletVersion, internalIP(n), strings.Join(conds, ","))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Name, ready, n.Status.NodeInfo.KubeletVersion, nodeaddr.InternalIP(n), strings.Join(conds, ","))
 		}
 	})
 	if pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err == nil {
@@ -206,15 +207,6 @@ func clusterState(ctx context.Context, kc kubeconfigOptions, ws workspace.Dir) m
 		})
 	}
 	return files
-}
-
-func internalIP(n corev1.Node) string {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-	return ""
 }
 
 func table(write func(io.Writer)) []byte {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
-	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
 	"github.com/orrery-dev/orrery/internal/versions"
 )
 
@@ -125,7 +123,7 @@ func (u kubeUpgrade) dial(ctx context.Context, n kubeupgrade.Node) (*kubeupgrade
 	}
 	ctx, cancel := context.WithTimeout(ctx, u.o.cluster.timeout)
 	defer cancel()
-	return kubeupgrade.Dial(ctx, u.owner, net.JoinHostPort(n.Address, fmt.Sprint(kubeupgradepb.Port)), n.Name)
+	return kubeupgrade.DialNode(ctx, u.owner, n.Name, n.Address)
 }
 
 // apply backs up etcd, then runs the plan.

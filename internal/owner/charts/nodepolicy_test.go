@@ -33,6 +33,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
 	"github.com/orrery-dev/orrery/internal/owner/noderemove"
+	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/records/kubeadmconfig"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
@@ -664,19 +665,27 @@ func checkRemovedNodeIsRefused(t *testing.T, e *removalEnv) {
 }
 
 // fakeControlPlane is another control plane's upgrade service, which
-// answers every removal of an etcd member with code.
+// answers every removal of an etcd member with refusal, or removes it.
 type fakeControlPlane struct {
-	code  codes.Code
-	asked *[]string
+	refusal error
+	asked   *[]string
 }
 
 func (f fakeControlPlane) RemoveEtcdMember(_ context.Context, name, address string, breakQuorum bool) ([]kubeupgrade.EtcdMember, error) {
 	*f.asked = append(*f.asked, fmt.Sprintf("%s@%s quorum=%v", name, address, breakQuorum))
-	if f.code != codes.OK {
-		return nil, status.Error(f.code, "etcd would lose its quorum: 2 voting members would be left, 1 of them healthy, and 2 must be")
+	if f.refusal != nil {
+		return nil, f.refusal
 	}
 	return []kubeupgrade.EtcdMember{{Name: "cp-0", Healthy: true}}, nil
 }
+
+// The refusals another control plane's upgrade service gives.
+var (
+	quorumRefusal = kubeupgradepb.Refusal(codes.FailedPrecondition, kubeupgradepb.ReasonQuorum,
+		"etcd would lose its quorum: 2 voting members would be left, 1 of them healthy, and 2 must be")
+	askAnother   = kubeupgradepb.Refusal(codes.FailedPrecondition, kubeupgradepb.ReasonAskAnother, "this node is no control plane: it runs no etcd member")
+	twoNamedSame = status.Error(codes.FailedPrecondition, "etcd has 2 members named cp-1: remove the wrong one with etcdctl")
+)
 
 func (fakeControlPlane) Close() error { return nil }
 
@@ -688,10 +697,10 @@ func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 	t.Helper()
 	ctx, cfg := e.ctx, e.cfg
 	var dialled, asked []string
-	code := codes.OK
+	var refusal error
 	cfg.DialControlPlane = func(_ context.Context, name, addr string) (noderemove.ControlPlane, error) {
 		dialled = append(dialled, name+"@"+addr)
-		return fakeControlPlane{code: code, asked: &asked}, nil
+		return fakeControlPlane{refusal: refusal, asked: &asked}, nil
 	}
 	cp := func(name, ip string) {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controlPlaneLabel: ""}}}
@@ -746,12 +755,14 @@ func checkControlPlaneRemoval(t *testing.T, e *removalEnv) {
 		t.Errorf("removing the control plane that is the endpoint: %v (dialled %v)", err, dialled)
 	}
 	endpoint("10.42.0.2:6443")
-	checkQuorumAndRemoval(t, e, cfg, &code, &dialled, &asked)
+	checkQuorumAndRemoval(t, e, cfg, &refusal, &dialled, &asked)
 }
 
 // checkQuorumAndRemoval: cp-1, whose etcd member cp-0 will not remove, is
-// refused with nothing changed; forced, it goes, approval and all.
-func checkQuorumAndRemoval(t *testing.T, e *removalEnv, cfg noderemove.Config, code *codes.Code, dialled, asked *[]string) {
+// refused with nothing changed, and the flag that forces it is named only
+// when it would help; forced, it goes, approval and all, and the rest of
+// the removal talks to cp-0's API server.
+func checkQuorumAndRemoval(t *testing.T, e *removalEnv, cfg noderemove.Config, refusal *error, dialled, asked *[]string) {
 	t.Helper()
 	ctx := e.ctx
 	const cpDisk = "0f9c3a51-7d2e-4b8a-9e61-2c5d8f0a7b34"
@@ -772,23 +783,40 @@ func checkQuorumAndRemoval(t *testing.T, e *removalEnv, cfg noderemove.Config, c
 	}
 
 	// Another control plane refuses: etcd would lose its quorum.
-	*code = codes.FailedPrecondition
+	*refusal = quorumRefusal
 	err := noderemove.Remove(ctx, cfg, "cp-1")
 	if err == nil || !strings.Contains(err.Error(), "lose its quorum") || !strings.Contains(err.Error(), "--break-etcd-quorum") {
 		t.Errorf("removing a control plane etcd cannot lose: %v, want the refusal and the flag that forces it", err)
 	}
-	if recordRemoved() || !strings.Contains(approved(), "5150") {
-		t.Error("a refused removal marked the control plane's disk removed or revoked its approval")
-	}
 	if want := []string{"cp-0@10.42.1.100"}; !slices.Equal(*dialled, want) {
 		t.Errorf("dialled %v, want %v: the member goes through another control plane", *dialled, want)
 	}
+	// Refusals the flag cannot get past do not name it.
+	for _, r := range []error{twoNamedSame, askAnother} {
+		*refusal = r
+		if err := noderemove.Remove(ctx, cfg, "cp-1"); err == nil || !strings.Contains(err.Error(), status.Convert(r).Message()) || strings.Contains(err.Error(), "--break-etcd-quorum") {
+			t.Errorf("another control plane answering %v: %v, want that refusal without the flag", r, err)
+		}
+	}
+	if recordRemoved() || !strings.Contains(approved(), "5150") {
+		t.Error("a refused removal marked the control plane's disk removed or revoked its approval")
+	}
 
 	// Forced, or with a quorum to spare, it goes.
-	*code, *asked = codes.OK, nil
+	*refusal, *asked = nil, nil
 	cfg.BreakQuorum = true
+	var direct []string
+	cfg.Direct = func(addr string) (kubernetes.Interface, dynamic.Interface, error) {
+		direct = append(direct, addr)
+		return e.admin, e.dyn, nil
+	}
+	var removed []string
+	cfg.Removed = func(name string, ids []string) { removed = append(removed, name+"="+strings.Join(ids, ",")) }
 	if err := noderemove.Remove(ctx, cfg, "cp-1"); err != nil {
 		t.Fatalf("removing cp-1: %v\n%s", err, e.out.String())
+	}
+	if !slices.Equal(direct, []string{"10.42.1.100"}) || !slices.Equal(removed, []string{"cp-1=5150"}) {
+		t.Errorf("the removal went on at %v and told the owner's records %v; want cp-0's API server and cp-1=5150", direct, removed)
 	}
 	if want := []string{"cp-1@10.42.1.101 quorum=true"}; !slices.Equal(*asked, want) {
 		t.Errorf("asked %v, want %v", *asked, want)

@@ -31,7 +31,7 @@ func TestWritesDoNotWaitForTheRemovedList(t *testing.T) {
 	lookups := func() int {
 		n := 0
 		for _, r := range srv.SelfRequests(t) {
-			if r.ObjectRef.Resource == "configmaps" && r.ObjectRef.Name == removednodes.ConfigMapName {
+			if r.Verb == "get" && r.ObjectRef.Resource == "configmaps" && r.ObjectRef.Namespace == removednodes.Namespace && r.ObjectRef.Name == removednodes.ConfigMapName {
 				n++
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
@@ -28,6 +30,12 @@ type Remote struct {
 	*inspect.Attested
 	client   kubeupgradepb.KubernetesUpgradeServiceClient
 	Releases Releases
+}
+
+// DialNode reaches the upgrade service of the node name whose address
+// (an IP, as its Node lists it) is ip, on the port every node serves it.
+func DialNode(ctx context.Context, owner inspect.Owner, name, ip string) (*Remote, error) {
+	return Dial(ctx, owner, net.JoinHostPort(ip, strconv.Itoa(kubeupgradepb.Port)), name)
 }
 
 // Dial reaches the upgrade service at addr of the node name, and asks for

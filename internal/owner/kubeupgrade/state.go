@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/orrery-dev/orrery/internal/owner/nodeaddr"
 	"github.com/orrery-dev/orrery/internal/records/kubeadmconfig"
 )
 
@@ -110,12 +111,7 @@ func readNode(n corev1.Node, pods []corev1.Pod) Node {
 			out.Ready = c.Status == corev1.ConditionTrue
 		}
 	}
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			out.Address = a.Address
-			break
-		}
-	}
+	out.Address = nodeaddr.InternalIP(n)
 	for _, p := range pods {
 		if p.Spec.NodeName != n.Name || len(p.Spec.Containers) == 0 {
 			continue

@@ -50,6 +50,8 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/owner/drain"
 	"github.com/orrery-dev/orrery/internal/owner/kubeupgrade"
+	"github.com/orrery-dev/orrery/internal/owner/nodeaddr"
+	"github.com/orrery-dev/orrery/internal/proto/kubeupgradepb"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/records/kubeadmconfig"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
@@ -79,9 +81,17 @@ type Config struct {
 	// BreakQuorum removes a control plane whose etcd member the cluster
 	// cannot lose without losing etcd's quorum.
 	BreakQuorum bool
-	// Revoked, if set, hears of each instance taken off the approved
-	// control planes (the owner's records follow).
-	Revoked func(id string)
+	// Removed, if set, hears once the cluster's records mark node name
+	// removed, with its instance IDs (those approved as control planes
+	// and those its disks were admitted for): the owner's records follow.
+	Removed func(name string, instanceIDs []string)
+	// Direct, if set, gives clients of the API server of the control
+	// plane at addr itself, not through the cluster's endpoint. Once a
+	// control plane's etcd member is removed, the rest of its removal
+	// goes to the control plane that removed it: a load balancer that
+	// checks only TCP still sends connections to the removed node's API
+	// server, which has no etcd left to answer from.
+	Direct func(addr string) (kubernetes.Interface, dynamic.Interface, error)
 	// Out gets a line per step.
 	Out io.Writer
 	// DrainTimeout bounds the wait for evicted pods to go; zero means 2
@@ -121,24 +131,30 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 	if isCP {
 		address := ""
 		if node != nil {
-			address = internalIP(*node)
+			address = nodeaddr.InternalIP(*node)
 		}
-		if err := leaveEtcd(ctx, cfg, name, address); err != nil {
+		via, err := leaveEtcd(ctx, cfg, name, address)
+		if err != nil {
 			return err
+		}
+		if cfg.Direct != nil && via != "" {
+			if cfg.Client, cfg.Dynamic, err = cfg.Direct(via); err != nil {
+				return fmt.Errorf("node %s: its etcd member is removed; reach the API server at %s for the rest: %w\nrun the same removal again", name, via, err)
+			}
 		}
 		for _, id := range approved {
 			if err := revoke(ctx, cfg, id); err != nil {
 				return err
 			}
 			fmt.Fprintf(cfg.Out, "node %s: instance %s is no longer an approved control plane: the join service hands it no more CA keys\n", name, id)
-			if cfg.Revoked != nil {
-				cfg.Revoked(id)
-			}
 		}
 	}
 	records, err := markRecordsRemoved(ctx, cfg, name, now)
 	if err != nil {
 		return err
+	}
+	if cfg.Removed != nil {
+		cfg.Removed(name, slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(approved), records...)))))
 	}
 	if node == nil && len(records) == 0 {
 		return fmt.Errorf("the cluster has no node %s and no record of a disk admitted for it: check the name ('kubectl get nodes', 'kubectl get admittednodes')", name)
@@ -201,15 +217,15 @@ var ErrLastControlPlane = errors.New("it is the cluster's last control plane: et
 
 // leaveEtcd removes control plane name's etcd member through another
 // control plane, which refuses a removal that costs etcd its quorum
-// unless the owner forces it. A member that is gone already (a removal
-// run again) is fine.
-func leaveEtcd(ctx context.Context, cfg Config, name, address string) error {
+// unless the owner forces it, and returns that control plane's address.
+// A member that is gone already (a removal run again) is fine.
+func leaveEtcd(ctx context.Context, cfg Config, name, address string) (string, error) {
 	if cfg.DialControlPlane == nil {
-		return fmt.Errorf("node %s is a control plane, and this removal cannot reach the others to remove its etcd member", name)
+		return "", fmt.Errorf("node %s is a control plane, and this removal cannot reach the others to remove its etcd member", name)
 	}
 	nodes, err := cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: controlPlaneLabel})
 	if err != nil {
-		return fmt.Errorf("list the control planes: %w", err)
+		return "", fmt.Errorf("list the control planes: %w", err)
 	}
 	var others []corev1.Node
 	for _, n := range nodes.Items {
@@ -218,14 +234,14 @@ func leaveEtcd(ctx context.Context, cfg Config, name, address string) error {
 		}
 	}
 	if len(others) == 0 {
-		return fmt.Errorf("not removing node %s: %w", name, ErrLastControlPlane)
+		return "", fmt.Errorf("not removing node %s: %w", name, ErrLastControlPlane)
 	}
 	if err := refuseEndpoint(ctx, cfg, name, address); err != nil {
-		return err
+		return "", err
 	}
 	var errs []error
 	for _, n := range others {
-		addr := internalIP(n)
+		addr := nodeaddr.InternalIP(n)
 		if addr == "" {
 			errs = append(errs, fmt.Errorf("%s: its Node lists no internal IP", n.Name))
 			continue
@@ -235,22 +251,37 @@ func leaveEtcd(ctx context.Context, cfg Config, name, address string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
 			continue
 		}
-		left, err := cp.RemoveEtcdMember(ctx, name, address, cfg.BreakQuorum)
+		// A control plane that takes the call and then hangs (a frozen
+		// VM) must not hold the removal: another may answer.
+		callCtx, cancel := context.WithTimeout(ctx, memberRemovalTimeout)
+		left, err := cp.RemoveEtcdMember(callCtx, name, address, cfg.BreakQuorum)
+		cancel()
 		cp.Close()
-		switch status.Code(err) {
-		case codes.OK:
+		switch code, reason := status.Code(err), kubeupgradepb.Reason(err); {
+		case code == codes.OK:
 			fmt.Fprintf(cfg.Out, "node %s: its etcd member is removed (through %s); etcd's members: %s\n", name, n.Name, memberList(left))
-			return nil
-		case codes.NotFound:
+			return addr, nil
+		case code == codes.NotFound:
 			fmt.Fprintf(cfg.Out, "node %s: it is no etcd member (%s says: %v)\n", name, n.Name, err)
-			return nil
-		case codes.FailedPrecondition, codes.InvalidArgument:
-			return fmt.Errorf("not removing node %s: %w\nif the cluster is to go on without it anyway, and etcd stops serving writes (and the API server with it) until enough members are back, run this again with --break-etcd-quorum", name, err)
+			return addr, nil
+		case reason == kubeupgradepb.ReasonQuorum && !cfg.BreakQuorum:
+			return "", fmt.Errorf("not removing node %s: %w\nif the cluster is to go on without it anyway, and etcd stops serving writes (and the API server with it) until enough members are back, run this again with --break-etcd-quorum", name, err)
+		case reason == kubeupgradepb.ReasonAskAnother:
+		case code == codes.FailedPrecondition || code == codes.InvalidArgument:
+			return "", fmt.Errorf("not removing node %s: %s refuses: %w", name, n.Name, err)
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return fmt.Errorf("not removing node %s: no other control plane removed its etcd member:\n%w", name, errors.Join(errs...))
+	return "", fmt.Errorf("not removing node %s: no other control plane removed its etcd member:\n%w", name, errors.Join(errs...))
 }
+
+// memberRemovalTimeout bounds one control plane's removal of a member: it
+// checks every member's health first, each within seconds when it
+// answers.
+const memberRemovalTimeout = 2 * time.Minute
 
 // refuseEndpoint refuses control plane name, at address, if its address
 // is the cluster's endpoint (a cluster set up without a load balancer):
@@ -269,15 +300,6 @@ func refuseEndpoint(ctx context.Context, cfg Config, name, address string) error
 		return fmt.Errorf("not removing node %s: its address is the cluster's control-plane endpoint %s, which every kubeconfig and join ticket names: the cluster would stop with it (a cluster that is to lose control planes needs 'orrery init --endpoint' with a load balancer)", name, endpoint)
 	}
 	return nil
-}
-
-func internalIP(n corev1.Node) string {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-	return ""
 }
 
 func memberList(ms []kubeupgrade.EtcdMember) string {

@@ -65,11 +65,46 @@ func (d Dir) RecordControlPlane(id string, approved bool) error {
 	return d.WriteState(st)
 }
 
+// RecordRemoved records that the owner removed node name, certified as
+// instanceIDs: recover gives it nothing and no longer counts it among the
+// control planes. A workspace without a state file records nothing and
+// says so.
+func (d Dir) RecordRemoved(name string, instanceIDs []string) error {
+	st, err := d.ReadState()
+	if err != nil {
+		return err
+	}
+	changed := false
+	if f := st.FirstNode; f != nil && !f.Removed && (f.Name == name || slices.Contains(instanceIDs, f.InstanceID)) {
+		f.Removed, changed = true, true
+	}
+	if kept := slices.DeleteFunc(slices.Clone(st.ControlPlanes), func(id string) bool { return slices.Contains(instanceIDs, id) }); len(kept) != len(st.ControlPlanes) {
+		st.ControlPlanes, changed = kept, true
+	}
+	if !changed {
+		return nil
+	}
+	return d.WriteState(st)
+}
+
+// ControlPlaneCount is how many control planes the workspace records:
+// the first node unless it was removed, and those approved since. One
+// approved that never joined is counted too: the workspace cannot tell.
+func (st State) ControlPlaneCount() int {
+	n := len(st.ControlPlanes)
+	if st.FirstNode != nil && !st.FirstNode.Removed {
+		n++
+	}
+	return n
+}
+
 // FirstNode is the initialised node as its attestation named it.
 type FirstNode struct {
 	Name       string `json:"name"`
 	InstanceID string `json:"instanceID"`
 	DiskUUID   string `json:"diskUUID"`
+	// Removed: the owner removed it ('orrery node remove').
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Dir is a workspace directory.

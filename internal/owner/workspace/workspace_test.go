@@ -205,3 +205,48 @@ func TestPlantedLinksAreNotFollowed(t *testing.T) {
 		}
 	}
 }
+
+// The control planes recover counts and trusts follow approvals and
+// removals, the first node's included.
+func TestControlPlanesFollowApprovalsAndRemovals(t *testing.T) {
+	d := Dir(filepath.Join(t.TempDir(), "owner"))
+	if err := d.RecordControlPlane("5150", true); err == nil {
+		t.Error("a workspace without a state file recorded an approval without saying it could not")
+	}
+	plan, err := d.PlanInit("10.0.0.1:9000", "demo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.State.FirstNode = &FirstNode{Name: "cp-0", InstanceID: "4242"}
+	if _, err := plan.Keep(); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		t.Helper()
+		st, err := d.ReadState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.ControlPlaneCount()
+	}
+	for _, id := range []string{"5150", "5151", "5150"} {
+		if err := d.RecordControlPlane(id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(); n != 3 {
+		t.Errorf("the first node and two approved: %d control planes", n)
+	}
+	if err := d.RecordRemoved("cp-1", []string{"5151"}); err != nil || count() != 2 {
+		t.Errorf("after cp-1's removal: %d control planes, %v; want 2", count(), err)
+	}
+	// The first node goes by its name even if no record named its
+	// instance.
+	if err := d.RecordRemoved("cp-0", nil); err != nil || count() != 1 {
+		t.Errorf("after cp-0's removal: %d control planes, %v; want 1", count(), err)
+	}
+	st, _ := d.ReadState()
+	if st.FirstNode == nil || !st.FirstNode.Removed || st.FirstNode.InstanceID != "4242" || len(st.ControlPlanes) != 1 || st.ControlPlanes[0] != "5150" {
+		t.Errorf("state after the removals: first node %+v, approved %v", st.FirstNode, st.ControlPlanes)
+	}
+}

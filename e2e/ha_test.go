@@ -87,7 +87,9 @@ func (s *suite) controlPlanesJoin() {
 			s.t.Fatalf("control-plane approve %s: %v\n%s", id, err, out)
 		}
 		start := time.Now()
-		s.waitFor(n.Name+" joins as a control plane (approve to Ready)", patience(25*time.Minute), s.ready(names...))
+		// kubeadm waits up to 40 min for the joining control plane's own
+		// API server (tlsBootstrapWait).
+		s.waitFor(n.Name+" joins as a control plane (approve to Ready)", patience(45*time.Minute), s.ready(names...))
 		s.waitEtcd(len(names), patience(10*time.Minute))
 		s.t.Logf("%s: from its approval to its Node Ready and its etcd member voting: %s", n.Name, time.Since(start).Round(time.Second))
 		s.p.done(n.Name + "'s etcd member votes")

@@ -327,6 +327,9 @@ func (c *Cloud) startLoadBalancer(ctx context.Context) error {
 	lb, err := loadbalancer.Start(ctx, loadbalancer.Config{
 		Dir: filepath.Join(c.spec.Dir, LoadBalancerDir), Address: LoadBalancerIP, Ports: ports,
 		Backends: backends, ExecPrefix: c.network.ExecPrefix(),
+		// As a real cloud's health check asks the API server; anonymous
+		// requests may read /readyz (kubeadm's RBAC).
+		ReadyPaths: map[uint16]string{clusternet.APIServerPort: "/readyz"},
 	})
 	if err != nil {
 		return fmt.Errorf("load balancer: %w", err)

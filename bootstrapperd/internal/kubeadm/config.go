@@ -102,7 +102,7 @@ var slowTimeouts = timeouts{
 	ControlPlaneComponentHealthCheck: controlPlaneHealthCheck,
 	KubernetesAPICall:                apiServerWait,
 	EtcdAPICall:                      etcdWait,
-	TLSBootstrap:                     apiServerWait,
+	TLSBootstrap:                     tlsBootstrapWait,
 	Discovery:                        apiServerWait,
 }
 

@@ -462,9 +462,9 @@ func TestConfigsPassKubeadmValidation(t *testing.T) {
 			t.Errorf("kubeadm config validate, %s configuration: %v\n%s\n%s", name, err, out, cfg)
 		}
 	}
-	for _, field := range []string{"kubernetesAPICall", "tlsBootstrap", "discovery"} {
-		if get(splitDocs(t, worker)[0], "timeouts", field) != apiServerWait {
-			t.Errorf("join configuration's timeouts.%s is not %s:\n%s", field, apiServerWait, worker)
+	for field, want := range map[string]string{"kubernetesAPICall": apiServerWait, "tlsBootstrap": tlsBootstrapWait, "discovery": apiServerWait} {
+		if get(splitDocs(t, worker)[0], "timeouts", field) != want {
+			t.Errorf("join configuration's timeouts.%s is not %s:\n%s", field, want, worker)
 		}
 	}
 }

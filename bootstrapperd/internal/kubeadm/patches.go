@@ -61,6 +61,15 @@ const (
 	// status: context deadline exceeded", 2 min after its etcd pod was
 	// written), and every later attempt started over.
 	etcdWait = "15m0s"
+	// tlsBootstrapWait is how long a joining node's kubeadm waits for its
+	// kubelet's first certificate. A joining control plane's kubelet asks
+	// its own API server (kubeadm's ControlPlaneKubeletLocalMode), which
+	// must start first: with three emulated control planes on two host
+	// cores, the second's API server still timed out TLS handshakes 15
+	// min after it started, kubeadm gave up, and its reset took the new
+	// etcd member and everything done with it. A wait that ends in a
+	// retry only starts the same work over.
+	tlsBootstrapWait = "40m0s"
 )
 
 // etcdArgs slow down etcd's raft clock by five: its request timeout

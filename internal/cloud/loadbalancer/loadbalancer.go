@@ -49,18 +49,23 @@ type Config struct {
 	Address  netip.Addr
 	Ports    []uint16
 	Backends []Backend
-	// CheckEvery is how often it checks each backend with a TCP connect:
-	// a backend that fails three checks in a row takes no new
-	// connections, and its open ones are cut (so that a client dials
+	// CheckEvery is how often it checks each backend (a TCP connect, or
+	// ReadyPaths): a backend that fails three checks in a row takes no
+	// new connections, and its open ones are cut (so that a client dials
 	// again and reaches another); two passes bring it back. Zero means 2
-	// s, so that a lost control plane is out within about 6 s. A connect
-	// needs nothing of the server's process: an HTTPS check of the API
-	// server's /readyz, as real clouds' health checks ask it, took the
-	// only control plane of an emulated (TCG) cluster out again and again
-	// while it served, its TLS handshakes being as slow as kubectl's
-	// (which timed out after 10 s), and every request through the
-	// balancer then ended in EOF.
+	// s, so that a lost control plane is out within about 6 s.
 	CheckEvery time.Duration
+	// ReadyPaths name, per port, the HTTPS path a backend must answer
+	// with 200 to take new connections, instead of a TCP connect: the
+	// API server's /readyz. A joining control plane's API server listens
+	// long before it serves (under TCG its own TLS handshakes timed out
+	// for more than 10 min), and a TCP check sent it every other
+	// connection meanwhile. When no backend passes, every one takes
+	// connections rather than none: under TCG the check of a lone control
+	// plane that served failed again and again, its TLS handshakes as
+	// slow as the check's timeout, and every request through the balancer
+	// ended in EOF.
+	ReadyPaths map[uint16]string
 	// ExecPrefix runs HAProxy inside the cloud's network namespace.
 	ExecPrefix []string
 	// Binary is HAProxy's; empty means haproxy from PATH.
@@ -90,11 +95,37 @@ frontend port-{{$p}}
     default_backend port-{{$p}}
 
 backend port-{{$p}}
+{{- with index $.ReadyPaths $p}}
+    # A backend takes connections once it answers {{.}} with 200 over TLS
+    # (unverified: the answer is no secret, and the balancer is trusted
+    # with nothing).
+    option httpchk GET {{.}}
+    http-check expect status 200
+    timeout check {{$.CheckTimeout}}
+    default-server check check-ssl verify none inter {{$.Every}} fall 3 rise 2 on-marked-down shutdown-sessions
+{{- range $.Backends}}
+    server {{.Name}} {{.Addr}}:{{$p}}
+{{- end}}
+    # With none ready, all of them: a slow cluster beats no cluster.
+    option allbackups
+{{- range $.Backends}}
+    server {{.Name}}{{$.FallbackSuffix}} {{.Addr}}:{{$p}} backup no-check
+{{- end}}
+{{- else}}
     default-server check inter {{$.Every}} fall 3 rise 2 on-marked-down shutdown-sessions
 {{- range $.Backends}}
     server {{.Name}} {{.Addr}}:{{$p}}
 {{- end}}
+{{- end}}
 {{end}}`))
+
+// fallbackSuffix names a backend's unchecked twin, which takes
+// connections only while no backend passes its readiness check.
+const fallbackSuffix = ".fallback"
+
+// checkTimeout bounds one readiness check once connected: an emulated
+// API server's TLS handshake alone can take several seconds.
+const checkTimeout = 10 * time.Second
 
 // Render returns HAProxy's configuration for c.
 func Render(c Config) ([]byte, error) {
@@ -111,11 +142,16 @@ func Render(c Config) ([]byte, error) {
 		every = 2 * time.Second
 	}
 	var buf bytes.Buffer
+	for port, path := range c.ReadyPaths {
+		if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \t\n#") {
+			return nil, fmt.Errorf("loadbalancer: readiness path %q for port %d: want an absolute path without spaces", path, port)
+		}
+	}
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
 	err := configTemplate.Execute(&buf, struct {
 		Config
-		Socket string
-		Every  string
-	}{c, filepath.Join(c.Dir, SocketFile), strconv.FormatInt(every.Milliseconds(), 10) + "ms"})
+		Socket, Every, CheckTimeout, FallbackSuffix string
+	}{c, filepath.Join(c.Dir, SocketFile), ms(every), ms(checkTimeout), fallbackSuffix})
 	return buf.Bytes(), err
 }
 
@@ -271,7 +307,7 @@ func parseStat(r io.Reader) ([]Server, error) {
 			continue
 		}
 		port, err := strconv.ParseUint(strings.TrimPrefix(row[px], "port-"), 10, 16)
-		if err != nil {
+		if err != nil || strings.HasSuffix(row[sv], fallbackSuffix) {
 			continue
 		}
 		out = append(out, Server{Port: uint16(port), Name: row[sv], Status: row[st], Up: strings.HasPrefix(row[st], "UP")})

@@ -2,12 +2,16 @@ package loadbalancer
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -29,6 +33,21 @@ func TestRender(t *testing.T) {
 		if !strings.Contains(string(cfg), want) {
 			t.Errorf("the configuration lacks %q:\n%s", want, cfg)
 		}
+	}
+	ready, err := Render(Config{
+		Dir: "/run/cloud/lb", Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443, 30090},
+		Backends:   []Backend{{"cp-0", netip.MustParseAddr("10.42.1.100")}},
+		ReadyPaths: map[uint16]string{6443: "/readyz"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(ready), "option httpchk GET /readyz"); n != 1 || !strings.Contains(string(ready), "server cp-0.fallback 10.42.1.100:6443 backup no-check") {
+		t.Errorf("the API server's port is checked %d times with /readyz, or has no fallback:\n%s", n, ready)
+	}
+	if _, err := Render(Config{Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443}, Backends: []Backend{{"cp-0", netip.MustParseAddr("10.42.1.100")}},
+		ReadyPaths: map[uint16]string{6443: "readyz now"}}); err == nil {
+		t.Error("a readiness path with a space was accepted")
 	}
 	for _, bad := range []Config{
 		{Address: netip.MustParseAddr("10.42.0.2"), Ports: []uint16{6443}},
@@ -167,4 +186,97 @@ func TestStartOnAnAddressNotHere(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), LogFile) || !strings.Contains(err.Error(), "192.0.2.1:6443") {
 		t.Fatalf("Start = %v, want an error that names the log and quotes its complaint", err)
 	}
+}
+
+// apiServer serves HTTPS on addr like an API server: its name at /, and
+// /readyz with 200 while ready says so.
+func apiServer(t *testing.T, addr, name string, ready *atomic.Bool) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" && !ready.Load() {
+			http.Error(w, "not ready", http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, name)
+	}))
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+}
+
+// TestReadiness runs the real HAProxy in front of two HTTPS backends with
+// a readiness path: one that listens but is not ready gets no connection
+// while another is ready, and with none ready both get them.
+func TestReadiness(t *testing.T) {
+	if _, err := exec.LookPath("haproxy"); err != nil {
+		t.Fatal("haproxy is not installed: 'make deps' installs it")
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	p := strconv.Itoa(port)
+	var ready0, ready1 atomic.Bool
+	ready0.Store(true)
+	apiServer(t, "127.0.0.2:"+p, "cp-0", &ready0)
+	apiServer(t, "127.0.0.3:"+p, "cp-1", &ready1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Start(ctx, Config{
+		Dir: t.TempDir(), Address: netip.MustParseAddr("127.0.0.1"), Ports: []uint16{uint16(port)},
+		Backends:   []Backend{{"cp-0", netip.MustParseAddr("127.0.0.2")}, {"cp-1", netip.MustParseAddr("127.0.0.3")}},
+		ReadyPaths: map[uint16]string{uint16(port): "/readyz"}, CheckEvery: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+
+	addr := "127.0.0.1:" + p
+	waitFor(t, b, map[string]bool{"cp-0": true, "cp-1": false})
+	if got := reachedHTTPS(t, addr, 6); !got["cp-0"] || got["cp-1"] {
+		t.Errorf("with cp-1 listening but not ready, requests reached %v, want cp-0 alone", got)
+	}
+	ready0.Store(false)
+	waitFor(t, b, map[string]bool{"cp-0": false, "cp-1": false})
+	if got := reachedHTTPS(t, addr, 6); !got["cp-0"] || !got["cp-1"] {
+		t.Errorf("with none ready, requests reached %v, want both", got)
+	}
+	ready1.Store(true)
+	waitFor(t, b, map[string]bool{"cp-0": false, "cp-1": true})
+	if got := reachedHTTPS(t, addr, 6); got["cp-0"] || !got["cp-1"] {
+		t.Errorf("with cp-1 alone ready, requests reached %v, want cp-1 alone", got)
+	}
+}
+
+// reachedHTTPS makes n requests, each on a new connection, to addr and
+// returns the backends that answered.
+func reachedHTTPS(t *testing.T, addr string, n int) map[string]bool {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // test backends with throwaway certificates
+		DisableKeepAlives: true,
+	}}
+	got := map[string]bool{}
+	for range n {
+		resp, err := client.Get("https://" + addr + "/")
+		if err != nil {
+			t.Fatalf("request through the balancer: %v", err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || len(b) == 0 {
+			t.Fatalf("read through the balancer: %q, %v", b, err)
+		}
+		got[string(b)] = true
+	}
+	return got
 }

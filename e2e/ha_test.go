@@ -281,8 +281,7 @@ func (s *suite) removeAControlPlane(n, frozen *cloud.Node) {
 	if err != nil || !strings.Contains(out, "its etcd member is removed") {
 		t.Fatalf("orrery node remove %s: %v", n.Name, err)
 	}
-	// The owner deletes the removed VM; until then its API server, whose
-	// etcd member is gone, still takes the load balancer's connections.
+	// The owner deletes the removed VM.
 	powerOff(t, s.ctx, n)
 	s.waitEtcd(2, patience(5*time.Minute))
 	if out, err := s.k("get", "node", n.Name); err == nil {

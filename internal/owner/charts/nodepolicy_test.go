@@ -791,13 +791,7 @@ func checkQuorumAndRemoval(t *testing.T, e *removalEnv, cfg noderemove.Config, r
 	if want := []string{"cp-0@10.42.1.100"}; !slices.Equal(*dialled, want) {
 		t.Errorf("dialled %v, want %v: the member goes through another control plane", *dialled, want)
 	}
-	// Refusals the flag cannot get past do not name it.
-	for _, r := range []error{twoNamedSame, askAnother} {
-		*refusal = r
-		if err := noderemove.Remove(ctx, cfg, "cp-1"); err == nil || !strings.Contains(err.Error(), status.Convert(r).Message()) || strings.Contains(err.Error(), "--break-etcd-quorum") {
-			t.Errorf("another control plane answering %v: %v, want that refusal without the flag", r, err)
-		}
-	}
+	checkRefusalsWithoutTheFlag(t, e, cfg, refusal)
 	if recordRemoved() || !strings.Contains(approved(), "5150") {
 		t.Error("a refused removal marked the control plane's disk removed or revoked its approval")
 	}
@@ -841,6 +835,18 @@ func checkQuorumAndRemoval(t *testing.T, e *removalEnv, cfg noderemove.Config, r
 	}
 	if err := noderemove.Remove(ctx, cfg, "cp-2"); err == nil || !strings.Contains(err.Error(), "cannot reach the others") {
 		t.Errorf("removing a control plane without reaching the others: %v", err)
+	}
+}
+
+// checkRefusalsWithoutTheFlag: refusals that --break-etcd-quorum cannot
+// get past do not name it.
+func checkRefusalsWithoutTheFlag(t *testing.T, e *removalEnv, cfg noderemove.Config, refusal *error) {
+	t.Helper()
+	for _, r := range []error{twoNamedSame, askAnother} {
+		*refusal = r
+		if err := noderemove.Remove(e.ctx, cfg, "cp-1"); err == nil || !strings.Contains(err.Error(), status.Convert(r).Message()) || strings.Contains(err.Error(), "--break-etcd-quorum") {
+			t.Errorf("another control plane answering %v: %v, want that refusal without the flag", r, err)
+		}
 	}
 }
 

@@ -133,20 +133,8 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 		if node != nil {
 			address = nodeaddr.InternalIP(*node)
 		}
-		via, err := leaveEtcd(ctx, cfg, name, address)
-		if err != nil {
+		if cfg, err = leaveControlPlanes(ctx, cfg, name, address, approved); err != nil {
 			return err
-		}
-		if cfg.Direct != nil && via != "" {
-			if cfg.Client, cfg.Dynamic, err = cfg.Direct(via); err != nil {
-				return fmt.Errorf("node %s: its etcd member is removed; reach the API server at %s for the rest: %w\nrun the same removal again", name, via, err)
-			}
-		}
-		for _, id := range approved {
-			if err := revoke(ctx, cfg, id); err != nil {
-				return err
-			}
-			fmt.Fprintf(cfg.Out, "node %s: instance %s is no longer an approved control plane: the join service hands it no more CA keys\n", name, id)
 		}
 	}
 	records, err := markRecordsRemoved(ctx, cfg, name, now)
@@ -181,6 +169,28 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 	}
 	fmt.Fprintf(cfg.Out, "node %s removed: it gets no join or rejoin ticket again\n", name)
 	return nil
+}
+
+// leaveControlPlanes removes control plane name's etcd member and revokes
+// its approved instances; the cfg it returns reaches the API server of
+// the control plane that removed the member.
+func leaveControlPlanes(ctx context.Context, cfg Config, name, address string, approved []string) (Config, error) {
+	via, err := leaveEtcd(ctx, cfg, name, address)
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.Direct != nil && via != "" {
+		if cfg.Client, cfg.Dynamic, err = cfg.Direct(via); err != nil {
+			return cfg, fmt.Errorf("node %s: its etcd member is removed; reach the API server at %s for the rest: %w\nrun the same removal again", name, via, err)
+		}
+	}
+	for _, id := range approved {
+		if err := revoke(ctx, cfg, id); err != nil {
+			return cfg, err
+		}
+		fmt.Fprintf(cfg.Out, "node %s: instance %s is no longer an approved control plane: the join service hands it no more CA keys\n", name, id)
+	}
+	return cfg, nil
 }
 
 // approvedControlPlane returns the instance IDs of name's admission

@@ -262,7 +262,7 @@ func TestReadiness(t *testing.T) {
 func reachedHTTPS(t *testing.T, addr string, n int) map[string]bool {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // test backends with throwaway certificates
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // test backends with throwaway certificates
 		DisableKeepAlives: true,
 	}}
 	got := map[string]bool{}

@@ -60,6 +60,22 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// freePort checks that HAProxy is installed and returns a port free on
+// loopback, as a number and as text.
+func freePort(t *testing.T) (int, string) {
+	t.Helper()
+	if _, err := exec.LookPath("haproxy"); err != nil {
+		t.Fatal("haproxy is not installed: 'make deps' installs it")
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	return port, strconv.Itoa(port)
+}
+
 // backend answers each connection on addr with its name.
 func backend(t *testing.T, addr, name string) net.Listener {
 	t.Helper()
@@ -85,16 +101,7 @@ func backend(t *testing.T, addr, name string) net.Listener {
 // serve while both are up, and once one stops, its health check takes it
 // out and every connection reaches the other.
 func TestFailover(t *testing.T) {
-	if _, err := exec.LookPath("haproxy"); err != nil {
-		t.Fatal("haproxy is not installed: 'make deps' installs it")
-	}
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := free.Addr().(*net.TCPAddr).Port
-	free.Close()
-	p := strconv.Itoa(port)
+	port, p := freePort(t)
 	backend(t, "127.0.0.2:"+p, "cp-0")
 	second := backend(t, "127.0.0.3:"+p, "cp-1")
 
@@ -213,16 +220,7 @@ func apiServer(t *testing.T, addr, name string, ready *atomic.Bool) {
 // a readiness path: one that listens but is not ready gets no connection
 // while another is ready, and with none ready both get them.
 func TestReadiness(t *testing.T) {
-	if _, err := exec.LookPath("haproxy"); err != nil {
-		t.Fatal("haproxy is not installed: 'make deps' installs it")
-	}
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := free.Addr().(*net.TCPAddr).Port
-	free.Close()
-	p := strconv.Itoa(port)
+	port, p := freePort(t)
 	var ready0, ready1 atomic.Bool
 	ready0.Store(true)
 	apiServer(t, "127.0.0.2:"+p, "cp-0", &ready0)

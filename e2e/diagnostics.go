@@ -111,12 +111,16 @@ func (d *diagnostics) clusterState(k kubectlFunc, nodes, controlPlanes []string)
 // node the API server knows.
 var journalUnits = []string{"bootstrapperd", "kubelet", "containerd", "orrery-images"}
 
+// joinLog is where the HA suite keeps a joining control plane's
+// bootstrapperd journal, in the node's folder.
+const joinLog = "bootstrapperd-while-joining.log"
+
 // nodeLogs copies each node's serial console (the boot, the initrd, the
 // kernel's messages and bootstrapperd's log) and QEMU's log.
 func (d *diagnostics) nodeLogs(nodes []*cloud.Node) []error {
 	var errs []error
 	for _, n := range nodes {
-		for _, f := range []string{"serial.log", "qemu.log"} {
+		for _, f := range []string{"serial.log", "qemu.log", joinLog} {
 			raw, err := os.ReadFile(filepath.Join(n.Dir, f))
 			if os.IsNotExist(err) {
 				continue // a spare that never booted

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -87,9 +88,11 @@ func (s *suite) controlPlanesJoin() {
 			s.t.Fatalf("control-plane approve %s: %v\n%s", id, err, out)
 		}
 		start := time.Now()
+		stopCapture := s.captureJoinLog(n)
 		// kubeadm waits up to 40 min for the joining control plane's own
 		// API server (tlsBootstrapWait).
 		s.waitFor(n.Name+" joins as a control plane (approve to Ready)", patience(45*time.Minute), s.ready(names...))
+		stopCapture()
 		s.waitEtcd(len(names), patience(10*time.Minute))
 		s.t.Logf("%s: from its approval to its Node Ready and its etcd member voting: %s", n.Name, time.Since(start).Round(time.Second))
 		s.p.done(n.Name + "'s etcd member votes")
@@ -103,6 +106,31 @@ func (s *suite) controlPlanesJoin() {
 		logCPU(s.t, s.k, n.Name, "with three control planes")
 	}
 	s.logEtcdTiming("once three control planes run")
+}
+
+// captureJoinLog saves n's bootstrapperd journal (kubeadm's output) beside
+// its console log every few minutes until stopped, where a failed run's
+// diagnostics take it from: a joining control plane starved of CPU
+// stopped answering attested connections before its join failed, and the
+// failed run's logs then had nothing of why.
+func (s *suite) captureJoinLog(n *cloud.Node) (stop func()) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(3 * time.Minute):
+			}
+			// Only a capture that worked replaces the one before it.
+			if out, err := s.orreryAsOwner("logs", n.IP.String(), "bootstrapperd", "-n", "400"); err == nil {
+				_ = os.WriteFile(filepath.Join(n.Dir, joinLog), []byte(out), 0o600)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // instanceID is the instance ID n's platform certified, as 'orrery

@@ -99,7 +99,7 @@ func findMember(members []etcd.MemberInfo, name, address string) (etcd.MemberInf
 		switch {
 		case m.Name == name:
 			named = append(named, m)
-		case m.Name == "" && address != "" && slices.ContainsFunc(m.PeerURLs, func(u string) bool { return peerHost(u) == address }):
+		case m.Name == "" && atAddress(m, address):
 			unstarted = append(unstarted, m)
 		}
 	}
@@ -116,12 +116,17 @@ func findMember(members []etcd.MemberInfo, name, address string) (etcd.MemberInf
 	// NotFound lets the owner's removal go on as if the member were
 	// gone: not while one at the node's address answers to another name.
 	for _, m := range members {
-		if address != "" && slices.ContainsFunc(m.PeerURLs, func(u string) bool { return peerHost(u) == address }) {
+		if atAddress(m, address) {
 			return etcd.MemberInfo{}, status.Errorf(codes.FailedPrecondition,
 				"etcd has no member named %s, but its member %s (%x) is at that node's address %s: if it is that node's, remove it with etcdctl", name, m.Name, m.ID, address)
 		}
 	}
 	return etcd.MemberInfo{}, status.Errorf(codes.NotFound, "etcd has no member named %s (its members: %s)", name, memberNames(members))
+}
+
+// atAddress says whether member m's peers reach it at address.
+func atAddress(m etcd.MemberInfo, address string) bool {
+	return address != "" && slices.ContainsFunc(m.PeerURLs, func(u string) bool { return peerHost(u) == address })
 }
 
 // peerHost is the host of a member's peer URL.

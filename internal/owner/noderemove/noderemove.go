@@ -82,15 +82,16 @@ type Config struct {
 	// cannot lose without losing etcd's quorum.
 	BreakQuorum bool
 	// Removed, if set, hears once the cluster's records mark node name
-	// removed, with its instance IDs (those approved as control planes
-	// and those its disks were admitted for): the owner's records follow.
+	// removed, with the instance IDs its disks were admitted for: the
+	// owner's records follow.
 	Removed func(name string, instanceIDs []string)
 	// Direct, if set, gives clients of the API server of the control
 	// plane at addr itself, not through the cluster's endpoint. Once a
 	// control plane's etcd member is removed, the rest of its removal
-	// goes to the control plane that removed it: a load balancer that
-	// checks only TCP still sends connections to the removed node's API
-	// server, which has no etcd left to answer from.
+	// goes to the control plane that removed it: until the endpoint's
+	// health check takes the removed node out, it may still send
+	// connections to its API server, which has no etcd left to answer
+	// from.
 	Direct func(addr string) (kubernetes.Interface, dynamic.Interface, error)
 	// Out gets a line per step.
 	Out io.Writer
@@ -142,7 +143,9 @@ func Remove(ctx context.Context, cfg Config, name string) error {
 		return err
 	}
 	if cfg.Removed != nil {
-		cfg.Removed(name, slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(approved), records...)))))
+		// The approved instances are among the records' (both are read
+		// from name's admission records).
+		cfg.Removed(name, records)
 	}
 	if node == nil && len(records) == 0 {
 		return fmt.Errorf("the cluster has no node %s and no record of a disk admitted for it: check the name ('kubectl get nodes', 'kubectl get admittednodes')", name)

@@ -91,6 +91,7 @@ func patchesIn(dir string) *patches {
 
 type timeouts struct {
 	ControlPlaneComponentHealthCheck string `json:"controlPlaneComponentHealthCheck"`
+	KubeletHealthCheck               string `json:"kubeletHealthCheck"`
 	KubernetesAPICall                string `json:"kubernetesAPICall"`
 	EtcdAPICall                      string `json:"etcdAPICall"`
 	TLSBootstrap                     string `json:"tlsBootstrap"`
@@ -100,6 +101,7 @@ type timeouts struct {
 // slowTimeouts are kubeadm's waits, sized for a starved control plane.
 var slowTimeouts = timeouts{
 	ControlPlaneComponentHealthCheck: controlPlaneHealthCheck,
+	KubeletHealthCheck:               kubeletHealthCheck,
 	KubernetesAPICall:                apiServerWait,
 	EtcdAPICall:                      etcdWait,
 	TLSBootstrap:                     tlsBootstrapWait,

@@ -462,7 +462,7 @@ func TestConfigsPassKubeadmValidation(t *testing.T) {
 			t.Errorf("kubeadm config validate, %s configuration: %v\n%s\n%s", name, err, out, cfg)
 		}
 	}
-	for field, want := range map[string]string{"kubernetesAPICall": apiServerWait, "tlsBootstrap": tlsBootstrapWait, "discovery": apiServerWait} {
+	for field, want := range map[string]string{"kubernetesAPICall": apiServerWait, "tlsBootstrap": tlsBootstrapWait, "discovery": apiServerWait, "kubeletHealthCheck": kubeletHealthCheck} {
 		if get(splitDocs(t, worker)[0], "timeouts", field) != want {
 			t.Errorf("join configuration's timeouts.%s is not %s:\n%s", field, want, worker)
 		}

@@ -40,6 +40,12 @@ const (
 	// roles were not yet written). With apiServerWait before it, kubeadm
 	// init stays within orrery init's 30 min.
 	controlPlaneHealthCheck = "15m0s"
+	// kubeletHealthCheck is how long kubeadm waits for kubelet's own
+	// health endpoint after starting it (default 4 min), before any
+	// control-plane pod runs. A third emulated control plane joining
+	// two that already ran on two host cores failed its join about 4
+	// min in, and kubeadm's reset started it over from nothing.
+	kubeletHealthCheck = "15m0s"
 	// apiServerWait bounds each of kubeadm's waits for the API server
 	// (kubeadm's defaults: 1 min for an API call, 5 min for a joining
 	// kubelet's TLS bootstrap and for discovery). The first of them

@@ -144,7 +144,7 @@ func runUpgradeApply(ctx context.Context, in io.Reader, out io.Writer, o upgrade
 		return fmt.Errorf("create the backup folder: %w", err)
 	}
 	_, outcomes, err := upgrade.Apply(ctx, upgrade.ApplyConfig{
-		Helm: cluster.Helm, Client: cluster.Dynamic, BackupDir: dir, Timeout: o.timeout,
+		Helm: cluster.Helm, Client: cluster.Dynamic, Kube: cluster.Kube, BackupDir: dir, Timeout: o.timeout,
 		Progress: func(msg string) { fmt.Fprintf(out, "  %s\n", msg) },
 	}, plan)
 	if err != nil {

@@ -52,8 +52,8 @@ type Config struct {
 	// CheckEvery is how often it checks each backend (a TCP connect, or
 	// ReadyPaths): a backend that fails three checks in a row takes no
 	// new connections, and its open ones are cut (so that a client dials
-	// again and reaches another); two passes bring it back. Zero means 2
-	// s, so that a lost control plane is out within about 6 s.
+	// again and reaches another); two passes bring it back. Zero means
+	// defaultCheckEvery.
 	CheckEvery time.Duration
 	// ReadyPaths name, per port, the HTTPS path a backend must answer
 	// with 200 to take new connections, instead of a TCP connect: the
@@ -123,6 +123,15 @@ backend port-{{$p}}
 // connections only while no backend passes its readiness check.
 const fallbackSuffix = ".fallback"
 
+// defaultCheckEvery is GCP's default health-check interval. A lost control
+// plane is out within 15 s of its last answer. Each check of an API
+// server is a new TLS handshake and a /readyz that reads from etcd, which
+// an emulated control plane pays about 20 times over (ENVIRONMENT.md):
+// every 2 s the balancer asked each API server five times as often as
+// kubelet's readiness probe does (every 10 s, bootstrapperd's kubeadm
+// patches).
+const defaultCheckEvery = 5 * time.Second
+
 // checkTimeout bounds one readiness check once connected: an emulated
 // API server's TLS handshake alone can take several seconds.
 const checkTimeout = 10 * time.Second
@@ -139,7 +148,7 @@ func Render(c Config) ([]byte, error) {
 	}
 	every := c.CheckEvery
 	if every == 0 {
-		every = 2 * time.Second
+		every = defaultCheckEvery
 	}
 	var buf bytes.Buffer
 	for port, path := range c.ReadyPaths {

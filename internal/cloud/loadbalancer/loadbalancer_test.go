@@ -27,7 +27,7 @@ func TestRender(t *testing.T) {
 	for _, want := range []string{
 		"stats socket /run/cloud/lb/haproxy.sock mode 600 level admin",
 		"bind 10.42.0.2:6443", "bind 10.42.0.2:30090",
-		"default-server check inter 2000ms fall 3 rise 2 on-marked-down shutdown-sessions",
+		"default-server check inter 5000ms fall 3 rise 2 on-marked-down shutdown-sessions",
 		"server cp-0 10.42.1.100:6443", "server cp-1 10.42.1.101:6443", "server cp-1 10.42.1.101:30090",
 	} {
 		if !strings.Contains(string(cfg), want) {

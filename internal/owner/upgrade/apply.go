@@ -11,6 +11,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/owner/backup"
 	"github.com/orrery-dev/orrery/internal/owner/services"
@@ -23,6 +24,8 @@ type ApplyConfig struct {
 	Helm func(namespace string) (*action.Configuration, error)
 	// Client reads the custom resources to back up.
 	Client dynamic.Interface
+	// Kube creates the removed-node list where it is missing.
+	Kube kubernetes.Interface
 	// BackupDir is the folder the backup goes to; it must not exist.
 	BackupDir string
 	// CRDs are the definitions to back up with all their objects;
@@ -99,6 +102,13 @@ func Apply(ctx context.Context, cfg ApplyConfig, plan Plan) (backup.Result, []Ou
 		return saved, nil, fmt.Errorf("back up Orrery's custom resources (nothing was upgraded): %w", err)
 	}
 	progress(fmt.Sprintf("backed up %d custom resource definitions and %d custom resources to %s", saved.CRDs, saved.Resources, saved.Dir))
+	// A cluster initialised before 'orrery init' made the removed-node
+	// list has the admission policy that reads it on every write, and
+	// pays a lookup for each while it is missing (see
+	// services.EnsureRemovedNodesList).
+	if err := services.EnsureRemovedNodesList(ctx, cfg.Kube); err != nil {
+		return saved, nil, fmt.Errorf("%w (nothing was upgraded)", err)
+	}
 	var outcomes []Outcome
 	for _, step := range plan.Steps {
 		if len(step.Changes) == 0 {

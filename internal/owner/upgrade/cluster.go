@@ -8,6 +8,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orrery-dev/orrery/internal/owner/services"
@@ -17,6 +18,7 @@ import (
 type Cluster struct {
 	Kubeconfig string
 	Dynamic    dynamic.Interface
+	Kube       kubernetes.Interface
 	// ServerVersion is the API server's Kubernetes version.
 	ServerVersion string
 	// Host is the API server's URL, as the kubeconfig names it.
@@ -48,7 +50,11 @@ func Connect(ctx context.Context, kubeconfig string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cluster{Kubeconfig: kubeconfig, Dynamic: dyn, ServerVersion: v.GitVersion, Host: rc.Host}, nil
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{Kubeconfig: kubeconfig, Dynamic: dyn, Kube: kube, ServerVersion: v.GitVersion, Host: rc.Host}, nil
 }
 
 // Helm connects Helm for releases in namespace.

@@ -93,7 +93,7 @@ func TestDaemonSetNeverReadyRollsBack(t *testing.T) {
 		ch := agentChart("1.0.1", image)
 		step := Step{Ref: services.ReleaseRef{Name: "agent", Namespace: services.Namespace, Chart: "agent"},
 			FromRevision: history(t, c, "agent")[len(history(t, c, "agent"))-1].Version, Chart: ch, Changes: []string{"image"}}
-		_, _, err := Apply(context.Background(), ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(t.TempDir(), "b"),
+		_, _, err := Apply(context.Background(), ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: filepath.Join(t.TempDir(), "b"),
 			CRDs: []string{}, Timeout: 5 * time.Second}, Plan{Steps: []Step{step}})
 		return err
 	}
@@ -142,7 +142,7 @@ func TestRollbackWhosePodsAreSlowIsStillARollback(t *testing.T) {
 	}
 	step := Step{Ref: services.ReleaseRef{Name: "agent", Namespace: services.Namespace, Chart: "agent"},
 		FromRevision: 1, Chart: agentChart("1.0.1", broken), Changes: []string{"image"}}
-	_, _, err = Apply(context.Background(), ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(t.TempDir(), "b"),
+	_, _, err = Apply(context.Background(), ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: filepath.Join(t.TempDir(), "b"),
 		CRDs: []string{}, Timeout: 5 * time.Second}, Plan{Steps: []Step{step}})
 	re, ok := IsReleaseError(err)
 	if !ok || re.RolledBackTo != 1 || re.NotBack == nil {

@@ -14,6 +14,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/owner/services"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
+	"github.com/orrery-dev/orrery/internal/records/removednodes"
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
@@ -161,7 +163,15 @@ func setNames(t *testing.T, c *Cluster) []string {
 func TestUpgradeAndRollover(t *testing.T) {
 	ctx := context.Background()
 	oldSet, newSet := testSet(t, 1), testSet(t, 7)
+	// As a cluster initialised before init made the removed-node list.
 	c := initCluster(t, "0.2.0", oldSet)
+	removedList := func() error {
+		_, err := c.Kube.CoreV1().ConfigMaps(removednodes.Namespace).Get(ctx, removednodes.ConfigMapName, metav1.GetOptions{})
+		return err
+	}
+	if err := removedList(); !apierrors.IsNotFound(err) {
+		t.Fatalf("the removed-node list before the upgrade: %v, want none", err)
+	}
 	if got := setNames(t, c); !slices.Equal(got, []string{oldSet.Name}) {
 		t.Fatalf("sets after init %v", got)
 	}
@@ -179,7 +189,7 @@ func TestUpgradeAndRollover(t *testing.T) {
 
 	var log []string
 	dir := filepath.Join(t.TempDir(), "orrery-backups", "now")
-	saved, outcomes, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: dir, Timeout: time.Minute,
+	saved, outcomes, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: dir, Timeout: time.Minute,
 		Progress: func(m string) { log = append(log, m) }}, p)
 	if err != nil {
 		t.Fatalf("apply: %v\n%s", err, strings.Join(log, "\n"))
@@ -193,6 +203,9 @@ func TestUpgradeAndRollover(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "resources", "measurementsets.orrery.dev", "_cluster", oldSet.Name+".yaml")); err != nil {
 		t.Errorf("the backup lacks the measurement set: %v", err)
+	}
+	if err := removedList(); err != nil {
+		t.Errorf("the upgrade did not make the removed-node list: %v", err)
 	}
 	if got, want := setNames(t, c), []string{oldSet.Name, newSet.Name}; !slices.Equal(got, sortedCopy(want)) {
 		t.Errorf("sets after the rollover %v, want %v", got, want)
@@ -208,7 +221,7 @@ func TestUpgradeAndRollover(t *testing.T) {
 		t.Fatalf("a second run would change %+v", again.Steps)
 	}
 	dir2 := filepath.Join(t.TempDir(), "second")
-	if _, out, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: dir2, Timeout: time.Minute}, again); err != nil || len(out) != 0 {
+	if _, out, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: dir2, Timeout: time.Minute}, again); err != nil || len(out) != 0 {
 		t.Fatalf("apply of an empty plan: %v, %v", out, err)
 	}
 	if _, err := os.Stat(dir2); err == nil {
@@ -218,7 +231,7 @@ func TestUpgradeAndRollover(t *testing.T) {
 	// Retire the old image: only orrery-services changes. No Timeout:
 	// the default applies, not a zero wait that rolls everything back.
 	retire := plan(t, c, load, Options{Retire: []string{oldSet.Name}})
-	if _, _, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(t.TempDir(), "third")}, retire); err != nil {
+	if _, _, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: filepath.Join(t.TempDir(), "third")}, retire); err != nil {
 		t.Fatal(err)
 	}
 	if got := setNames(t, c); !slices.Equal(got, []string{newSet.Name}) {
@@ -240,7 +253,7 @@ func TestFailedReleaseRollsBack(t *testing.T) {
 	p := plan(t, c, testCharts(t, "0.2.1", true), Options{})
 	start := time.Now()
 	const timeout = 5 * time.Second
-	_, outcomes, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(t.TempDir(), "b"), Timeout: timeout}, p)
+	_, outcomes, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: filepath.Join(t.TempDir(), "b"), Timeout: timeout}, p)
 	re, ok := IsReleaseError(err)
 	if !ok || re.Release != "orrery-services" || re.RolledBackTo != 1 {
 		t.Fatalf("err = %v, want orrery-services rolled back to revision 1", err)
@@ -267,7 +280,7 @@ func TestInterruptRollsBack(t *testing.T) {
 	c := initCluster(t, "0.2.0", testSet(t, 1))
 	p := plan(t, c, testCharts(t, "0.2.1", true), Options{})
 	ctx, cancel := context.WithCancel(context.Background())
-	_, _, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(t.TempDir(), "b"), Timeout: 10 * time.Minute,
+	_, _, err := Apply(ctx, ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: filepath.Join(t.TempDir(), "b"), Timeout: 10 * time.Minute,
 		Progress: func(m string) {
 			if strings.HasPrefix(m, "upgrading orrery-services") {
 				time.AfterFunc(2*time.Second, cancel)
@@ -319,7 +332,7 @@ func TestBackupFailureChangesNothing(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, outcomes, err := Apply(context.Background(), ApplyConfig{Helm: c.Helm, Client: c.Dynamic, BackupDir: filepath.Join(file, "backup"), Timeout: time.Minute}, p)
+	_, outcomes, err := Apply(context.Background(), ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: filepath.Join(file, "backup"), Timeout: time.Minute}, p)
 	if err == nil || len(outcomes) != 0 || !strings.Contains(err.Error(), "nothing was upgraded") {
 		t.Fatalf("outcomes %v, err %v", outcomes, err)
 	}

@@ -353,16 +353,16 @@ func (c *Cloud) startVMs(ctx context.Context) error {
 			// A restarted spare boots what it first booted.
 			image = n.Image
 		}
-		if err := c.startVM(ctx, n, image, niceWrap(c.defaultNice(n))); err != nil {
+		if err := c.startVM(ctx, n, image, c.defaultNice(n)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// startVM boots node n from image (or the spec's kernel); wrap, if set,
-// is put before QEMU's command line (after the network namespace's).
-func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []string) error {
+// startVM boots node n from image (or the spec's kernel), its QEMU and
+// swtpm at niceness nice relative to this process.
+func (c *Cloud) startVM(ctx context.Context, n *Node, image string, nice int) error {
 	c.progress("vm %s (%s, %s): starting", n.Name, n.Role, n.IP)
 	stamp, err := imageStamp(image)
 	if err != nil {
@@ -389,7 +389,8 @@ func (c *Cloud) startVM(ctx context.Context, n *Node, image string, wrap []strin
 		// A node started before (Start, Resume) continues its console.
 		AppendSerialLog: !n.Started.IsZero(),
 		Net:             &vm.NetConfig{Tap: n.Tap, MAC: mac},
-		ExecPrefix:      append(c.network.ExecPrefix(), wrap...),
+		ExecPrefix:      append(c.network.ExecPrefix(), niceWrap(nice)...),
+		TPMNice:         nice,
 		ProvisionTPM: func(rw io.ReadWriter) error {
 			_, err := c.ca.ProvisionAK(rw, platformca.NewInstance(n.Name))
 			return err
@@ -441,7 +442,7 @@ func (c *Cloud) StartSpare(ctx context.Context, opts SpareOptions) (*Node, error
 		return nil, fmt.Errorf("cloud: niceness %d out of range -20..19", nice)
 	}
 
-	if err := c.startVM(ctx, n, image, niceWrap(nice)); err != nil {
+	if err := c.startVM(ctx, n, image, nice); err != nil {
 		return nil, err
 	}
 	return n, nil

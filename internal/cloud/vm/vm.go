@@ -108,6 +108,14 @@ type Config struct {
 	// prefix must exec QEMU in its own process (ip netns exec does), so
 	// that the PID, signals and the parent-death signal reach QEMU.
 	ExecPrefix []string
+	// TPMNice is the CPU niceness of the VM's swtpm relative to this
+	// process; give it the VM's own. The guest's TPM driver times out
+	// commands that take seconds: with swtpm at the default niceness
+	// under three emulated control planes at -5, cp-0's kernel logged
+	// "tpm tpm0: Operation Timed out" three times in its first 12 min.
+	// Without the right to raise priority (CAP_SYS_NICE) swtpm stays at
+	// this process's niceness, as nice(1) leaves QEMU.
+	TPMNice int
 	// ProvisionTPM, if set, is called once with the freshly created vTPM
 	// before the VM's first boot (the harness provisions the attestation
 	// key here). A Dir whose TPM already exists skips it.
@@ -212,6 +220,9 @@ func Start(ctx context.Context, cfg Config) (_ *VM, err error) {
 		return nil, fmt.Errorf("start vTPM of VM %s: %w", cfg.Name, err)
 	}
 	undo = append(undo, func() { _ = v.tpm.Stop() })
+	if cfg.TPMNice != 0 {
+		_ = renice(v.tpm.PID(), cfg.TPMNice)
+	}
 
 	if err := v.startQEMU(qemuPath); err != nil {
 		return nil, err

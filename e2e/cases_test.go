@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/google/go-sev-guest/abi"
@@ -142,7 +141,7 @@ func (s *suite) verifyBeforeInit() {
 
 // stopJoinService takes the join service's pods away (a node selector
 // no node has), as a restart or an outage of the service would.
-func stopJoinService(t *testing.T, k kubectlFunc) {
+func stopJoinService(t tester, k kubectlFunc) {
 	t.Helper()
 	const pause = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":"true"}}}}}`
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", pause); err != nil {
@@ -154,7 +153,7 @@ func stopJoinService(t *testing.T, k kubectlFunc) {
 }
 
 // startJoinService brings back what stopJoinService took away.
-func startJoinService(t *testing.T, k kubectlFunc) {
+func startJoinService(t tester, k kubectlFunc) {
 	t.Helper()
 	const resume = `{"spec":{"template":{"spec":{"nodeSelector":{"orrery.dev/e2e-paused":null}}}}}`
 	if s, err := k("-n", "kube-system", "patch", "daemonset", "orrery-joinservice", "-p", resume); err != nil {
@@ -164,7 +163,7 @@ func startJoinService(t *testing.T, k kubectlFunc) {
 
 // startSpare boots the next spare slot, which must be want (slots boot
 // in order).
-func startSpare(t *testing.T, ctx context.Context, c *cloud.Cloud, opts cloud.SpareOptions, want *cloud.Node) {
+func startSpare(t tester, ctx context.Context, c *cloud.Cloud, opts cloud.SpareOptions, want *cloud.Node) {
 	t.Helper()
 	n, err := c.StartSpare(ctx, opts)
 	if err != nil {
@@ -183,7 +182,7 @@ func joinServiceLog(k func(...string) (string, error), tail int) string {
 }
 
 // powerOff powers n off, to free the host's cores for the next VM.
-func powerOff(t *testing.T, ctx context.Context, n *cloud.Node) {
+func powerOff(t tester, ctx context.Context, n *cloud.Node) {
 	t.Helper()
 	// A node powered off here is done with: it need not shut down
 	// cleanly, and a worker took the whole minute it was given to.
@@ -268,7 +267,7 @@ func (s *suite) refusedModified(modified *cloud.Node) {
 // joinServiceRefusal attests to the join service from the host with
 // issuer, expects to be refused, and returns the join service's log line
 // of the refusal.
-func joinServiceRefusal(t *testing.T, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), issuer attestation.Issuer) string {
+func joinServiceRefusal(t tester, ctx context.Context, c *cloud.Cloud, k func(...string) (string, error), issuer attestation.Issuer) string {
 	t.Helper()
 	before := strings.Count(joinServiceLog(k, -1), "refused a node")
 	// The VMs' network lives in the cloud's network namespace.
@@ -321,7 +320,7 @@ func lastLine(s, what string) string {
 
 // assertNothingLeft checks what 'orrery mini down' must remove: the
 // namespace, the VMs' processes, their disks and sockets.
-func assertNothingLeft(t *testing.T, dir string, nodes []*cloud.Node) {
+func assertNothingLeft(t tester, dir string, nodes []*cloud.Node) {
 	t.Helper()
 	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), namespace) {
 		t.Errorf("network namespace %s is left after mini down", namespace)
@@ -350,7 +349,7 @@ func joinServiceAddr(c *cloud.Cloud) string {
 
 // waitConsoleLine waits for a line of n's console that contains all of
 // words, and returns it.
-func waitConsoleLine(t *testing.T, ctx context.Context, n *cloud.Node, timeout time.Duration, words ...string) string {
+func waitConsoleLine(t tester, ctx context.Context, n *cloud.Node, timeout time.Duration, words ...string) string {
 	t.Helper()
 	deadline := waitDeadline(t, timeout)
 	for {
@@ -397,7 +396,7 @@ func truncate(s string, n int) string {
 // certificate as itself, with the certificate the join service signed
 // for it, and that no node used a bootstrap token: a token would let a
 // node ask for any node's certificate.
-func assertJoinedWithNodeCert(t *testing.T, k func(...string) (string, error), node string) {
+func assertJoinedWithNodeCert(t tester, k func(...string) (string, error), node string) {
 	t.Helper()
 	out, err := k("get", "csr", "-o", `jsonpath={range .items[*]}{.spec.signerName} {.spec.username}{"\n"}{end}`)
 	if err != nil {
@@ -474,7 +473,7 @@ var workerIdentities = [][]string{
 // authorization (a kubelet writes its Node, flannel its status) and
 // narrowed by admission policies, which can-i does not see: those are
 // tested against a real API server in internal/owner/charts.
-func auditWorkerCredentials(t *testing.T, k kubectlFunc) {
+func auditWorkerCredentials(t tester, k kubectlFunc) {
 	t.Helper()
 	forbidden := [][]string{
 		{"get", "secret/orrery-master-secret", "-n", "kube-system"},

@@ -123,7 +123,7 @@ const apiOutage = 3 * time.Minute
 
 // kubectlRetrying runs kubectl in the suite's namespace, and again while
 // the API server is unreachable, for up to patience(apiOutage).
-func kubectlRetrying(t *testing.T, ctx context.Context, argv []string) (string, error) {
+func kubectlRetrying(t tester, ctx context.Context, argv []string) (string, error) {
 	start := time.Now()
 	for {
 		b, err := inNS(ctx, argv...)
@@ -155,7 +155,7 @@ func apiUnreachable(out string) bool {
 
 // controlPlaneRestarts is each control-plane component's restart count,
 // as kubelet reports it.
-func controlPlaneRestarts(t *testing.T, k kubectlFunc) map[string]int {
+func controlPlaneRestarts(t tester, k kubectlFunc) map[string]int {
 	t.Helper()
 	out, err := k("-n", "kube-system", "get", "pods", "-l", "tier=control-plane", "-o",
 		`jsonpath={range .items[*]}{.metadata.labels.component}={.status.containerStatuses[0].restartCount} {end}`)
@@ -175,7 +175,7 @@ func controlPlaneRestarts(t *testing.T, k kubectlFunc) map[string]int {
 // component that restarted since before ended: its reason, exit code and
 // (the static pods keep them, FallbackToLogsOnError) its last log lines,
 // so that a passing run too says why a component restarted.
-func logLastEnds(t *testing.T, k kubectlFunc, now, before map[string]int) {
+func logLastEnds(t tester, k kubectlFunc, now, before map[string]int) {
 	t.Helper()
 	for _, comp := range slices.Sorted(maps.Keys(now)) {
 		if now[comp] <= before[comp] {
@@ -210,7 +210,7 @@ var steadyComponents = []string{"etcd", "kube-apiserver"}
 
 // assertControlPlaneSteady fails the run if etcd or the API server
 // restarted more often than in since (nil: ever), and returns the counts.
-func assertControlPlaneSteady(t *testing.T, k kubectlFunc, since map[string]int) map[string]int {
+func assertControlPlaneSteady(t tester, k kubectlFunc, since map[string]int) map[string]int {
 	t.Helper()
 	now := controlPlaneRestarts(t, k)
 	t.Logf("control-plane restarts: %v (before: %v)", now, since)
@@ -221,7 +221,7 @@ func assertControlPlaneSteady(t *testing.T, k kubectlFunc, since map[string]int)
 
 // checkRestarts fails the run if etcd or the API server restarted more
 // than allowed times between the counts since and now.
-func checkRestarts(t *testing.T, now, since map[string]int, allowed int) {
+func checkRestarts(t tester, now, since map[string]int, allowed int) {
 	t.Helper()
 	for _, comp := range steadyComponents {
 		if n := now[comp] - since[comp]; n > allowed {
@@ -236,7 +236,7 @@ func checkRestarts(t *testing.T, now, since map[string]int, allowed int) {
 // container late (etcd's count was seen to go from 0 to 1 minutes after
 // the node was Ready), so a count read at once may miss the reboot. A
 // steady component restarted more than once since before fails the run.
-func restartedOnce(t *testing.T, k kubectlFunc, before map[string]int) map[string]int {
+func restartedOnce(t tester, k kubectlFunc, before map[string]int) map[string]int {
 	t.Helper()
 	deadline := waitDeadline(t, patience(5*time.Minute))
 	for {
@@ -577,7 +577,7 @@ const teardown = 3 * time.Minute
 // runTime is how long the run may take: until go test's -timeout (make
 // e2e E2E_TIMEOUT=...), less the time the teardown needs to stop the VMs
 // and keep a failed run's logs, which a panic at the deadline would lose.
-func runTime(t *testing.T) time.Duration {
+func runTime(t tester) time.Duration {
 	deadline, ok := t.Deadline()
 	if !ok {
 		return 50 * time.Minute
@@ -590,7 +590,7 @@ func runTime(t *testing.T) time.Duration {
 // ran on to go test's deadline ended in its panic, which skips the
 // teardown (a run that reached go test's deadline left the VMs, the
 // network namespace and the logs, and the next run refused to start).
-func waitDeadline(t *testing.T, timeout time.Duration) time.Time {
+func waitDeadline(t tester, timeout time.Duration) time.Time {
 	d := time.Now().Add(timeout)
 	if end, ok := t.Deadline(); ok && end.Add(-teardown).Before(d) {
 		return end.Add(-teardown)
@@ -602,7 +602,7 @@ func waitDeadline(t *testing.T, timeout time.Duration) time.Time {
 // five minutes, as a slow cluster needs, but within the teardown's margin
 // when the run failed at go test's deadline, with a minute left to stop
 // the VMs.
-func askTime(t *testing.T) time.Duration {
+func askTime(t tester) time.Duration {
 	ask := 5 * time.Minute
 	if deadline, ok := t.Deadline(); ok {
 		ask = min(ask, time.Until(deadline)-time.Minute)
@@ -612,7 +612,7 @@ func askTime(t *testing.T) time.Duration {
 
 // logCPU logs where node's CPU goes now, for the run's record of what a
 // control plane costs under emulation.
-func logCPU(t *testing.T, k kubectlFunc, node, when string) {
+func logCPU(t tester, k kubectlFunc, node, when string) {
 	t.Helper()
 	stats, err := k("get", "--raw", "/api/v1/nodes/"+node+"/proxy/stats/summary")
 	if err != nil {
@@ -631,14 +631,20 @@ func logCPU(t *testing.T, k kubectlFunc, node, when string) {
 // each node's console and each of the owner's failure files.
 const failureTail = 25
 
+// failureErrorLines is how many of its last lines failureSummary shows of
+// the error that failed the run: CI shows about 30 lines of the end, a
+// dozen of them go test's own.
+const failureErrorLines = 12
+
 // failureSummary is what a failed run prints last (all CI shows at
-// once): which phase failed, and how Orrery's lines on each node's
-// console (the initrd's, bootstrapperd's, orrery-images') and the owner's
-// failure files end. It is taken before the nodes are stopped, whose
-// shutdown would fill the consoles' ends. Neither holds a secret: the host
-// reads the consoles, and 'orrery init' keeps secrets out of its failure
-// files.
-func failureSummary(phase string, nodes []*cloud.Node, ownerDir string) string {
+// once): which phase failed, how Orrery's lines on each node's console
+// (the initrd's, bootstrapperd's, orrery-images') and the owner's failure
+// files end, and, last, the error that failed it. It is taken before the
+// nodes are stopped, whose shutdown would fill the consoles' ends. None
+// holds a secret: the host reads the consoles, 'orrery init' keeps
+// secrets out of its failure files, and the suite's errors are the
+// owner's commands' output, which never shows one.
+func failureSummary(phase, failure string, nodes []*cloud.Node, ownerDir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\ne2e: FAILED in phase: %s\n", phase)
 	for _, n := range nodes {
@@ -654,8 +660,28 @@ func failureSummary(phase string, nodes []*cloud.Node, ownerDir string) string {
 			fmt.Fprintf(&b, "\n--- the owner's %s, last %d lines ---\n%s\n", filepath.Base(path), failureTail, lastLines(printable(string(raw)), failureTail))
 		}
 	}
-	fmt.Fprintf(&b, "\ne2e: FAILED in phase: %s (its errors are above, where it ran)\n", phase)
+	if failure == "" {
+		fmt.Fprintf(&b, "\ne2e: FAILED in phase: %s (its errors are above, where it ran)\n", phase)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "\ne2e: FAILED in phase: %s, with (%d lines of it at most; the whole is above, where it ran):\n%s\n",
+		phase, failureErrorLines, headAndTail(printable(failure), failureErrorLines))
 	return b.String()
+}
+
+// headAndTail is s's first line and its last lines, n lines in all at
+// most: an error's first line says what failed, its last ones how it
+// ended (a command's output below it). Each line is cut to 300 bytes.
+func headAndTail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		skipped := len(lines) - (n - 1)
+		lines = append([]string{lines[0], fmt.Sprintf("    … %d lines …", skipped)}, lines[len(lines)-(n-2):]...)
+	}
+	for i, l := range lines {
+		lines[i] = truncate(l, 300)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // orreryLines are the console lines of Orrery's programs.

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -199,7 +198,7 @@ func (s *suite) kubeletBack(node string) {
 
 // readMasterSecret returns the master secret's key and salt as a leak
 // would show them: in hex and in base64.
-func readMasterSecret(t *testing.T, path string) []string {
+func readMasterSecret(t tester, path string) []string {
 	t.Helper()
 	ms, err := keys.ReadMasterSecretFile(path)
 	if err != nil {

@@ -85,7 +85,16 @@ func TestFailureSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &phases{rows: []phase{{name: "a second init is refused"}}}
-	got := failureSummary(p.failed(), []*cloud.Node{worker, spare}, dir)
+	failure := "orrery verify of the running cluster: exit status 1\n" + strings.Repeat("worker-0: OK\n", 20) + "1 of 2 nodes did not pass"
+	got := failureSummary(p.failed(), failure, []*cloud.Node{worker, spare}, dir)
+	// CI shows the end: the error comes last, its first line kept.
+	if _, end, _ := strings.Cut(got, "state disk is /dev/vdb"); !strings.Contains(end, "orrery verify of the running cluster: exit status 1\n    … 11 lines …\n") ||
+		!strings.HasSuffix(end, "worker-0: OK\n1 of 2 nodes did not pass\n") || strings.Count(end, "worker-0: OK") != 9 {
+		t.Errorf("summary does not end with the error's first line and its last ones:\n%s", got)
+	}
+	if got := failureSummary(p.failed(), "", nil, dir); !strings.HasSuffix(got, "(its errors are above, where it ran)\n") {
+		t.Errorf("summary without a recorded error: %q", got)
+	}
 	for _, want := range []string{
 		`e2e: FAILED in phase: the one after "a second init is refused"`,
 		"orrery-init: state: state disk is /dev/vdb",

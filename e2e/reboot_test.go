@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/cloud"
@@ -25,7 +24,7 @@ func consoleCount(n *cloud.Node, s string) int {
 
 // waitConsoleMore waits until n's console has more lines with s than
 // before.
-func waitConsoleMore(t *testing.T, ctx context.Context, n *cloud.Node, s string, before int, timeout time.Duration) {
+func waitConsoleMore(t tester, ctx context.Context, n *cloud.Node, s string, before int, timeout time.Duration) {
 	t.Helper()
 	deadline := waitDeadline(t, timeout)
 	for consoleCount(n, s) <= before {
@@ -38,7 +37,7 @@ func waitConsoleMore(t *testing.T, ctx context.Context, n *cloud.Node, s string,
 }
 
 // resetNode hard-resets n through QMP, as a power cut would.
-func resetNode(t *testing.T, ctx context.Context, n *cloud.Node) {
+func resetNode(t tester, ctx context.Context, n *cloud.Node) {
 	t.Helper()
 	if err := n.VM().Reset(ctx); err != nil {
 		t.Fatalf("reset %s: %v", n.Name, err)
@@ -82,7 +81,7 @@ spec:
 // 10 s containerd's exit handler gives the whole deletion, and each retry
 // fails the same way (containerd/containerd#13377). The pod then shows
 // Running long after its process ended, which says nothing about Orrery.
-func runPod(t *testing.T, k kubectlFunc, dir, name, manifest, want string) string {
+func runPod(t tester, k kubectlFunc, dir, name, manifest, want string) string {
 	t.Helper()
 	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
@@ -255,7 +254,7 @@ func (s *suite) recoverArgs(cp *cloud.Node, secret string) []string {
 
 // bootID is node's boot ID as its kubelet reports it: it changes with
 // every boot.
-func bootID(t *testing.T, k kubectlFunc, node string) string {
+func bootID(t tester, k kubectlFunc, node string) string {
 	t.Helper()
 	s, err := k("get", "node", node, "-o", "jsonpath={.status.nodeInfo.bootID}")
 	if err != nil || s == "" {
@@ -267,7 +266,7 @@ func bootID(t *testing.T, k kubectlFunc, node string) string {
 // waitReady waits until node reports Ready from a boot other than the
 // one with ID oldBoot: a Ready condition from before a reset does not
 // count.
-func waitReady(t *testing.T, k kubectlFunc, node, oldBoot string, timeout time.Duration) {
+func waitReady(t tester, k kubectlFunc, node, oldBoot string, timeout time.Duration) {
 	t.Helper()
 	deadline := waitDeadline(t, timeout)
 	for {

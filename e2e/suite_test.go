@@ -19,7 +19,7 @@ import (
 // suite is one run of TestCluster: the cloud, the owner's workspace, the
 // table of phases, and what a case hands on to the cases after it.
 type suite struct {
-	t   *testing.T
+	t   *recordingT
 	ctx context.Context
 	c   *cloud.Cloud
 	p   *phases
@@ -52,10 +52,11 @@ func newSuite(t *testing.T) *suite {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), runTime(t))
 	t.Cleanup(cancel)
-	s := &suite{t: t, ctx: ctx, dir: dir, out: filepath.Join(dir, "owner"), img: img, orr: orr, kc: kc,
+	rt := &recordingT{T: t}
+	s := &suite{t: rt, ctx: ctx, dir: dir, out: filepath.Join(dir, "owner"), img: img, orr: orr, kc: kc,
 		p: &phases{start: time.Now(), last: time.Now(), current: "mini up"}, diag: newDiagnostics(*logsDir)}
 	s.k = func(args ...string) (string, error) {
-		return kubectlRetrying(t, ctx, append([]string{kc, "--kubeconfig", s.kubeconfig()}, args...))
+		return kubectlRetrying(rt, ctx, append([]string{kc, "--kubeconfig", s.kubeconfig()}, args...))
 	}
 	return s
 }
@@ -121,7 +122,7 @@ func (s *suite) down() {
 // keep.
 func (s *suite) keepLogs() []error {
 	// Printed last, after the tables: CI's output ends there.
-	s.p.summary = failureSummary(s.p.failed(), s.c.Nodes(), s.out)
+	s.p.summary = failureSummary(s.p.failed(), s.t.first, s.c.Nodes(), s.out)
 	// The failed phase has its own row: otherwise its time would show as
 	// the teardown's.
 	s.p.done("FAILED (the phase that failed)")

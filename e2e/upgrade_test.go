@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/attestation/policy"
@@ -29,7 +28,7 @@ const nextVersion = "0.99.0-e2e"
 // buildOrrery builds the CLI as version into dir/name; servicesImage, if
 // not empty, replaces the join service's image in its chart (one that
 // cannot start, for an upgrade that must roll back).
-func buildOrrery(t *testing.T, ctx context.Context, dir, name, version, servicesImage string) string {
+func buildOrrery(t tester, ctx context.Context, dir, name, version, servicesImage string) string {
 	t.Helper()
 	ldflags := "-X github.com/orrery-dev/orrery/internal/buildinfo.Version=" + version
 	if servicesImage != "" {
@@ -46,7 +45,7 @@ func buildOrrery(t *testing.T, ctx context.Context, dir, name, version, services
 }
 
 // upgradeCheck runs 'orrery upgrade check -o json' with bin.
-func upgradeCheck(t *testing.T, ctx context.Context, bin, kubeconfig string, extra ...string) upgrade.Report {
+func upgradeCheck(t tester, ctx context.Context, bin, kubeconfig string, extra ...string) upgrade.Report {
 	t.Helper()
 	b, err := inNS(ctx, append([]string{bin, "upgrade", "check", "--kubeconfig", kubeconfig, "-o", "json"}, extra...)...)
 	if err != nil {
@@ -300,7 +299,7 @@ func refusals(k kubectlFunc, node *cloud.Node) int {
 
 // waitRefused waits until the join service has refused node more than
 // before times.
-func waitRefused(t *testing.T, k kubectlFunc, node *cloud.Node, before int, timeout time.Duration) {
+func waitRefused(t tester, k kubectlFunc, node *cloud.Node, before int, timeout time.Duration) {
 	t.Helper()
 	deadline := waitDeadline(t, timeout)
 	for refusals(k, node) <= before {
@@ -313,7 +312,7 @@ func waitRefused(t *testing.T, k kubectlFunc, node *cloud.Node, before int, time
 
 // setOf is the measurement set of a measurements file, with the test
 // root the owner names.
-func setOf(t *testing.T, path, testRoot string) string {
+func setOf(t tester, path, testRoot string) string {
 	t.Helper()
 	p, err := policy.LoadWithTestRoot(path, testRoot)
 	if err != nil {
@@ -327,7 +326,7 @@ func setOf(t *testing.T, path, testRoot string) string {
 }
 
 // waitReadyNode waits until node is Ready.
-func waitReadyNode(t *testing.T, k kubectlFunc, node string, timeout time.Duration) {
+func waitReadyNode(t tester, k kubectlFunc, node string, timeout time.Duration) {
 	t.Helper()
 	deadline := waitDeadline(t, timeout)
 	for {

@@ -156,6 +156,17 @@ func (b *boot) loadModules(context.Context) error {
 		return err
 	}
 	b.c.log("modules", "loaded %d modules and their dependencies in %s", n, since(t))
+	// A guest driver that finds no hardware is no failure: a node learns
+	// its platform later, and attestation refuses a node that claims
+	// hardware it lacks. The console says what was there.
+	drivers, err := modules.LoadGuestDrivers()
+	if err != nil {
+		b.c.log("modules", "confidential-guest drivers not tried: %v", err)
+		return nil
+	}
+	for _, d := range drivers {
+		b.c.log("modules", "confidential-guest driver %s", d)
+	}
 	return nil
 }
 

@@ -198,6 +198,10 @@ func baseArchive(release string) (*cpio.Archive, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kernel modules: %w", err)
 		}
+		rel, b, err := modules.Unpacked(rel, b)
+		if err != nil {
+			return nil, err
+		}
 		recs = append(recs, cpio.StaticFile(filepath.Join(modDir, rel), string(b), 0o644))
 	}
 	return cpio.ArchiveFromRecords(recs)

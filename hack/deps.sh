@@ -13,7 +13,6 @@ readonly PACKAGES=(
 	swtpm-tools      # swtpm_setup, for vTPMs of VMs
 	protobuf-compiler # protoc 3.21.12 for 'make proto' and its staleness check
 	qemu-system-x86 qemu-utils ovmf # the local cloud's VMs (TCG when KVM does not work)
-	linux-image-cloud-amd64 # the kernel the local cloud's tests boot
 	iproute2         # namespaces, bridges and taps of the local cloud
 	haproxy          # the local cloud's load balancer in front of its control planes
 	cryptsetup-bin e2fsprogs # LUKS2 and ext4 for the state disk (initrd and its tests)
@@ -49,6 +48,36 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# From bookworm-backports (-t: only these packages; everything else stays
+# bookworm's):
+# - the node's kernel, which the image, the initrd and the local cloud's
+#   tests take from /boot (the newest vmlinuz-*-cloud-amd64): Debian's
+#   6.12 cloud kernel, the first for Debian 12 with the SEV-SNP and TDX
+#   guest drivers and configfs-tsm (CONFIG_SEV_GUEST,
+#   CONFIG_TDX_GUEST_DRIVER, CONFIG_TSM_REPORTS) and CONFIG_INTEL_TDX_GUEST;
+#   bookworm's 6.1 has none of them.
+# - QEMU 10, which the local cloud's VMs run in: under bookworm's QEMU 7.2,
+#   TCG broke the 6.12 kernel at random (double faults, spurious debug
+#   exceptions, garbage RFLAGS; 3 of 4 boots of the initrd's VM test died,
+#   with one host thread per vCPU or one for all, with AVX off or on).
+readonly BACKPORTS=/etc/apt/sources.list.d/orrery-bookworm-backports.list
+backports=()
+grep -qs '^CONFIG_SEV_GUEST=[ym]' /boot/config-*-cloud-amd64 || backports+=(linux-image-cloud-amd64)
+qemu=$(qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')
+((${qemu:-0} >= 10)) || backports+=(qemu-system-x86 qemu-utils)
+if ((${#backports[@]})); then
+	if [[ $(id -u) != 0 ]]; then
+		log "missing from bookworm-backports: ${backports[*]}"
+		log "run 'sudo make deps' once"
+		exit 1
+	fi
+	log "installing ${backports[*]} from bookworm-backports"
+	[[ -f $BACKPORTS ]] || echo "deb http://deb.debian.org/debian bookworm-backports main" >"$BACKPORTS"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends -t bookworm-backports "${backports[@]}" >/dev/null
 fi
 
 command -v go >/dev/null || {

@@ -62,6 +62,13 @@ if ((${#missing[@]})); then
 fi
 kver=${kernel#/boot/vmlinuz-}
 [[ -d /lib/modules/$kver ]] || die "no modules for kernel $kver in /lib/modules: reinstall linux-image-$kver ('make deps')"
+# A node must be able to get its SEV-SNP report or TDX quote from its
+# kernel: an image without the guest drivers would boot on a confidential
+# VM and never attest.
+for opt in CONFIG_SEV_GUEST CONFIG_TDX_GUEST_DRIVER CONFIG_INTEL_TDX_GUEST CONFIG_TSM_REPORTS; do
+	grep -qs "^$opt=[ym]" "/boot/config-$kver" ||
+		die "kernel $kver lacks $opt (a confidential guest's drivers): run 'make deps', which installs the cloud kernel from bookworm-backports"
+done
 mkdir -p "$cache" "$out"
 # Everything that ends up in the image is dated at the commit's time.
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)

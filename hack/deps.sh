@@ -32,6 +32,27 @@ readonly GOLANGCI_LINT="github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v
 
 log() { printf 'deps: %s\n' "$*" >&2; }
 
+# apt_install WHAT [APT-GET OPTION...] -- PACKAGE...: installs as root, or
+# says how to and fails.
+apt_install() {
+	local what=$1 opts=()
+	shift
+	while [[ $1 != -- ]]; do
+		opts+=("$1")
+		shift
+	done
+	shift
+	if [[ $(id -u) != 0 ]]; then
+		log "missing $what: $*"
+		log "run 'sudo make deps' once"
+		exit 1
+	fi
+	log "installing $* ($what)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${opts[@]}" "$@" >/dev/null
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -39,15 +60,7 @@ for p in "${PACKAGES[@]}"; do
 	fi
 done
 if ((${#missing[@]})); then
-	if [[ $(id -u) != 0 ]]; then
-		log "missing Debian packages: ${missing[*]}"
-		log "run 'sudo make deps' once (or: sudo apt-get install ${missing[*]})"
-		exit 1
-	fi
-	log "installing ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	apt_install "Debian packages" -- "${missing[@]}"
 fi
 
 # From bookworm-backports (-t: only these packages; everything else stays
@@ -68,16 +81,8 @@ grep -qs '^CONFIG_SEV_GUEST=[ym]' /boot/config-*-cloud-amd64 || backports+=(linu
 qemu=$(qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')
 ((${qemu:-0} >= 10)) || backports+=(qemu-system-x86 qemu-utils)
 if ((${#backports[@]})); then
-	if [[ $(id -u) != 0 ]]; then
-		log "missing from bookworm-backports: ${backports[*]}"
-		log "run 'sudo make deps' once"
-		exit 1
-	fi
-	log "installing ${backports[*]} from bookworm-backports"
-	[[ -f $BACKPORTS ]] || echo "deb http://deb.debian.org/debian bookworm-backports main" >"$BACKPORTS"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends -t bookworm-backports "${backports[@]}" >/dev/null
+	[[ $(id -u) != 0 || -f $BACKPORTS ]] || echo "deb http://deb.debian.org/debian bookworm-backports main" >"$BACKPORTS"
+	apt_install "from bookworm-backports" -t bookworm-backports -- "${backports[@]}"
 fi
 
 command -v go >/dev/null || {

@@ -124,8 +124,15 @@ func moduleFiles(modDir string, names []string) ([]string, error) {
 			continue
 		}
 		deps[mod] = strings.Fields(rest)
-		name := strings.TrimSuffix(filepath.Base(mod), ".ko")
-		byName[strings.ReplaceAll(name, "-", "_")] = mod
+		byName[moduleName(mod)] = mod
+	}
+	// A module built into the kernel (virtio_pci from 6.12 on) needs no
+	// file; the guest's kmodule knows it from modules.builtin.
+	builtin := map[string]bool{}
+	if b, err := os.ReadFile(filepath.Join(modDir, "modules.builtin")); err == nil {
+		for _, mod := range strings.Fields(string(b)) {
+			builtin[moduleName(mod)] = true
+		}
 	}
 	seen := map[string]bool{}
 	var out []string
@@ -141,6 +148,9 @@ func moduleFiles(modDir string, names []string) ([]string, error) {
 		}
 	}
 	for _, n := range names {
+		if builtin[n] {
+			continue
+		}
 		mod, ok := byName[n]
 		if !ok {
 			return nil, fmt.Errorf("kernel module %s not found in %s/modules.dep", n, modDir)
@@ -148,4 +158,11 @@ func moduleFiles(modDir string, names []string) ([]string, error) {
 		add(mod)
 	}
 	return out, nil
+}
+
+// moduleName is the name of the module at path, as modprobe spells it:
+// "kernel/drivers/md/dm-mod.ko.xz" is dm_mod.
+func moduleName(path string) string {
+	name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(path), ".xz"), ".ko")
+	return strings.ReplaceAll(name, "-", "_")
 }

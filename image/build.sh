@@ -100,22 +100,14 @@ else
 fi
 
 # --- initrd -----------------------------------------------------------------
-# INITRD=standin forces the development stand-in (see standin-initrd.sh).
-if [[ -x initrd/build.sh && ${INITRD:-} != standin ]]; then
-	phase initrd "initrd/build.sh build/initrd"
-	initrd/build.sh build/initrd
-	initrd=
-	for f in build/initrd/initrd.cpio.zst build/initrd/initrd.cpio.gz; do
-		[[ -f $f ]] && initrd=$f && break
-	done
-	[[ -n $initrd ]] || die "initrd/build.sh wrote no build/initrd/initrd.cpio.{zst,gz}"
-	initrd_kind=orrery
-else
-	phase initrd "development stand-in (image/standin-initrd.sh: no dm-verity, no state disk!)"
-	image/standin-initrd.sh "$cache/standin" "$kver"
-	initrd=$cache/standin/initrd.cpio.gz
-	initrd_kind=standin
-fi
+phase initrd "initrd/build.sh build/initrd"
+initrd/build.sh build/initrd
+initrd=
+for f in build/initrd/initrd.cpio.zst build/initrd/initrd.cpio.gz; do
+	[[ -f $f ]] && initrd=$f && break
+done
+[[ -n $initrd ]] || die "initrd/build.sh wrote no build/initrd/initrd.cpio.{zst,gz}"
+initrd_kind=orrery
 
 # --- Orrery's programs ------------------------------------------------------
 phase programs "build bootstrapperd, orrery-inspectd and nodeimage"

@@ -142,21 +142,16 @@ func checkStateDiskLUKS2(ctx context.Context, t *testing.T, nodeDir string) {
 }
 
 // consolePCRs reads PCR values from the console: lines
-// "PCR[11] sha256=<hex>" (orrery-pcrs.service) or
-// "orrery-pcr after-initrd 11 <HEX>" (the stand-in initrd). The last value
-// of each PCR wins.
+// "PCR[11] sha256=<hex>" (orrery-pcrs.service). The last value of each
+// PCR wins.
 func consolePCRs(t *testing.T, path string, timeout time.Duration) map[uint32][]byte {
 	re := regexp.MustCompile(`PCR\[(\d{1,2})\] sha256=([0-9a-f]{64})`)
-	standin := regexp.MustCompile(`orrery-pcr after-initrd (\d+) ([0-9A-F]{64})`)
 	deadline := time.Now().Add(timeout)
 	for {
 		raw, _ := os.ReadFile(path)
 		got := map[uint32][]byte{}
 		for _, line := range strings.Split(string(raw), "\n") {
-			m := standin.FindStringSubmatch(line)
-			if m == nil {
-				m = re.FindStringSubmatch(line)
-			}
+			m := re.FindStringSubmatch(line)
 			if m == nil {
 				continue
 			}

@@ -151,7 +151,7 @@ func (b *boot) readCmdline(context.Context) error {
 
 func (b *boot) loadModules(context.Context) error {
 	t := time.Now()
-	n, err := modules.Load()
+	n, drivers, err := modules.Load()
 	if err != nil {
 		return err
 	}
@@ -159,11 +159,6 @@ func (b *boot) loadModules(context.Context) error {
 	// A guest driver that finds no hardware is no failure: a node learns
 	// its platform later, and attestation refuses a node that claims
 	// hardware it lacks. The console says what was there.
-	drivers, err := modules.LoadGuestDrivers()
-	if err != nil {
-		b.c.log("modules", "confidential-guest drivers not tried: %v", err)
-		return nil
-	}
 	for _, d := range drivers {
 		b.c.log("modules", "confidential-guest driver %s", d)
 	}

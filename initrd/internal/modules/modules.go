@@ -82,18 +82,24 @@ func Files(rootDir, release string) ([]string, error) {
 }
 
 // Load loads Names and their dependencies from /lib/modules/<running
-// kernel> and returns how many it asked for.
-func Load() (int, error) {
+// kernel>, then tries each of GuestDrivers, with one reading of the
+// module index. It returns how many of Names it asked for and what became
+// of each guest driver; only a failure to load one of Names is an error.
+func Load() (int, []GuestDriver, error) {
 	p, err := kmodule.NewProber(kmodule.ProbeOpts{})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	for _, n := range Names {
 		if err := p.Probe(n, ""); err != nil {
-			return 0, fmt.Errorf("load kernel module %s: %w", n, err)
+			return 0, nil, fmt.Errorf("load kernel module %s: %w", n, err)
 		}
 	}
-	return len(Names), nil
+	var drivers []GuestDriver
+	for _, n := range GuestDrivers {
+		drivers = append(drivers, guestDriver(n, p.Probe(n, "")))
+	}
+	return len(Names), drivers, nil
 }
 
 // GuestDriver is what became of one of GuestDrivers at boot.
@@ -110,19 +116,6 @@ type GuestDriver struct {
 // ErrNoHardware means a guest driver refused to load because the VM is
 // not a guest of its kind.
 var ErrNoHardware = errors.New("no such confidential-guest hardware")
-
-// LoadGuestDrivers tries each of GuestDrivers, dependencies first.
-func LoadGuestDrivers() ([]GuestDriver, error) {
-	p, err := kmodule.NewProber(kmodule.ProbeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	var out []GuestDriver
-	for _, n := range GuestDrivers {
-		out = append(out, guestDriver(n, p.Probe(n, "")))
-	}
-	return out, nil
-}
 
 // guestDriver reads the outcome of loading driver n: the drivers' init
 // returns ENODEV where their hardware is missing.

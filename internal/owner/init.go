@@ -171,6 +171,15 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 // node's bootstrapper has stopped, so what is left is the cluster
 // services and the health check, through the kubeconfig.
 func (cfg InitConfig) finishServices(ctx context.Context, st workspace.State, r *reporter) (InitResult, error) {
+	// bootstrapperd's socket never listens on a node that belongs to a
+	// cluster (units/system/bootstrapperd.socket), so a node that
+	// answers there with no API server beside it is a new VM, and the
+	// workspace describes a cluster that is gone.
+	if bootstrapperListens(ctx, st.Node) && !kubeAPIAnswers(ctx, st.Node, cfg.APIServerPort) {
+		return InitResult{}, fmt.Errorf("the workspace records the cluster %q (ID %x) as initialised on %s, but the node there runs no Kubernetes API server "+
+			"and waits to be initialised: it is a new VM, not that cluster's node. "+
+			"To initialise it, run 'orrery init --replace-workspace' (the old cluster's kubeconfig and master secret are then replaced)", st.ClusterName, st.ClusterID, st.Node)
+	}
 	r.notice(fmt.Sprintf("The cluster %q (ID %x) was initialised on %s by an earlier run; finishing its services", st.ClusterName, st.ClusterID, st.Node))
 	return cfg.installServices(ctx, st, r)
 }
@@ -412,6 +421,21 @@ func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, node
 			"run the same 'orrery init' again to check again", err, kubeconfig, host)
 	}
 	return nil
+}
+
+// bootstrapperListens reports whether something accepts connections at
+// addr, a node's bootstrapper address. Like kubeAPIAnswers, a hint for an
+// error message, not trust.
+func bootstrapperListens(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 // kubeAPIAnswers reports whether a TLS server listens on the Kubernetes

@@ -114,8 +114,12 @@ func TestInitReportsStepsAndKeepsTheOwnersFiles(t *testing.T) {
 
 	// Run again after kubeadm finished, init has nothing to send: the
 	// node's bootstrapper has stopped; only the services are left.
+	// (The test's node still listens, so an API server answers beside it,
+	// as on a node whose bootstrapper would have stopped.)
 	var done events
-	if _, err := Init(ctx, initConfig(t, addr, n, ws, &done)); err != nil {
+	rerun := initConfig(t, addr, n, ws, &done)
+	rerun.APIServerPort = apiServerStandIn(t)
+	if _, err := Init(ctx, rerun); err != nil {
 		t.Fatal(err)
 	}
 	if len(node.Requests()) != 1 || !strings.Contains(strings.Join(done.texts(Notice), "\n"), "initialised on "+addr+" by an earlier run") {
@@ -241,9 +245,6 @@ func TestInitFailureKeepsWhatTheNodeSent(t *testing.T) {
 // A node that belongs to a cluster has stopped its bootstrapper: init
 // says so instead of waiting for a node that seems to boot.
 func TestInitOnInitialisedNode(t *testing.T) {
-	api := httptest.NewTLSServer(http.NotFoundHandler())
-	defer api.Close()
-	_, apiPort, _ := net.SplitHostPort(api.Listener.Addr().String())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +253,7 @@ func TestInitOnInitialisedNode(t *testing.T) {
 	lis.Close()
 	_, n := serve(t, &ownertest.Node{})
 	cfg := initConfig(t, closed, n, workspace.Dir(t.TempDir()), &events{})
-	cfg.APIServerPort, _ = strconv.Atoi(apiPort)
+	cfg.APIServerPort = apiServerStandIn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -262,6 +263,45 @@ func TestInitOnInitialisedNode(t *testing.T) {
 	}
 	if time.Since(start) > 20*time.Second {
 		t.Fatalf("init took %s to notice; it should not wait for its timeout", time.Since(start))
+	}
+}
+
+// apiServerStandIn is a TLS server on the loopback, where init looks
+// for a node's API server; it returns its port.
+func apiServerStandIn(t *testing.T) int {
+	api := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(api.Close)
+	_, port, _ := net.SplitHostPort(api.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	return p
+}
+
+// A workspace whose cluster is gone, run against new VMs: the node's
+// bootstrapper answers and no API server does, so init says to replace
+// the workspace instead of waiting for an API server that never comes.
+func TestInitWithAWorkspaceOfAnotherCluster(t *testing.T) {
+	node := &ownertest.Node{}
+	addr, n := serve(t, node)
+	ws := workspace.Dir(t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := Init(ctx, initConfig(t, addr, n, ws, &events{})); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, closedPort, _ := net.SplitHostPort(lis.Addr().String())
+	lis.Close()
+	cfg := initConfig(t, addr, n, ws, &events{})
+	cfg.APIServerPort, _ = strconv.Atoi(closedPort)
+	_, err = Init(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "it is a new VM") || !strings.Contains(err.Error(), "--replace-workspace") {
+		t.Fatalf("err %v; want one that says the node is new and to replace the workspace", err)
+	}
+	if len(node.Requests()) != 1 {
+		t.Errorf("the node got %d init requests, want only the first run's", len(node.Requests()))
 	}
 }
 

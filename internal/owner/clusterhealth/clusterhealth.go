@@ -88,9 +88,51 @@ func WaitSteady(ctx context.Context, cfg Config) error {
 	}
 }
 
+// readyzAskTimeout bounds one ask of /readyz in WaitAPIServer.
+const readyzAskTimeout = 20 * time.Second
+
+// WaitAPIServer returns nil once the API server's /readyz passes, asking
+// every cfg.Interval; only cfg.Client (or cfg.Readyz), cfg.Interval and
+// cfg.Progress count. It is for a control plane that is still starting,
+// such as one that was rebooted between two runs of 'orrery init': its
+// API server drops connections for a minute or more before it answers.
+// Progress hears of the first failure and of every tenth; the error
+// after ctx ends names the last.
+func WaitAPIServer(ctx context.Context, cfg Config) error {
+	if cfg.Client == nil && cfg.Readyz == nil {
+		return errors.New("clusterhealth: no client")
+	}
+	cfg = cfg.withDefaults()
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		// client-go retries a GET that meets EOF ten times over, so
+		// one unbounded ask is silent for minutes.
+		askCtx, cancel := context.WithTimeout(ctx, readyzAskTimeout)
+		err := cfg.Readyz(askCtx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				cfg.Progress(fmt.Sprintf("the API server answers (%s)", time.Since(start).Round(time.Second)))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the API server did not become ready in %s: %w", time.Since(start).Round(time.Second), err)
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			cfg.Progress(fmt.Sprintf("waiting for the API server: %v", err))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the API server did not become ready in %s: %w", time.Since(start).Round(time.Second), err)
+		case <-time.After(cfg.Interval):
+		}
+	}
+}
+
 // withDefaults fills in what the zero values of cfg's fields mean.
 func (cfg Config) withDefaults() Config {
-	if cfg.Readyz == nil {
+	if cfg.Readyz == nil && cfg.Client != nil {
 		cfg.Readyz = readyz(cfg.Client)
 	}
 	if cfg.Window == 0 {

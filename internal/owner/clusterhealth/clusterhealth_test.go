@@ -300,3 +300,46 @@ func TestFailedChecks(t *testing.T) {
 		}
 	}
 }
+
+func TestWaitAPIServer(t *testing.T) {
+	calls := 0
+	var said []string
+	cfg := Config{
+		Readyz: func(context.Context) error {
+			calls++
+			if calls < 3 {
+				return errors.New(`API server /readyz: Get "https://10.42.0.2:6443/readyz": EOF`)
+			}
+			return nil
+		},
+		Interval: time.Millisecond,
+		Progress: func(msg string) { said = append(said, msg) },
+	}
+	if err := WaitAPIServer(context.Background(), cfg); err != nil {
+		t.Fatalf("WaitAPIServer: %v", err)
+	}
+	if calls != 3 {
+		t.Errorf("asked /readyz %d times, want 3 (until it passes)", calls)
+	}
+	if len(said) != 2 || !strings.Contains(said[0], "EOF") || !strings.Contains(said[1], "answers") {
+		t.Errorf("progress = %q, want the first failure and the answer", said)
+	}
+}
+
+func TestWaitAPIServerGivesUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := WaitAPIServer(ctx, Config{
+		Readyz:   func(context.Context) error { return errors.New("API server /readyz: [-]etcd failed") },
+		Interval: 5 * time.Millisecond,
+	})
+	if err == nil || !strings.Contains(err.Error(), "did not become ready") || !strings.Contains(err.Error(), "[-]etcd failed") {
+		t.Fatalf("err = %v, want one that says the API server never became ready and why", err)
+	}
+}
+
+func TestWaitAPIServerNeedsClient(t *testing.T) {
+	if err := WaitAPIServer(context.Background(), Config{}); err == nil {
+		t.Fatal("no client accepted")
+	}
+}

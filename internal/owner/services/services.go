@@ -129,6 +129,14 @@ func Install(ctx context.Context, kubeconfig string, releases []Release, timeout
 	if err != nil {
 		return err
 	}
+	// A control plane rebooted since the last 'orrery init' drops
+	// connections until its API server is up again.
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	err = clusterhealth.WaitAPIServer(waitCtx, clusterhealth.Config{Client: client, Progress: progress})
+	cancel()
+	if err != nil {
+		return err
+	}
 	if err := EnsureRemovedNodesList(ctx, client); err != nil {
 		return err
 	}

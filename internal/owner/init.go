@@ -110,7 +110,19 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 		return InitResult{}, err
 	}
 	if plan.Stage == workspace.InitDone {
-		return cfg.finishServices(ctx, plan.State, r)
+		if !clusterGone(ctx, cfg.Node, cfg.APIServerPort) {
+			return cfg.finishServices(ctx, plan.State, r)
+		}
+		st := plan.State
+		if !cfg.ReplaceWorkspace {
+			return InitResult{}, fmt.Errorf("the workspace records the cluster %q (ID %x) as initialised on %s, but the node there runs no Kubernetes API server "+
+				"and waits to be initialised: it is a new VM, not that cluster's node. "+
+				"To initialise it, run 'orrery init --replace-workspace' (the old cluster's files are set aside, not deleted)", st.ClusterName, st.ClusterID, st.Node)
+		}
+		r.notice(fmt.Sprintf("The workspace's cluster %q (ID %x) no longer runs on %s: its node waits to be initialised. Its files will be set aside", st.ClusterName, st.ClusterID, st.Node))
+		if plan, err = cfg.Workspace.PlanReplacement(cfg.Node, cfg.ClusterName); err != nil {
+			return InitResult{}, err
+		}
 	}
 	ms, state := plan.MasterSecret, plan.State
 	// A resumed init must send the same secrets and measurement salt, or
@@ -171,15 +183,6 @@ func Init(ctx context.Context, cfg InitConfig) (InitResult, error) {
 // node's bootstrapper has stopped, so what is left is the cluster
 // services and the health check, through the kubeconfig.
 func (cfg InitConfig) finishServices(ctx context.Context, st workspace.State, r *reporter) (InitResult, error) {
-	// bootstrapperd's socket never listens on a node that belongs to a
-	// cluster (units/system/bootstrapperd.socket), so a node that
-	// answers there with no API server beside it is a new VM, and the
-	// workspace describes a cluster that is gone.
-	if bootstrapperListens(ctx, st.Node) && !kubeAPIAnswers(ctx, st.Node, cfg.APIServerPort) {
-		return InitResult{}, fmt.Errorf("the workspace records the cluster %q (ID %x) as initialised on %s, but the node there runs no Kubernetes API server "+
-			"and waits to be initialised: it is a new VM, not that cluster's node. "+
-			"To initialise it, run 'orrery init --replace-workspace' (the old cluster's kubeconfig and master secret are then replaced)", st.ClusterName, st.ClusterID, st.Node)
-	}
 	r.notice(fmt.Sprintf("The cluster %q (ID %x) was initialised on %s by an earlier run; finishing its services", st.ClusterName, st.ClusterID, st.Node))
 	return cfg.installServices(ctx, st, r)
 }
@@ -421,6 +424,15 @@ func (cfg InitConfig) startServices(ctx context.Context, kubeconfig string, node
 			"run the same 'orrery init' again to check again", err, kubeconfig, host)
 	}
 	return nil
+}
+
+// clusterGone reports whether the node at addr is a new VM rather than
+// the node of a cluster initialised there: bootstrapperd's socket never
+// listens on a node that belongs to a cluster
+// (units/system/bootstrapperd.socket), so a node that answers there with
+// no API server beside it waits to be initialised.
+func clusterGone(ctx context.Context, addr string, apiServerPort int) bool {
+	return bootstrapperListens(ctx, addr) && !kubeAPIAnswers(ctx, addr, apiServerPort)
 }
 
 // bootstrapperListens reports whether something accepts connections at

@@ -303,6 +303,23 @@ func TestInitWithAWorkspaceOfAnotherCluster(t *testing.T) {
 	if len(node.Requests()) != 1 {
 		t.Errorf("the node got %d init requests, want only the first run's", len(node.Requests()))
 	}
+
+	// With --replace-workspace, the old files are set aside and the new
+	// VM is initialised.
+	var replaced events
+	cfg = initConfig(t, addr, n, ws, &replaced)
+	cfg.APIServerPort, _ = strconv.Atoi(closedPort)
+	cfg.ReplaceWorkspace = true
+	if _, err := Init(ctx, cfg); err != nil {
+		t.Fatalf("init --replace-workspace of a new VM: %v", err)
+	}
+	notices := strings.Join(replaced.texts(Notice), "\n")
+	if len(node.Requests()) != 2 || !strings.Contains(notices, "no longer runs") || !strings.Contains(notices, "Moved the earlier init's files") {
+		t.Errorf("init --replace-workspace sent %d requests and said:\n%s\nwant a new init, the old files set aside", len(node.Requests()), notices)
+	}
+	if bytes.Equal(node.Requests()[1].GetMeasurementSalt(), node.Requests()[0].GetMeasurementSalt()) {
+		t.Error("the new cluster was sent the old one's measurement salt")
+	}
 }
 
 func TestVerify(t *testing.T) {

@@ -51,9 +51,15 @@ func (d Dir) PlanInit(node, clusterName string, replace bool) (InitPlan, error) 
 	if err == nil || !replace {
 		return plan, err
 	}
-	fresh, ferr := d.newPlan(node, clusterName)
-	fresh.replaces = true
-	return fresh, ferr
+	return d.PlanReplacement(node, clusterName)
+}
+
+// PlanReplacement plans a new init in a workspace whose files are an
+// earlier init's, of a cluster that is gone: Keep sets them aside.
+func (d Dir) PlanReplacement(node, clusterName string) (InitPlan, error) {
+	plan, err := d.newPlan(node, clusterName)
+	plan.replaces = true
+	return plan, err
 }
 
 func (d Dir) planInit(node, clusterName string) (InitPlan, error) {

@@ -368,6 +368,38 @@ func (c cancelOn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// A VM whose command line names no image flavour (a cloud image's)
+// refuses the simulated SEV-SNP that the cloud's metadata offers it; the
+// same VM on a plain cloud attests with its vTPM. Both are the node's own
+// detection (nodeattest.Detect) over this kernel's /proc/cpuinfo and sysfs
+// and the cloud's metadata service.
+func TestCloudFlavourRefusesTheSimulation(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, tt := range []struct {
+		sevSNP bool
+		want   []string
+	}{
+		{sevSNP: true, want: []string{"error: refusing to attest", "simulated SEV-SNP", "cloud flavour"}},
+		{sevSNP: false, want: []string{"qemu-vtpm"}},
+	} {
+		spec := testSpec(t, t.TempDir(), 1, 0)
+		spec.SEVSNP = tt.sevSNP
+		c, err := cloud.Up(ctx, spec)
+		if err != nil {
+			t.Fatalf("Up: %v", err)
+		}
+		got := waitReport(t, ctx, c.Nodes()[0], "attest", 1)[0]
+		c.Down(context.Background())
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("SEV-SNP %v: the guest's attestation %q lacks %q", tt.sevSNP, got, w)
+			}
+		}
+	}
+}
+
 // TestSpareStartsLater checks that a spare slot is addressed and known to
 // the metadata service from the start but boots only on StartSpare.
 func TestSpareStartsLater(t *testing.T) {

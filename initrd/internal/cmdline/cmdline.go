@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/joinconn"
 )
 
@@ -26,6 +27,11 @@ const (
 	// it may be given more than once. The rejoin reads it through
 	// joinconn, which the same parameter configures after switch-root.
 	ParamTrustJoinService = joinconn.TrustParam
+	// ParamFlavour names the local cloud's flavour of the image
+	// (orrery.flavour=local), the only one that may take the local
+	// cloud's simulated SEV-SNP. nodeattest reads it, after switch-root
+	// too; it is checked here so that a bad value stops the boot.
+	ParamFlavour = nodeattest.FlavourParam
 )
 
 // MaxLen bounds the command line; the kernel's own limit on x86 is 2048.
@@ -50,6 +56,8 @@ type Config struct {
 	// TrustedJoinServices counts the further images whose join services
 	// the node accepts (ParamTrustJoinService).
 	TrustedJoinServices int
+	// LocalFlavour is set on the local cloud's flavour of the image.
+	LocalFlavour bool
 }
 
 // RootHashHex returns the root hash as veritysetup takes it.
@@ -111,6 +119,11 @@ func Parse(line string) (Config, error) {
 			default:
 				return cfg, fmt.Errorf("%s must be 0 or 1, got %q", key, truncate(value))
 			}
+		case ParamFlavour:
+			if value != nodeattest.LocalFlavour {
+				return cfg, fmt.Errorf("%s must be %s (or be left out, for the cloud flavour), got %q", key, nodeattest.LocalFlavour, truncate(value))
+			}
+			cfg.LocalFlavour = true
 		default:
 			return cfg, fmt.Errorf("unknown parameter %s", truncate(key))
 		}

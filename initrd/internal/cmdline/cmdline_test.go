@@ -38,6 +38,9 @@ func TestParse(t *testing.T) {
 		"unknown parameter":  {line: "orrery.roothash=" + hash + " orrery.shell=1", wantErr: "unknown parameter orrery.shell"},
 		"debug image":        {line: "orrery.roothash=" + hash + " orrery.debug=1", want: Config{OnFailure: PowerOff, Debug: true}},
 		"bad debug value":    {line: "orrery.roothash=" + hash + " orrery.debug=yes", wantErr: "0 or 1"},
+		"local flavour":      {line: "orrery.roothash=" + hash + " orrery.flavour=local", want: Config{OnFailure: PowerOff, LocalFlavour: true}},
+		"unknown flavour":    {line: "orrery.roothash=" + hash + " orrery.flavour=cloud", wantErr: "must be local"},
+		"flavour twice":      {line: "orrery.roothash=" + hash + " orrery.flavour=local orrery.flavour=local", wantErr: "more than once"},
 		"unterminated quote": {line: `orrery.roothash=` + hash + ` "x`, wantErr: "unterminated quote"},
 		"too long":           {line: strings.Repeat("a", MaxLen+1), wantErr: "more than"},
 		// An image built with TRUST= (a rollout) boots: its initrd

@@ -7,9 +7,10 @@
 //   - an SEV-SNP guest (the kernel's /dev/sev-guest): gcp-sev-snp, reports
 //     from the hardware;
 //   - a TDX guest (/dev/tdx_guest): gcp-tdx;
-//   - a VM the local cloud's metadata names a simulated SEV-SNP VM:
-//     gcp-sev-snp, reports from the cloud's simulated chip (package
-//     snpsim), under a test root;
+//   - a VM the local cloud's metadata names a simulated SEV-SNP VM, on an
+//     image of the local flavour and where the kernel sees no
+//     confidential guest: gcp-sev-snp, reports from the cloud's
+//     simulated chip (package snpsim), under a test root;
 //   - anything else: qemu-vtpm.
 //
 // What the node picks decides nothing: a verifier accepts only the
@@ -24,6 +25,7 @@ package nodeattest
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -70,14 +72,32 @@ type Selfer interface {
 }
 
 // Detect finds the platform: hardware first, then the local cloud's
-// metadata, which is asked only when there is no hardware (and may be
-// nil where there is no metadata service).
+// metadata, which is asked only when the kernel shows no confidential
+// guest (and may be nil where there is no metadata service).
+//
+// It refuses (a *RefusedError, which asking again will not change):
+//   - a VM on which the kernel runs as an SEV-SNP or TDX guest but the
+//     guest device is missing: such a node attests with its hardware or
+//     not at all, and never asks the host what it is;
+//   - the metadata's simulated SEV-SNP on an image of the cloud flavour.
 func Detect(ctx context.Context, meta Selfer) (Platform, error) {
 	if exists(sevGuestDevice) {
 		return Platform{Variant: variant.GCPSEVSNP}, nil
 	}
 	if exists(tdxGuestDevice) {
 		return Platform{Variant: variant.GCPTDX}, nil
+	}
+	guest, err := readConfidentialGuest()
+	if err != nil {
+		return Platform{}, err
+	}
+	switch {
+	case guest.SEVSNP:
+		return Platform{}, &RefusedError{fmt.Sprintf("this VM is an SEV-SNP guest (%s), but %s is missing: the sev-guest driver did not start. "+
+			"The node attests with its CPU's reports or not at all; the console's earlier lines say why the driver failed", guest.Evidence, sevGuestDevice)}
+	case guest.TDX:
+		return Platform{}, &RefusedError{fmt.Sprintf("this VM is a TDX guest (%s), but %s is missing: the tdx-guest driver did not start. "+
+			"The node attests with its TD's quotes or not at all; the console's earlier lines say why the driver failed", guest.Evidence, tdxGuestDevice)}
 	}
 	if meta == nil {
 		return Platform{Variant: variant.QEMUVTPM}, nil
@@ -86,13 +106,28 @@ func Detect(ctx context.Context, meta Selfer) (Platform, error) {
 	if err != nil {
 		return Platform{}, fmt.Errorf("ask the metadata service what this VM is: %w", err)
 	}
-	if self.TEE == metadata.TEESimulatedSEVSNP {
-		return Platform{Variant: variant.GCPSEVSNP, Simulated: true, report: func(d [abi.ReportDataSize]byte) ([]byte, error) {
-			return meta.SEVSNPReport(context.WithoutCancel(ctx), d)
-		}}, nil
+	if self.TEE != metadata.TEESimulatedSEVSNP {
+		return Platform{Variant: variant.QEMUVTPM}, nil
 	}
-	return Platform{Variant: variant.QEMUVTPM}, nil
+	local, err := localFlavour()
+	if err != nil {
+		return Platform{}, err
+	}
+	if !local {
+		return Platform{}, &RefusedError{"the metadata service says this VM is the local cloud's simulated SEV-SNP VM, " +
+			"but this image is the cloud flavour, which takes no simulated reports and trusts no test root. " +
+			"On the local cloud ('orrery mini'), boot the local flavour (build/image/disk.qcow2)"}
+	}
+	return Platform{Variant: variant.GCPSEVSNP, Simulated: true, report: func(d [abi.ReportDataSize]byte) ([]byte, error) {
+		return meta.SEVSNPReport(context.WithoutCancel(ctx), d)
+	}}, nil
 }
+
+// RefusedError is Detect refusing what the platform offers; asking again
+// does not change the answer.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "refusing to attest: " + e.Reason }
 
 func exists(path string) bool {
 	_, err := os.Stat(path)
@@ -204,8 +239,8 @@ func (p Platform) peerSEVSNP() (*snp.Policy, error) {
 	return pol, pol.Validate()
 }
 
-// DetectUntil is Detect, asked again every 2 s until it answers or ctx
-// ends: right after boot the metadata service may not answer yet, and
+// DetectUntil is Detect, asked again every 2 s until it answers, refuses
+// or ctx ends: right after boot the metadata service may not answer yet, and
 // attesting as another variant would only be refused. say hears of the
 // first failure and of every fifteenth.
 func DetectUntil(ctx context.Context, meta Selfer, say func(attempt int, err error)) (Platform, error) {
@@ -213,6 +248,9 @@ func DetectUntil(ctx context.Context, meta Selfer, say func(attempt int, err err
 		p, err := Detect(ctx, meta)
 		if err == nil {
 			return p, nil
+		}
+		if refused := (*RefusedError)(nil); errors.As(err, &refused) {
+			return Platform{}, err
 		}
 		if attempt == 1 || attempt%15 == 0 {
 			say(attempt, err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +36,42 @@ func (f fakeMeta) SEVSNPReport(_ context.Context, d [64]byte) ([]byte, error) {
 	return f.chip.ExtendedReport(g, d)
 }
 
+// kernelSays points Detect's view of the kernel at files that say what
+// flags shows in /proc/cpuinfo, whether the SEV-SNP sysfs directory is
+// there, and what the kernel command line is.
+func kernelSays(t *testing.T, flags string, sevDir bool, cmdline string) {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	old := []string{cpuInfo, kernelCmdline, sevSysfsDir, sevGuestDevice, tdxGuestDevice}
+	t.Cleanup(func() {
+		cpuInfo, kernelCmdline, sevSysfsDir, sevGuestDevice, tdxGuestDevice = old[0], old[1], old[2], old[3], old[4]
+	})
+	cpuInfo = write("cpuinfo", "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: "+flags+"\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+	kernelCmdline = write("cmdline", cmdline+"\n")
+	sevSysfsDir = filepath.Join(dir, "sev")
+	if sevDir {
+		if err := os.Mkdir(sevSysfsDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sevGuestDevice, tdxGuestDevice = filepath.Join(dir, "sev-guest"), filepath.Join(dir, "tdx_guest")
+}
+
+const (
+	plainFlags   = "fpu vme de pse tsc msr pae hypervisor"
+	localCmdline = "console=ttyS0 orrery.roothash=ab orrery.flavour=local"
+	cloudCmdline = "console=ttyS0 orrery.roothash=ab"
+)
+
 func TestDetect(t *testing.T) {
+	kernelSays(t, plainFlags, false, localCmdline)
 	chip, err := snpsim.NewChip(snpsim.Config{Keys: test.DefaultAmdKeys(), Now: time.Now().Add(-time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +101,109 @@ func TestDetect(t *testing.T) {
 	}
 	if _, err := (Platform{Variant: variant.QEMUVTPM}).peerSEVSNP(); err == nil {
 		t.Fatal("a vTPM node made an SEV-SNP peer policy")
+	}
+}
+
+// countingMeta is fakeMeta that counts the questions it is asked.
+type countingMeta struct {
+	fakeMeta
+	asked *int
+}
+
+func (c countingMeta) Self(ctx context.Context) (metadata.Instance, error) {
+	*c.asked++
+	return c.fakeMeta.Self(ctx)
+}
+
+// Where the kernel runs as a confidential guest, or the image is the
+// cloud flavour, the metadata's word that the VM is a simulated SEV-SNP
+// VM is refused, and asking again does not change that.
+func TestDetectRefusesTheSimulationOnHardwareAndCloudImages(t *testing.T) {
+	chip, err := snpsim.NewChip(snpsim.Config{Keys: test.DefaultAmdKeys(), Now: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simulated := fakeMeta{self: metadata.Instance{Name: "cp-0", TEE: metadata.TEESimulatedSEVSNP}, chip: chip}
+	tests := map[string]struct {
+		flags, cmdline string
+		sevDir         bool
+		want           []string
+		// metaAsked: the metadata service is asked at all.
+		metaAsked bool
+	}{
+		"SEV-SNP guest (sysfs), no sev-guest device": {flags: plainFlags, sevDir: true, cmdline: localCmdline,
+			want: []string{"SEV-SNP guest", "sev-guest driver did not start", "/sev exists"}},
+		"SEV-SNP CPU flag, no sev-guest device": {flags: plainFlags + " sev sev_es sev_snp", cmdline: localCmdline,
+			want: []string{"SEV-SNP guest", "shows sev_snp"}},
+		"TDX guest, no tdx_guest device": {flags: plainFlags + " tdx_guest", cmdline: localCmdline,
+			want: []string{"TDX guest", "tdx-guest driver did not start", "shows tdx_guest"}},
+		"cloud image told it is simulated": {flags: plainFlags, cmdline: cloudCmdline, metaAsked: true,
+			want: []string{"cloud flavour", "trusts no test root", "local flavour"}},
+		"a flavour argument that only looks local": {flags: plainFlags, cmdline: cloudCmdline + " orrery.flavour=localx", metaAsked: true,
+			want: []string{"cloud flavour"}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			kernelSays(t, tt.flags, tt.sevDir, tt.cmdline)
+			asked := 0
+			meta := countingMeta{simulated, &asked}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			p, err := DetectUntil(ctx, meta, func(int, error) {})
+			var refused *RefusedError
+			if !errors.As(err, &refused) {
+				t.Fatalf("got %+v, %v; want a refusal", p, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if (asked > 0) != tt.metaAsked || asked > 1 {
+				t.Errorf("the metadata service was asked %d times; want %v, and never again after a refusal", asked, tt.metaAsked)
+			}
+		})
+	}
+}
+
+// The hardware's own device wins over everything the metadata says; and
+// a cloud image on a plain VM attests with its vTPM.
+func TestDetectHardwareAndPlainVMs(t *testing.T) {
+	ctx := context.Background()
+	simulated := fakeMeta{self: metadata.Instance{Name: "cp-0", TEE: metadata.TEESimulatedSEVSNP}}
+	kernelSays(t, plainFlags+" sev_snp", true, cloudCmdline)
+	if err := os.WriteFile(sevGuestDevice, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Detect(ctx, simulated); err != nil || p.Variant != variant.GCPSEVSNP || p.Simulated {
+		t.Fatalf("an SEV-SNP guest with its device: %+v %v", p, err)
+	}
+	kernelSays(t, plainFlags+" tdx_guest", false, cloudCmdline)
+	if err := os.WriteFile(tdxGuestDevice, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Detect(ctx, simulated); err != nil || p.Variant != variant.GCPTDX {
+		t.Fatalf("a TDX guest with its device: %+v %v", p, err)
+	}
+	kernelSays(t, plainFlags, false, cloudCmdline)
+	if p, err := Detect(ctx, fakeMeta{self: metadata.Instance{Name: "w-0"}}); err != nil || p.Variant != variant.QEMUVTPM {
+		t.Fatalf("a cloud image on a plain VM: %+v %v", p, err)
+	}
+}
+
+// A kernel view that cannot be read is an error, never "no hardware".
+func TestDetectUnreadableKernelView(t *testing.T) {
+	kernelSays(t, plainFlags, false, localCmdline)
+	cpuInfo = filepath.Join(t.TempDir(), "absent")
+	if p, err := Detect(context.Background(), nil); err == nil {
+		t.Fatalf("no /proc/cpuinfo taken for a plain VM: %+v", p)
+	}
+	kernelSays(t, plainFlags, false, localCmdline)
+	if err := os.WriteFile(cpuInfo, []byte("processor\t: 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Detect(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "no flags line") {
+		t.Fatalf("a cpuinfo without flags: %v", err)
 	}
 }
 

@@ -2,7 +2,8 @@
 // boot (Debian's kernel + this program, no OS image). It does what a node
 // does first on the cloud's network and reports each step on the serial
 // console as a line "ORRERY-GUEST <key> <value>", which the test reads:
-// DHCP, the metadata API, reaching its peers, its vTPM's AK certificate,
+// DHCP, the metadata API, the attestation it would take, reaching its
+// peers, its vTPM's AK certificate,
 // and whether its state disk is blank or holds the mark of an earlier boot
 // (it marks a blank one). It then waits, serving its name on port 8080, until the VM
 // is reset or killed.
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/google/go-tpm-tools/client"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/u-root/u-root/pkg/kmodule"
@@ -90,6 +92,7 @@ func run() error {
 		return err
 	}
 	report("self", fmt.Sprintf("%s %s %s", self.Name, self.Role, self.IP))
+	report("attest", attestReport(ctx))
 	var peers []struct{ Name, Role, IP string }
 	if err := getJSON(ctx, metadataURL+"/peers", &peers); err != nil {
 		return err
@@ -166,6 +169,20 @@ func stateDisk() (string, error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return "", fmt.Errorf("no disk with serial \"state\"")
+}
+
+// attestReport is what a node's own platform detection makes of this VM:
+// the real kernel's view, the real metadata service, this VM's command
+// line (which names no image flavour, as a cloud image's does not).
+func attestReport(ctx context.Context) string {
+	p, err := nodeattest.Detect(ctx, &metadata.Client{BaseURL: metadataURL})
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	if p.Simulated {
+		return p.Variant.String() + " simulated"
+	}
+	return p.Variant.String()
 }
 
 func tpmReport() string {

@@ -305,34 +305,60 @@ if [[ -n ${TRUST:-} ]]; then
 		die "TRUST=$TRUST: not a measurements.json with SHA-256 values of PCRs 4, 9 and 11"
 	cmdline+=" orrery.trust_join_service=$trust"
 fi
-printf '%s' "$cmdline" >"$cache/cmdline"
-"$cache/nodeimage" uki -stub "$stub" -kernel "$kernel" -initrd "$initrd" \
-	-cmdline "$cache/cmdline" -osrel "$cache/os-release" -out "$cache/uki.efi"
+# Two flavours of the same root (nodeattest.FlavourParam): the local
+# cloud's takes its simulated SEV-SNP, the cloud one never does. The
+# flavour is on the UKI's command line, so their measurements differ and
+# an owner's policy for one never admits the other.
+flavours=(local cloud)
+declare -A flavour_dir=([local]="$cache" [cloud]="$cache/cloud")
+declare -A flavour_args=([local]=" orrery.flavour=local" [cloud]="")
+declare -A flavour_disk_args=([local]="" [cloud]="-size-multiple-gib 1") # GCE imports whole GiB only
+mkdir -p "$cache/cloud"
+for f in "${flavours[@]}"; do
+	d=${flavour_dir[$f]}
+	printf '%s' "$cmdline${flavour_args[$f]}" >"$d/cmdline"
+	"$cache/nodeimage" uki -stub "$stub" -kernel "$kernel" -initrd "$initrd" \
+		-cmdline "$d/cmdline" -osrel "$cache/os-release" -out "$d/uki.efi"
+done
 
-phase disk "ESP (FAT32), GPT disk, qcow2"
-uki_mib=$(($(stat -c %s "$cache/uki.efi") / 1048576 + 1))
-esp_mib=$((uki_mib + uki_mib / 4 + 8))
-((esp_mib >= 40)) || esp_mib=40 # FAT32 needs at least 65525 clusters
-rm -f "$cache/esp.img"
-mkfs.fat -C -F 32 -S 512 -s 1 -n ESP -i 4f525259 --invariant "$cache/esp.img" $((esp_mib * 1024)) >/dev/null
-touch -d "@$SOURCE_DATE_EPOCH" "$cache/uki.efi"
-mmd -i "$cache/esp.img" ::EFI ::EFI/BOOT
-mcopy -m -i "$cache/esp.img" "$cache/uki.efi" ::EFI/BOOT/BOOTX64.EFI
-"$cache/nodeimage" disk -esp "$cache/esp.img" -root "$cache/root.erofs" -verity "$cache/root.verity" \
-	-roothash "$roothash" -out "$cache/disk.raw"
+phase disk "ESP (FAT32), GPT disk; qcow2 (local flavour), tar.gz (cloud flavour)"
+for f in "${flavours[@]}"; do
+	d=${flavour_dir[$f]}
+	uki_mib=$(($(stat -c %s "$d/uki.efi") / 1048576 + 1))
+	esp_mib=$((uki_mib + uki_mib / 4 + 8))
+	((esp_mib >= 40)) || esp_mib=40 # FAT32 needs at least 65525 clusters
+	rm -f "$d/esp.img"
+	mkfs.fat -C -F 32 -S 512 -s 1 -n ESP -i 4f525259 --invariant "$d/esp.img" $((esp_mib * 1024)) >/dev/null
+	touch -d "@$SOURCE_DATE_EPOCH" "$d/uki.efi"
+	mmd -i "$d/esp.img" ::EFI ::EFI/BOOT
+	mcopy -m -i "$d/esp.img" "$d/uki.efi" ::EFI/BOOT/BOOTX64.EFI
+	"$cache/nodeimage" disk -esp "$d/esp.img" -root "$cache/root.erofs" -verity "$cache/root.verity" \
+		-roothash "$roothash" ${flavour_disk_args[$f]} -out "$d/disk.raw"
+done
 qemu-img convert -f raw -O qcow2 "$cache/disk.raw" "$cache/disk.qcow2"
+# What GCE imports (docs/confidential-clouds.md): disk.raw alone in a
+# sparse GNU tar, gzip-compressed. Reproducible: fixed owner and time.
+tar --format=oldgnu --sparse --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+	-cf - -C "$cache/cloud" disk.raw | gzip -n -1 >"$cache/cloud/disk.tar.gz"
 
 # --- measurements and outputs -------------------------------------------------
 phase measure "predict PCRs 4, 5, 9, 11; manifest"
 # The SEV-SNP variant's launch measurement is that of the firmware the
-# local cloud boots (internal/cloud/vm.DefaultFirmware).
+# local cloud boots (internal/cloud/vm.DefaultFirmware); a cloud's
+# firmware is its own (docs/confidential-clouds.md).
 "$cache/nodeimage" measure -uki "$cache/uki.efi" -disk "$cache/disk.raw" -firmware image/firmware-pcrs.json \
 	-out "$cache/measurements.json" -events "$cache/measurements.log" \
 	-sev-snp-firmware /usr/share/OVMF/OVMF_CODE_4M.fd -sev-snp-out "$cache/measurements-sev-snp.json"
+"$cache/nodeimage" measure -uki "$cache/cloud/uki.efi" -disk "$cache/cloud/disk.raw" -firmware image/firmware-pcrs.json \
+	-out "$cache/cloud/measurements.json" -events "$cache/cloud/measurements.log"
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp"
 for f in uki.efi disk.raw disk.qcow2 cmdline os-release measurements.json measurements-sev-snp.json measurements.log; do
 	mv "$cache/$f" "$out.tmp/$f"
+done
+mkdir "$out.tmp/cloud"
+for f in uki.efi disk.raw disk.tar.gz cmdline measurements.json measurements.log; do
+	mv "$cache/cloud/$f" "$out.tmp/cloud/$f"
 done
 cp "$kernel" "$out.tmp/vmlinuz"
 cp "$initrd" "$out.tmp/initrd"
@@ -347,7 +373,7 @@ components_manifest=()
 rm -rf "$out"
 mv "$out.tmp" "$out"
 phase "" ""
-printf 'image: done in %.0fs: %s (disk %s MiB, root %s MiB, UKI %s MiB, initrd: %s)\n' \
+printf 'image: done in %.0fs: %s, local cloud flavour (disk %s MiB, root %s MiB, UKI %s MiB, initrd: %s); cloud flavour in %s/cloud\n' \
 	"$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN{print b-a}')" "$out" \
 	$(($(stat -c %s "$out/disk.raw") / 1048576)) $(($(stat -c %s "$cache/root.erofs") / 1048576)) \
-	$(($(stat -c %s "$out/uki.efi") / 1048576)) "$initrd_kind"
+	$(($(stat -c %s "$out/uki.efi") / 1048576)) "$initrd_kind" "$out"

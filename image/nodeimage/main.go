@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,8 +100,12 @@ func runDisk(args []string, _ io.Writer) error {
 	verity := fs.String("verity", "", "dm-verity hash tree of the root")
 	rootHash := fs.String("roothash", "", "dm-verity root hash (hex)")
 	out := fs.String("out", "", "output raw disk image")
+	sizeGiB := fs.Int64("size-multiple-gib", 0, "round the disk's size up to a multiple of this many GiB (GCE imports only whole GiB); 0 leaves it")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *sizeGiB < 0 {
+		return errors.New("disk: -size-multiple-gib must not be negative")
 	}
 	seed, err := hex.DecodeString(*rootHash)
 	if err != nil || len(seed) == 0 || *esp == "" || *root == "" || *verity == "" || *out == "" {
@@ -109,7 +114,8 @@ func runDisk(args []string, _ io.Writer) error {
 	// The GUIDs follow from the root hash (which covers the root file
 	// system), so two builds of the same tree give the same disk.
 	return diskimage.Write(*out, diskimage.Spec{
-		GUID: diskimage.GUID(seed, "orrery-disk"),
+		GUID:         diskimage.GUID(seed, "orrery-disk"),
+		SizeMultiple: *sizeGiB << 30,
 		Partitions: []diskimage.Partition{
 			{Name: "esp", Type: diskimage.TypeESP, GUID: diskimage.GUID(seed, "orrery-esp"), Contents: *esp},
 			{Name: "orrery-root", Type: diskimage.TypeRootX86_64, GUID: diskimage.GUID(seed, "orrery-root"), Contents: *root},
@@ -283,19 +289,24 @@ func runManifest(args []string, _ io.Writer) error {
 		}
 		man.Info[k] = v
 	}
-	entries, err := os.ReadDir(*dir)
+	// The cloud flavour's files are in a directory of their own.
+	err := filepath.WalkDir(*dir, func(path string, e iofs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !e.Type().IsRegular() || path == filepath.Join(*dir, filepath.Base(*out)) {
+			return nil
+		}
+		sum, size, err := sha256File(path)
+		if err != nil {
+			return err
+		}
+		name, _ := filepath.Rel(*dir, path)
+		man.Files = append(man.Files, file{name, size, sum})
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("manifest: %w", err)
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() || e.Name() == filepath.Base(*out) {
-			continue
-		}
-		sum, size, err := sha256File(filepath.Join(*dir, e.Name()))
-		if err != nil {
-			return fmt.Errorf("manifest: %w", err)
-		}
-		man.Files = append(man.Files, file{e.Name(), size, sum})
 	}
 	if *packages != "" {
 		raw, err := os.ReadFile(*packages)

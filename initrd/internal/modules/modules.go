@@ -26,7 +26,7 @@ import (
 // in.
 var Names = []string{
 	"virtio_pci", "virtio_blk", // the disks
-	"virtio_net",                   // the NIC, for a rejoin
+	"virtio_net", "gve", // the NIC, for a rejoin: virtio here, gVNIC on GCE's confidential VMs (NVMe, their disks, is built in)
 	"dm_mod", "dm_verity", "erofs", // the root filesystem
 	"dm_crypt", "xts", "aesni_intel", // the state disk (aes-xts-plain64)
 	"dm_integrity", "authenc", // and its per-sector HMAC-SHA256 tags

@@ -25,6 +25,7 @@ func TestFiles(t *testing.T) {
 		"kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko\n" +
 		"kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/drivers/virtio/virtio.ko\n" +
 		"kernel/drivers/net/net_failover.ko:\n" +
+		"kernel/drivers/net/ethernet/google/gve/gve.ko.xz:\n" +
 		"kernel/drivers/md/dm-mod.ko:\n" +
 		"kernel/drivers/md/dm-verity.ko: kernel/drivers/md/dm-mod.ko\n" +
 		"kernel/drivers/md/dm-crypt.ko: kernel/drivers/md/dm-mod.ko\n" +
@@ -52,7 +53,7 @@ func TestFiles(t *testing.T) {
 		"kernel/crypto/async_tx/async_xor.ko", "kernel/crypto/authenc.ko",
 		"kernel/crypto/xts.ko", "kernel/drivers/block/virtio_blk.ko", "kernel/drivers/md/dm-bufio.ko", "kernel/drivers/md/dm-crypt.ko",
 		"kernel/drivers/md/dm-integrity.ko", "kernel/drivers/md/dm-mod.ko", "kernel/drivers/md/dm-verity.ko",
-		"kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko",
+		"kernel/drivers/net/ethernet/google/gve/gve.ko.xz", "kernel/drivers/net/net_failover.ko", "kernel/drivers/net/virtio_net.ko",
 		"kernel/drivers/virt/coco/sev-guest/sev-guest.ko.xz", "kernel/drivers/virt/coco/tdx-guest/tdx-guest.ko.xz",
 		"kernel/drivers/virt/coco/tsm.ko.xz",
 		"kernel/drivers/virtio/virtio.ko", "kernel/drivers/virtio/virtio_pci.ko", "kernel/fs/erofs/erofs.ko", "kernel/fs/overlayfs/overlay.ko",

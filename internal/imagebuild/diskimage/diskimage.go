@@ -45,6 +45,10 @@ type Spec struct {
 	// GUID is the disk GUID.
 	GUID       string
 	Partitions []Partition
+	// SizeMultiple, if set, rounds the disk's size up to a multiple of
+	// it, as free space after the last partition: GCE imports only raw
+	// disks whose size is a whole number of GiB.
+	SizeMultiple int64
 }
 
 // Write creates the disk image at path (replacing a file there).
@@ -75,6 +79,12 @@ func Write(path string, spec Spec) error {
 		total += size
 	}
 	total += align
+	if m := spec.SizeMultiple; m > 0 {
+		if m%sectorSize != 0 {
+			return fmt.Errorf("disk image: size multiple %d is not a whole number of %d-byte sectors", m, sectorSize)
+		}
+		total = (total + m - 1) / m * m
+	}
 
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("disk image: %w", err)

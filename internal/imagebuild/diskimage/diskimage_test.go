@@ -69,6 +69,41 @@ func TestWrite(t *testing.T) {
 	}
 }
 
+// A disk for GCE is a whole number of GiB; its GPT's backup is at the
+// new end, and the partitions are where they would be without it.
+func TestWriteSizeMultiple(t *testing.T) {
+	dir := t.TempDir()
+	esp := filepath.Join(dir, "esp")
+	if err := os.WriteFile(esp, bytes.Repeat([]byte{1}, 3<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "disk.raw")
+	spec := Spec{GUID: GUID([]byte("disk"), "test"), SizeMultiple: 16 << 20,
+		Partitions: []Partition{{Name: "esp", Type: TypeESP, GUID: GUID([]byte("esp"), "test"), Contents: esp}}}
+	if err := Write(out, spec); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Size() != 16<<20 {
+		t.Fatalf("disk size %v (%v), want 16 MiB", fi.Size(), err)
+	}
+	d, err := diskfs.Open(out, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	table, err := d.GetPartitionTable()
+	if err != nil {
+		t.Fatalf("GPT of a padded disk: %v", err)
+	}
+	if p := table.(*gpt.Table).Partitions[0]; p.Start*512 != 1<<20 || p.Size != 3<<20 {
+		t.Errorf("partition at %d, %d bytes; want at 1 MiB, 3 MiB", p.Start*512, p.Size)
+	}
+	spec.SizeMultiple = 1000
+	if err := Write(out, spec); err == nil {
+		t.Error("a size multiple of no whole sectors was taken")
+	}
+}
+
 func TestWriteErrors(t *testing.T) {
 	dir := t.TempDir()
 	testCases := map[string]struct {

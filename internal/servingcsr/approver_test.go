@@ -1,0 +1,66 @@
+package servingcsr
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
+)
+
+// Against a real API server, worker-0's own kubelet credential asks for a
+// serving certificate for its own address, and for one that also names
+// worker-1's: the first is approved, the second denied, with the reason.
+func TestApproverWithARealAPIServer(t *testing.T) {
+	srv := apiservertest.Start(t)
+	admin := kubernetes.NewForConfigOrDie(srv.Config)
+	node := kubernetes.NewForConfigOrDie(srv.ConfigAs(t, "system:node:worker-0", "system:nodes"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	submit := func(name string, r request) {
+		t.Helper()
+		csr := r.csr(t)
+		csr.Name = name
+		if _, err := node.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("worker-0 asks for %s: %v", name, err)
+		}
+	}
+	submit("own", kubeletRequest("worker-0", "10.42.1.0"))
+	submit("neighbours", kubeletRequest("worker-0", "10.42.1.0", "10.42.1.1"))
+
+	go (&Approver{Client: admin, Lookup: admittedNodes, Retry: 100 * time.Millisecond}).Run(ctx)
+
+	decided := func(name string) certv1.CertificateSigningRequestCondition {
+		for {
+			csr, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(csr.Status.Conditions) > 0 {
+				return csr.Status.Conditions[0]
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s was never decided", name)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	if c := decided("own"); c.Type != certv1.CertificateApproved || c.Reason != ReasonApproved {
+		t.Errorf("worker-0's own request: %+v, want approved", c)
+	}
+	if c := decided("neighbours"); c.Type != certv1.CertificateDenied || !strings.Contains(c.Message, "10.42.1.1") {
+		t.Errorf("worker-0's request for worker-1's address: %+v, want denied naming the address", c)
+	}
+	// A request made after the approver started is decided too.
+	submit("later", kubeletRequest("worker-0", "10.42.1.0"))
+	if c := decided("later"); c.Type != certv1.CertificateApproved {
+		t.Errorf("a later request: %+v, want approved", c)
+	}
+}

@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
+	"github.com/orrery-dev/orrery/internal/attestation/nodeattest"
 	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/logging"
 	"github.com/orrery-dev/orrery/internal/tpm/tpmdev"
@@ -70,7 +72,23 @@ func main() {
 func exit(err error) {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bootstrapperd: %v\n", err)
-		os.Exit(1)
 	}
-	os.Exit(0)
+	os.Exit(exitCode(err))
+}
+
+// exitRefused is bootstrapperd's exit status when the node refuses what
+// its platform offers (nodeattest.RefusedError): starting again cannot
+// change that, so bootstrapperd.service does not restart on it
+// (RestartPreventExitStatus). 78 is sysexits' EX_CONFIG.
+const exitRefused = 78
+
+func exitCode(err error) int {
+	var refused *nodeattest.RefusedError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &refused):
+		return exitRefused
+	}
+	return 1
 }

@@ -439,15 +439,8 @@ func clusterGone(ctx context.Context, addr string, apiServerPort int) bool {
 // addr, a node's bootstrapper address. Like kubeAPIAnswers, a hint for an
 // error message, not trust.
 func bootstrapperListens(ctx context.Context, addr string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return false
-	}
-	conn.Close()
-	return true
+	return answers(ctx, d.DialContext, addr)
 }
 
 // kubeAPIAnswers reports whether a TLS server listens on the Kubernetes
@@ -458,10 +451,15 @@ func kubeAPIAnswers(ctx context.Context, addr string, port int) bool {
 	if err != nil {
 		return false
 	}
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // presence check only
+	return answers(ctx, d.DialContext, net.JoinHostPort(host, strconv.Itoa(port)))
+}
+
+// answers reports whether dial connects to addr within 5 s.
+func answers(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // presence check only
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	conn, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return false
 	}

@@ -70,12 +70,19 @@ const (
 	cloudCmdline = "console=ttyS0 orrery.roothash=ab"
 )
 
-func TestDetect(t *testing.T) {
-	kernelSays(t, plainFlags, false, localCmdline)
+// testChip is a simulated SEV-SNP chip under go-sev-guest's test keys.
+func testChip(t *testing.T) *snpsim.Chip {
+	t.Helper()
 	chip, err := snpsim.NewChip(snpsim.Config{Keys: test.DefaultAmdKeys(), Now: time.Now().Add(-time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return chip
+}
+
+func TestDetect(t *testing.T) {
+	kernelSays(t, plainFlags, false, localCmdline)
+	chip := testChip(t)
 	ctx := context.Background()
 	simulated := fakeMeta{self: metadata.Instance{Name: "cp-0", TEE: metadata.TEESimulatedSEVSNP}, chip: chip}
 	p, err := Detect(ctx, simulated)
@@ -119,10 +126,7 @@ func (c countingMeta) Self(ctx context.Context) (metadata.Instance, error) {
 // cloud flavour, the metadata's word that the VM is a simulated SEV-SNP
 // VM is refused, and asking again does not change that.
 func TestDetectRefusesTheSimulationOnHardwareAndCloudImages(t *testing.T) {
-	chip, err := snpsim.NewChip(snpsim.Config{Keys: test.DefaultAmdKeys(), Now: time.Now().Add(-time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	chip := testChip(t)
 	simulated := fakeMeta{self: metadata.Instance{Name: "cp-0", TEE: metadata.TEESimulatedSEVSNP}, chip: chip}
 	tests := map[string]struct {
 		flags, cmdline string

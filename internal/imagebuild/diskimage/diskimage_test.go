@@ -44,16 +44,7 @@ func TestWrite(t *testing.T) {
 		t.Errorf("disk is %d bytes, want %d", len(first), 8<<20)
 	}
 
-	d, err := diskfs.Open(out, diskfs.WithOpenMode(diskfs.ReadOnly))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	table, err := d.GetPartitionTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := table.(*gpt.Table)
+	g := readGPT(t, out)
 	if !strings.EqualFold(g.GUID, spec.GUID) {
 		t.Errorf("disk GUID %s, want %s", g.GUID, spec.GUID)
 	}
@@ -84,18 +75,9 @@ func TestWriteSizeMultiple(t *testing.T) {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(out); err != nil || fi.Size() != 16<<20 {
-		t.Fatalf("disk size %v (%v), want 16 MiB", fi.Size(), err)
+		t.Fatalf("disk %v (%v), want 16 MiB", fi, err)
 	}
-	d, err := diskfs.Open(out, diskfs.WithOpenMode(diskfs.ReadOnly))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	table, err := d.GetPartitionTable()
-	if err != nil {
-		t.Fatalf("GPT of a padded disk: %v", err)
-	}
-	if p := table.(*gpt.Table).Partitions[0]; p.Start*512 != 1<<20 || p.Size != 3<<20 {
+	if p := readGPT(t, out).Partitions[0]; p.Start*512 != 1<<20 || p.Size != 3<<20 {
 		t.Errorf("partition at %d, %d bytes; want at 1 MiB, 3 MiB", p.Start*512, p.Size)
 	}
 	spec.SizeMultiple = 1000
@@ -132,4 +114,19 @@ func TestGUID(t *testing.T) {
 	if len(a) != 36 || a[14] != '4' {
 		t.Errorf("GUID() = %s, want a version 4 GUID", a)
 	}
+}
+
+// readGPT reads the partition table of the disk image at path.
+func readGPT(t *testing.T, path string) *gpt.Table {
+	t.Helper()
+	d, err := diskfs.Open(path, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	table, err := d.GetPartitionTable()
+	if err != nil {
+		t.Fatalf("the GPT of %s: %v", path, err)
+	}
+	return table.(*gpt.Table)
 }

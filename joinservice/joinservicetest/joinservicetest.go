@@ -28,6 +28,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/validator"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
 	"github.com/orrery-dev/orrery/internal/versions"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
@@ -72,7 +73,7 @@ func Serve(tb testing.TB, cfg Config) string {
 	ca, caKey := clusterCA(tb)
 	adm := &admissions.Memory{}
 	for disk, inst := range cfg.Admitted {
-		if err := adm.Admit(context.Background(), disk, inst, ""); err != nil {
+		if err := adm.Admit(context.Background(), admitted.Record{DiskUUID: disk, Instance: inst}); err != nil {
 			tb.Fatal(err)
 		}
 	}

@@ -223,6 +223,9 @@ func joinOnce(ctx context.Context, cfg Config, service *joinconn.Dialer, log *sl
 		status("joining via " + s.Name + " (" + s.Addr.Addr().String() + ")")
 		ticket, err := requestTicket(ctx, service, addr, &joinpb.IssueJoinTicketRequest{
 			DiskUuid: uuid, CertificateRequest: csr, IsControlPlane: self.Role == role.ControlPlane,
+			// The address kubeadm gives kubelet as its node IP: the one
+			// its serving certificate may name.
+			NodeAddresses: []string{self.IP.String()},
 		})
 		var refused *joinconn.RefusedError
 		if errors.As(err, &refused) {

@@ -47,8 +47,20 @@ type IssueJoinTicketRequest struct {
 	// control_plane_files only if the owner approved the node's certified
 	// instance ID as a control plane, and refuses the request otherwise.
 	IsControlPlane bool `protobuf:"varint,3,opt,name=is_control_plane,json=isControlPlane,proto3" json:"is_control_plane,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// node_addresses are the addresses the node's kubelet registers
+	// (its node IP, from the metadata service), one per address family,
+	// e.g. ["10.42.1.0"]; at most 4, each a unicast address (not
+	// loopback, link-local or unspecified), IPv4 in dotted form. The join
+	// service records them with the node's admission, refuses an address
+	// already recorded for another node the owner has not removed, and
+	// refuses a request without any (INVALID_ARGUMENT). The kubelet later
+	// gets a serving certificate for its name and these addresses only
+	// (internal/servingcsr): the join service cannot see the node's
+	// address itself, since nodes reach it through the cloud's load
+	// balancer.
+	NodeAddresses []string `protobuf:"bytes,4,rep,name=node_addresses,json=nodeAddresses,proto3" json:"node_addresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IssueJoinTicketRequest) Reset() {
@@ -100,6 +112,13 @@ func (x *IssueJoinTicketRequest) GetIsControlPlane() bool {
 		return x.IsControlPlane
 	}
 	return false
+}
+
+func (x *IssueJoinTicketRequest) GetNodeAddresses() []string {
+	if x != nil {
+		return x.NodeAddresses
+	}
+	return nil
 }
 
 // IssueJoinTicketResponse is the join service's answer to an attested
@@ -788,11 +807,12 @@ var File_internal_proto_joinpb_join_proto protoreflect.FileDescriptor
 
 const file_internal_proto_joinpb_join_proto_rawDesc = "" +
 	"\n" +
-	" internal/proto/joinpb/join.proto\x12\x0eorrery.join.v1\"\x90\x01\n" +
+	" internal/proto/joinpb/join.proto\x12\x0eorrery.join.v1\"\xb7\x01\n" +
 	"\x16IssueJoinTicketRequest\x12\x1b\n" +
 	"\tdisk_uuid\x18\x01 \x01(\tR\bdiskUuid\x12/\n" +
 	"\x13certificate_request\x18\x02 \x01(\fR\x12certificateRequest\x12(\n" +
-	"\x10is_control_plane\x18\x03 \x01(\bR\x0eisControlPlane\"\xca\x04\n" +
+	"\x10is_control_plane\x18\x03 \x01(\bR\x0eisControlPlane\x12%\n" +
+	"\x0enode_addresses\x18\x04 \x03(\tR\rnodeAddresses\"\xca\x04\n" +
 	"\x17IssueJoinTicketResponse\x12$\n" +
 	"\x0estate_disk_key\x18\x01 \x01(\fR\fstateDiskKey\x12)\n" +
 	"\x10measurement_salt\x18\x02 \x01(\fR\x0fmeasurementSalt\x12-\n" +

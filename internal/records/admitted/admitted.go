@@ -10,7 +10,9 @@
 // keeps them so for good: the disk's rejoins and joins are refused from
 // then on, whatever Node object the old node re-creates. A record also
 // holds the disk's generation, which every rejoin advances, so that an
-// older copy of the disk is refused (see generation.go).
+// older copy of the disk is refused (see generation.go), and the
+// addresses the node stated when it was admitted, the only ones its
+// kubelet gets a serving certificate for (internal/servingcsr).
 //
 // Disk UUIDs are not secret (anyone who can read the disk's LUKS header
 // has it), so a record binds the disk to the VM whose attestation key
@@ -21,6 +23,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
@@ -49,6 +53,69 @@ type Record struct {
 	// disk's node to write, which the node has not recorded yet; 0 if
 	// none is pending.
 	NextGeneration uint64
+	// Addresses are the node's addresses as it stated them when it was
+	// admitted (its kubelet's node IP); none for a record written before
+	// addresses were, whose kubelet gets no serving certificate.
+	Addresses []netip.Addr
+}
+
+// MaxAddresses bounds a record's addresses: a node has one per address
+// family.
+const MaxAddresses = 4
+
+// CheckAddresses checks addresses a node states as its own: at most
+// MaxAddresses, no duplicates, each a unicast address another machine
+// could reach it at (not unspecified, loopback, multicast or link-local,
+// which every machine has alike).
+func CheckAddresses(addrs []netip.Addr) error {
+	if len(addrs) > MaxAddresses {
+		return fmt.Errorf("%d addresses, more than %d", len(addrs), MaxAddresses)
+	}
+	for i, a := range addrs {
+		switch {
+		case !a.IsValid():
+			return errors.New("an empty address")
+		case a.Zone() != "":
+			return fmt.Errorf("address %s has a zone", a)
+		case a.Is4In6():
+			return fmt.Errorf("address %s is an IPv4 address written as IPv6; write it as IPv4", a)
+		case a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.IsInterfaceLocalMulticast():
+			return fmt.Errorf("address %s is not one another machine reaches this node at", a)
+		case slices.Contains(addrs[:i], a):
+			return fmt.Errorf("address %s is named twice", a)
+		}
+	}
+	return nil
+}
+
+// ParseAddresses reads addresses as a node or a record writes them,
+// and checks them (CheckAddresses).
+func ParseAddresses(text []string) ([]netip.Addr, error) {
+	if len(text) > MaxAddresses {
+		return nil, fmt.Errorf("%d addresses, more than %d", len(text), MaxAddresses)
+	}
+	addrs := make([]netip.Addr, 0, len(text))
+	for _, t := range text {
+		a, err := netip.ParseAddr(t)
+		if err != nil {
+			return nil, fmt.Errorf("address %.60q: %w", t, err)
+		}
+		addrs = append(addrs, a)
+	}
+	if err := CheckAddresses(addrs); err != nil {
+		return nil, err
+	}
+	return addrs, nil
+}
+
+// FormatAddresses writes addresses as records hold them (never nil, so
+// that a merge patch of none empties the list).
+func FormatAddresses(addrs []netip.Addr) []string {
+	out := []string{}
+	for _, a := range addrs {
+		out = append(out, a.String())
+	}
+	return out
 }
 
 // Removed reports whether the owner removed the disk's node.
@@ -75,8 +142,9 @@ type specJSON struct {
 	RemovedAt      string       `json:"removedAt,omitempty"`
 	// Signed, as the CRD's integers are: a negative number someone
 	// wrote is refused by Parse, not wrapped around.
-	Generation     int64 `json:"generation,omitempty"`
-	NextGeneration int64 `json:"nextGeneration,omitempty"`
+	Generation     int64    `json:"generation,omitempty"`
+	NextGeneration int64    `json:"nextGeneration,omitempty"`
+	Addresses      []string `json:"addresses,omitempty"`
 }
 
 // Object is the record as an AdmittedNode (JSON-ready).
@@ -91,6 +159,9 @@ func (r Record) Object() (map[string]any, error) {
 	if r.Generation > MaxGeneration || r.NextGeneration > MaxGeneration {
 		return nil, fmt.Errorf("admitted node record: generation %d or %d is more than %d", r.Generation, r.NextGeneration, uint64(MaxGeneration))
 	}
+	if err := CheckAddresses(r.Addresses); err != nil {
+		return nil, fmt.Errorf("admitted node record: %w", err)
+	}
 	return map[string]any{
 		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind,
 		"metadata": map[string]any{"name": name},
@@ -101,6 +172,7 @@ func (r Record) Object() (map[string]any, error) {
 			RemovedAt:      r.RemovedAt,
 			Generation:     int64(r.Generation),
 			NextGeneration: int64(r.NextGeneration),
+			Addresses:      FormatAddresses(r.Addresses),
 		},
 	}, nil
 }
@@ -147,5 +219,44 @@ func Parse(diskUUID string, object []byte) (Record, error) {
 		}
 		*g.to = uint64(g.v)
 	}
+	addrs, err := ParseAddresses(o.Spec.Addresses)
+	if err != nil {
+		return Record{}, fmt.Errorf("admitted node record for disk %s: %w", diskUUID, err)
+	}
+	r.Addresses = addrs
 	return r, nil
+}
+
+// ParseList reads an AdmittedNodeList as the API server returns it.
+// Items that do not parse are left out and named in the error beside
+// the good ones: one bad record must not hide every other node's.
+func ParseList(list []byte) ([]Record, error) {
+	var l struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(list, &l); err != nil {
+		return nil, fmt.Errorf("decode the list of admitted node records: %w", err)
+	}
+	var recs []Record
+	var errs []error
+	for _, item := range l.Items {
+		var meta struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal(item, &meta)
+		disk, ok := strings.CutPrefix(meta.Metadata.Name, "disk-")
+		if !ok {
+			errs = append(errs, fmt.Errorf("admitted node record %.80q is not named disk-<UUID>", meta.Metadata.Name))
+			continue
+		}
+		r, err := Parse(disk, item)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs, errors.Join(errs...)
 }

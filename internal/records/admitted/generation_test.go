@@ -2,6 +2,7 @@ package admitted
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -86,7 +87,7 @@ func TestGenerationSurvivesCrashes(t *testing.T) {
 	if r, err = r.RecordGeneration(live); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := r.RecordGeneration(live); err != nil || again != r {
+	if again, err := r.RecordGeneration(live); err != nil || !reflect.DeepEqual(again, r) {
 		t.Fatalf("recording the same generation again: %+v, %v", again, err)
 	}
 	boot(t, r, live)

@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 
-	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/records/admitted"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
@@ -60,37 +60,51 @@ func (s *Store) Lookup(ctx context.Context, diskUUID string) (rec admitted.Recor
 	return rec, true, nil
 }
 
-// Admit records that diskUUID belongs to inst, which attested with
-// measurement set set. A disk already recorded for inst is fine (a
-// retried join); one recorded for another VM gives ErrOtherInstance, one
-// whose node the owner removed ErrRemoved.
-func (s *Store) Admit(ctx context.Context, diskUUID string, inst attestation.Instance, set string) error {
-	obj, err := admitted.Record{DiskUUID: diskUUID, Instance: inst, MeasurementSet: set}.Object()
+// Admit records rec: its disk belongs to its instance, which attested
+// with its measurement set and stated its addresses. A disk already
+// recorded for that instance is fine (a retried join: its set and
+// addresses are written again); one recorded for another VM gives
+// ErrOtherInstance, one whose node the owner removed ErrRemoved. An
+// address recorded for another VM whose node was not removed gives
+// ErrAddressTaken, and nothing is written.
+func (s *Store) Admit(ctx context.Context, rec admitted.Record) error {
+	obj, err := rec.Object()
 	if err != nil {
+		return err
+	}
+	all, err := s.List(ctx)
+	if err != nil {
+		return err
+	}
+	if err := addressesFree(all, rec); err != nil {
 		return err
 	}
 	code, body, err := s.Conn.Do(ctx, http.MethodPost, orreryapi.Path(orreryapi.AdmittedNodes, ""), obj)
 	if err != nil {
-		return fmt.Errorf("record disk %s as admitted: %w", diskUUID, err)
+		return fmt.Errorf("record disk %s as admitted: %w", rec.DiskUUID, err)
 	}
 	switch code {
 	case http.StatusCreated:
 		return nil
 	case http.StatusConflict:
 		// Recorded before: by this VM's earlier attempt, or another's.
-		have, found, err := s.Lookup(ctx, diskUUID)
+		have, found, err := s.Lookup(ctx, rec.DiskUUID)
 		if err != nil {
 			return err
 		}
-		if !found || have.Instance.ID != inst.ID {
+		if !found || have.Instance.ID != rec.Instance.ID {
 			return fmt.Errorf("%w (%s)", ErrOtherInstance, have.Instance)
 		}
 		if have.Removed() {
 			return fmt.Errorf("%w at %s", ErrRemoved, have.RemovedAt)
 		}
-		return s.Attested(ctx, diskUUID, set)
+		spec := map[string]any{"addresses": admitted.FormatAddresses(rec.Addresses)}
+		if rec.MeasurementSet != "" {
+			spec["measurementSet"] = rec.MeasurementSet
+		}
+		return s.patchSpec(ctx, rec.DiskUUID, "the measurement set and addresses", spec)
 	default:
-		return fmt.Errorf("record disk %s as admitted: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
+		return fmt.Errorf("record disk %s as admitted: API server answered %d %s: %s", rec.DiskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
 	}
 }
 
@@ -100,17 +114,62 @@ func (s *Store) Attested(ctx context.Context, diskUUID, set string) error {
 	if set == "" {
 		return nil
 	}
+	return s.patchSpec(ctx, diskUUID, "the measurement set", map[string]any{"measurementSet": set})
+}
+
+// patchSpec merges spec into the spec of diskUUID's record; what names
+// the fields for an error.
+func (s *Store) patchSpec(ctx context.Context, diskUUID, what string, spec map[string]any) error {
 	name, err := admitted.Name(diskUUID)
 	if err != nil {
 		return err
 	}
-	patch := map[string]any{"spec": map[string]any{"measurementSet": set}}
-	code, body, err := s.Conn.DoPatch(ctx, path(name), patch)
+	code, body, err := s.Conn.DoPatch(ctx, path(name), map[string]any{"spec": spec})
 	if err != nil {
-		return fmt.Errorf("record the measurement set of disk %s: %w", diskUUID, err)
+		return fmt.Errorf("record %s of disk %s: %w", what, diskUUID, err)
 	}
 	if code != http.StatusOK {
-		return fmt.Errorf("record the measurement set of disk %s: API server answered %d %s: %s", diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
+		return fmt.Errorf("record %s of disk %s: API server answered %d %s: %s", what, diskUUID, code, http.StatusText(code), apiserver.Excerpt(body))
+	}
+	return nil
+}
+
+// List returns every record the cluster holds. A record that does not
+// parse is left out (it is named in the error of any call that reads
+// it alone): one bad record must not stop every join.
+func (s *Store) List(ctx context.Context) ([]admitted.Record, error) {
+	code, body, err := s.Conn.Do(ctx, http.MethodGet, orreryapi.Path(orreryapi.AdmittedNodes, ""), nil)
+	if err != nil {
+		return nil, fmt.Errorf("list the admitted nodes: %w", err)
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("list the admitted nodes: API server answered %d %s: %s", code, http.StatusText(code), apiserver.Excerpt(body))
+	}
+	recs, err := admitted.ParseList(body)
+	if recs == nil && err != nil {
+		return nil, err
+	}
+	return recs, nil
+}
+
+// ErrAddressTaken is returned by Admit for an address recorded for
+// another VM whose node the owner has not removed.
+var ErrAddressTaken = errors.New("the address is recorded for another node")
+
+// addressesFree checks that none of rec's addresses is recorded for
+// another VM in all, except for nodes the owner removed: root on a node
+// must not get its kubelet a serving certificate for a neighbour's
+// address by joining a second VM under it.
+func addressesFree(all []admitted.Record, rec admitted.Record) error {
+	for _, other := range all {
+		if other.Instance.ID == rec.Instance.ID || other.Removed() {
+			continue
+		}
+		for _, a := range rec.Addresses {
+			if slices.Contains(other.Addresses, a) {
+				return fmt.Errorf("%w: %s belongs to %s (state disk %s)", ErrAddressTaken, a, other.Instance, other.DiskUUID)
+			}
+		}
 	}
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"net/netip"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/owner/charts"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
@@ -33,7 +36,19 @@ func newStore(t *testing.T) (*Store, *apiservertest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Store{Conn: &apiserver.Conn{Server: srv.Config.Host, HTTP: httpClient}}, srv
+	s := &Store{Conn: &apiserver.Conn{Server: srv.Config.Host, HTTP: httpClient}}
+	// A new CRD's lists answer 429 until the API server's cache of it
+	// has started.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := s.List(context.Background())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the admitted nodes cannot be listed: %v", err)
+		}
+	}
+	return s, srv
 }
 
 const disk = "0B5C1F3E-8D2A-4C6B-9E7F-1A2B3C4D5E6F"
@@ -47,12 +62,12 @@ func TestAdmitAndLookup(t *testing.T) {
 	if _, found, err := s.Lookup(ctx, disk); found || err != nil {
 		t.Fatalf("unknown disk: found %v, %v", found, err)
 	}
-	if err := s.Admit(ctx, disk, w0, "image-0000000000000001"); err != nil {
+	if err := s.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: w0, MeasurementSet: "image-0000000000000001"}); err != nil {
 		t.Fatal(err)
 	}
 	// A retried join of the same VM is fine, and records the set it
 	// attested with this time.
-	if err := s.Admit(ctx, strings.ToLower(disk), w0, "image-0000000000000002"); err != nil {
+	if err := s.Admit(ctx, admitted.Record{DiskUUID: strings.ToLower(disk), Instance: w0, MeasurementSet: "image-0000000000000002"}); err != nil {
 		t.Fatalf("retried join of the same VM: %v", err)
 	}
 	if got, found, err := s.Lookup(ctx, strings.ToLower(disk)); !found || err != nil || got.Instance != w0 || got.Removed() {
@@ -66,10 +81,10 @@ func TestAdmitAndLookup(t *testing.T) {
 		t.Errorf("the record names set %q, want the last one", set)
 	}
 	// Another VM, even of the same name, cannot take the disk over.
-	if err := s.Admit(ctx, disk, attestation.Instance{Name: "worker-0", ID: "2"}, ""); !errors.Is(err, ErrOtherInstance) {
+	if err := s.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: attestation.Instance{Name: "worker-0", ID: "2"}}); !errors.Is(err, ErrOtherInstance) {
 		t.Fatalf("err = %v, want ErrOtherInstance", err)
 	}
-	if err := s.Admit(ctx, "../x", w0, ""); err == nil {
+	if err := s.Admit(ctx, admitted.Record{DiskUUID: "../x", Instance: w0}); err == nil {
 		t.Fatal("malformed disk UUID recorded")
 	}
 	if err := s.Attested(ctx, disk, "image-0000000000000003"); err != nil {
@@ -90,7 +105,7 @@ func TestRemovedRecord(t *testing.T) {
 	s, srv := newStore(t)
 	ctx := context.Background()
 	w0 := attestation.Instance{Name: "worker-0", ID: "1"}
-	if err := s.Admit(ctx, disk, w0, "image-0000000000000001"); err != nil {
+	if err := s.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: w0, MeasurementSet: "image-0000000000000001"}); err != nil {
 		t.Fatal(err)
 	}
 	records := srv.Dynamic(t).Resource(admittedNodes)
@@ -106,7 +121,7 @@ func TestRemovedRecord(t *testing.T) {
 	if err != nil || !found || !rec.Removed() || rec.Instance != w0 {
 		t.Fatalf("Lookup = %+v, %v, %v; want the removed record", rec, found, err)
 	}
-	if err := s.Admit(ctx, disk, w0, ""); !errors.Is(err, ErrRemoved) {
+	if err := s.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: w0}); !errors.Is(err, ErrRemoved) {
 		t.Fatalf("admitting the removed disk again: err = %v, want ErrRemoved", err)
 	}
 	for what, p := range map[string]string{
@@ -125,6 +140,42 @@ func TestRemovedRecord(t *testing.T) {
 	}
 	if rec, _, _ := s.Lookup(ctx, disk); !rec.Removed() {
 		t.Fatal("recording the set unmarked the removal")
+	}
+}
+
+// A node's addresses are recorded, and one address cannot be recorded
+// for two live nodes; the API server itself refuses an address that is
+// none.
+func TestAdmitAddresses(t *testing.T) {
+	s, srv := newStore(t)
+	ctx := context.Background()
+	w0 := admitted.Record{DiskUUID: disk, Instance: attestation.Instance{Name: "worker-0", ID: "1"}, Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.0")}}
+	if err := s.Admit(ctx, w0); err != nil {
+		t.Fatal(err)
+	}
+	// Its retried join states another address: the record follows.
+	w0.Addresses = []netip.Addr{netip.MustParseAddr("10.42.1.7")}
+	if err := s.Admit(ctx, w0); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List(ctx)
+	if err != nil || len(recs) != 1 || len(recs[0].Addresses) != 1 || recs[0].Addresses[0] != w0.Addresses[0] {
+		t.Fatalf("List = %+v, %v; want worker-0 at 10.42.1.7", recs, err)
+	}
+	w1 := admitted.Record{DiskUUID: "11111111-1111-1111-1111-111111111111", Instance: attestation.Instance{Name: "worker-1", ID: "2"}, Addresses: w0.Addresses}
+	if err := s.Admit(ctx, w1); !errors.Is(err, ErrAddressTaken) || !strings.Contains(err.Error(), "worker-0") {
+		t.Fatalf("worker-1 with worker-0's address: %v, want ErrAddressTaken", err)
+	}
+	if _, found, _ := s.Lookup(ctx, w1.DiskUUID); found {
+		t.Fatal("the refused disk was recorded")
+	}
+	bad := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind,
+		"metadata": map[string]any{"name": "disk-" + w1.DiskUUID},
+		"spec":     map[string]any{"diskUUID": w1.DiskUUID, "instance": map[string]any{"name": "w", "id": "2"}, "addresses": []any{"127.0.0.1"}},
+	}}
+	if _, err := srv.Dynamic(t).Resource(admittedNodes).Create(ctx, bad, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "unicast") {
+		t.Fatalf("a record with a loopback address: %v, want the CRD's refusal", err)
 	}
 }
 
@@ -154,7 +205,7 @@ func TestAPIServerRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Conn.HTTP, s.Conn.Token = anon, "wrong"
-	if err := s.Admit(context.Background(), disk, attestation.Instance{Name: "w", ID: "1"}, ""); err == nil || !strings.Contains(err.Error(), "401") {
+	if err := s.Admit(context.Background(), admitted.Record{DiskUUID: disk, Instance: attestation.Instance{Name: "w", ID: "1"}}); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("err = %v, want the API server's refusal", err)
 	}
 	if _, _, err := s.Lookup(context.Background(), disk); err == nil || !strings.Contains(err.Error(), "401") {

@@ -75,7 +75,7 @@ func checkRejoinsAdvanceTheGeneration(t *testing.T, ctx context.Context, s *Stor
 	if _, err := s.CheckGeneration(ctx, disk, 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a disk never admitted: err = %v, want ErrNotFound", err)
 	}
-	if err := s.Admit(ctx, disk, attestation.Instance{Name: "worker-0", ID: "1"}, "image-0000000000000001"); err != nil {
+	if err := s.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: attestation.Instance{Name: "worker-0", ID: "1"}, MeasurementSet: "image-0000000000000001"}); err != nil {
 		t.Fatal(err)
 	}
 	// Admitted without a generation, as before this check existed: the

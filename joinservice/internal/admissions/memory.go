@@ -3,6 +3,8 @@ package admissions
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -19,32 +21,56 @@ type Memory struct {
 	sets    map[string]string
 	removed map[string]string
 	// gens are the disks' Generation and NextGeneration.
-	gens map[string][2]uint64
+	gens  map[string][2]uint64
+	addrs map[string][]netip.Addr
 }
 
 func (m *Memory) init() {
 	if m.disks == nil {
-		m.disks, m.sets, m.removed, m.gens = map[string]attestation.Instance{}, map[string]string{}, map[string]string{}, map[string][2]uint64{}
+		m.disks, m.sets, m.removed, m.gens, m.addrs = map[string]attestation.Instance{}, map[string]string{}, map[string]string{}, map[string][2]uint64{}, map[string][]netip.Addr{}
 	}
 }
 
-// Admit records diskUUID for inst, like Store.Admit.
-func (m *Memory) Admit(_ context.Context, diskUUID string, inst attestation.Instance, set string) error {
+// Admit records rec, like Store.Admit.
+func (m *Memory) Admit(_ context.Context, rec admitted.Record) error {
+	if _, err := rec.Object(); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	diskUUID = strings.ToLower(diskUUID)
-	if have, ok := m.disks[diskUUID]; ok && have.ID != inst.ID {
+	disk := strings.ToLower(rec.DiskUUID)
+	if have, ok := m.disks[disk]; ok && have.ID != rec.Instance.ID {
 		return fmt.Errorf("%w (%s)", ErrOtherInstance, have)
 	}
-	if at, ok := m.removed[diskUUID]; ok {
+	if at, ok := m.removed[disk]; ok {
 		return fmt.Errorf("%w at %s", ErrRemoved, at)
 	}
+	if err := addressesFree(m.list(), rec); err != nil {
+		return err
+	}
 	m.init()
-	m.disks[diskUUID] = inst
-	if set != "" {
-		m.sets[diskUUID] = set
+	m.disks[disk] = rec.Instance
+	m.addrs[disk] = slices.Clone(rec.Addresses)
+	if rec.MeasurementSet != "" {
+		m.sets[disk] = rec.MeasurementSet
 	}
 	return nil
+}
+
+// List returns every record, like Store.List.
+func (m *Memory) List(context.Context) ([]admitted.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.list(), nil
+}
+
+func (m *Memory) list() []admitted.Record {
+	var recs []admitted.Record
+	for disk := range m.disks {
+		r, _, _ := m.lookup(disk)
+		recs = append(recs, r)
+	}
+	return recs
 }
 
 // Attested records the set the disk's node attested with, like
@@ -86,7 +112,7 @@ func (m *Memory) Lookup(_ context.Context, diskUUID string) (admitted.Record, bo
 func (m *Memory) lookup(disk string) (admitted.Record, bool, error) {
 	inst, ok := m.disks[disk]
 	g := m.gens[disk]
-	return admitted.Record{DiskUUID: disk, Instance: inst, MeasurementSet: m.sets[disk], RemovedAt: m.removed[disk], Generation: g[0], NextGeneration: g[1]}, ok, nil
+	return admitted.Record{DiskUUID: disk, Instance: inst, MeasurementSet: m.sets[disk], RemovedAt: m.removed[disk], Generation: g[0], NextGeneration: g[1], Addresses: slices.Clone(m.addrs[disk])}, ok, nil
 }
 
 // CheckGeneration decides on the generation a disk presents, like

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 )
 
 func TestMemoryHasStoreSemantics(t *testing.T) {
@@ -16,13 +17,13 @@ func TestMemoryHasStoreSemantics(t *testing.T) {
 	if _, found, _ := m.Lookup(ctx, disk); found {
 		t.Fatal("an empty record knows a disk")
 	}
-	if err := m.Admit(ctx, disk, a, ""); err != nil {
+	if err := m.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: a}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Admit(ctx, disk, a, ""); err != nil {
+	if err := m.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: a}); err != nil {
 		t.Fatalf("a retried admission of the same VM: %v", err)
 	}
-	if err := m.Admit(ctx, disk, attestation.Instance{Name: "worker-0", ID: "2"}, ""); !errors.Is(err, ErrOtherInstance) {
+	if err := m.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: attestation.Instance{Name: "worker-0", ID: "2"}}); !errors.Is(err, ErrOtherInstance) {
 		t.Fatalf("the disk admitted for another VM: %v, want ErrOtherInstance", err)
 	}
 	if got, found, _ := m.Lookup(ctx, "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6f"); !found || got.Instance != a {

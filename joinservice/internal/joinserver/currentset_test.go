@@ -41,7 +41,7 @@ func TestTicketOnConnectionNoLongerAdmitted(t *testing.T) {
 	}
 	requests := map[string]func(t *testing.T, e *env) (diskKey []byte, err error){
 		"join": func(t *testing.T, e *env) ([]byte, error) {
-			resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+			resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 				DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
 			})
 			return resp.GetStateDiskKey(), err
@@ -93,7 +93,7 @@ func TestTicketOnConnectionNoLongerAdmitted(t *testing.T) {
 func TestLockedNodeRefused(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.node.Lock(t, "another cluster")
-	join, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+	join, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
 	})
 	if err == nil || len(join.GetStateDiskKey()) > 0 || !strings.Contains(err.Error(), "PCR 15") {

@@ -18,7 +18,7 @@ import (
 func joined(t *testing.T) *env {
 	t.Helper()
 	e := newEnv(t, envOptions{})
-	if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+	if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+qemutest.DefaultName, []string{"system:nodes"}),
 	}); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func TestJoinUnderAnotherNodesNameRefused(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	for _, claimed := range []string{"worker-1", "cp-0"} {
 		t.Run(claimed, func(t *testing.T) {
-			resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+			resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 				DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+claimed, []string{"system:nodes"}),
 			})
 			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `names node "`+claimed+`"`) ||
@@ -46,7 +46,7 @@ func TestKubeletCertificateFromAttestedName(t *testing.T) {
 	name := "worker-7"
 	inst := attestation.Instance{Name: name, ID: "1234567890"}
 	e := newEnv(t, envOptions{instance: &inst})
-	resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+	resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		// csr asks for DNS name worker-0 and IP 10.42.2.100 as SANs.
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+name, []string{"system:nodes"}),
 	})
@@ -60,7 +60,7 @@ func TestKubeletCertificateFromAttestedName(t *testing.T) {
 // the control-plane files: it gets nothing, and the refusal is logged.
 func TestWorkerAskingForControlPlaneFilesRefused(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+	resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+e.node.Instance.Name, []string{"system:nodes"}), IsControlPlane: true,
 	})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "not approved") || !strings.Contains(err.Error(), controlplanes.Key) {
@@ -73,7 +73,7 @@ func TestWorkerAskingForControlPlaneFilesRefused(t *testing.T) {
 		t.Errorf("refusal not logged with the instance ID:\n%s", logs)
 	}
 	// The same node asking as a worker is admitted.
-	if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+	if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+e.node.Instance.Name, []string{"system:nodes"}),
 	}); err != nil {
 		t.Fatalf("as a worker: %v", err)
@@ -85,7 +85,7 @@ func TestWorkerAskingForControlPlaneFilesRefused(t *testing.T) {
 func TestJoinWithoutInstanceRefused(t *testing.T) {
 	e := newEnv(t, envOptions{instance: &attestation.Instance{}, approveNode: true})
 	for _, cp := range []bool{false, true} {
-		resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+		resp, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 			DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}), IsControlPlane: cp,
 		})
 		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "names no instance") || !strings.Contains(err.Error(), "recreate the VM") {
@@ -102,12 +102,12 @@ func TestJoinWithoutInstanceRefused(t *testing.T) {
 func TestAnotherVMsDiskRefused(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
-	if _, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
+	if _, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
 	}); err != nil {
 		t.Fatal(err)
 	}
-	join, err := e.other.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
+	join, err := e.other.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-1", []string{"system:nodes"}),
 	})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "another VM") || len(join.GetStateDiskKey()) > 0 {

@@ -57,6 +57,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -89,10 +90,11 @@ type KeyClient interface {
 // Admissions is the cluster's record of which VM each state disk was
 // admitted for (admissions.Store).
 type Admissions interface {
-	// Admit records diskUUID for inst, which attested with measurement
-	// set set; admissions.ErrOtherInstance if it is recorded for
-	// another VM.
-	Admit(ctx context.Context, diskUUID string, inst attestation.Instance, set string) error
+	// Admit records rec: its disk for its instance, which attested with
+	// its measurement set and stated its addresses;
+	// admissions.ErrOtherInstance if the disk is recorded for another
+	// VM, admissions.ErrAddressTaken if an address is.
+	Admit(ctx context.Context, rec admitted.Record) error
 	// Lookup returns the record of diskUUID (the VM it was admitted
 	// for, whether the owner removed that node), if any.
 	Lookup(ctx context.Context, diskUUID string) (rec admitted.Record, found bool, err error)
@@ -223,7 +225,13 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "kubelet certificate request: %v", err)
 	}
-	if err := s.authorizeJoin(ctx, log, req, inst, claimed, set); err != nil {
+	addrs, err := nodeAddresses(req.GetNodeAddresses())
+	if err != nil {
+		log.Warn("refused a join: the node's addresses", "reason", err.Error())
+		return nil, err
+	}
+	rec := admitted.Record{DiskUUID: req.GetDiskUuid(), Instance: inst, MeasurementSet: set, Addresses: addrs}
+	if err := s.authorizeJoin(ctx, log, req, rec, claimed); err != nil {
 		return nil, err
 	}
 	k, err := s.ticketKeys(ctx, log, keyID)
@@ -260,10 +268,23 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	}, nil
 }
 
-// authorizeJoin decides whether instance inst, whose CSR claims node name
-// claimed, gets a join ticket for req, and records its disk as admitted
-// for it. Every refusal is logged.
-func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinpb.IssueJoinTicketRequest, inst attestation.Instance, claimed, set string) error {
+// nodeAddresses reads the addresses a joining node states.
+func nodeAddresses(text []string) ([]netip.Addr, error) {
+	if len(text) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "the join request states no node address: the node's image is older than this join service; boot the node from the cluster's current image")
+	}
+	addrs, err := admitted.ParseAddresses(text)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "the node's addresses: %v", err)
+	}
+	return addrs, nil
+}
+
+// authorizeJoin decides whether the instance of rec, whose CSR claims
+// node name claimed, gets a join ticket for req, and records rec. Every
+// refusal is logged.
+func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinpb.IssueJoinTicketRequest, rec admitted.Record, claimed string) error {
+	inst := rec.Instance
 	// Refuse rather than quietly sign for the attested name: a node that
 	// asks under another name is either misconfigured (the metadata
 	// service told it a name that is not its own, and kubeadm would
@@ -286,8 +307,11 @@ func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinp
 	}
 	// Recorded before any key is handed out: a node that got its disk
 	// key can always rejoin with it, and no other VM can.
-	err := s.cfg.Admissions.Admit(ctx, req.GetDiskUuid(), inst, set)
+	err := s.cfg.Admissions.Admit(ctx, rec)
 	switch {
+	case errors.Is(err, admissions.ErrAddressTaken):
+		log.Warn("refused a join: the node states an address of another node", "reason", err.Error())
+		return status.Errorf(codes.PermissionDenied, "%v; a node joins only with addresses of its own (if that node is gone for good, remove it with 'orrery node remove')", err)
 	case errors.Is(err, admissions.ErrRemoved):
 		log.Warn("refused a join: the owner removed the state disk's node", "reason", err.Error())
 		return status.Errorf(codes.PermissionDenied, "state disk %s: %v; a removed node does not come back: recreate the VM with a new disk and name", strings.ToLower(req.GetDiskUuid()), err)

@@ -16,6 +16,7 @@ import (
 	"maps"
 	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 	"github.com/orrery-dev/orrery/internal/keys"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
 	"github.com/orrery-dev/orrery/internal/records/measurementset"
 	"github.com/orrery-dev/orrery/internal/records/removednodes"
@@ -289,7 +291,7 @@ func TestJoinTicket(t *testing.T) {
 	e := newEnv(t, envOptions{approveNode: true})
 	ctx := context.Background()
 	for _, cp := range []bool{false, true} {
-		resp, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
+		resp, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 			DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}), IsControlPlane: cp,
 		})
 		if err != nil {
@@ -329,7 +331,7 @@ func TestJoinTicket(t *testing.T) {
 func TestNoTicketWithoutTheClusterVersion(t *testing.T) {
 	e := newEnv(t, envOptions{versionErr: errors.New("kube-system/kubeadm-config: forbidden")})
 	ctx := context.Background()
-	_, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{
+	_, err := e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
 	})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "read the cluster's Kubernetes version: kube-system/kubeadm-config: forbidden") {
@@ -338,7 +340,7 @@ func TestNoTicketWithoutTheClusterVersion(t *testing.T) {
 	if _, found, _ := e.admissions.Lookup(ctx, strings.ToLower(uuid)); found {
 		t.Fatal("the refused join admitted the disk")
 	}
-	if err := e.admissions.Admit(ctx, strings.ToLower(uuid), e.node.Instance, e.imageA); err != nil {
+	if err := e.admissions.Admit(ctx, admitted.Record{DiskUUID: strings.ToLower(uuid), Instance: e.node.Instance, MeasurementSet: e.imageA}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := e.attested.IssueRejoinTicket(ctx, &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
@@ -387,19 +389,25 @@ func TestJoinRefusals(t *testing.T) {
 		wantCode codes.Code
 		wantMsg  string
 	}{
-		"unattested caller": {e.plain, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: good}, codes.PermissionDenied, "did not attest"},
-		"bad disk UUID":     {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: "nope", CertificateRequest: good}, codes.InvalidArgument, "malformed"},
-		"no CSR":            {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid}, codes.InvalidArgument, "missing"},
-		"garbage CSR":       {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: []byte("garbage")}, codes.InvalidArgument, "not a DER"},
-		"truncated CSR":     {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: good[:len(good)/2]}, codes.InvalidArgument, "not a DER"},
-		"wrong CN": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csr(t, "admin", []string{"system:nodes"})},
+		"unattested caller": {e.plain, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: uuid, CertificateRequest: good}, codes.PermissionDenied, "did not attest"},
+		"bad disk UUID":     {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: "nope", CertificateRequest: good}, codes.InvalidArgument, "malformed"},
+		"no CSR":            {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: uuid}, codes.InvalidArgument, "missing"},
+		"garbage CSR":       {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: uuid, CertificateRequest: []byte("garbage")}, codes.InvalidArgument, "not a DER"},
+		"truncated CSR":     {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: uuid, CertificateRequest: good[:len(good)/2]}, codes.InvalidArgument, "not a DER"},
+		"wrong CN": {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: uuid, CertificateRequest: csr(t, "admin", []string{"system:nodes"})},
 			codes.InvalidArgument, "system:node:"},
-		"node name Kubernetes refuses": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csr(t, "system:node:Worker_0", []string{"system:nodes"})},
+		"node name Kubernetes refuses": {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: uuid, CertificateRequest: csr(t, "system:node:Worker_0", []string{"system:nodes"})},
 			codes.InvalidArgument, "DNS subdomain"},
-		"weak RSA key": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csrWithKey(t, "system:node:worker-0", []string{"system:nodes"}, weakRSA)},
+		"weak RSA key": {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: uuid, CertificateRequest: csrWithKey(t, "system:node:worker-0", []string{"system:nodes"}, weakRSA)},
 			codes.InvalidArgument, "RSA key of 1024 bits"},
-		"wrong group": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: csr(t, "system:node:x", []string{"system:masters"})},
+		"wrong group": {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs, DiskUuid: uuid, CertificateRequest: csr(t, "system:node:x", []string{"system:masters"})},
 			codes.InvalidArgument, "organization"},
+		"no address": {e.attested, &joinpb.IssueJoinTicketRequest{DiskUuid: uuid, CertificateRequest: good},
+			codes.InvalidArgument, "states no node address"},
+		"loopback address": {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: []string{"127.0.0.1"}, DiskUuid: uuid, CertificateRequest: good},
+			codes.InvalidArgument, "127.0.0.1 is not one"},
+		"address not an address": {e.attested, &joinpb.IssueJoinTicketRequest{NodeAddresses: []string{"worker-1.example"}, DiskUuid: uuid, CertificateRequest: good},
+			codes.InvalidArgument, "worker-1.example"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -416,7 +424,7 @@ func TestJoinRefusals(t *testing.T) {
 
 func TestRejoinTicket(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+	if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
 	}); err != nil {
 		t.Fatal(err)
@@ -452,6 +460,39 @@ func TestRejoinTicket(t *testing.T) {
 // A rejoin ticket says whether the node is a control plane from the
 // owner's list, not from anything the node says; a list the join service
 // cannot read refuses the rejoin rather than guess.
+// nodeAddrs are the addresses the test's node states when it joins.
+var nodeAddrs = []string{"10.42.1.0"}
+
+// Root on one node joins a second VM under its neighbour's address, to
+// get its kubelet a serving certificate for that address: refused, and
+// nothing is recorded for the disk. Once the owner removed the
+// neighbour, its address is free again.
+func TestJoinWithAnotherNodesAddress(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	neighbour := admitted.Record{DiskUUID: "22222222-2222-2222-2222-222222222222", Instance: attestation.Instance{Name: "worker-1", ID: "neighbour"},
+		Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.1")}}
+	if err := e.admissions.Admit(ctx, neighbour); err != nil {
+		t.Fatal(err)
+	}
+	req := &joinpb.IssueJoinTicketRequest{NodeAddresses: []string{"10.42.1.1"}, DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"})}
+	_, err := e.attested.IssueJoinTicket(ctx, req)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "10.42.1.1 belongs to worker-1") {
+		t.Fatalf("join with worker-1's address: %v, want PermissionDenied naming it", err)
+	}
+	if _, found, _ := e.admissions.Lookup(ctx, uuid); found {
+		t.Fatal("the refused join's disk was recorded")
+	}
+	e.admissions.Remove(neighbour.DiskUUID, "2026-11-30T10:00:00Z")
+	if _, err := e.attested.IssueJoinTicket(ctx, req); err != nil {
+		t.Fatalf("join with a removed node's address: %v", err)
+	}
+	rec, _, _ := e.admissions.Lookup(ctx, uuid)
+	if len(rec.Addresses) != 1 || rec.Addresses[0] != netip.MustParseAddr("10.42.1.1") {
+		t.Fatalf("the record holds addresses %v", rec.Addresses)
+	}
+}
+
 func TestRejoinTicketControlPlane(t *testing.T) {
 	tests := map[string]struct {
 		opts             envOptions
@@ -465,7 +506,7 @@ func TestRejoinTicketControlPlane(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, tc.opts)
-			if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+			if _, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 				DiskUuid: uuid, CertificateRequest: csr(t, "system:node:worker-0", []string{"system:nodes"}),
 			}); err != nil {
 				t.Fatal(err)
@@ -497,7 +538,7 @@ func TestRejoinTicketControlPlane(t *testing.T) {
 func TestRemovedNodeGetsNoTicket(t *testing.T) {
 	const otherDisk = "11111111-2222-3333-4444-555555555555"
 	join := func(e *env, disk string) error {
-		_, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{
+		_, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
 			DiskUuid: disk, CertificateRequest: csr(t, "system:node:"+qemutest.DefaultName, []string{"system:nodes"}),
 		})
 		return err

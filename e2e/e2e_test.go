@@ -319,6 +319,7 @@ var coreCases = []clusterCase{
 	{"join service, key service, CNI and CoreDNS ready", (*suite).servicesReady},
 	{"", (*suite).serviceAcrossNodes},
 	{"the credentials on a worker may not reach the master secret", func(s *suite) { auditWorkerCredentials(s.t, s.k) }},
+	{"", (*suite).kubeletServingCertificates},
 	{"orrery verify checks every running node", (*suite).verifyRunningNodes},
 	{"", (*suite).inspectWithKubeletStopped},
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/metadata"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/records/controlplanes"
+	"github.com/orrery-dev/orrery/internal/servingcsr"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
 	"github.com/orrery-dev/orrery/joinservice/internal/joinserver"
@@ -125,8 +126,35 @@ func runJoin(ctx context.Context, args []string) error {
 		grpc.MaxHeaderListSize(16<<10))
 	joinpb.RegisterJoinServiceServer(srv, js)
 	go func() { <-ctx.Done(); srv.GracefulStop() }()
+	go func() {
+		if err := servingApprover(api, log).Run(ctx); err != nil {
+			log.Error("the kubelets' serving certificates are not approved", "error", err.Error())
+		}
+	}()
 	log.Info("join service listening", "addr", lis.Addr().String())
 	return srv.Serve(lis)
+}
+
+// servingApprover decides kubelets' requests for serving certificates
+// from the cluster's record of admitted nodes (internal/servingcsr): a
+// kubelet gets one for its own name and the addresses it was admitted
+// with, and the API server (--kubelet-certificate-authority) takes no
+// other for it. It runs beside the join service because the join
+// service writes those records.
+func servingApprover(api *apiserver.Conn, log *slog.Logger) *servingcsr.Approver {
+	store := &admissions.Store{Conn: api}
+	return &servingcsr.Approver{
+		Requests: apiserver.SigningRequests{Conn: api, Signer: servingcsr.Signer},
+		Lookup: func(ctx context.Context, name string) (servingcsr.Admitted, bool, error) {
+			recs, err := store.List(ctx)
+			if err != nil {
+				return servingcsr.Admitted{}, false, err
+			}
+			a, ok := servingcsr.FromRecords(recs, name)
+			return a, ok, nil
+		},
+		Log: log.With("component", "servingcsr"),
+	}
 }
 
 // newJoinServer builds the join server: the cluster CA that signs node

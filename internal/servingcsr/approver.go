@@ -10,10 +10,6 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 )
 
 // Reasons on the conditions the approver sets.
@@ -22,74 +18,86 @@ const (
 	ReasonDenied   = "OrreryNotAdmitted"
 )
 
-// Approver decides the cluster's pending requests to Signer as they come:
-// it approves what Decide allows and denies what it refuses, with the
-// reason in the condition's message. A request it cannot decide yet (the
-// records could not be read) it tries again after Retry.
-type Approver struct {
-	Client kubernetes.Interface
-	Lookup Lookup
-	Log    *slog.Logger
-	// Retry is the wait before a request is decided again; zero means
-	// 10 s.
-	Retry time.Duration
+// Requests are the cluster's certificate signing requests to Signer.
+// The join service reaches them through its own small API client, so
+// that it carries no Kubernetes client library.
+type Requests interface {
+	// List returns the requests to Signer.
+	List(ctx context.Context) ([]certv1.CertificateSigningRequest, error)
+	// UpdateApproval writes csr's conditions through its approval
+	// subresource.
+	UpdateApproval(ctx context.Context, csr *certv1.CertificateSigningRequest) error
 }
 
-// Run decides every pending request, then each new one, until ctx ends.
+// Approver decides the cluster's pending requests to Signer: it
+// approves what Decide allows and denies what it refuses, with the
+// reason in the condition's message. It looks every Interval; a request
+// it cannot decide yet (the records could not be read) it tries again
+// then.
+//
+// It polls rather than watches: kubelets ask once a year per node (and
+// at each new node), the list is filtered by signer, and a node waits
+// for its serving certificate a few seconds either way.
+type Approver struct {
+	Requests Requests
+	Lookup   Lookup
+	Log      *slog.Logger
+	// Interval is the wait between looks; zero means 5 s.
+	Interval time.Duration
+}
+
+// Run decides every pending request, and looks again every Interval,
+// until ctx ends.
 func (a *Approver) Run(ctx context.Context) error {
-	if a.Client == nil || a.Lookup == nil {
-		return errors.New("servingcsr: an approver needs a client and a lookup")
+	if a.Requests == nil || a.Lookup == nil {
+		return errors.New("servingcsr: an approver needs the requests and a lookup")
 	}
-	if a.Log == nil {
-		a.Log = slog.New(slog.DiscardHandler)
+	log := a.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if a.Retry == 0 {
-		a.Retry = 10 * time.Second
+	interval := a.Interval
+	if interval == 0 {
+		interval = 5 * time.Second
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(a.Client, 10*time.Minute,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", Signer).String()
-		}))
-	informer := factory.Certificates().V1().CertificateSigningRequests().Informer()
-	pending := make(chan *certv1.CertificateSigningRequest, 64)
-	handle := func(obj any) {
-		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok && isPending(csr) {
-			select {
-			case pending <- csr:
-			case <-ctx.Done():
-			}
+	// What was said last about each request or the list, so that a
+	// lasting failure is logged once, not every Interval.
+	said := map[string]string{}
+	say := func(key, msg string, args ...any) {
+		if said[key] != msg {
+			said[key] = msg
+			log.Warn(msg, args...)
 		}
 	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    handle,
-		UpdateFunc: func(_, obj any) { handle(obj) },
-	}); err != nil {
-		return err
-	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
 	for {
+		csrs, err := a.Requests.List(ctx)
+		if err != nil {
+			say("", "cannot list the kubelets' serving certificate requests; trying again", "error", err.Error())
+		} else {
+			delete(said, "")
+		}
+		for i := range csrs {
+			csr := &csrs[i]
+			if csr.Spec.SignerName != Signer || !isPending(csr) {
+				continue
+			}
+			if err := a.decide(ctx, csr, log); err != nil && ctx.Err() == nil {
+				say(csr.Name, "cannot decide a kubelet's serving certificate request yet; trying again", "csr", csr.Name, "error", err.Error())
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case csr := <-pending:
-			if err := a.decide(ctx, csr); err != nil {
-				a.Log.Warn("cannot decide a kubelet's serving certificate request yet; trying again", "csr", csr.Name, "error", err.Error())
-				// Again from the informer's copy: another replica may
-				// have decided it meanwhile.
-				time.AfterFunc(a.Retry, func() {
-					if obj, ok, _ := informer.GetStore().Get(csr); ok {
-						handle(obj)
-					}
-				})
-			}
+		case <-tick.C:
 		}
 	}
 }
 
 // decide approves or denies one request; an error leaves it pending.
-func (a *Approver) decide(ctx context.Context, csr *certv1.CertificateSigningRequest) error {
-	verdict := Decide(csr, a.Lookup)
+func (a *Approver) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, log *slog.Logger) error {
+	verdict := Decide(ctx, csr, a.Lookup)
 	var refused *Refused
 	if verdict != nil && !errors.As(verdict, &refused) {
 		return verdict
@@ -104,13 +112,13 @@ func (a *Approver) decide(ctx context.Context, csr *certv1.CertificateSigningReq
 	}
 	csr = csr.DeepCopy()
 	csr.Status.Conditions = append(csr.Status.Conditions, cond)
-	if _, err := a.Client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+	if err := a.Requests.UpdateApproval(ctx, csr); err != nil {
 		return fmt.Errorf("record the decision on %s: %w", csr.Name, err)
 	}
 	if refused != nil {
-		a.Log.Warn("denied a kubelet's serving certificate request", "csr", csr.Name, "requester", csr.Spec.Username, "reason", refused.Reason)
+		log.Warn("denied a kubelet's serving certificate request", "csr", csr.Name, "requester", csr.Spec.Username, "reason", refused.Reason)
 	} else {
-		a.Log.Info("approved a kubelet's serving certificate request", "csr", csr.Name, "node", NodeName(csr))
+		log.Info("approved a kubelet's serving certificate request", "csr", csr.Name, "node", NodeName(csr))
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func TestApproverWithARealAPIServer(t *testing.T) {
 	submit("own", kubeletRequest("worker-0", "10.42.1.0"))
 	submit("neighbours", kubeletRequest("worker-0", "10.42.1.0", "10.42.1.1"))
 
-	go (&Approver{Client: admin, Lookup: admittedNodes, Retry: 100 * time.Millisecond}).Run(ctx)
+	go (&Approver{Requests: clientRequests{admin}, Lookup: admittedNodes, Interval: 100 * time.Millisecond}).Run(ctx)
 
 	decided := func(name string) certv1.CertificateSigningRequestCondition {
 		for {
@@ -63,4 +63,20 @@ func TestApproverWithARealAPIServer(t *testing.T) {
 	if c := decided("later"); c.Type != certv1.CertificateApproved {
 		t.Errorf("a later request: %+v, want approved", c)
 	}
+}
+
+// clientRequests reaches the requests through client-go.
+type clientRequests struct{ client kubernetes.Interface }
+
+func (c clientRequests) List(ctx context.Context) ([]certv1.CertificateSigningRequest, error) {
+	l, err := c.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + Signer})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+func (c clientRequests) UpdateApproval(ctx context.Context, csr *certv1.CertificateSigningRequest) error {
+	_, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
+	return err
 }

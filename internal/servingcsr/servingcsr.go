@@ -16,6 +16,7 @@
 package servingcsr
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -25,6 +26,8 @@ import (
 	"strings"
 
 	certv1 "k8s.io/api/certificates/v1"
+
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 )
 
 // Signer is the signer of kubelets' serving certificates.
@@ -47,7 +50,42 @@ type Admitted struct {
 
 // Lookup finds the admitted node of a name; ok is false if there is
 // none.
-type Lookup func(name string) (a Admitted, ok bool, err error)
+type Lookup func(ctx context.Context, name string) (a Admitted, ok bool, err error)
+
+// FromRecords is the admitted node called name among the cluster's
+// records of admitted state disks: the addresses of every disk recorded
+// for an instance of that name that the owner has not removed (a node
+// has one disk; its records are one per disk it joined with), or, if
+// the owner removed every one, a removed node.
+func FromRecords(recs []admitted.Record, name string) (a Admitted, ok bool) {
+	a = Admitted{Name: name, Removed: true}
+	for _, r := range recs {
+		if r.Instance.Name != name {
+			continue
+		}
+		ok = true
+		if r.Removed() {
+			continue
+		}
+		a.Removed = false
+		for _, addr := range r.Addresses {
+			if !slices.Contains(a.Addresses, addr) {
+				a.Addresses = append(a.Addresses, addr)
+			}
+		}
+	}
+	if !ok {
+		return Admitted{}, false
+	}
+	if a.Removed {
+		a.Addresses = nil
+	}
+	return a, true
+}
+
+// ErrNotRecorded is Decide's answer for a node the cluster has no record
+// of yet: decide again later.
+var ErrNotRecorded = errors.New("no admitted node is recorded under the requester's name yet")
 
 // Refused is a request that must be denied, and why.
 type Refused struct{ Reason string }
@@ -66,8 +104,9 @@ func NodeName(csr *certv1.CertificateSigningRequest) string {
 
 // Decide returns nil if csr, a request to Signer, may be approved, a
 // *Refused if it must be denied, or another error if the admitted
-// records could not be read (decide again later).
-func Decide(csr *certv1.CertificateSigningRequest, lookup Lookup) error {
+// records could not be read or hold no node of the requester's name
+// (ErrNotRecorded): decide again later.
+func Decide(ctx context.Context, csr *certv1.CertificateSigningRequest, lookup Lookup) error {
 	if csr.Spec.SignerName != Signer {
 		return &Refused{fmt.Sprintf("signer %q is not %s", csr.Spec.SignerName, Signer)}
 	}
@@ -85,14 +124,19 @@ func Decide(csr *certv1.CertificateSigningRequest, lookup Lookup) error {
 	if err := checkUsages(csr.Spec.Usages); err != nil {
 		return &Refused{err.Error()}
 	}
-	admitted, ok, err := lookup(name)
+	node, ok, err := lookup(ctx, name)
 	if err != nil {
 		return fmt.Errorf("read the admitted record of node %s: %w", name, err)
 	}
 	switch {
 	case !ok:
-		return &Refused{fmt.Sprintf("no node %s was admitted", name)}
-	case admitted.Removed:
+		// Not refused: the first control plane's kubelet asks before
+		// 'orrery init' recorded its node, and a denial would cost it
+		// a new request after a back-off. Nothing but the join service
+		// (which records first) and kubeadm on the first control plane
+		// gives a kubelet its credential, so this is no other node's.
+		return fmt.Errorf("%w: %s", ErrNotRecorded, name)
+	case node.Removed:
 		return &Refused{fmt.Sprintf("node %s was removed by the owner", name)}
 	}
 	if len(req.DNSNames)+len(req.IPAddresses) == 0 {
@@ -105,8 +149,8 @@ func Decide(csr *certv1.CertificateSigningRequest, lookup Lookup) error {
 	}
 	for _, ip := range req.IPAddresses {
 		addr, ok := netip.AddrFromSlice(ip)
-		if !ok || !slices.Contains(admitted.Addresses, addr.Unmap()) {
-			return &Refused{fmt.Sprintf("address %s is not one node %s was admitted with (%s)", ip, name, addressList(admitted.Addresses))}
+		if !ok || !slices.Contains(node.Addresses, addr.Unmap()) {
+			return &Refused{fmt.Sprintf("address %s is not one node %s was admitted with (%s)", ip, name, addressList(node.Addresses))}
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package servingcsr
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,11 +16,14 @@ import (
 	"testing"
 
 	certv1 "k8s.io/api/certificates/v1"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 )
 
 // admittedNodes is the cluster of the tests: worker-0 and worker-1,
 // admitted at their addresses, and old-0, removed.
-func admittedNodes(name string) (Admitted, bool, error) {
+func admittedNodes(_ context.Context, name string) (Admitted, bool, error) {
 	nodes := map[string]Admitted{
 		"worker-0": {Name: "worker-0", Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.0")}},
 		"worker-1": {Name: "worker-1", Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.1")}},
@@ -96,12 +100,11 @@ func TestDecide(t *testing.T) {
 		}), refused: "not a node"},
 		"a node name without the nodes group": {req: with(own, func(r *request) { r.groups = []string{"system:authenticated"} }), refused: "not a node"},
 		"another signer":                      {req: with(own, func(r *request) { r.signer = certv1.KubeAPIServerClientKubeletSignerName }), refused: "signer"},
-		"a node never admitted":               {req: kubeletRequest("stranger-0", "10.42.1.7"), refused: "no node stranger-0 was admitted"},
 		"a node the owner removed":            {req: kubeletRequest("old-0", "10.42.1.9"), refused: "removed by the owner"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := Decide(tt.req.csr(t), admittedNodes)
+			err := Decide(context.Background(), tt.req.csr(t), admittedNodes)
 			if tt.refused == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -136,7 +139,7 @@ func TestDecideMalformed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			csr := good.DeepCopy()
 			csr.Spec.Request = tt.request
-			err := Decide(csr, admittedNodes)
+			err := Decide(context.Background(), csr, admittedNodes)
 			var refused *Refused
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want a refusal saying %q", err, tt.want)
@@ -145,10 +148,57 @@ func TestDecideMalformed(t *testing.T) {
 	}
 }
 
+// A node's addresses are those of its live records; a node whose every
+// record the owner removed is removed, with no address.
+func TestFromRecords(t *testing.T) {
+	rec := func(disk, name string, removed bool, addrs ...string) admitted.Record {
+		r := admitted.Record{DiskUUID: disk, Instance: attestation.Instance{Name: name, ID: name + "-id"}}
+		if removed {
+			r.RemovedAt = "2026-11-30T10:00:00Z"
+		}
+		for _, a := range addrs {
+			r.Addresses = append(r.Addresses, netip.MustParseAddr(a))
+		}
+		return r
+	}
+	recs := []admitted.Record{
+		rec("1", "worker-0", false, "10.42.1.0"),
+		rec("2", "worker-0", true, "10.42.1.5"),
+		rec("3", "worker-1", true, "10.42.1.1"),
+		rec("4", "worker-2", false),
+	}
+	for _, tt := range []struct {
+		name    string
+		ok      bool
+		removed bool
+		addrs   string
+	}{
+		{"worker-0", true, false, "10.42.1.0"},
+		{"worker-1", true, true, "none recorded"},
+		{"worker-2", true, false, "none recorded"},
+		{"worker-3", false, false, "none recorded"},
+	} {
+		a, ok := FromRecords(recs, tt.name)
+		if ok != tt.ok || a.Removed != tt.removed || addressList(a.Addresses) != tt.addrs {
+			t.Errorf("%s: %+v %v, want ok %v removed %v at %s", tt.name, a, ok, tt.ok, tt.removed, tt.addrs)
+		}
+	}
+}
+
+// A node with no record yet (the first control plane before 'orrery
+// init' recorded it) is neither approved nor denied: decided later.
+func TestDecideUnrecordedNode(t *testing.T) {
+	err := Decide(context.Background(), kubeletRequest("stranger-0", "10.42.1.7").csr(t), admittedNodes)
+	var refused *Refused
+	if !errors.Is(err, ErrNotRecorded) || errors.As(err, &refused) || !strings.Contains(err.Error(), "stranger-0") {
+		t.Fatalf("err = %v, want ErrNotRecorded naming the node", err)
+	}
+}
+
 // A record that cannot be read is not a refusal: the request is decided
 // again later.
 func TestDecideLookupFails(t *testing.T) {
-	err := Decide(kubeletRequest("worker-0", "10.42.1.0").csr(t), func(string) (Admitted, bool, error) {
+	err := Decide(context.Background(), kubeletRequest("worker-0", "10.42.1.0").csr(t), func(context.Context, string) (Admitted, bool, error) {
 		return Admitted{}, false, errors.New("the API server is away")
 	})
 	var refused *Refused
@@ -168,7 +218,7 @@ func FuzzDecide(f *testing.F) {
 			Request: raw, SignerName: Signer, Username: username, Groups: []string{"system:nodes"},
 			Usages: []certv1.KeyUsage{certv1.UsageServerAuth},
 		}}
-		if Decide(csr, admittedNodes) != nil {
+		if Decide(context.Background(), csr, admittedNodes) != nil {
 			return
 		}
 		block, _ := pem.Decode(raw)
@@ -176,7 +226,7 @@ func FuzzDecide(f *testing.F) {
 		if err != nil {
 			t.Fatalf("approved a request that does not parse: %v", err)
 		}
-		a, _, _ := admittedNodes(NodeName(csr))
+		a, _, _ := admittedNodes(context.Background(), NodeName(csr))
 		for _, ip := range req.IPAddresses {
 			addr, _ := netip.AddrFromSlice(ip)
 			if len(a.Addresses) == 0 || a.Addresses[0] != addr.Unmap() {

@@ -380,14 +380,12 @@ func recordOwner(ctx context.Context, cfg Config, log *slog.Logger, key []byte) 
 // It used to sign the kubelet's serving certificate, with the names and
 // addresses this node asked for, and the node installed it as kubelet.crt:
 // a certificate of the cluster CA, which pods trust for the API server,
-// for whatever names a node chose. Now nothing is written there, and the
-// kubelet makes its own self-signed serving certificate, Kubernetes'
-// default and what the first control plane has always had. That is the
-// smallest correct change: the API server as kubeadm configures it (no
-// --kubelet-certificate-authority) does not verify kubelets' serving
-// certificates, so the signed one bought no check. Verified serving
-// certificates would be kubelet's serverTLSBootstrap with an approver
-// that checks each node's names and addresses (see joinservice/README.md).
+// for whatever names a node chose. Now nothing is written there: the
+// kubelet asks the cluster for its serving certificate (kubeadm's
+// KubeletConfiguration sets serverTLSBootstrap), which the join
+// service's approver grants for the node's name and the addresses this
+// join stated only, and the API server checks it
+// (--kubelet-certificate-authority).
 //
 // kubelet bootstraps with the client certificate (kubeadm's discovery
 // kubeconfig holds it too): it asks the cluster for its own certificate

@@ -205,7 +205,21 @@ type kubeletConfiguration struct {
 	// cluster is shared with this kubelet config, so workers get it
 	// too.
 	RuntimeRequestTimeout string `json:"runtimeRequestTimeout"`
+	// ServerTLSBootstrap: kubelet asks the cluster for its serving
+	// certificate (signer kubernetes.io/kubelet-serving) instead of
+	// making a self-signed one, and serves nothing on its port until
+	// the join service's approver (internal/servingcsr) approved it for
+	// the node's name and admitted addresses.
+	ServerTLSBootstrap bool `json:"serverTLSBootstrap"`
 }
+
+// kubeletServingCA makes the API server check a kubelet's serving
+// certificate against the cluster CA when it connects for 'kubectl
+// exec', 'logs', 'port-forward' and a node's journal. Without it the API
+// server takes any certificate, and whoever answers at a node's address
+// (the host, or root on another node that took the address) reads what
+// the owner types into 'kubectl exec' and answers in the node's place.
+var kubeletServingCA = arg{Name: "kubelet-certificate-authority", Value: "/etc/kubernetes/pki/ca.crt"}
 
 // runtimeRequestTimeout is kubelet's RuntimeRequestTimeout.
 const runtimeRequestTimeout = "10m0s"
@@ -248,7 +262,7 @@ func InitConfig(p InitParams) ([]byte, error) {
 	cc.Networking.ServiceSubnet = p.ServiceCIDR
 	cc.Networking.PodSubnet = clusternet.PodCIDR
 	cc.APIServer.CertSANs = p.CertSANs
-	cc.APIServer.ExtraArgs = apiServerArgs
+	cc.APIServer.ExtraArgs = append(slices.Clone(apiServerArgs), kubeletServingCA)
 	cc.Etcd.Local.ExtraArgs = etcdArgs
 	cc.EncryptionAlgorithm = encryptionAlgorithm
 	cc.ControllerManager.ExtraArgs = append(slices.Clone(leaderElection), kubeletCertLifetime)
@@ -256,7 +270,7 @@ func InitConfig(p InitParams) ([]byte, error) {
 
 	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100,
 		ResolvConf: "/run/systemd/resolve/resolv.conf", EnableSystemLogHandler: true, EnableSystemLogQuery: true,
-		RuntimeRequestTimeout: runtimeRequestTimeout}
+		RuntimeRequestTimeout: runtimeRequestTimeout, ServerTLSBootstrap: true}
 	return documents(ic, cc, kc)
 }
 

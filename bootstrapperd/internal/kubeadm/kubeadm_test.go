@@ -87,6 +87,9 @@ func TestInitConfig(t *testing.T) {
 		{2, []string{"enableSystemLogHandler"}, true},
 		// A slow container start must finish, not start over.
 		{2, []string{"runtimeRequestTimeout"}, "10m0s"},
+		// Serving certificates from the cluster, for the admitted
+		// names and addresses only.
+		{2, []string{"serverTLSBootstrap"}, true},
 	}
 	for _, c := range checks {
 		if got := get(docs[c.doc], c.path...); got != c.want {
@@ -115,6 +118,9 @@ func TestInitConfig(t *testing.T) {
 	}
 	if args := extraArgs(docs[1], "apiServer", "extraArgs"); args["etcd-healthcheck-timeout"] != "10s" || args["etcd-readycheck-timeout"] != "10s" {
 		t.Errorf("apiServer extraArgs = %v, want 10 s etcd checks", args)
+	}
+	if args := extraArgs(docs[1], "apiServer", "extraArgs"); args["kubelet-certificate-authority"] != "/etc/kubernetes/pki/ca.crt" {
+		t.Errorf("apiServer extraArgs = %v, want kubelets' serving certificates checked against the cluster CA", args)
 	}
 	// Failed probes must reach the journal, which a failed init reports.
 	if args := extraArgs(docs[0], "nodeRegistration", "kubeletExtraArgs"); args["node-ip"] != "10.42.1.100" || args["v"] != "1" {

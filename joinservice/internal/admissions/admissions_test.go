@@ -3,8 +3,8 @@ package admissions
 import (
 	"context"
 	"errors"
-	"strings"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/orrery-dev/orrery/internal/attestation"
+	"github.com/orrery-dev/orrery/internal/owner/charts"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
+	"github.com/orrery-dev/orrery/internal/servingcsr"
+	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
+	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
+	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
+)
+
+// The join service's approver, over its own API client and the records
+// its joins wrote, on a real API server: root on worker-0, with its
+// kubelet's credential, gets a serving certificate approved for its own
+// address and denied for the control plane's.
+func TestServingApproverDecidesFromTheRecords(t *testing.T) {
+	srv := apiservertest.Start(t)
+	manifest, err := charts.CRDManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.InstallCRDs(t, manifest)
+	httpClient, err := rest.HTTPClientFor(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &apiserver.Conn{Server: srv.Config.Host, HTTP: httpClient}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store := &admissions.Store{Conn: api}
+	for i, n := range []struct{ name, addr string }{{"cp-0", "10.42.1.100"}, {"worker-0", "10.42.1.0"}} {
+		rec := admitted.Record{DiskUUID: "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6" + string(rune('0'+i)), Instance: attestation.Instance{Name: n.name, ID: n.name + "-id"},
+			Addresses: []netip.Addr{netip.MustParseAddr(n.addr)}}
+		for err := store.Admit(ctx, rec); err != nil; err = store.Admit(ctx, rec) {
+			// A new CRD answers 429 until its cache started.
+			if !strings.Contains(err.Error(), "429") {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	worker := kubernetes.NewForConfigOrDie(srv.ConfigAs(t, "system:node:worker-0", "system:nodes"))
+	submitServingCSR(t, worker, "own", "worker-0", "10.42.1.0")
+	submitServingCSR(t, worker, "control-plane", "worker-0", "10.42.1.100")
+
+	a := servingApprover(api, slog.New(slog.DiscardHandler))
+	a.Interval = 100 * time.Millisecond
+	go a.Run(ctx)
+
+	admin := kubernetes.NewForConfigOrDie(srv.Config)
+	decided := func(name string) certv1.CertificateSigningRequestCondition {
+		for ; ; time.Sleep(100 * time.Millisecond) {
+			csr, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if len(csr.Status.Conditions) > 0 {
+				return csr.Status.Conditions[0]
+			}
+		}
+	}
+	if c := decided("own"); c.Type != certv1.CertificateApproved {
+		t.Errorf("worker-0's request for its own address: %+v, want approved", c)
+	}
+	if c := decided("control-plane"); c.Type != certv1.CertificateDenied || !strings.Contains(c.Message, "10.42.1.100") {
+		t.Errorf("worker-0's request for the control plane's address: %+v, want denied naming it", c)
+	}
+}
+
+func submitServingCSR(t *testing.T, c kubernetes.Interface, name, node string, ips ...string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}, DNSNames: []string{node}}
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CertificatesV1().CertificateSigningRequests().Create(context.Background(), &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certv1.CertificateSigningRequestSpec{Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("submit %s: %v", name, err)
+	}
+}

@@ -50,6 +50,22 @@ func get(m map[string]any, path ...string) any {
 	return cur
 }
 
+// Kubelets serve with certificates from the cluster, and the API server
+// checks them.
+func TestInitConfigVerifiesKubelets(t *testing.T) {
+	raw, err := InitConfig(InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := splitDocs(t, raw)
+	if got := get(docs[2], "serverTLSBootstrap"); got != true {
+		t.Errorf("serverTLSBootstrap = %v, want true", got)
+	}
+	if args := extraArgs(docs[1], "apiServer", "extraArgs"); args["kubelet-certificate-authority"] != "/etc/kubernetes/pki/ca.crt" {
+		t.Errorf("apiServer extraArgs = %v, want kubelets' serving certificates checked against the cluster CA", args)
+	}
+}
+
 func TestInitConfig(t *testing.T) {
 	raw, err := InitConfig(InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"), KubernetesVersion: "v1.36.3",
 		ClusterName: "demo", ServiceCIDR: "10.96.0.0/12", CertSANs: []string{"api.example.org"}, PatchDir: "/run/orrery/kubeadm-patches"})
@@ -87,9 +103,6 @@ func TestInitConfig(t *testing.T) {
 		{2, []string{"enableSystemLogHandler"}, true},
 		// A slow container start must finish, not start over.
 		{2, []string{"runtimeRequestTimeout"}, "10m0s"},
-		// Serving certificates from the cluster, for the admitted
-		// names and addresses only.
-		{2, []string{"serverTLSBootstrap"}, true},
 	}
 	for _, c := range checks {
 		if got := get(docs[c.doc], c.path...); got != c.want {
@@ -119,9 +132,7 @@ func TestInitConfig(t *testing.T) {
 	if args := extraArgs(docs[1], "apiServer", "extraArgs"); args["etcd-healthcheck-timeout"] != "10s" || args["etcd-readycheck-timeout"] != "10s" {
 		t.Errorf("apiServer extraArgs = %v, want 10 s etcd checks", args)
 	}
-	if args := extraArgs(docs[1], "apiServer", "extraArgs"); args["kubelet-certificate-authority"] != "/etc/kubernetes/pki/ca.crt" {
-		t.Errorf("apiServer extraArgs = %v, want kubelets' serving certificates checked against the cluster CA", args)
-	}
+
 	// Failed probes must reach the journal, which a failed init reports.
 	if args := extraArgs(docs[0], "nodeRegistration", "kubeletExtraArgs"); args["node-ip"] != "10.42.1.100" || args["v"] != "1" {
 		t.Errorf("kubeletExtraArgs = %v, want the node IP and verbosity 1", args)

@@ -318,6 +318,7 @@ var coreCases = []clusterCase{
 	{"", (*suite).workerJoins},
 	{"join service, key service, CNI and CoreDNS ready", (*suite).servicesReady},
 	{"", (*suite).serviceAcrossNodes},
+	{"", (*suite).podTrafficEncrypted},
 	{"the credentials on a worker may not reach the master secret", func(s *suite) { auditWorkerCredentials(s.t, s.k) }},
 	{"", (*suite).kubeletServingCertificates},
 	{"orrery verify checks every running node", (*suite).verifyRunningNodes},

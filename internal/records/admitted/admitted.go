@@ -227,9 +227,15 @@ func Parse(diskUUID string, object []byte) (Record, error) {
 	return r, nil
 }
 
-// ParseList reads an AdmittedNodeList as the API server returns it.
-// Items that do not parse are left out and named in the error beside
-// the good ones: one bad record must not hide every other node's.
+// BadItemsError names the items of a list that did not parse.
+type BadItemsError struct{ Errs []error }
+
+func (e *BadItemsError) Error() string { return errors.Join(e.Errs...).Error() }
+
+// ParseList reads an AdmittedNodeList (or one page of it) as the API
+// server returns it. Items that do not parse are left out and named in a
+// *BadItemsError beside the good ones: one bad record must not hide
+// every other node's. Any other error means the list itself is not one.
 func ParseList(list []byte) ([]Record, error) {
 	var l struct {
 		Items []json.RawMessage `json:"items"`
@@ -238,7 +244,7 @@ func ParseList(list []byte) ([]Record, error) {
 		return nil, fmt.Errorf("decode the list of admitted node records: %w", err)
 	}
 	var recs []Record
-	var errs []error
+	var bad []error
 	for _, item := range l.Items {
 		var meta struct {
 			Metadata struct {
@@ -248,15 +254,18 @@ func ParseList(list []byte) ([]Record, error) {
 		_ = json.Unmarshal(item, &meta)
 		disk, ok := strings.CutPrefix(meta.Metadata.Name, "disk-")
 		if !ok {
-			errs = append(errs, fmt.Errorf("admitted node record %.80q is not named disk-<UUID>", meta.Metadata.Name))
+			bad = append(bad, fmt.Errorf("admitted node record %.80q is not named disk-<UUID>", meta.Metadata.Name))
 			continue
 		}
 		r, err := Parse(disk, item)
 		if err != nil {
-			errs = append(errs, err)
+			bad = append(bad, err)
 			continue
 		}
 		recs = append(recs, r)
 	}
-	return recs, errors.Join(errs...)
+	if len(bad) > 0 {
+		return recs, &BadItemsError{bad}
+	}
+	return recs, nil
 }

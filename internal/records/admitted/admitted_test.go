@@ -2,6 +2,7 @@ package admitted
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -99,11 +100,12 @@ func TestParseList(t *testing.T) {
 	}
 	// The record stored under another disk's name, and the badly named
 	// one, are named in the error.
-	if err == nil || !strings.Contains(err.Error(), "holds disk") || !strings.Contains(err.Error(), `"x"`) {
+	var bad *BadItemsError
+	if !errors.As(err, &bad) || len(bad.Errs) != 2 || !strings.Contains(err.Error(), "holds disk") || !strings.Contains(err.Error(), `"x"`) {
 		t.Errorf("ParseList's error: %v", err)
 	}
-	if _, err := ParseList([]byte(`{"items":`)); err == nil {
-		t.Error("a truncated list was read")
+	if _, err := ParseList([]byte(`{"items":`)); err == nil || errors.As(err, &bad) {
+		t.Errorf("a truncated list: %v, want an error that is not about items", err)
 	}
 }
 

@@ -45,9 +45,13 @@ type Stats struct {
 	UDP map[uint16]int
 }
 
-// Start captures every frame crossing iface in the network namespace at
-// netns (a path such as /run/netns/NAME, or "" for the caller's own),
-// looking for markers in each.
+// Start captures every frame crossing iface ("" for every interface) in
+// the network namespace at netns (a path such as /run/netns/NAME, or ""
+// for the caller's own), looking for markers in each. A bridge's own
+// interface sees only what the host itself sends and receives, not what
+// the bridge forwards between its ports: to see what crosses a bridge,
+// capture its ports, or every interface (each forwarded frame is then
+// seen twice, on the port it came in by and the one it left by).
 func Start(netns, iface string, markers ...[]byte) (*Capture, error) {
 	fd, err := openIn(netns, iface)
 	if err != nil {
@@ -71,9 +75,13 @@ func Start(netns, iface string, markers ...[]byte) (*Capture, error) {
 func openIn(netns, iface string) (int, error) {
 	fd := -1
 	err := InNamespace(netns, func() error {
-		ifi, err := net.InterfaceByName(iface)
-		if err != nil {
-			return fmt.Errorf("packet capture: interface %s: %w", iface, err)
+		// Index 0 is every interface of the namespace.
+		ifi := &net.Interface{Name: "every interface"}
+		if iface != "" {
+			var err error
+			if ifi, err = net.InterfaceByName(iface); err != nil {
+				return fmt.Errorf("packet capture: interface %s: %w", iface, err)
+			}
 		}
 		s, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 		if err != nil {
@@ -81,7 +89,7 @@ func openIn(netns, iface string) (int, error) {
 		}
 		if err := unix.Bind(s, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 			unix.Close(s)
-			return fmt.Errorf("packet capture: bind to %s: %w", iface, err)
+			return fmt.Errorf("packet capture: bind to %s: %w", ifi.Name, err)
 		}
 		fd = s
 		return nil

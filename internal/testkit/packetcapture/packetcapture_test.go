@@ -38,6 +38,11 @@ func TestCaptureSeesAMarkerOverVXLAN(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop()
+	every, err := Start("/run/netns/"+b, "", sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer every.Stop()
 	err = InNamespace("/run/netns/"+a, func() error {
 		// Unconnected: nothing listens, and the ICMP answers must not
 		// end the sending.
@@ -69,6 +74,11 @@ func TestCaptureSeesAMarkerOverVXLAN(t *testing.T) {
 	}
 	if stats.Seen[string(unsent)] != 0 {
 		t.Errorf("a marker nobody sent was seen in %d frames", stats.Seen[string(unsent)])
+	}
+	// Every interface of b: the veth, and the VXLAN device the marker
+	// came out of in clear text.
+	if stats, err := every.Stop(); err != nil || stats.Seen[string(sent)] < 2 || stats.UDP[4789] == 0 {
+		t.Errorf("capturing every interface: %+v, %v; want the marker on both devices and the VXLAN datagrams", stats, err)
 	}
 }
 

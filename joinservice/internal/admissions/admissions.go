@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 
 	"github.com/orrery-dev/orrery/internal/records/admitted"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
@@ -134,22 +135,45 @@ func (s *Store) patchSpec(ctx context.Context, diskUUID, what string, spec map[s
 	return nil
 }
 
-// List returns every record the cluster holds. A record that does not
-// parse is left out (it is named in the error of any call that reads
-// it alone): one bad record must not stop every join.
+// listPage bounds each answer of List's: the API server's answers are
+// read up to 1 MiB, and a record is about 500 bytes.
+var listPage = 500
+
+// List returns every record the cluster holds, a page at a time. A
+// record that does not parse is left out (it is named in the error of
+// any call that reads it alone): one bad record must not stop every
+// join.
 func (s *Store) List(ctx context.Context) ([]admitted.Record, error) {
-	code, body, err := s.Conn.Do(ctx, http.MethodGet, orreryapi.Path(orreryapi.AdmittedNodes, ""), nil)
-	if err != nil {
-		return nil, fmt.Errorf("list the admitted nodes: %w", err)
+	var all []admitted.Record
+	next := ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(listPage)}}
+		if next != "" {
+			q.Set("continue", next)
+		}
+		code, body, err := s.Conn.Do(ctx, http.MethodGet, orreryapi.Path(orreryapi.AdmittedNodes, "")+"?"+q.Encode(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("list the admitted nodes: %w", err)
+		}
+		if code != http.StatusOK {
+			return nil, fmt.Errorf("list the admitted nodes: API server answered %d %s: %s", code, http.StatusText(code), apiserver.Excerpt(body))
+		}
+		recs, err := admitted.ParseList(body)
+		var bad *admitted.BadItemsError
+		if err != nil && !errors.As(err, &bad) {
+			return nil, err
+		}
+		all = append(all, recs...)
+		var page struct {
+			Metadata struct {
+				Continue string `json:"continue"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal(body, &page)
+		if next = page.Metadata.Continue; next == "" {
+			return all, nil
+		}
 	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("list the admitted nodes: API server answered %d %s: %s", code, http.StatusText(code), apiserver.Excerpt(body))
-	}
-	recs, err := admitted.ParseList(body)
-	if recs == nil && err != nil {
-		return nil, err
-	}
-	return recs, nil
 }
 
 // ErrAddressTaken is returned by Admit for an address recorded for

@@ -179,6 +179,24 @@ func TestAdmitAddresses(t *testing.T) {
 	}
 }
 
+// List reads every page of the records.
+func TestListPages(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	defer func(n int) { listPage = n }(listPage)
+	listPage = 1
+	for i, name := range []string{"worker-0", "worker-1", "worker-2"} {
+		rec := admitted.Record{DiskUUID: "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6" + string(rune('0'+i)), Instance: attestation.Instance{Name: name, ID: name}}
+		if err := s.Admit(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := s.List(ctx)
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("List = %d records, %v; want 3", len(recs), err)
+	}
+}
+
 // A record changed by someone into another disk's is not believed.
 func TestLookupChecksTheRecord(t *testing.T) {
 	s, srv := newStore(t)

@@ -159,7 +159,11 @@ func (s *suite) intruderRefused() {
 // CA keys in caKeys).
 func (s *suite) supportBundle(caKeys []string) {
 	bundle := filepath.Join(s.dir, "support.tar.gz")
-	out, err := s.orreryAsOwner("support", "--file", bundle)
+	// Each node's part is the whole of its journal since boot, read by
+	// its inspect service: on the worker, starved beside the control
+	// plane under TCG, that took 3m28s in one smoke run and more than
+	// the command's default 5 min in a later one.
+	out, err := s.orreryAsOwner("support", "--file", bundle, "--timeout", patience(10*time.Minute).String())
 	s.t.Logf("orrery support:\n%s", out)
 	if err != nil {
 		s.t.Fatalf("orrery support: %v", err)

@@ -36,7 +36,7 @@ spec:
     image: $image
     imagePullPolicy: Never
     command: ["/usr/bin/busybox", "sh", "-c", "mkdir -p /www && busybox dd if=/dev/urandom of=/www/blob bs=1048576 count=$mib 2>/dev/null && exec busybox httpd -f -p 8080 -h /www"]
-    readinessProbe: {exec: {command: ["/usr/bin/busybox", "test", "-s", "/www/blob"]}, periodSeconds: 2}
+    readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 2}
 YAML
 kubectl wait --for=condition=Ready pod/podnet-server --timeout=5m >/dev/null
 ip=$(kubectl get pod podnet-server -o jsonpath='{.status.podIP}')
@@ -70,7 +70,18 @@ for _ in $(seq 200); do
 	sleep 3
 done
 [[ $out == *done* ]] || { echo "podnet-bench: the client did not finish:" >&2; echo "$out" >&2; exit 1; }
-# Each download prints its byte count, then its time; MB/s per run.
-rates=$(awk -v mib="$mib" '/^download/ {printf "%s%.1f", sep, mib*1.048576/$2; sep=" "}' <<<"$out")
+# Each download prints its byte count (the HTTP answer: headers and the
+# blob), then its time; MB/s per run from the bytes that came. A short
+# download is an error, not a fast one.
+rates=$(awk -v want=$((mib << 20)) '
+	/^[0-9]+$/ {b[++nb] = $1}
+	/^download/ {d[++nd] = $2}
+	END {
+		# stdout and stderr interleave in the log: pair them by order.
+		for (i = 1; i <= nd; i++) {
+			if (b[i] < want) { print "short: " b[i] " bytes"; exit 1 }
+			printf "%s%.2f", sep, b[i] / 1e6 / d[i]; sep = " "
+		}
+	}' <<<"$out") || { echo "podnet-bench: a download came short ($rates):" >&2; echo "$out" >&2; exit 1; }
 rtt=$(sed -n 's/.*min\/avg\/max = \([0-9.\/]*\) ms.*/\1/p' <<<"$out")
 echo "podnet-bench: backend $backend, $client -> $server, ${mib} MiB x $runs: MB/s $rates; ping min/avg/max ms $rtt"

@@ -3,19 +3,14 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/orrery-dev/orrery/internal/testkit/csrtest"
 )
 
 // kubeletServingCertificates: the API server checks kubelets' serving
@@ -60,18 +55,7 @@ func (s *suite) kubeletServingCertificates() {
 // servingRequest is a CertificateSigningRequest, as a kubelet makes it,
 // for node's serving certificate naming ip.
 func servingRequest(s *suite, name, node, ip string) string {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:  pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
-		DNSNames: []string{node}, IPAddresses: []net.IP{net.ParseIP(ip)},
-	}, key)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	request := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	request := base64.StdEncoding.EncodeToString(csrtest.KubeletRequest(s.t, node, ip))
 	return fmt.Sprintf(`apiVersion: certificates.k8s.io/v1
 kind: CertificateSigningRequest
 metadata:

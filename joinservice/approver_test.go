@@ -2,14 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -25,6 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/records/admitted"
 	"github.com/orrery-dev/orrery/internal/servingcsr"
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
+	"github.com/orrery-dev/orrery/internal/testkit/csrtest"
 	"github.com/orrery-dev/orrery/joinservice/internal/admissions"
 	"github.com/orrery-dev/orrery/joinservice/internal/apiserver"
 )
@@ -89,21 +83,9 @@ func TestServingApproverDecidesFromTheRecords(t *testing.T) {
 
 func submitServingCSR(t *testing.T, c kubernetes.Interface, name, node string, ips ...string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}, DNSNames: []string{node}}
-	for _, ip := range ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.CertificatesV1().CertificateSigningRequests().Create(context.Background(), &certv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: certv1.CertificateSigningRequestSpec{Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+		Spec: certv1.CertificateSigningRequestSpec{Request: csrtest.KubeletRequest(t, node, ips...),
 			SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("submit %s: %v", name, err)

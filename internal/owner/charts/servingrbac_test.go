@@ -2,12 +2,6 @@ package charts
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"testing"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -17,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
+	"github.com/orrery-dev/orrery/internal/testkit/csrtest"
 )
 
 // The join service's account may decide requests to the kubelet-serving
@@ -51,19 +46,9 @@ func TestOnlyTheJoinServiceDecidesServingRequests(t *testing.T) {
 
 func submitCSR(t *testing.T, c kubernetes.Interface, name, signer string, usage certv1.KeyUsage) *certv1.CertificateSigningRequest {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: "system:node:worker-0", Organization: []string{"system:nodes"}}, DNSNames: []string{"worker-0"},
-	}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	csr, err := c.CertificatesV1().CertificateSigningRequests().Create(context.Background(), &certv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: certv1.CertificateSigningRequestSpec{Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+		Spec: certv1.CertificateSigningRequestSpec{Request: csrtest.KubeletRequest(t, "worker-0"),
 			SignerName: signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, usage}},
 	}, metav1.CreateOptions{})
 	if err != nil {

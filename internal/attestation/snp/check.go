@@ -47,13 +47,17 @@ func (v *Verifier) checkPolicy(att *spb.Attestation, base *validate.Options) err
 
 func (v *Verifier) policyChecks(report *spb.Report, with func(func(*validate.Options)) func() bool) []policyCheck {
 	p := v.cfg.Policy
-	checks := []policyCheck{{
-		field:    "measurement",
-		warnOnly: p.Measurement.WarnOnly,
-		passes:   with(func(o *validate.Options) { o.Measurement = p.Measurement.Expected }),
-		seen:     hex.EncodeToString(report.GetMeasurement()),
-		wanted:   hex.EncodeToString(p.Measurement.Expected),
-	}}
+	var checks []policyCheck
+	// Without a fixed measurement, checkEndorsedLaunch has checked it.
+	if m := p.Measurement; m != nil {
+		checks = append(checks, policyCheck{
+			field:    "measurement",
+			warnOnly: m.WarnOnly,
+			passes:   with(func(o *validate.Options) { o.Measurement = m.Expected }),
+			seen:     hex.EncodeToString(report.GetMeasurement()),
+			wanted:   hex.EncodeToString(m.Expected),
+		})
+	}
 	gp := p.GuestPolicy
 	if gp == nil {
 		gp = &GuestPolicy{AllowSMT: true}

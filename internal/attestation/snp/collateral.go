@@ -179,3 +179,14 @@ func fetchHint(cache Collateral, url string) string {
 	}
 	return fmt.Sprintf("fetch %s from AMD's KDS into the collateral cache (--snp-collateral)", url)
 }
+
+// fetchEndorsementHint says how to put Google's launch endorsement at url
+// into the cache.
+func fetchEndorsementHint(cache Collateral, url string) string {
+	if d, ok := cache.(CollateralDir); ok {
+		if path, err := d.path(url); err == nil {
+			return fmt.Sprintf("fetch it from Google into the collateral cache: curl -fsS --create-dirs -o %s %s", path, url)
+		}
+	}
+	return fmt.Sprintf("fetch %s into the collateral cache (--snp-collateral)", url)
+}

@@ -12,17 +12,21 @@ import (
 	"github.com/google/go-sev-guest/abi"
 	"github.com/google/go-sev-guest/kds"
 
+	"github.com/orrery-dev/orrery/internal/attestation/gcp/launchendorsement"
 	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
 // Policy is the owner's SEV-SNP section of the measurements file: what a
 // node's attestation report must show. Every check but the launch
 // measurement is optional; each has its own warnOnly, whose zero value
-// enforces. Debug guests are refused whatever the policy says.
+// enforces. Debug guests are refused whatever the policy says. The
+// launch measurement is either fixed (measurement) or any that Google
+// endorsed for its firmware (gceLaunchEndorsement, on Google Cloud).
 //
 // The JSON form is
 //
 //	{"measurement": {"expected": "<96 hex digits>", "warnOnly": false},
+//	 or "gceLaunchEndorsement": {"roots": "<PEM>", "minimumSvn": 0},
 //	 "guestPolicy": {"allowSmt": true, "allowMigrationAgent": false},
 //	 "minimumTcb": {"bootloader": 3, "tee": 0, "snp": 8, "microcode": 115},
 //	 "chipIds": {"allowed": ["<128 hex digits>", ...]},
@@ -30,8 +34,15 @@ import (
 //	 "testRoot": {"notARealCpu": true, "ark": "<PEM>", "ask": "<PEM>"}}
 type Policy struct {
 	// Measurement is the launch measurement (SHA-384 of the initial
-	// guest memory: the firmware). Required.
-	Measurement *tee.Expected `json:"measurement"`
+	// guest memory: the firmware). Required unless GCELaunchEndorsement
+	// is given.
+	Measurement *tee.Expected `json:"measurement,omitempty"`
+	// GCELaunchEndorsement accepts any launch measurement Google
+	// endorsed for its Confidential VM firmware under the roots it
+	// names, instead of one fixed measurement: Google's VMM builds the
+	// VMSAs and metadata pages the measurement covers, and only its
+	// endorsements say what they measure to.
+	GCELaunchEndorsement *launchendorsement.Policy `json:"gceLaunchEndorsement,omitempty"`
 	// GuestPolicy says which guest policy bits are accepted besides the
 	// always-refused debug bit. Nil accepts SMT and refuses a migration
 	// agent.
@@ -106,8 +117,14 @@ func ParsePolicy(data []byte) (Policy, error) {
 func (p Policy) Validate() error {
 	var errs []error
 	switch {
-	case p.Measurement == nil:
-		errs = append(errs, errors.New("measurement is missing: without it any firmware would pass"))
+	case p.Measurement == nil && p.GCELaunchEndorsement == nil:
+		errs = append(errs, errors.New("measurement is missing: without it any firmware would pass (on Google Cloud, name Google's root in gceLaunchEndorsement instead)"))
+	case p.Measurement != nil && p.GCELaunchEndorsement != nil:
+		errs = append(errs, errors.New("give measurement or gceLaunchEndorsement, not both: which one would decide is not clear"))
+	case p.GCELaunchEndorsement != nil:
+		if _, err := p.GCELaunchEndorsement.Pool(); err != nil {
+			errs = append(errs, fmt.Errorf("gceLaunchEndorsement.%w", err))
+		}
 	case len(p.Measurement.Expected) != abi.MeasurementSize:
 		errs = append(errs, fmt.Errorf("measurement has %d bytes, not the %d of a SHA-384 digest", len(p.Measurement.Expected), abi.MeasurementSize))
 	}

@@ -17,6 +17,7 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 	var got Policy
 	_, err := strictjson.Object(data, map[string]func(json.RawMessage) error{
 		"measurement":          strictjson.New(&got.Measurement),
+		"gceLaunchEndorsement": strictjson.New(&got.GCELaunchEndorsement),
 		"guestPolicy":          strictjson.New(&got.GuestPolicy),
 		"minimumTcb":           strictjson.New(&got.MinimumTCB),
 		"chipIds":              strictjson.New(&got.ChipIDs),

@@ -27,6 +27,10 @@ type simCase struct {
 	policy snp.Policy
 	crl    []byte
 	data   [abi.ReportDataSize]byte
+	// attached are the host's extra certificate table entries, by GUID.
+	attached map[string][]byte
+	// cached is more of the owner's collateral, by URL.
+	cached snp.CollateralMap
 }
 
 func newSim(t *testing.T, cfg snpsim.Config) *simCase {
@@ -75,9 +79,16 @@ func (s *simCase) verify(t *testing.T) ([]tee.Field, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.attached != nil {
+		att.CertificateChain.Extras = s.attached
+	}
+	collateral := snp.CollateralMap{s.chip.CRLURL(): s.crl}
+	for url, b := range s.cached {
+		collateral[url] = b
+	}
 	v, err := snp.NewVerifier(snp.Config{
 		Policy:     s.policy,
-		Collateral: snp.CollateralMap{s.chip.CRLURL(): s.crl},
+		Collateral: collateral,
 		Now:        func() time.Time { return simNow },
 	})
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ import (
 	attestpb "github.com/google/go-tpm-tools/proto/attest"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/orrery-dev/orrery/internal/attestation/gcp/launchendorsement"
 	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
@@ -184,10 +186,48 @@ func (v *Verifier) VerifyReport(ctx context.Context, evidence *spb.Attestation, 
 	if err := validate.SnpAttestation(att, base); err != nil {
 		return nil, v.explainBase(report, reportData, err)
 	}
+	var launch []tee.Field
+	if p := v.cfg.Policy.GCELaunchEndorsement; p != nil {
+		l, err := v.checkEndorsedLaunch(att, *p)
+		if err != nil {
+			return nil, err
+		}
+		launch = append(launch, tee.Field{Name: "launch endorsement", Value: l.Describe()})
+	}
 	if err := v.checkPolicy(att, base); err != nil {
 		return nil, err
 	}
-	return fields(att, root, v.testRoot), nil
+	return append(fields(att, root, v.testRoot), launch...), nil
+}
+
+// checkEndorsedLaunch checks that Google endorsed the report's launch
+// measurement. The endorsement comes from the host, in the extended
+// report's certificate table, as GCE attaches it, or else from the
+// owner's collateral cache at the URL Google publishes it under. Its
+// origin does not matter: it is verified under the owner's roots, and
+// a host that attaches another firmware's endorsement only gets the
+// report refused, since the AMD-signed measurement must be listed in it.
+func (v *Verifier) checkEndorsedLaunch(att *spb.Attestation, p launchendorsement.Policy) (launchendorsement.SNPLaunch, error) {
+	m := att.GetReport().GetMeasurement()
+	blob, from := att.GetCertificateChain().GetExtras()[launchendorsement.SNPCertTableGUID], "attached by the host"
+	if len(blob) == 0 {
+		url := launchendorsement.SNPURL(m)
+		var err error
+		if v.cfg.Collateral == nil {
+			err = fs.ErrNotExist
+		} else {
+			blob, err = v.cfg.Collateral.Get(url)
+		}
+		if err != nil {
+			return launchendorsement.SNPLaunch{}, fmt.Errorf("SEV-SNP report refused: the host attached no launch endorsement of its firmware and the collateral cache holds none (%s): %w", fetchEndorsementHint(v.cfg.Collateral, url), err)
+		}
+		from = "from the collateral cache"
+	}
+	l, err := p.CheckSNP(blob, m, v.cfg.Now())
+	if err != nil {
+		return launchendorsement.SNPLaunch{}, fmt.Errorf("SEV-SNP report refused: launch endorsement %s: %w", from, err)
+	}
+	return l, nil
 }
 
 // verifySignature runs go-sev-guest's verification offline and returns

@@ -70,7 +70,11 @@ func policyChecks(p Policy, q *tdxpb.QuoteV4) []policyCheck {
 		set(&c.opts.TdQuoteBodyOptions)
 		return c
 	}
-	checks := []policyCheck{exact("mrtd", p.MRTD, b.GetMrTd(), func(o *validate.TdQuoteBodyOptions) { o.MrTd = p.MRTD.Expected })}
+	var checks []policyCheck
+	// Without a fixed MRTD, checkEndorsedLaunch has checked it.
+	if e := p.MRTD; e != nil {
+		checks = append(checks, exact("mrtd", e, b.GetMrTd(), func(o *validate.TdQuoteBodyOptions) { o.MrTd = e.Expected }))
+	}
 	for i, r := range p.RTMR {
 		if r == nil {
 			continue

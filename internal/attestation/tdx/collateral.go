@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-tdx-guest/pcs"
 	"github.com/google/go-tdx-guest/verify/trust"
 
+	"github.com/orrery-dev/orrery/internal/attestation/gcp/launchendorsement"
 	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
@@ -74,6 +75,12 @@ func entryFor(rawURL string) (cacheEntry, bool) {
 		}
 		name := "tcb-info-" + fmspc
 		return cacheEntry{"TDX TCB info for FMSPC " + fmspc, name + ".json", name + ".issuer-chain.pem", pcs.TcbInfoIssuerChainPhrase, "TCB-Info-Issuer-Chain"}, true
+	}
+	if mrtd, ok := strings.CutSuffix(strings.TrimPrefix(rawURL, launchendorsement.TDXURLPrefix), ".binarypb"); ok && strings.HasPrefix(rawURL, launchendorsement.TDXURLPrefix) {
+		if b, err := hex.DecodeString(mrtd); err != nil || len(b) != 48 || mrtd != strings.ToLower(mrtd) {
+			return cacheEntry{}, false
+		}
+		return cacheEntry{what: "Google's launch endorsement of the firmware with MRTD " + mrtd, body: "gce-tdx-endorsement-" + mrtd + ".binarypb"}, true
 	}
 	switch rawURL {
 	case pcs.QeIdentityURL():

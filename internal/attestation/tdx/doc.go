@@ -51,6 +51,8 @@
 //	pck-crl-<ca>.der                       body of https://api.trustedservices.intel.com/sgx/certification/v4/pckcrl?ca=<ca>&encoding=der
 //	pck-crl-<ca>.issuer-chain.pem          that response's SGX-PCK-CRL-Issuer-Chain header
 //	root-ca-crl.der                        body of https://certificates.trustedservices.intel.com/IntelSGXRootCA.der
+//	gce-tdx-endorsement-<mrtd>.binarypb    body of https://storage.googleapis.com/gce_tcb_integrity/ovmf_x64_csm/tdx/<mrtd>.binarypb
+//	                                       (Google's launch endorsement; only for a policy with gceLaunchEndorsement)
 //
 // <fmspc> is the platform's FMSPC in lowercase hex (12 digits, from its
 // PCK certificate: an error naming the missing file says which), <ca> is

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-tdx-guest/abi"
 
+	"github.com/orrery-dev/orrery/internal/attestation/gcp/launchendorsement"
 	"github.com/orrery-dev/orrery/internal/attestation/tee"
 	"github.com/orrery-dev/orrery/internal/strictjson"
 )
@@ -23,6 +24,7 @@ import (
 // repeated fields, no null, no trailing data) is
 //
 //	{"mrtd": {"expected": "<96 hex digits>", "warnOnly": false},
+//	 or "gceLaunchEndorsement": {"roots": "<PEM>", "minimumSvn": 0},
 //	 "rtmr0": {"expected": "<96 hex digits>"}, ... "rtmr3": {...},
 //	 "mrseam": {"expected": "<96 hex digits>"},
 //	 "tdAttributes": {"expected": "<16 hex digits>"},
@@ -33,8 +35,14 @@ import (
 // endian: "0000001000000000" is SEPT_VE_DISABLE alone).
 type Policy struct {
 	// MRTD is the TD's build-time measurement: the firmware image the
-	// host loaded. Required: without it any firmware would pass.
+	// host loaded. Required unless GCELaunchEndorsement is given:
+	// without either any firmware would pass.
 	MRTD *tee.Expected
+	// GCELaunchEndorsement accepts any MRTD Google endorsed for its
+	// Confidential VM firmware under the roots it names, instead of one
+	// fixed MRTD. The endorsement comes from the collateral cache
+	// (gce-tdx-endorsement-<mrtd>.binarypb).
+	GCELaunchEndorsement *launchendorsement.Policy
 	// RTMR are the runtime measurement registers RTMR0 to RTMR3 (JSON
 	// rtmr0 to rtmr3); nil leaves one unchecked.
 	RTMR [4]*tee.Expected
@@ -92,11 +100,12 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 
 func (p *Policy) members() map[string]func(json.RawMessage) error {
 	m := map[string]func(json.RawMessage) error{
-		"mrtd":             into(&p.MRTD),
-		"mrseam":           into(&p.MRSEAM),
-		"tdAttributes":     into(&p.TDAttributes),
-		"minimumTeeTcbSvn": into(&p.MinimumTEETCBSVN),
-		"minimumQeSvn":     into(&p.MinimumQESVN),
+		"mrtd":                 into(&p.MRTD),
+		"gceLaunchEndorsement": into(&p.GCELaunchEndorsement),
+		"mrseam":               into(&p.MRSEAM),
+		"tdAttributes":         into(&p.TDAttributes),
+		"minimumTeeTcbSvn":     into(&p.MinimumTEETCBSVN),
+		"minimumQeSvn":         into(&p.MinimumQESVN),
 	}
 	for i, name := range rtmrNames {
 		m[name] = into(&p.RTMR[i])
@@ -124,9 +133,16 @@ func into[T any, PT interface {
 // its field's size, and that it does not ask for a debug TD.
 func (p Policy) Validate() error {
 	var errs []error
-	if p.MRTD == nil {
-		errs = append(errs, errors.New("mrtd is missing: without it any firmware would pass"))
-	} else {
+	switch {
+	case p.MRTD == nil && p.GCELaunchEndorsement == nil:
+		errs = append(errs, errors.New("mrtd is missing: without it any firmware would pass (on Google Cloud, name Google's root in gceLaunchEndorsement instead)"))
+	case p.MRTD != nil && p.GCELaunchEndorsement != nil:
+		errs = append(errs, errors.New("give mrtd or gceLaunchEndorsement, not both: which one would decide is not clear"))
+	case p.GCELaunchEndorsement != nil:
+		if _, err := p.GCELaunchEndorsement.Pool(); err != nil {
+			errs = append(errs, fmt.Errorf("gceLaunchEndorsement.%w", err))
+		}
+	default:
 		errs = append(errs, checkSize("mrtd.expected", p.MRTD.Expected, abi.MrTdSize))
 	}
 	for i, r := range p.RTMR {
@@ -165,15 +181,16 @@ func checkSize(field string, b []byte, size int) error {
 
 // policyJSON is the wire form of a Policy.
 type policyJSON struct {
-	MRTD             *tee.Expected       `json:"mrtd"`
-	RTMR0            *tee.Expected       `json:"rtmr0,omitempty"`
-	RTMR1            *tee.Expected       `json:"rtmr1,omitempty"`
-	RTMR2            *tee.Expected       `json:"rtmr2,omitempty"`
-	RTMR3            *tee.Expected       `json:"rtmr3,omitempty"`
-	MRSEAM           *tee.Expected       `json:"mrseam,omitempty"`
-	TDAttributes     *tee.Expected       `json:"tdAttributes,omitempty"`
-	MinimumTEETCBSVN *MinimumSVN         `json:"minimumTeeTcbSvn,omitempty"`
-	MinimumQESVN     *tee.MinimumVersion `json:"minimumQeSvn,omitempty"`
+	MRTD                 *tee.Expected             `json:"mrtd,omitempty"`
+	GCELaunchEndorsement *launchendorsement.Policy `json:"gceLaunchEndorsement,omitempty"`
+	RTMR0                *tee.Expected             `json:"rtmr0,omitempty"`
+	RTMR1                *tee.Expected             `json:"rtmr1,omitempty"`
+	RTMR2                *tee.Expected             `json:"rtmr2,omitempty"`
+	RTMR3                *tee.Expected             `json:"rtmr3,omitempty"`
+	MRSEAM               *tee.Expected             `json:"mrseam,omitempty"`
+	TDAttributes         *tee.Expected             `json:"tdAttributes,omitempty"`
+	MinimumTEETCBSVN     *MinimumSVN               `json:"minimumTeeTcbSvn,omitempty"`
+	MinimumQESVN         *tee.MinimumVersion       `json:"minimumQeSvn,omitempty"`
 }
 
 // MarshalJSON writes the policy in the form ParsePolicy reads. It
@@ -184,7 +201,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(policyJSON{
-		MRTD: p.MRTD, RTMR0: p.RTMR[0], RTMR1: p.RTMR[1], RTMR2: p.RTMR[2], RTMR3: p.RTMR[3],
+		MRTD: p.MRTD, GCELaunchEndorsement: p.GCELaunchEndorsement, RTMR0: p.RTMR[0], RTMR1: p.RTMR[1], RTMR2: p.RTMR[2], RTMR3: p.RTMR[3],
 		MRSEAM: p.MRSEAM, TDAttributes: p.TDAttributes,
 		MinimumTEETCBSVN: p.MinimumTEETCBSVN, MinimumQESVN: p.MinimumQESVN,
 	})

@@ -59,7 +59,7 @@ func TestParsePolicy(t *testing.T) {
 		"QE SVN fraction":        {in: `{` + mrtd + `, "minimumQeSvn": {"minimum": 1.5}}`, wantErr: "minimumQeSvn.minimum: must be a whole number"},
 		"QE SVN string":          {in: `{` + mrtd + `, "minimumQeSvn": {"minimum": "4"}}`, wantErr: "minimumQeSvn.minimum: must be a whole number"},
 		"QE SVN missing":         {in: `{` + mrtd + `, "minimumQeSvn": {"warnOnly": true}}`, wantErr: "minimumQeSvn.minimum: is missing"},
-		"several problems named": {in: `{"rtmr1": {"expected": "00"}}`, wantErr: "mrtd is missing: without it any firmware would pass\nrtmr1.expected has 1 bytes"},
+		"several problems named": {in: `{"rtmr1": {"expected": "00"}}`, wantErr: "gceLaunchEndorsement instead)\nrtmr1.expected has 1 bytes"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-tdx-guest/verify"
 	attestpb "github.com/google/go-tpm-tools/proto/attest"
 
+	"github.com/orrery-dev/orrery/internal/attestation/gcp/launchendorsement"
 	"github.com/orrery-dev/orrery/internal/attestation/tee"
 )
 
@@ -142,10 +143,38 @@ func (v *Verifier) VerifyQuote(ctx context.Context, quote *tdxpb.QuoteV4, report
 	if err := checkBase(quote, reportData); err != nil {
 		return nil, err
 	}
+	var launch []tee.Field
+	if p := v.cfg.Policy.GCELaunchEndorsement; p != nil {
+		l, err := v.checkEndorsedLaunch(quote, *p)
+		if err != nil {
+			return nil, err
+		}
+		launch = append(launch, tee.Field{Name: "launch endorsement", Value: l.Describe()})
+	}
 	if err := v.checkPolicy(quote); err != nil {
 		return nil, err
 	}
-	return fields(quote, levels), nil
+	return append(fields(quote, levels), launch...), nil
+}
+
+// checkEndorsedLaunch checks that Google endorsed the quote's MRTD, by
+// the endorsement in the owner's collateral cache: unlike SEV-SNP's
+// certificate table, a TD quote has no place where the host could attach
+// it.
+func (v *Verifier) checkEndorsedLaunch(q *tdxpb.QuoteV4, p launchendorsement.Policy) (launchendorsement.TDXLaunch, error) {
+	mrtd := q.GetTdQuoteBody().GetMrTd()
+	if v.cfg.Collateral == nil {
+		return launchendorsement.TDXLaunch{}, fmt.Errorf("TDX quote refused: its MRTD must be one Google endorsed, and without a collateral cache there is no endorsement to check it against (download %s into one)", launchendorsement.TDXURL(mrtd))
+	}
+	_, blob, err := v.cfg.Collateral.Get(launchendorsement.TDXURL(mrtd))
+	if err != nil {
+		return launchendorsement.TDXLaunch{}, fmt.Errorf("TDX quote refused: no launch endorsement of its firmware: %w", err)
+	}
+	l, err := p.CheckTDX(blob, mrtd, v.cfg.Now())
+	if err != nil {
+		return launchendorsement.TDXLaunch{}, fmt.Errorf("TDX quote refused: %w", err)
+	}
+	return l, nil
 }
 
 // ParseQuote reads a raw TD quote (format v4, as the TDX guest device

@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/orrery-dev/orrery/internal/attestation/gcp/launchendorsement"
+	"github.com/orrery-dev/orrery/internal/attestation/gcp/launchendorsement/endorsementtest"
 	"github.com/orrery-dev/orrery/internal/attestation/snp/snpsim"
 	"github.com/orrery-dev/orrery/internal/attestation/variant"
 )
@@ -87,6 +90,7 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(plain))
 	f.Add([]byte(withS))
 	f.Add([]byte(`{` + pcr4 + `,"tdx":{"mrtd":{"expected":"00"}}}`))
+	f.Add([]byte(`{` + pcr4 + `,"sevSnp":{"gceLaunchEndorsement":{"roots":"","minimumSvn":1}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseJSON(data)
 		if err != nil {
@@ -179,4 +183,42 @@ func writeRoot(t *testing.T, chip *snpsim.Chip) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestGCELaunchEndorsementSections reads a measurements file whose
+// hardware sections take Google's launch endorsements instead of a fixed
+// measurement, and writes it back the same.
+func TestGCELaunchEndorsementSections(t *testing.T) {
+	root, err := json.Marshal(endorsementtest.NewAuthority(t, time.Now()).RootPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, section := range []string{"sevSnp", "tdx"} {
+		in := `{` + pcr4 + `,"` + section + `":{"gceLaunchEndorsement":{"roots":` + string(root) + `,"minimumSvn":2}}}`
+		p, err := ParseJSON([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: %v", section, err)
+		}
+		out, err := p.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseJSON(out)
+		if err != nil {
+			t.Fatalf("%s: own output %s does not parse: %v", section, out, err)
+		}
+		var le *launchendorsement.Policy
+		if back.SEVSNP != nil {
+			le = back.SEVSNP.GCELaunchEndorsement
+		}
+		if back.TDX != nil {
+			le = back.TDX.GCELaunchEndorsement
+		}
+		if le == nil || le.MinimumSVN != 2 || !strings.Contains(string(out), `"minimumSvn":2`) {
+			t.Errorf("%s: round trip lost the endorsement policy: %s", section, out)
+		}
+	}
+	if _, err := ParseJSON([]byte(`{` + pcr4 + `,"sevSnp":{"gceLaunchEndorsement":{"roots":"not a certificate"}}}`)); err == nil || !strings.Contains(err.Error(), "gceLaunchEndorsement.roots") {
+		t.Errorf("a root that is not a certificate: %v, want a refusal naming gceLaunchEndorsement.roots", err)
+	}
 }

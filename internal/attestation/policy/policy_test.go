@@ -218,7 +218,7 @@ func TestGCELaunchEndorsementSections(t *testing.T) {
 			t.Errorf("%s: round trip lost the endorsement policy: %s", section, out)
 		}
 	}
-	if _, err := ParseJSON([]byte(`{` + pcr4 + `,"sevSnp":{"gceLaunchEndorsement":{"roots":"not a certificate"}}}`)); err == nil || !strings.Contains(err.Error(), "gceLaunchEndorsement.roots") {
+	if _, err := ParseJSON([]byte(`{` + pcr4 + `,"sevSnp":{"gceLaunchEndorsement":{"roots":"not a certificate","minimumSvn":0}}}`)); err == nil || !strings.Contains(err.Error(), "gceLaunchEndorsement.roots") {
 		t.Errorf("a root that is not a certificate: %v, want a refusal naming gceLaunchEndorsement.roots", err)
 	}
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // Collateral is the owner's cache of what AMD's Key Distribution Service
-// (KDS) serves: CRLs and certificates, by their KDS URL.
+// (KDS) serves, CRLs and certificates, and of Google's launch
+// endorsements, each by the URL it is published at.
 type Collateral interface {
 	// Get returns the body KDS serves at url, or an error wrapping
 	// fs.ErrNotExist if the cache does not hold it.

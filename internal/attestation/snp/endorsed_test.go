@@ -44,6 +44,10 @@ func TestEndorsedLaunchMeasurement(t *testing.T) {
 		"in the owner's collateral cache": func(s *simCase, b []byte) {
 			s.cached = map[string][]byte{launchendorsement.SNPURL(s.guest.Measurement[:]): b}
 		},
+		"in the cache, the host's attached one altered": func(s *simCase, b []byte) {
+			s.attached = map[string][]byte{launchendorsement.SNPCertTableGUID: append([]byte(nil), b[:len(b)-1]...)}
+			s.cached = map[string][]byte{launchendorsement.SNPURL(s.guest.Measurement[:]): b}
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, _, blob := endorsedSim(t)
@@ -52,7 +56,7 @@ func TestEndorsedLaunchMeasurement(t *testing.T) {
 			if err != nil {
 				t.Fatalf("report with an endorsed measurement refused: %v", err)
 			}
-			if !hasField(fields, "launch endorsement", "4 vCPUs") {
+			if !hasField(fields, "launch endorsement", "4 VMSAs") {
 				t.Errorf("fields do not name the endorsement: %v", fields)
 			}
 		})
@@ -79,13 +83,13 @@ func TestEndorsedLaunchRefusals(t *testing.T) {
 				forger := endorsementtest.NewAuthority(t, simNow)
 				s.attached = map[string][]byte{launchendorsement.SNPCertTableGUID: endorse(t, forger, s.guest.Measurement[:])}
 			},
-			want: "does not chain to the root the owner named",
+			want: "is not certified by the root the owner named",
 		},
 		"the host attaches garbage": {
 			change: func(s *simCase, _ *endorsementtest.Authority, _ []byte) {
 				s.attached = map[string][]byte{launchendorsement.SNPCertTableGUID: []byte("not an endorsement")}
 			},
-			want: "attached by the host: launch endorsement is malformed",
+			want: "the launch endorsement the host attached: launch endorsement is malformed",
 		},
 		"a retired firmware build": {
 			change: func(s *simCase, _ *endorsementtest.Authority, blob []byte) {

@@ -202,32 +202,54 @@ func (v *Verifier) VerifyReport(ctx context.Context, evidence *spb.Attestation, 
 
 // checkEndorsedLaunch checks that Google endorsed the report's launch
 // measurement. The endorsement comes from the host, in the extended
-// report's certificate table, as GCE attaches it, or else from the
-// owner's collateral cache at the URL Google publishes it under. Its
-// origin does not matter: it is verified under the owner's roots, and
-// a host that attaches another firmware's endorsement only gets the
-// report refused, since the AMD-signed measurement must be listed in it.
+// report's certificate table, as GCE attaches it, or from the owner's
+// collateral cache at the URL Google publishes it under: tried when the
+// host attached none or one that does not verify (Google posts amended
+// endorsements there). Its origin does not matter: each is verified
+// under the owner's roots, and a host that attaches another firmware's
+// endorsement only gets the report refused, since the AMD-signed
+// measurement must be listed in one signed under those roots.
 func (v *Verifier) checkEndorsedLaunch(att *spb.Attestation, p launchendorsement.Policy) (launchendorsement.SNPLaunch, error) {
 	m := att.GetReport().GetMeasurement()
-	blob, from := att.GetCertificateChain().GetExtras()[launchendorsement.SNPCertTableGUID], "attached by the host"
-	if len(blob) == 0 {
-		url := launchendorsement.SNPURL(m)
-		var err error
-		if v.cfg.Collateral == nil {
-			err = fs.ErrNotExist
-		} else {
-			blob, err = v.cfg.Collateral.Get(url)
+	now := v.cfg.Now()
+	var attachedErr error
+	if blob := att.GetCertificateChain().GetExtras()[launchendorsement.SNPCertTableGUID]; len(blob) > 0 {
+		l, err := p.CheckSNP(blob, m, now)
+		if err == nil {
+			return l, nil
 		}
-		if err != nil {
-			return launchendorsement.SNPLaunch{}, fmt.Errorf("SEV-SNP report refused: the host attached no launch endorsement of its firmware and the collateral cache holds none (%s): %w", fetchEndorsementHint(v.cfg.Collateral, url), err)
-		}
-		from = "from the collateral cache"
+		attachedErr = fmt.Errorf("the launch endorsement the host attached: %w", err)
 	}
-	l, err := p.CheckSNP(blob, m, v.cfg.Now())
+	url := launchendorsement.SNPURL(m)
+	blob, err := v.endorsementFromCache(url)
+	if err == nil {
+		var l launchendorsement.SNPLaunch
+		if l, err = p.CheckSNP(blob, m, now); err == nil {
+			return l, nil
+		}
+		err = fmt.Errorf("the launch endorsement in the collateral cache: %w", err)
+	}
+	if attachedErr == nil {
+		attachedErr = errors.New("the host attached no launch endorsement of its firmware")
+	}
+	return launchendorsement.SNPLaunch{}, fmt.Errorf("SEV-SNP report refused: %w", errors.Join(attachedErr, err))
+}
+
+// endorsementFromCache reads Google's launch endorsement at url from the
+// collateral cache.
+func (v *Verifier) endorsementFromCache(url string) ([]byte, error) {
+	var err error = fs.ErrNotExist
+	var blob []byte
+	if v.cfg.Collateral != nil {
+		blob, err = v.cfg.Collateral.Get(url)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the collateral cache holds none (%s)", fetchEndorsementHint(v.cfg.Collateral, url))
+	}
 	if err != nil {
-		return launchendorsement.SNPLaunch{}, fmt.Errorf("SEV-SNP report refused: launch endorsement %s: %w", from, err)
+		return nil, fmt.Errorf("the collateral cache's launch endorsement: %w", err)
 	}
-	return l, nil
+	return blob, nil
 }
 
 // verifySignature runs go-sev-guest's verification offline and returns

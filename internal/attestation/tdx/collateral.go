@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-tdx-guest/abi"
 	"github.com/google/go-tdx-guest/pcs"
 	"github.com/google/go-tdx-guest/verify/trust"
 
@@ -76,8 +77,9 @@ func entryFor(rawURL string) (cacheEntry, bool) {
 		name := "tcb-info-" + fmspc
 		return cacheEntry{"TDX TCB info for FMSPC " + fmspc, name + ".json", name + ".issuer-chain.pem", pcs.TcbInfoIssuerChainPhrase, "TCB-Info-Issuer-Chain"}, true
 	}
-	if mrtd, ok := strings.CutSuffix(strings.TrimPrefix(rawURL, launchendorsement.TDXURLPrefix), ".binarypb"); ok && strings.HasPrefix(rawURL, launchendorsement.TDXURLPrefix) {
-		if b, err := hex.DecodeString(mrtd); err != nil || len(b) != 48 || mrtd != strings.ToLower(mrtd) {
+	if name, ok := strings.CutPrefix(rawURL, launchendorsement.TDXURLPrefix); ok {
+		mrtd, ok := strings.CutSuffix(name, ".binarypb")
+		if b, err := hex.DecodeString(mrtd); !ok || err != nil || len(b) != abi.MrTdSize || mrtd != strings.ToLower(mrtd) {
 			return cacheEntry{}, false
 		}
 		return cacheEntry{what: "Google's launch endorsement of the firmware with MRTD " + mrtd, body: "gce-tdx-endorsement-" + mrtd + ".binarypb"}, true

@@ -41,7 +41,7 @@ func TestEndorsedMRTD(t *testing.T) {
 		"an endorsement of other MRTDs":      {endorsement: endorseMRTD(t, a, endorsementtest.Digest(0x16), 2), want: "is none of the 2"},
 		"an endorsement under another root": {
 			endorsement: endorseMRTD(t, endorsementtest.NewAuthority(t, upToDateTime), mrtd, 2),
-			want:        "does not chain to the root the owner named",
+			want:        "is not certified by the root the owner named",
 		},
 		"a retired firmware build": {endorsement: endorseMRTD(t, a, mrtd, 2), minimumSVN: 3, want: "below the owner's minimum 3"},
 	}

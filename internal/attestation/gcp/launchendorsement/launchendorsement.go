@@ -24,7 +24,6 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"time"
@@ -77,7 +76,8 @@ type Golden struct {
 // SNP is what Google states about the firmware on SEV-SNP.
 type SNP struct {
 	SVN uint32
-	// Measurements are the launch measurements by number of vCPUs.
+	// Measurements are the launch measurements by the number of VMSAs
+	// measured at launch.
 	Measurements map[uint32][]byte
 	// Policy is the guest policy Google launches the firmware with.
 	Policy uint64
@@ -127,7 +127,7 @@ func Verify(blob []byte, roots *x509.CertPool, now time.Time) (*Golden, error) {
 		return nil, err
 	}
 	if err := signer.CheckSignature(x509.SHA256WithRSAPSS, signed, signature); err != nil {
-		return nil, fmt.Errorf("launch endorsement's signature does not verify with the key of %q: the document was changed after Google signed it: %w", signer.Subject.CommonName, err)
+		return nil, fmt.Errorf("launch endorsement's signature does not verify with the key of %q: the document was altered, or signed by another key: %w", signer.Subject.CommonName, err)
 	}
 	g := raw.golden
 	g.Signer = signer
@@ -145,45 +145,35 @@ func checkSigner(raw goldenFields, roots *x509.CertPool, now time.Time) (*x509.C
 	if _, ok := signer.PublicKey.(*rsa.PublicKey); !ok {
 		return nil, fmt.Errorf("launch endorsement's signing key is %T, not the RSA key Google signs with", signer.PublicKey)
 	}
-	intermediates := x509.NewCertPool()
-	rest := raw.caBundle
-	for len(bytes.TrimSpace(rest)) > 0 {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return nil, errors.New("launch endorsement's CA bundle is not a list of PEM certificates")
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("launch endorsement's CA bundle: %w", err)
-		}
-		intermediates.AddCert(c)
-	}
+	// Google's root certifies its signing keys directly (it may certify
+	// no CA below it), so the CA bundle the document carries is not
+	// needed, and is not read: Google fills it from a file of its own
+	// whose format it does not promise.
 	_, err = signer.Verify(x509.VerifyOptions{
-		Roots:         roots,
-		Intermediates: intermediates,
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+		Roots:       roots,
+		CurrentTime: now,
+		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("launch endorsement's signer %q does not chain to the root the owner named (Google's GCE-cc-tcb-root) at %s: %w", signer.Subject.CommonName, now.UTC().Format(time.RFC3339), err)
+		return nil, fmt.Errorf("launch endorsement's signer %q is not certified by the root the owner named (Google's GCE-cc-tcb-root) at %s: %w", signer.Subject.CommonName, now.UTC().Format(time.RFC3339), err)
 	}
-	if signer.KeyUsage != 0 && signer.KeyUsage&x509.KeyUsageDigitalSignature == 0 {
-		return nil, fmt.Errorf("launch endorsement's signer %q may not sign documents (its key usage lacks digitalSignature)", signer.Subject.CommonName)
+	if signer.IsCA || signer.KeyUsage&x509.KeyUsageDigitalSignature == 0 {
+		return nil, fmt.Errorf("launch endorsement's signer %q is not a document-signing certificate (a CA, or no digitalSignature key usage): Google signs with a leaf certificate for digital signatures only", signer.Subject.CommonName)
 	}
 	return signer, nil
 }
 
-// VCPUsFor returns the vCPU count whose launch measurement Google
-// endorsed as measurement. An error says the firmware is not
+// LaunchVMSAsFor returns the number of VMSAs measured at launch (the
+// VM's vCPUs, or 1 where the firmware starts the others later) for
+// which Google endorsed measurement. An error says the firmware is not
 // SEV-SNP-endorsed or the measurement is none of its.
-func (g *Golden) VCPUsFor(measurement []byte) (uint32, error) {
+func (g *Golden) LaunchVMSAsFor(measurement []byte) (uint32, error) {
 	if g.SNP == nil {
 		return 0, errors.New("the launch endorsement says nothing about SEV-SNP: it endorses the firmware for another technology")
 	}
-	for vcpus, m := range g.SNP.Measurements {
+	for vmsas, m := range g.SNP.Measurements {
 		if bytes.Equal(m, measurement) {
-			return vcpus, nil
+			return vmsas, nil
 		}
 	}
 	return 0, fmt.Errorf("the launch measurement %s is none of the %d the endorsement of UEFI %s lists: the host launched the firmware with other contents or a VM shape Google did not endorse", hex.EncodeToString(measurement), len(g.SNP.Measurements), shortHex(g.UEFIDigest))

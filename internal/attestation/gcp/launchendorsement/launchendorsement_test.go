@@ -2,6 +2,7 @@ package launchendorsement_test
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -39,6 +40,18 @@ func document() endorsementtest.Document {
 	}
 }
 
+// TestACABundleIsNotRead accepts an endorsement whose CA bundle is not
+// PEM: Google's root certifies the signer directly, and Google does not
+// promise the bundle's format.
+func TestACABundleIsNotRead(t *testing.T) {
+	a := endorsementtest.NewAuthority(t, now)
+	d := document()
+	d.CABundle = []byte("\x30\x82 DER or anything")
+	if _, err := a.Policy().CheckSNP(a.Endorse(t, d), endorsementtest.Digest(0x02), now); err != nil {
+		t.Fatalf("endorsement with a CA bundle that is not PEM refused: %v", err)
+	}
+}
+
 func TestEndorsedMeasurementsAreAccepted(t *testing.T) {
 	a := endorsementtest.NewAuthority(t, now)
 	blob := a.Endorse(t, document())
@@ -49,10 +62,10 @@ func TestEndorsedMeasurementsAreAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("endorsed SEV-SNP measurement refused: %v", err)
 	}
-	if snp.VCPUs != 4 || !bytes.Equal(snp.Golden.UEFIDigest, endorsementtest.Digest(0xf0)) || !snp.Golden.Signed.Equal(now.Add(-48*time.Hour)) {
-		t.Errorf("SEV-SNP launch = %d vCPUs, UEFI %x, signed %s", snp.VCPUs, snp.Golden.UEFIDigest, snp.Golden.Signed)
+	if snp.LaunchVMSAs != 4 || !bytes.Equal(snp.Golden.UEFIDigest, endorsementtest.Digest(0xf0)) || !snp.Golden.Signed.Equal(now.Add(-48*time.Hour)) {
+		t.Errorf("SEV-SNP launch = %d VMSAs, UEFI %x, signed %s", snp.LaunchVMSAs, snp.Golden.UEFIDigest, snp.Golden.Signed)
 	}
-	if d := snp.Describe(); !strings.Contains(d, "4 vCPUs") || !strings.Contains(d, "svn 3") || !strings.Contains(d, "f0f0f0") {
+	if d := snp.Describe(); !strings.Contains(d, "4 VMSAs") || !strings.Contains(d, "svn 3") || !strings.Contains(d, "f0f0f0") {
 		t.Errorf("description %q lacks the vCPUs, the svn or the firmware", d)
 	}
 
@@ -88,7 +101,7 @@ func TestRefusals(t *testing.T) {
 		},
 		"a root other than the one that signed": {
 			policy: func(p *launchendorsement.Policy) { p.Roots = other.RootPEM },
-			want:   "does not chain to the root the owner named",
+			want:   "is not certified by the root the owner named",
 		},
 		"a golden measurement changed after signing": {
 			blob: endorsementtest.Wrap(bytes.Replace(golden, endorsementtest.Digest(0x08), endorsementtest.Digest(0x06), 1), a.Sign(t, golden)),
@@ -103,11 +116,32 @@ func TestRefusals(t *testing.T) {
 				g := endorsementtest.Golden(document(), other.Signer.Raw)
 				return endorsementtest.Wrap(g, other.Sign(t, g))
 			}(),
-			want: "does not chain to the root the owner named",
+			want: "is not certified by the root the owner named",
 		},
-		"a signer certificate past its validity": {
-			at:   now.Add(400 * 24 * time.Hour),
-			want: "does not chain",
+		"a signer certificate past its validity, its root still valid": {
+			at:   now.Add(200 * 24 * time.Hour),
+			want: "expired",
+		},
+		"a signer certificate not yet valid, its root valid": {
+			at:   now.Add(-2 * 24 * time.Hour),
+			want: "not yet valid",
+		},
+		"a signer certificate that is a CA": {
+			blob: a.WithSigner(t, now, func(c *x509.Certificate) { c.IsCA = true }).Endorse(t, document()),
+			want: "not a document-signing certificate",
+		},
+		"a signer certificate without digitalSignature": {
+			blob: a.WithSigner(t, now, func(c *x509.Certificate) { c.KeyUsage = x509.KeyUsageCertSign }).Endorse(t, document()),
+			want: "not a document-signing certificate",
+		},
+		"a measurement listed only as the one under an SVSM": {
+			blob: a.Endorse(t, func() endorsementtest.Document {
+				d := document()
+				d.SNP.SVSMMeasurement = endorsementtest.Digest(0x5f)
+				return d
+			}()),
+			measurement: endorsementtest.Digest(0x5f),
+			want:        "none of the 3",
 		},
 		"a security version below the owner's minimum": {
 			policy: func(p *launchendorsement.Policy) { p.MinimumSVN = 4 },
@@ -210,7 +244,7 @@ func TestGoldenMeasurementRefusals(t *testing.T) {
 		},
 		"a measurement for 0 vCPUs": {
 			change: func(d *endorsementtest.Document) { d.SNP.Measurements[0] = endorsementtest.Digest(0) },
-			want:   "0 vCPUs",
+			want:   "0 VMSAs",
 		},
 		"a TDX security version below the owner's minimum": {
 			check: func(p launchendorsement.Policy, b []byte) error {
@@ -249,6 +283,7 @@ func TestPolicyJSONIsStrict(t *testing.T) {
 	}
 	for doc, want := range map[string]string{
 		`{"minimumSvn": 2}`:                  "roots",
+		`{"roots": "x"}`:                     "minimumSvn",
 		`{"roots": "x", "minimumSVN": 2}`:    "unknown field",
 		`{"roots": "x", "roots": "y"}`:       "roots",
 		`{"roots": "x", "minimumSvn": -1}`:   "minimumSvn",

@@ -17,18 +17,20 @@ import (
 // place of a fixed launch measurement or MRTD:
 //
 //	{"roots": "<PEM of https://pki.goog/cloud_integrity/GCE-cc-tcb-root_1.crt>",
-//	 "minimumSvn": 0}
+//	 "minimumSvn": 2}
 //
 // Any firmware Google endorsed under one of roots, at a security version
 // of at least minimumSvn, is accepted: Google replaces its firmware
-// without notice, and each build comes with its endorsement.
+// without notice, and each build comes with its endorsement. minimumSvn
+// must be given: at 0 any build Google ever endorsed passes, however
+// vulnerable, and an owner has to write that down.
 type Policy struct {
 	// Roots holds one or more PEM certificates: Google's root, and its
 	// successor during a rotation.
 	Roots string `json:"roots"`
 	// MinimumSVN is the lowest security version Google gave a firmware
 	// build that the owner accepts; raise it when Google retires one.
-	MinimumSVN uint32 `json:"minimumSvn,omitempty"`
+	MinimumSVN uint32 `json:"minimumSvn"`
 }
 
 // UnmarshalJSON reads a policy strictly; roots must be given.
@@ -39,7 +41,7 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 		"minimumSvn": strictjson.Uint32(&got.MinimumSVN),
 	})
 	if err == nil {
-		err = strictjson.Required(seen, "roots")
+		err = strictjson.Required(seen, "roots", "minimumSvn")
 	}
 	if err != nil {
 		return err
@@ -59,7 +61,7 @@ func (p Policy) Pool() (*x509.CertPool, error) {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)
 		if block == nil || block.Type != "CERTIFICATE" {
-			return nil, errors.New("roots must hold only PEM certificates")
+			return nil, errors.New("roots must hold only PEM certificates (Google serves its root in DER: convert it with openssl x509 -inform der -in GCE-cc-tcb-root_1.crt)")
 		}
 		c, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
@@ -79,13 +81,13 @@ func (p Policy) Pool() (*x509.CertPool, error) {
 
 // SNPLaunch is an SEV-SNP launch measurement Google endorsed.
 type SNPLaunch struct {
-	Golden *Golden
-	VCPUs  uint32
+	Golden      *Golden
+	LaunchVMSAs uint32
 }
 
 // Describe is one line for `orrery verify`.
 func (l SNPLaunch) Describe() string {
-	return fmt.Sprintf("%s, SEV-SNP svn %d, measurement for %d vCPUs", l.Golden.Describe(), l.Golden.SNP.SVN, l.VCPUs)
+	return fmt.Sprintf("%s, SEV-SNP svn %d, measurement for %d VMSAs at launch", l.Golden.Describe(), l.Golden.SNP.SVN, l.LaunchVMSAs)
 }
 
 // CheckSNP verifies the endorsement blob under the policy and that it
@@ -95,14 +97,14 @@ func (p Policy) CheckSNP(blob, measurement []byte, now time.Time) (SNPLaunch, er
 	if err != nil {
 		return SNPLaunch{}, err
 	}
-	vcpus, err := g.VCPUsFor(measurement)
+	vmsas, err := g.LaunchVMSAsFor(measurement)
 	if err != nil {
 		return SNPLaunch{}, err
 	}
 	if g.SNP.SVN < p.MinimumSVN {
 		return SNPLaunch{}, fmt.Errorf("the firmware's SEV-SNP security version is %d, below the owner's minimum %d: Google retired this firmware build; the host must launch the VM with current firmware", g.SNP.SVN, p.MinimumSVN)
 	}
-	return SNPLaunch{Golden: g, VCPUs: vcpus}, nil
+	return SNPLaunch{Golden: g, LaunchVMSAs: vmsas}, nil
 }
 
 // TDXLaunch is a TDX MRTD Google endorsed.

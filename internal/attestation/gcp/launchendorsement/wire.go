@@ -141,9 +141,8 @@ func parseEndorsement(b []byte) (signed, signature []byte, err error) {
 // goldenFields is a VMGoldenMeasurement as read, before its signer is
 // checked.
 type goldenFields struct {
-	golden   Golden
-	cert     []byte
-	caBundle []byte
+	golden Golden
+	cert   []byte
 }
 
 // parseGolden reads a VMGoldenMeasurement.
@@ -161,7 +160,7 @@ func parseGolden(b []byte) (goldenFields, error) {
 		3: bytesField(&g.Commit),
 		4: bytesField(&out.cert),
 		5: digestField(&g.UEFIDigest),
-		6: bytesField(&out.caBundle),
+		// 6, the CA bundle, is skipped: see checkSigner.
 		7: messageField(func(b []byte) error {
 			s, err := parseSNP(b)
 			g.SNP = s
@@ -209,20 +208,20 @@ func parseSNP(b []byte) (*SNP, error) {
 	err := walk(b, map[protowire.Number]decoder{
 		1: uint32Field(&s.SVN),
 		2: {typ: protowire.BytesType, repeated: true, set: func(_ uint64, b []byte) error {
-			var vcpus uint32
+			var vmsas uint32
 			var m []byte
-			if err := walk(b, map[protowire.Number]decoder{1: uint32Field(&vcpus), 2: digestField(&m)}); err != nil {
+			if err := walk(b, map[protowire.Number]decoder{1: uint32Field(&vmsas), 2: digestField(&m)}); err != nil {
 				return fmt.Errorf("measurement: %w", err)
 			}
 			switch {
-			case vcpus == 0:
-				return errors.New("a measurement for 0 vCPUs")
+			case vmsas == 0:
+				return errors.New("a measurement for 0 VMSAs")
 			case m == nil:
-				return fmt.Errorf("no measurement for %d vCPUs", vcpus)
-			case s.Measurements[vcpus] != nil:
-				return fmt.Errorf("two measurements for %d vCPUs", vcpus)
+				return fmt.Errorf("no measurement for %d VMSAs", vmsas)
+			case s.Measurements[vmsas] != nil:
+				return fmt.Errorf("two measurements for %d VMSAs", vmsas)
 			}
-			s.Measurements[vcpus] = m
+			s.Measurements[vmsas] = m
 			return nil
 		}},
 		3: bytesField(&s.FamilyID),

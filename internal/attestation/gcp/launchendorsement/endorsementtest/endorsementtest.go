@@ -29,17 +29,19 @@ type Authority struct {
 	RootPEM string
 	Signer  *x509.Certificate
 	key     *rsa.PrivateKey
+	rootKey *rsa.PrivateKey
 }
 
-// NewAuthority makes an authority valid from a day before now to a year
-// after.
+// NewAuthority makes an authority whose root is valid from 10 days before
+// now to a year after, and whose signer from a day before now to half a
+// year after, so that either can be tested outside its validity alone.
 func NewAuthority(t testing.TB, now time.Time) *Authority {
 	t.Helper()
 	rootKey := newKey(t)
 	rootTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "test GCE-cc-tcb-root", Organization: []string{"not Google"}},
-		NotBefore:             now.Add(-24 * time.Hour),
+		NotBefore:             now.Add(-10 * 24 * time.Hour),
 		NotAfter:              now.Add(365 * 24 * time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
@@ -48,21 +50,35 @@ func NewAuthority(t testing.TB, now time.Time) *Authority {
 		SignatureAlgorithm:    x509.SHA256WithRSAPSS,
 	}
 	root := create(t, rootTmpl, rootTmpl, &rootKey.PublicKey, rootKey)
-	key := newKey(t)
-	signer := create(t, &x509.Certificate{
-		SerialNumber:       big.NewInt(2),
-		Subject:            pkix.Name{CommonName: "test GCE-cc-tcb-signer", Organization: []string{"not Google"}},
-		NotBefore:          now.Add(-24 * time.Hour),
-		NotAfter:           now.Add(365 * 24 * time.Hour),
-		KeyUsage:           x509.KeyUsageDigitalSignature,
-		SignatureAlgorithm: x509.SHA256WithRSAPSS,
-	}, root, &key.PublicKey, rootKey)
-	return &Authority{
+	a := &Authority{
 		Root:    root,
 		RootPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})),
-		Signer:  signer,
-		key:     key,
+		rootKey: rootKey,
 	}
+	return a.WithSigner(t, now, nil)
+}
+
+// WithSigner is the authority with a new signing key, whose certificate
+// the root issues as Google's after change, if any, edits it.
+func (a *Authority) WithSigner(t testing.TB, now time.Time, change func(*x509.Certificate)) *Authority {
+	t.Helper()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(now.UnixNano()),
+		Subject:               pkix.Name{CommonName: "test GCE-cc-tcb-signer", Organization: []string{"not Google"}},
+		NotBefore:             now.Add(-24 * time.Hour),
+		NotAfter:              now.Add(182 * 24 * time.Hour),
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		SignatureAlgorithm:    x509.SHA256WithRSAPSS,
+	}
+	if change != nil {
+		change(tmpl)
+	}
+	key := newKey(t)
+	out := *a
+	out.Signer = create(t, tmpl, a.Root, &key.PublicKey, a.rootKey)
+	out.key = key
+	return &out
 }
 
 // Policy trusts the authority's root.
@@ -76,11 +92,17 @@ type Document struct {
 	UEFIDigest []byte
 	SNP        *launchendorsement.SNP
 	TDX        *launchendorsement.TDX
+	// CABundle is the bundle of CA certificates the document carries;
+	// Endorse puts the root there when it is nil, as Google does.
+	CABundle []byte
 }
 
 // Endorse signs d with the authority's signing key.
 func (a *Authority) Endorse(t testing.TB, d Document) []byte {
 	t.Helper()
+	if d.CABundle == nil {
+		d.CABundle = []byte(a.RootPEM)
+	}
 	golden := Golden(d, a.Signer.Raw)
 	return Wrap(golden, a.Sign(t, golden))
 }
@@ -114,18 +136,24 @@ func Golden(d Document, signerDER []byte) []byte {
 	b = appendBytes(b, 3, []byte("0123456789abcdef0123456789abcdef01234567"))
 	b = appendBytes(b, 4, signerDER)
 	b = appendBytes(b, 5, d.UEFIDigest)
+	if d.CABundle != nil {
+		b = appendBytes(b, 6, d.CABundle)
+	}
 	if s := d.SNP; s != nil {
 		var m []byte
 		m = appendVarint(m, 1, uint64(s.SVN))
-		for _, vcpus := range slices.Sorted(maps.Keys(s.Measurements)) {
+		for _, vmsas := range slices.Sorted(maps.Keys(s.Measurements)) {
 			var entry []byte
-			entry = appendVarint(entry, 1, uint64(vcpus))
-			entry = appendBytes(entry, 2, s.Measurements[vcpus])
+			entry = appendVarint(entry, 1, uint64(vmsas))
+			entry = appendBytes(entry, 2, s.Measurements[vmsas])
 			m = appendBytes(m, 2, entry)
 		}
 		m = appendBytes(m, 3, s.FamilyID)
 		m = appendBytes(m, 4, s.ImageID)
 		m = appendVarint(m, 5, s.Policy)
+		if s.SVSMMeasurement != nil {
+			m = appendBytes(m, 7, s.SVSMMeasurement)
+		}
 		b = appendBytes(b, 7, m)
 	}
 	if x := d.TDX; x != nil {

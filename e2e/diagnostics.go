@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ func (d *diagnostics) write(name string, data []byte) error {
 // clusterState saves what the API server says about the cluster, if it
 // answers, most telling first, since a struggling API server may use up
 // the time before the rest: the control-plane containers' logs and the
-// nodes' journals (both come from kubelet, not from etcd, so they answer
+// control planes' journals (both come from kubelet, not from etcd, so they answer
 // while etcd stalls), then nodes, pods with their restart counts and
 // events, then every other kube-system container's logs. Previous
 // instances' logs are kept where a container restarted. nodes and
@@ -72,11 +73,18 @@ func (d *diagnostics) clusterState(k kubectlFunc, nodes, controlPlanes []string)
 	}
 	// The nodes' journals: journald does not forward them to the serial
 	// console, the owner reads them through kubelet's node log query.
-	for _, n := range nodes {
-		for _, unit := range journalUnits {
-			save("nodes/"+n+"/journal-"+unit+".log", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/logs/?query="+unit)
+	// The control planes' first; the other nodes' last, since a node
+	// whose kubelet does not answer (the very failure, often) costs the
+	// request timeout per unit, which used up the time for the pod
+	// state and the join service's log in a failed rejoin.
+	journals := func(nodes []string) {
+		for _, n := range nodes {
+			for _, unit := range journalUnits {
+				save("nodes/"+n+"/journal-"+unit+".log", "get", "--raw", "/api/v1/nodes/"+n+"/proxy/logs/?query="+unit)
+			}
 		}
 	}
+	journals(controlPlanes)
 	save("kubectl/nodes.txt", "get", "nodes", "-o", "wide")
 	save("kubectl/pods.txt", "get", "pods", "-A", "-o", "wide")
 	save("kubectl/events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp")
@@ -104,6 +112,7 @@ func (d *diagnostics) clusterState(k kubectlFunc, nodes, controlPlanes []string)
 			}
 		}
 	}
+	journals(slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return slices.Contains(controlPlanes, n) }))
 	return errs
 }
 

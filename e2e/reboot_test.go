@@ -171,9 +171,9 @@ func (s *suite) recoverControlPlane() {
 	}
 	// The worker waits in its initrd until the join service answers
 	// again, which follows cp-0's recovery and the restart of its whole
-	// control plane, then boots beside it: 12 min from its power-on in
+	// control plane, then boots beside it: 14 min from its power-on in
 	// one run under TCG (the key after 7m40s), 5-6 min in others.
-	waitReady(t, k, worker.Name, workerBoot, patience(15*time.Minute))
+	waitReady(t, k, worker.Name, workerBoot, patience(20*time.Minute))
 	s.p.done("worker-0 rejoins by itself and is Ready")
 }
 

@@ -238,8 +238,7 @@ func (v *Verifier) checkEndorsedLaunch(att *spb.Attestation, p launchendorsement
 // endorsementFromCache reads Google's launch endorsement at url from the
 // collateral cache.
 func (v *Verifier) endorsementFromCache(url string) ([]byte, error) {
-	var err error = fs.ErrNotExist
-	var blob []byte
+	blob, err := []byte(nil), error(fs.ErrNotExist)
 	if v.cfg.Collateral != nil {
 		blob, err = v.cfg.Collateral.Get(url)
 	}

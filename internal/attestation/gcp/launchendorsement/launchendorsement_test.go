@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/x509"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -78,27 +79,58 @@ func TestEndorsedMeasurementsAreAccepted(t *testing.T) {
 	}
 }
 
+// refusal is an endorsement check that must fail: the blob (a good
+// endorsement if nil), checked for measurement (the 4-VMSA one if nil) at
+// at (now if zero) under the authority's policy after change.
+type refusal struct {
+	blob        []byte
+	policy      func(*launchendorsement.Policy)
+	measurement []byte
+	at          time.Time
+	want        string
+}
+
 func TestRefusals(t *testing.T) {
 	a := endorsementtest.NewAuthority(t, now)
-	other := endorsementtest.NewAuthority(t, now)
 	good := a.Endorse(t, document())
-	golden := endorsementtest.Golden(document(), a.Signer.Raw)
+	for name, tc := range refusals(t, a, good) {
+		t.Run(name, func(t *testing.T) {
+			blob := good
+			if tc.blob != nil {
+				blob = tc.blob
+			}
+			p := a.Policy()
+			p.MinimumSVN = 3
+			if tc.policy != nil {
+				tc.policy(&p)
+			}
+			m := endorsementtest.Digest(0x04)
+			if tc.measurement != nil {
+				m = tc.measurement
+			}
+			at := now
+			if !tc.at.IsZero() {
+				at = tc.at
+			}
+			_, err := p.CheckSNP(blob, m, at)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("CheckSNP = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
 
-	tests := map[string]struct {
-		blob        []byte
-		policy      func(*launchendorsement.Policy)
-		measurement []byte
-		at          time.Time
-		want        string
-	}{
-		"a measurement the endorsement does not list": {
-			measurement: endorsementtest.Digest(0x06),
-			want:        "none of the 3",
-		},
-		"the MRTD given as an SEV-SNP measurement": {
-			measurement: endorsementtest.Digest(0x88),
-			want:        "none of the 3",
-		},
+func refusals(t *testing.T, a *endorsementtest.Authority, good []byte) map[string]refusal {
+	out := signerRefusals(t, a)
+	maps.Copy(out, documentRefusals(t, a, good))
+	return out
+}
+
+// signerRefusals are endorsements whose signature or signer is wrong.
+func signerRefusals(t *testing.T, a *endorsementtest.Authority) map[string]refusal {
+	other := endorsementtest.NewAuthority(t, now)
+	golden := endorsementtest.Golden(document(), a.Signer.Raw)
+	return map[string]refusal{
 		"a root other than the one that signed": {
 			policy: func(p *launchendorsement.Policy) { p.Roots = other.RootPEM },
 			want:   "is not certified by the root the owner named",
@@ -134,6 +166,28 @@ func TestRefusals(t *testing.T) {
 			blob: a.WithSigner(t, now, func(c *x509.Certificate) { c.KeyUsage = x509.KeyUsageCertSign }).Endorse(t, document()),
 			want: "not a document-signing certificate",
 		},
+		"the signing certificate named as the root": {
+			policy: func(p *launchendorsement.Policy) { p.Roots = pemOf(a.Signer.Raw) },
+			want:   "not a self-signed CA certificate",
+		},
+		"no root": {
+			policy: func(p *launchendorsement.Policy) { p.Roots = "" },
+			want:   "holds no certificate",
+		},
+	}
+}
+
+// documentRefusals are endorsements whose content or encoding is wrong.
+func documentRefusals(t *testing.T, a *endorsementtest.Authority, good []byte) map[string]refusal {
+	return map[string]refusal{
+		"a measurement the endorsement does not list": {
+			measurement: endorsementtest.Digest(0x06),
+			want:        "none of the 3",
+		},
+		"the MRTD given as an SEV-SNP measurement": {
+			measurement: endorsementtest.Digest(0x88),
+			want:        "none of the 3",
+		},
 		"a measurement listed only as the one under an SVSM": {
 			blob: a.Endorse(t, func() endorsementtest.Document {
 				d := document()
@@ -146,14 +200,6 @@ func TestRefusals(t *testing.T) {
 		"a security version below the owner's minimum": {
 			policy: func(p *launchendorsement.Policy) { p.MinimumSVN = 4 },
 			want:   "below the owner's minimum 4",
-		},
-		"the signing certificate named as the root": {
-			policy: func(p *launchendorsement.Policy) { p.Roots = pemOf(a.Signer.Raw) },
-			want:   "not a self-signed CA certificate",
-		},
-		"no root": {
-			policy: func(p *launchendorsement.Policy) { p.Roots = "" },
-			want:   "holds no certificate",
 		},
 		"a truncated endorsement": {
 			blob: good[:len(good)-10],
@@ -179,31 +225,6 @@ func TestRefusals(t *testing.T) {
 			blob: protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 7),
 			want: "wire type",
 		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			blob := good
-			if tc.blob != nil {
-				blob = tc.blob
-			}
-			p := a.Policy()
-			p.MinimumSVN = 3
-			if tc.policy != nil {
-				tc.policy(&p)
-			}
-			m := endorsementtest.Digest(0x04)
-			if tc.measurement != nil {
-				m = tc.measurement
-			}
-			at := now
-			if !tc.at.IsZero() {
-				at = tc.at
-			}
-			_, err := p.CheckSNP(blob, m, at)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("CheckSNP = %v, want an error containing %q", err, tc.want)
-			}
-		})
 	}
 }
 

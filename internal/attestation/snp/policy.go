@@ -116,16 +116,11 @@ func ParsePolicy(data []byte) (Policy, error) {
 // every value has its field's size.
 func (p Policy) Validate() error {
 	var errs []error
+	fixed, err := launchendorsement.CheckChoice("measurement", p.Measurement != nil, p.GCELaunchEndorsement)
 	switch {
-	case p.Measurement == nil && p.GCELaunchEndorsement == nil:
-		errs = append(errs, errors.New("measurement is missing: without it any firmware would pass (on Google Cloud, name Google's root in gceLaunchEndorsement instead)"))
-	case p.Measurement != nil && p.GCELaunchEndorsement != nil:
-		errs = append(errs, errors.New("give measurement or gceLaunchEndorsement, not both: which one would decide is not clear"))
-	case p.GCELaunchEndorsement != nil:
-		if _, err := p.GCELaunchEndorsement.Pool(); err != nil {
-			errs = append(errs, fmt.Errorf("gceLaunchEndorsement.%w", err))
-		}
-	case len(p.Measurement.Expected) != abi.MeasurementSize:
+	case err != nil:
+		errs = append(errs, err)
+	case fixed && len(p.Measurement.Expected) != abi.MeasurementSize:
 		errs = append(errs, fmt.Errorf("measurement has %d bytes, not the %d of a SHA-384 digest", len(p.Measurement.Expected), abi.MeasurementSize))
 	}
 	if p.ChipIDs != nil {

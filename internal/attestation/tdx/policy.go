@@ -133,16 +133,11 @@ func into[T any, PT interface {
 // its field's size, and that it does not ask for a debug TD.
 func (p Policy) Validate() error {
 	var errs []error
+	fixed, err := launchendorsement.CheckChoice("mrtd", p.MRTD != nil, p.GCELaunchEndorsement)
 	switch {
-	case p.MRTD == nil && p.GCELaunchEndorsement == nil:
-		errs = append(errs, errors.New("mrtd is missing: without it any firmware would pass (on Google Cloud, name Google's root in gceLaunchEndorsement instead)"))
-	case p.MRTD != nil && p.GCELaunchEndorsement != nil:
-		errs = append(errs, errors.New("give mrtd or gceLaunchEndorsement, not both: which one would decide is not clear"))
-	case p.GCELaunchEndorsement != nil:
-		if _, err := p.GCELaunchEndorsement.Pool(); err != nil {
-			errs = append(errs, fmt.Errorf("gceLaunchEndorsement.%w", err))
-		}
-	default:
+	case err != nil:
+		errs = append(errs, err)
+	case fixed:
 		errs = append(errs, checkSize("mrtd.expected", p.MRTD.Expected, abi.MrTdSize))
 	}
 	for i, r := range p.RTMR {

@@ -79,6 +79,25 @@ func (p Policy) Pool() (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// CheckChoice checks that a hardware policy section names either a fixed
+// launch measurement (its member field, given when fixed is true) or
+// Google's endorsements (p), not both and not neither, and that p is
+// valid. It tells whether the fixed value is the one to check further.
+func CheckChoice(field string, fixed bool, p *Policy) (checkFixed bool, err error) {
+	switch {
+	case !fixed && p == nil:
+		return false, fmt.Errorf("%s is missing: without it any firmware would pass (on Google Cloud, name Google's root in gceLaunchEndorsement instead)", field)
+	case fixed && p != nil:
+		return false, fmt.Errorf("give %s or gceLaunchEndorsement, not both: which one would decide is not clear", field)
+	case p != nil:
+		if _, err := p.Pool(); err != nil {
+			return false, fmt.Errorf("gceLaunchEndorsement.%w", err)
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
 // SNPLaunch is an SEV-SNP launch measurement Google endorsed.
 type SNPLaunch struct {
 	Golden      *Golden

@@ -132,7 +132,8 @@ func applyStep(ctx context.Context, cfg ApplyConfig, step Step) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	deadline := time.Now().Add(cfg.Timeout)
+	start := time.Now()
+	deadline := start.Add(cfg.Timeout)
 	var rel *release.Release
 	if step.Install {
 		in := action.NewInstall(hc)
@@ -152,15 +153,27 @@ func applyStep(ctx context.Context, cfg ApplyConfig, step Step) (int, error) {
 		rel, err = up.RunWithContext(ctx, step.Ref.Name, step.Chart, step.Values)
 	}
 	if err != nil {
+		// Helm's atomic upgrade has rolled back by itself.
+		say(cfg, "%s: Helm's upgrade failed after %s; Helm rolled it back", step.Ref.Name, time.Since(start).Round(time.Second))
 		return 0, &ReleaseError{Release: step.Ref.Name, RolledBackTo: rolledBackTo(hc, step), Err: err}
 	}
+	say(cfg, "%s: revision %d deployed by Helm after %s; waiting for every pod of it", step.Ref.Name, rel.Version, time.Since(start).Round(time.Second))
 	// Helm's wait is too lenient for DaemonSets (see awaitRollout).
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if err := awaitRollout(wctx, cfg.Client, rel.Manifest, step.Ref.Namespace); err != nil {
+		say(cfg, "%s: its pods were not all ready %s after the upgrade began; taking it back", step.Ref.Name, time.Since(start).Round(time.Second))
 		return 0, undo(hc, cfg, step, err)
 	}
 	return rel.Version, nil
+}
+
+// say reports a step of a release's upgrade, so that where the time of a
+// failed one went is on the owner's screen.
+func say(cfg ApplyConfig, format string, args ...any) {
+	if cfg.Progress != nil {
+		cfg.Progress(fmt.Sprintf(format, args...))
+	}
 }
 
 // undo takes back a revision that Helm deployed but whose pods did not
@@ -180,9 +193,11 @@ func undo(hc *action.Configuration, cfg ApplyConfig, step Step, cause error) err
 	}
 	rb := action.NewRollback(hc)
 	rb.Version, rb.CleanupOnFail = step.FromRevision, true
+	start := time.Now()
 	if err := rb.Run(step.Ref.Name); err != nil {
 		return &ReleaseError{Release: step.Ref.Name, Err: fmt.Errorf("%w; the rollback to revision %d failed too: %v", cause, step.FromRevision, err)}
 	}
+	say(cfg, "%s: Helm took it back to revision %d in %s; waiting up to %s for its pods", step.Ref.Name, step.FromRevision, time.Since(start).Round(time.Second), cfg.Timeout)
 	// The rollback is done once the old revision's pods are back, by the
 	// same measure as the upgrade.
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)

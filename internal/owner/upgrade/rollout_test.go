@@ -89,17 +89,24 @@ func TestDaemonSetNeverReadyRollsBack(t *testing.T) {
 	if _, err := in.Run(agentChart("1.0.0", "localhost/agent:1"), nil); err != nil {
 		t.Fatalf("install: %v", err)
 	}
+	var said []string
 	upgradeTo := func(image string) error {
 		ch := agentChart("1.0.1", image)
 		step := Step{Ref: services.ReleaseRef{Name: "agent", Namespace: services.Namespace, Chart: "agent"},
 			FromRevision: history(t, c, "agent")[len(history(t, c, "agent"))-1].Version, Chart: ch, Changes: []string{"image"}}
 		_, _, err := Apply(context.Background(), ApplyConfig{Helm: c.Helm, Client: c.Dynamic, Kube: c.Kube, BackupDir: filepath.Join(t.TempDir(), "b"),
-			CRDs: []string{}, Timeout: 5 * time.Second}, Plan{Steps: []Step{step}})
+			CRDs: []string{}, Timeout: 5 * time.Second, Progress: func(m string) { said = append(said, m) }}, Plan{Steps: []Step{step}})
 		return err
 	}
 
 	start := time.Now()
 	err = upgradeTo(broken)
+	// Where a failed upgrade's time went is on the owner's screen.
+	for _, want := range []string{"agent: revision 2 deployed by Helm after", "agent: its pods were not all ready", "agent: Helm took it back to revision 1 in"} {
+		if !slices.ContainsFunc(said, func(m string) bool { return strings.HasPrefix(m, want) }) {
+			t.Errorf("progress %q lacks a line starting %q", said, want)
+		}
+	}
 	re, ok := IsReleaseError(err)
 	if !ok || re.RolledBackTo != 1 || !strings.Contains(err.Error(), "DaemonSet kube-system/agent: 1 of 1 pods run the new spec, 0 ready") {
 		t.Fatalf("err = %v, want agent rolled back to revision 1, naming the DaemonSet that is not ready", err)

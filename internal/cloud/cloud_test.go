@@ -199,13 +199,14 @@ func assertBalancesToControlPlane(t *testing.T, ctx context.Context, c *cloud.Cl
 
 // throughLoadBalancer asks for a name at the cloud's load balancer, from
 // inside the cloud's network; its health checks may take a few seconds to
-// pass first.
+// pass first, and under 'make test', with other packages' tests beside
+// it, HAProxy was not listening yet after 30 s.
 func throughLoadBalancer(t *testing.T, ctx context.Context, c *cloud.Cloud) string {
 	t.Helper()
 	var got string
 	addr := net.JoinHostPort(cloud.LoadBalancerIP.String(), "8080")
 	var last error
-	for range 30 {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
 		// Dialled inside the namespace; the connection works from anywhere.
 		last = c.Network().Do(func() error {
 			conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", addr)

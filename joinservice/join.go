@@ -102,9 +102,9 @@ func runJoin(ctx context.Context, args []string) error {
 	}
 	var vs []attestation.Validator
 	for _, v := range validators {
-		vs = append(vs, v)
+		vs = append(vs, timedValidator{v, log})
 	}
-	creds, err := serverCredentials(issuer, vs, log)
+	creds, err := serverCredentials(timedIssuer{issuer, log}, vs, log)
 	if err != nil {
 		return fmt.Errorf("set up attested TLS: %w", err)
 	}

@@ -48,6 +48,10 @@ type Factory func(p policy.Policy) (attestation.Validator, error)
 // within it.
 const DefaultRefresh = 10 * time.Second
 
+// slowRead is how long a read of the sets may take before it is logged:
+// a handshake waits for it, and a node's handshake has a minute in all.
+const slowRead = 5 * time.Second
+
 // firstReadRetry is the interval between reads until one succeeds.
 const firstReadRetry = time.Second
 
@@ -244,7 +248,12 @@ func (v *Validator) refresh(ctx context.Context) {
 	if !due {
 		return
 	}
+	start := time.Now()
 	sets, err := v.cfg.Source(ctx)
+	if d := time.Since(start); d > slowRead {
+		// The handshake that found the sets stale waited for this.
+		v.log.Warn("reading the accepted measurement sets from the API server was slow", "took", d.Round(time.Millisecond).String())
+	}
 	if err != nil && len(sets) == 0 {
 		v.log.Error("cannot read the accepted measurement sets; keeping the last ones read", "error", err.Error())
 		return

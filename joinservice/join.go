@@ -102,9 +102,9 @@ func runJoin(ctx context.Context, args []string) error {
 	}
 	var vs []attestation.Validator
 	for _, v := range validators {
-		vs = append(vs, timedValidator{v, log})
+		vs = append(vs, timedValidator{ProofValidator: v, log: log})
 	}
-	creds, err := serverCredentials(timedIssuer{issuer, log}, vs, log)
+	creds, err := serverCredentials(timedIssuer{Issuer: issuer, log: log}, vs, log)
 	if err != nil {
 		return fmt.Errorf("set up attested TLS: %w", err)
 	}

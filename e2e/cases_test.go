@@ -294,6 +294,9 @@ func joinServiceRefusal(t tester, ctx context.Context, c *cloud.Cloud, k func(..
 		time.Sleep(5 * time.Second)
 	}
 	logs := joinServiceLog(k, -1)
+	if slow := linesWith(logs, "was slow"); slow != "" {
+		t.Logf("the join service logged slow steps so far:\n%s", lastLines(slow, 10))
+	}
 	if strings.Count(logs, "refused a node") <= before {
 		t.Fatalf("the join service did not log refusing the host's swtpm node:\n%s", lastLines(logs, 30))
 	}
@@ -321,6 +324,17 @@ func attestToJoinService(ctx context.Context, issuer attestation.Issuer, addr st
 		conn.Close()
 	}
 	return err
+}
+
+// linesWith is the lines of s that contain what.
+func linesWith(s, what string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, what) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // lastLine is the last line of s that contains what.

@@ -339,13 +339,7 @@ func linesWith(s, what string) string {
 
 // lastLine is the last line of s that contains what.
 func lastLine(s, what string) string {
-	lines := strings.Split(s, "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.Contains(lines[i], what) {
-			return lines[i]
-		}
-	}
-	return ""
+	return lastLines(linesWith(s, what), 1)
 }
 
 // assertNothingLeft checks what 'orrery mini down' must remove: the

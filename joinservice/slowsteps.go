@@ -25,9 +25,7 @@ type timedIssuer struct {
 func (t timedIssuer) Issue(ctx context.Context, userData, nonce []byte) ([]byte, error) {
 	start := time.Now()
 	doc, err := t.Issuer.Issue(ctx, userData, nonce)
-	if d := time.Since(start); d > cmp.Or(t.slow, slowStep) {
-		t.log.Warn("the join service's own attestation for a handshake was slow (the control plane's vTPM, or its SEV-SNP report from the platform)", "took", d.Round(time.Millisecond).String(), "failed", err != nil)
-	}
+	logIfSlow(t.log, t.slow, start, err, "the join service's own attestation for a handshake was slow (the control plane's vTPM, or its SEV-SNP report from the platform)")
 	return doc, err
 }
 
@@ -42,13 +40,19 @@ type timedValidator struct {
 func (t timedValidator) ValidateProof(ctx context.Context, doc, nonce []byte) (attestation.Proof, error) {
 	start := time.Now()
 	p, err := t.ProofValidator.ValidateProof(ctx, doc, nonce)
-	if d := time.Since(start); d > cmp.Or(t.slow, slowStep) {
-		t.log.Warn("validating a node's attestation was slow (reading the measurement sets from the API server, or the control plane is short of CPU)", "variant", t.Variant().String(), "took", d.Round(time.Millisecond).String(), "failed", err != nil)
-	}
+	logIfSlow(t.log, t.slow, start, err, "validating a node's attestation was slow (reading the measurement sets from the API server, or the control plane is short of CPU)", "variant", t.Variant().String())
 	return p, err
 }
 
 func (t timedValidator) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
 	p, err := t.ValidateProof(ctx, doc, nonce)
 	return p.UserData, err
+}
+
+// logIfSlow logs msg if the step that began at start took longer than
+// limit (slowStep if zero).
+func logIfSlow(log *slog.Logger, limit time.Duration, start time.Time, err error, msg string, attrs ...any) {
+	if d := time.Since(start); d > cmp.Or(limit, slowStep) {
+		log.Warn(msg, append(attrs, "took", d.Round(time.Millisecond).String(), "failed", err != nil)...)
+	}
 }

@@ -86,9 +86,8 @@ func Apply(ctx context.Context, cfg ApplyConfig, plan Plan) (backup.Result, []Ou
 	if !plan.Changes() {
 		return backup.Result{}, nil, nil
 	}
-	progress := cfg.Progress
-	if progress == nil {
-		progress = func(string) {}
+	if cfg.Progress == nil {
+		cfg.Progress = func(string) {}
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -101,7 +100,7 @@ func Apply(ctx context.Context, cfg ApplyConfig, plan Plan) (backup.Result, []Ou
 	if err != nil {
 		return saved, nil, fmt.Errorf("back up Orrery's custom resources (nothing was upgraded): %w", err)
 	}
-	progress(fmt.Sprintf("backed up %d custom resource definitions and %d custom resources to %s", saved.CRDs, saved.Resources, saved.Dir))
+	say(cfg, "backed up %d custom resource definitions and %d custom resources to %s", saved.CRDs, saved.Resources, saved.Dir)
 	// A cluster initialised before 'orrery init' made the removed-node
 	// list has the admission policy that reads it on every write, and
 	// pays a lookup for each while it is missing (see
@@ -115,14 +114,14 @@ func Apply(ctx context.Context, cfg ApplyConfig, plan Plan) (backup.Result, []Ou
 			continue
 		}
 		start := time.Now()
-		progress(fmt.Sprintf("upgrading %s (%s)", step.Ref.Name, strings.Join(step.Changes, "; ")))
+		say(cfg, "upgrading %s (%s)", step.Ref.Name, strings.Join(step.Changes, "; "))
 		rev, err := applyStep(ctx, cfg, step)
 		if err != nil {
 			return saved, outcomes, err
 		}
 		o := Outcome{Release: step.Ref.Name, Revision: rev, Duration: time.Since(start)}
 		outcomes = append(outcomes, o)
-		progress(fmt.Sprintf("%s upgraded to revision %d (%s)", o.Release, o.Revision, o.Duration.Round(time.Second)))
+		say(cfg, "%s upgraded to revision %d (%s)", o.Release, o.Revision, o.Duration.Round(time.Second))
 	}
 	return saved, outcomes, nil
 }
@@ -168,12 +167,10 @@ func applyStep(ctx context.Context, cfg ApplyConfig, step Step) (int, error) {
 	return rel.Version, nil
 }
 
-// say reports a step of a release's upgrade, so that where the time of a
-// failed one went is on the owner's screen.
+// say reports a step of the upgrade; of a failed release it says where
+// the time went. Apply has set cfg.Progress.
 func say(cfg ApplyConfig, format string, args ...any) {
-	if cfg.Progress != nil {
-		cfg.Progress(fmt.Sprintf(format, args...))
-	}
+	cfg.Progress(fmt.Sprintf(format, args...))
 }
 
 // undo takes back a revision that Helm deployed but whose pods did not

@@ -114,3 +114,17 @@ func TestFailureSummary(t *testing.T) {
 		t.Errorf("failed() = %q, want the phase under way", got)
 	}
 }
+
+// The refusal checks pick the join service's lines with these.
+func TestLinesWith(t *testing.T) {
+	log := "a refused x\nb admitted\nc refused y\n"
+	if got := linesWith(log, "refused"); got != "a refused x\nc refused y" {
+		t.Errorf("linesWith = %q", got)
+	}
+	if got := lastLine(log, "refused"); got != "c refused y" {
+		t.Errorf("lastLine = %q", got)
+	}
+	if got := lastLine(log, "absent"); got != "" {
+		t.Errorf("lastLine of no match = %q", got)
+	}
+}

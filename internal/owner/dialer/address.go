@@ -1,6 +1,7 @@
 package dialer
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -33,11 +34,16 @@ func splitNode(node string) (host, port string, err error) {
 	if strings.ContainsAny(node, "/?# \t") {
 		return "", "", fmt.Errorf("a node address has no path, query or spaces")
 	}
-	if a, err := netip.ParseAddr(node); err == nil {
+	if a, err := parseIP(node); err == nil {
 		return a.String(), "", nil
+	} else if errors.Is(err, errZone) {
+		return "", "", err
 	}
 	if strings.HasPrefix(node, "[") && strings.HasSuffix(node, "]") {
-		a, err := netip.ParseAddr(node[1 : len(node)-1])
+		a, err := parseIP(node[1 : len(node)-1])
+		if errors.Is(err, errZone) {
+			return "", "", err
+		}
 		if err != nil || !a.Is6() {
 			return "", "", fmt.Errorf("%s is not an IPv6 address", node)
 		}
@@ -52,8 +58,10 @@ func splitNode(node string) (host, port string, err error) {
 	} else if strings.Contains(node, ":") {
 		return "", "", fmt.Errorf("cannot split it into host and port (an IPv6 address with a port goes in brackets)")
 	}
-	if a, err := netip.ParseAddr(host); err == nil {
+	if a, err := parseIP(host); err == nil {
 		return a.String(), port, nil
+	} else if errors.Is(err, errZone) {
+		return "", "", err
 	}
 	if host == "" {
 		return "", "", fmt.Errorf("no host")
@@ -62,4 +70,22 @@ func splitNode(node string) (host, port string, err error) {
 		return "", "", fmt.Errorf("%q is neither an IP address nor a host name", host)
 	}
 	return host, port, nil
+}
+
+var errZone = errors.New("an IPv6 zone is an interface name: letters, digits, '.', '_' and '-'")
+
+// parseIP is netip.ParseAddr, refusing zones that are not interface names:
+// netip takes any text after '%', and a zone holding a bracket or a colon
+// makes HOST:PORT that nothing, this function included, can split again.
+func parseIP(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return a, err
+	}
+	for _, r := range a.Zone() {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return netip.Addr{}, errZone
+		}
+	}
+	return a, nil
 }

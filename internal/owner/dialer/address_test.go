@@ -17,6 +17,8 @@ func TestParseAddress(t *testing.T) {
 		"cp-0.example:443":     "cp-0.example:443",
 		"Node-1":               "Node-1:9000",
 		"2001:db8::8a2e:370:1": "[2001:db8::8a2e:370:1]:9000",
+		"fe80::1%eth0":         "[fe80::1%eth0]:9000",
+		"[fe80::1%eth0]:9001":  "[fe80::1%eth0]:9001",
 	}
 	for in, want := range good {
 		got, err := ParseAddress(in, 9000)
@@ -36,6 +38,8 @@ func TestParseAddress(t *testing.T) {
 		"bad_name":              "neither an IP address nor a host name",
 		":9000":                 "no host",
 		"10.42.1.100 9000":      "spaces",
+		"::%[":                  "interface name",
+		"[fe80::1%a:b]":         "interface name",
 	}
 	for in, want := range bad {
 		got, err := ParseAddress(in, 9000)
@@ -50,7 +54,7 @@ func TestParseAddress(t *testing.T) {
 }
 
 func FuzzParseAddress(f *testing.F) {
-	for _, s := range []string{"10.42.1.100", "[::1]:9001", "https://x", "cp-0:1", "[", ":"} {
+	for _, s := range []string{"10.42.1.100", "[::1]:9001", "https://x", "cp-0:1", "[", ":", "::%[", "fe80::1%eth0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -114,7 +114,7 @@ type bootstrapper struct {
 // openTPM opens.
 func newBootstrapper(p paths, openTPM tpmdev.Opener, log *slog.Logger) (*bootstrapper, error) {
 	mlog := &pcrlog.Log{Path: p.measurementLog}
-	icfg := qemu.IssuerConfig{OpenTPM: openTPM, FirmwareEventLogPath: p.firmwareLog, MeasurementLog: mlog}
+	icfg := qemu.IssuerConfig{OpenTPM: openTPM, FirmwareEventLogPath: p.firmwareLog, MeasurementLog: mlog, Logger: log}
 	// Until the platform is known (run asks), the node attests as a
 	// plain vTPM node.
 	issuer, err := qemu.NewIssuer(icfg)

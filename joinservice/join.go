@@ -91,6 +91,7 @@ func runJoin(ctx context.Context, args []string) error {
 	}
 	node := qemu.NodeIssuerConfig()
 	node.MeasurementLog.Path, node.FirmwareEventLogPath = f.measurementLog, f.firmwareLog
+	node.Logger = log
 	platform, err := nodeattest.Detect(ctx, &metadata.Client{BaseURL: f.metadataURL})
 	if err != nil {
 		return fmt.Errorf("tell which attestation this control plane's platform offers: %w", err)
@@ -104,7 +105,7 @@ func runJoin(ctx context.Context, args []string) error {
 	for _, v := range validators {
 		vs = append(vs, timedValidator{ProofValidator: v, log: log})
 	}
-	creds, err := serverCredentials(timedIssuer{Issuer: issuer, log: log}, vs, log)
+	creds, err := serverCredentials(issuer, vs, log)
 	if err != nil {
 		return fmt.Errorf("set up attested TLS: %w", err)
 	}

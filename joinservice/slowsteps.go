@@ -9,25 +9,12 @@ import (
 	"github.com/orrery-dev/orrery/internal/attestation"
 )
 
-// slowStep is how long a handshake's quote or validation may take before
-// the join service says so. Under TCG a quote takes a second or two and a
-// validation less; a step past this is what makes a joining node's
-// handshake time out, and the log is the only place that tells which one.
+// slowStep is how long a handshake's validation may take before the join
+// service says so. Under TCG one takes less than a second; a step past this
+// is what makes a joining node's handshake time out, and the log is the only
+// place that tells which one. (The service's own quote logs itself: see
+// vtpm.IssuerConfig.SlowIssue.)
 const slowStep = 10 * time.Second
-
-// timedIssuer logs quotes that take longer than slowStep.
-type timedIssuer struct {
-	attestation.Issuer
-	log  *slog.Logger
-	slow time.Duration // slowStep if zero
-}
-
-func (t timedIssuer) Issue(ctx context.Context, userData, nonce []byte) ([]byte, error) {
-	start := time.Now()
-	doc, err := t.Issuer.Issue(ctx, userData, nonce)
-	logIfSlow(t.log, t.slow, start, err, "the join service's own attestation for a handshake was slow (the control plane's vTPM, or its SEV-SNP report from the platform)")
-	return doc, err
-}
 
 // timedValidator logs validations of a node's attestation that take
 // longer than slowStep.

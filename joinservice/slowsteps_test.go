@@ -21,11 +21,6 @@ type stepStub struct {
 
 func (s stepStub) Variant() variant.Variant { return variant.QEMUVTPM }
 
-func (s stepStub) Issue(context.Context, []byte, []byte) ([]byte, error) {
-	time.Sleep(s.delay)
-	return []byte("doc"), s.err
-}
-
 func (s stepStub) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
 	p, err := s.ValidateProof(ctx, doc, nonce)
 	return p.UserData, err
@@ -36,9 +31,9 @@ func (s stepStub) ValidateProof(context.Context, []byte, []byte) (attestation.Pr
 	return attestation.Proof{UserData: []byte("key"), Instance: attestation.Instance{ID: "cp-0"}}, s.err
 }
 
-// The wrappers keep what the join path uses (the proof's instance names
-// the node a ticket is for), and say so only of a step that ran long.
-func TestTimedStepsLogOnlySlowOnes(t *testing.T) {
+// The wrapper keeps what the join path uses (the proof's instance names
+// the node a ticket is for), and says so only of a validation that ran long.
+func TestTimedValidationLogsOnlySlowOnes(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		delay   time.Duration
@@ -53,13 +48,8 @@ func TestTimedStepsLogOnlySlowOnes(t *testing.T) {
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			stub := stepStub{delay: tc.delay, err: tc.err}
-			iss := timedIssuer{Issuer: stub, log: log, slow: 20 * time.Millisecond}
 			val := timedValidator{ProofValidator: stub, log: log, slow: 20 * time.Millisecond}
 
-			doc, err := iss.Issue(context.Background(), nil, nil)
-			if string(doc) != "doc" || !errors.Is(err, tc.err) {
-				t.Fatalf("Issue through the wrapper: %q, %v", doc, err)
-			}
 			p, err := attestation.ValidateProof(context.Background(), val, nil, nil)
 			if p.Instance.ID != "cp-0" || string(p.UserData) != "key" || !errors.Is(err, tc.err) {
 				t.Fatalf("ValidateProof through the wrapper lost the proof: %+v, %v", p, err)
@@ -69,8 +59,8 @@ func TestTimedStepsLogOnlySlowOnes(t *testing.T) {
 				t.Fatalf("a fast step was logged:\n%s", got)
 			}
 			for _, w := range tc.wantLog {
-				if strings.Count(got, w) != 2 {
-					t.Errorf("want %q in both the quote's and the validation's line:\n%s", w, got)
+				if !strings.Contains(got, w) {
+					t.Errorf("want %q in the validation's line:\n%s", w, got)
 				}
 			}
 		})

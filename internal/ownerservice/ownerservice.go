@@ -61,7 +61,7 @@ func Serve(ctx context.Context, c Config, register func(*grpc.Server)) error {
 	if err != nil {
 		return err
 	}
-	issuer, err := p.Issuer(qemu.IssuerConfig{OpenTPM: tpmdev.Open, FirmwareEventLogPath: c.FirmwareLog, MeasurementLog: c.MeasurementLog})
+	issuer, err := p.Issuer(qemu.IssuerConfig{OpenTPM: tpmdev.Open, FirmwareEventLogPath: c.FirmwareLog, MeasurementLog: c.MeasurementLog, Logger: c.Log})
 	if err != nil {
 		return fmt.Errorf("set up %s attestation: %w", p.Variant, err)
 	}

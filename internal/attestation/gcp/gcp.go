@@ -37,6 +37,8 @@ type IssuerConfig struct {
 	FirmwareEventLogPath string
 	// MeasurementLog is Orrery's userspace measurement log.
 	MeasurementLog *pcrlog.Log
+	// Logger is told of slow attestations (vtpm.IssuerConfig.Logger).
+	Logger *slog.Logger
 	// OpenTEE opens the hardware attestation device. Nil means the
 	// kernel's (SEV-SNP: /dev/sev-guest or configfs-tsm; TDX: likewise),
 	// through go-sev-guest's and go-tdx-guest's quote providers.
@@ -69,6 +71,7 @@ func newIssuer(v variant.Variant, cfg IssuerConfig, open func() (client.TEEDevic
 		FirmwareEventLogPath: cfg.FirmwareEventLogPath,
 		MeasurementLog:       cfg.MeasurementLog,
 		OpenTEE:              open,
+		Logger:               cfg.Logger,
 	})
 }
 

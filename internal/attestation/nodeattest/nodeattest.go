@@ -136,7 +136,7 @@ func exists(path string) bool {
 
 // Issuer returns the platform's issuer over the node's vTPM and logs.
 func (p Platform) Issuer(cfg qemu.IssuerConfig) (*vtpm.Issuer, error) {
-	gc := gcp.IssuerConfig{OpenTPM: cfg.OpenTPM, FirmwareEventLogPath: cfg.FirmwareEventLogPath, MeasurementLog: cfg.MeasurementLog}
+	gc := gcp.IssuerConfig{OpenTPM: cfg.OpenTPM, FirmwareEventLogPath: cfg.FirmwareEventLogPath, MeasurementLog: cfg.MeasurementLog, Logger: cfg.Logger}
 	switch p.Variant {
 	case variant.GCPSEVSNP:
 		if p.report != nil {

@@ -43,6 +43,8 @@ type IssuerConfig struct {
 	FirmwareEventLogPath string
 	// MeasurementLog, normally at pcrlog.DefaultPath.
 	MeasurementLog *pcrlog.Log
+	// Logger is told of slow attestations (vtpm.IssuerConfig.Logger).
+	Logger *slog.Logger
 }
 
 // NodeIssuerConfig is the issuer configuration of a booted node: its vTPM
@@ -66,6 +68,7 @@ func NewIssuer(cfg IssuerConfig) (*vtpm.Issuer, error) {
 		LoadAK:               LoadAK,
 		FirmwareEventLogPath: cfg.FirmwareEventLogPath,
 		MeasurementLog:       cfg.MeasurementLog,
+		Logger:               cfg.Logger,
 	})
 }
 

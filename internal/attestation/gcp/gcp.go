@@ -16,7 +16,6 @@ package gcp
 import (
 	"crypto/x509"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"github.com/google/go-tpm-tools/client"
@@ -65,24 +64,16 @@ func NewTDXIssuer(cfg IssuerConfig) (*vtpm.Issuer, error) {
 
 func newIssuer(v variant.Variant, cfg IssuerConfig, open func() (client.TEEDevice, error)) (*vtpm.Issuer, error) {
 	return vtpm.NewIssuer(vtpm.IssuerConfig{
-		Variant:              v,
-		OpenTPM:              cfg.OpenTPM,
-		LoadAK:               loadAK,
+		Variant: v,
+		OpenTPM: cfg.OpenTPM,
+		// The AK GCE provisions: its ECC template and certificate at
+		// GCE's NV indexes (the local cloud writes the same).
+		LoadAK:               (&vtpm.NVAK{TemplateIndex: client.GceAKTemplateNVIndexECC, CertIndex: client.GceAKCertNVIndexECC}).Load,
 		FirmwareEventLogPath: cfg.FirmwareEventLogPath,
 		MeasurementLog:       cfg.MeasurementLog,
 		OpenTEE:              open,
 		Logger:               cfg.Logger,
 	})
-}
-
-// loadAK recreates the AK GCE provisions (its ECC template and
-// certificate at GCE's NV indexes; the local cloud writes the same).
-func loadAK(rw io.ReadWriter) (*client.Key, error) {
-	ak, err := client.GceAttestationKeyECC(rw)
-	if err != nil {
-		return nil, fmt.Errorf("load the platform's attestation key from GCE's NV indexes (%#x): %w", client.GceAKTemplateNVIndexECC, err)
-	}
-	return ak, nil
 }
 
 // ValidatorConfig configures a validator.

@@ -65,7 +65,7 @@ func NewIssuer(cfg IssuerConfig) (*vtpm.Issuer, error) {
 	return vtpm.NewIssuer(vtpm.IssuerConfig{
 		Variant:              variant.QEMUVTPM,
 		OpenTPM:              cfg.OpenTPM,
-		LoadAK:               LoadAK,
+		LoadAK:               loadAKWith(newNVAK()),
 		FirmwareEventLogPath: cfg.FirmwareEventLogPath,
 		MeasurementLog:       cfg.MeasurementLog,
 		Logger:               cfg.Logger,
@@ -75,11 +75,23 @@ func NewIssuer(cfg IssuerConfig) (*vtpm.Issuer, error) {
 // LoadAK recreates the platform-provisioned attestation key and loads its
 // certificate from NV.
 func LoadAK(rw io.ReadWriter) (*client.Key, error) {
-	ak, err := client.GceAttestationKeyECC(rw)
-	if err != nil {
-		return nil, fmt.Errorf("load the platform's attestation key (NV index %#x; was this vTPM provisioned by the local cloud?): %w", AKTemplateNVIndex, err)
+	return loadAKWith(newNVAK())(rw)
+}
+
+func newNVAK() *vtpm.NVAK {
+	return &vtpm.NVAK{TemplateIndex: AKTemplateNVIndex, CertIndex: AKCertNVIndex}
+}
+
+// loadAKWith loads the AK through ak, which an issuer keeps, so that it
+// reads the AK's template and certificate from NV once.
+func loadAKWith(ak *vtpm.NVAK) func(io.ReadWriter) (*client.Key, error) {
+	return func(rw io.ReadWriter) (*client.Key, error) {
+		k, err := ak.Load(rw)
+		if err != nil {
+			return nil, fmt.Errorf("load the platform's attestation key (NV index %#x; was this vTPM provisioned by the local cloud?): %w", AKTemplateNVIndex, err)
+		}
+		return k, nil
 	}
-	return ak, nil
 }
 
 // ReadPlatformCA returns the platform CA that certified this vTPM's own

@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-tpm-tools/quote"
 	"github.com/google/go-tpm/legacy/tpm2"
 	"github.com/google/go-tpm/tpmutil"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -123,14 +122,7 @@ func entryLine(t testing.TB, e pcrlog.Entry) []byte {
 // signature and PCR digest still hold.
 func goTPMToolsAccepts(t *testing.T, doc []byte) bool {
 	t.Helper()
-	d, err := vtpm.ParseDocument(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var a attestpb.Attestation
-	if err := proto.Unmarshal(d.Attestation, &a); err != nil {
-		t.Fatal(err)
-	}
+	d, a := attestationOf(t, doc)
 	pub, err := tpm2.DecodePublic(a.AkPub)
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,7 @@ func TestIssueQuotesOneBankWithFewCommands(t *testing.T) {
 		t.Fatalf("Validate: %v", err)
 	}
 
-	att := attestationOf(t, doc)
+	_, att := attestationOf(t, doc)
 	if len(att.Quotes) != 1 || att.Quotes[0].GetPcrs().GetHash() != tpmpb.HashAlgo_SHA256 {
 		t.Fatalf("quotes of banks %v, want the SHA-256 bank alone", banks(att))
 	}
@@ -142,7 +142,8 @@ func TestIssueLogsSlowSteps(t *testing.T) {
 	}
 }
 
-func attestationOf(t *testing.T, doc []byte) *attestpb.Attestation {
+// attestationOf decodes a document and the TPM attestation inside it.
+func attestationOf(t *testing.T, doc []byte) (vtpm.Document, *attestpb.Attestation) {
 	t.Helper()
 	d, err := vtpm.ParseDocument(doc)
 	if err != nil {
@@ -152,7 +153,7 @@ func attestationOf(t *testing.T, doc []byte) *attestpb.Attestation {
 	if err := proto.Unmarshal(d.Attestation, &a); err != nil {
 		t.Fatal(err)
 	}
-	return &a
+	return d, &a
 }
 
 func banks(a *attestpb.Attestation) []string {

@@ -12,14 +12,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
+	"syscall"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/owner/services"
@@ -71,13 +76,50 @@ func Read(config func(namespace string) (*action.Configuration, error)) ([]Insta
 		if err != nil {
 			return nil, err
 		}
-		inst, err := readRelease(ref, action.NewHistory(cfg).Run)
+		inst, err := readRelease(ref, retryTransient(action.NewHistory(cfg).Run, readPauses))
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, inst)
 	}
 	return out, nil
+}
+
+// readPauses are the pauses before Read asks for a release's history
+// again after a transient failure: an API server short of CPU drops a
+// response midway ("unexpected EOF"), or times out, and answers again
+// seconds later (23 s after one such drop in a TCG run).
+var readPauses = []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second}
+
+// retryTransient reads the history again after each pause for as long as
+// the read fails in a way that another attempt can mend. It only reads, so
+// asking again changes nothing.
+func retryTransient(history historyReader, pauses []time.Duration) historyReader {
+	return func(name string) ([]*release.Release, error) {
+		revs, err := history(name)
+		for _, p := range pauses {
+			if !transient(err) {
+				break
+			}
+			time.Sleep(p)
+			revs, err = history(name)
+		}
+		return revs, err
+	}
+}
+
+// transient reports whether err is the API server or the connection to
+// it failing for the moment, not an answer.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var netErr net.Error
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		(errors.As(err, &netErr) && netErr.Timeout()) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
 }
 
 func readRelease(ref services.ReleaseRef, history historyReader) (Installed, error) {

@@ -1,12 +1,18 @@
 package upgrade
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/orrery-dev/orrery/internal/owner/services"
 )
@@ -65,5 +71,49 @@ func TestReadRelease(t *testing.T) {
 	inst, err := readRelease(ref, func(string) ([]*release.Release, error) { return nil, driver.ErrReleaseNotFound })
 	if err != nil || !inst.Missing {
 		t.Fatalf("a missing release: %+v, %v", inst, err)
+	}
+}
+
+// A read that the API server drops midway is asked again; an answer, even
+// a refusal, is not.
+func TestReadRetriesTransientFailures(t *testing.T) {
+	// As client-go and Helm's secrets driver wrap a response cut short.
+	dropped := fmt.Errorf("query: failed to query with labels: %w",
+		fmt.Errorf("unexpected error when reading response body. Please retry. Original error: %w", io.ErrUnexpectedEOF))
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("RBAC"))
+	busy := apierrors.NewTooManyRequests("the API server is busy", 1)
+	for _, tc := range []struct {
+		name      string
+		fails     []error
+		wantCalls int
+		wantErr   error
+	}{
+		{"answers", nil, 1, nil},
+		{"dropped twice, then answers", []error{dropped, dropped}, 3, nil},
+		{"busy, then answers", []error{busy}, 2, nil},
+		{"dropped every time", []error{dropped, dropped, dropped, dropped}, 4, io.ErrUnexpectedEOF},
+		{"refused", []error{forbidden}, 1, forbidden},
+		{"not found", []error{driver.ErrReleaseNotFound}, 1, driver.ErrReleaseNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			history := func(string) ([]*release.Release, error) {
+				calls++
+				if calls <= len(tc.fails) {
+					return nil, tc.fails[calls-1]
+				}
+				return []*release.Release{rev(1, "0.1.0", services.DescriptionPrefix, release.StatusDeployed, nil)}, nil
+			}
+			revs, err := retryTransient(history, []time.Duration{0, 0, 0})("flannel")
+			if calls != tc.wantCalls {
+				t.Errorf("%d reads, want %d", calls, tc.wantCalls)
+			}
+			if tc.wantErr == nil && (err != nil || len(revs) != 1) {
+				t.Fatalf("got %d revisions, %v; want the history", len(revs), err)
+			}
+			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+		})
 	}
 }

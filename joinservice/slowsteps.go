@@ -27,19 +27,14 @@ type timedValidator struct {
 func (t timedValidator) ValidateProof(ctx context.Context, doc, nonce []byte) (attestation.Proof, error) {
 	start := time.Now()
 	p, err := t.ProofValidator.ValidateProof(ctx, doc, nonce)
-	logIfSlow(t.log, t.slow, start, err, "validating a node's attestation was slow (reading the measurement sets from the API server, or the control plane is short of CPU)", "variant", t.Variant().String())
+	if d := time.Since(start); d > cmp.Or(t.slow, slowStep) {
+		t.log.Warn("validating a node's attestation was slow (reading the measurement sets from the API server, or the control plane is short of CPU)",
+			"variant", t.Variant().String(), "took", d.Round(time.Millisecond).String(), "failed", err != nil)
+	}
 	return p, err
 }
 
 func (t timedValidator) Validate(ctx context.Context, doc, nonce []byte) ([]byte, error) {
 	p, err := t.ValidateProof(ctx, doc, nonce)
 	return p.UserData, err
-}
-
-// logIfSlow logs msg if the step that began at start took longer than
-// limit (slowStep if zero).
-func logIfSlow(log *slog.Logger, limit time.Duration, start time.Time, err error, msg string, attrs ...any) {
-	if d := time.Since(start); d > cmp.Or(limit, slowStep) {
-		log.Warn(msg, append(attrs, "took", d.Round(time.Millisecond).String(), "failed", err != nil)...)
-	}
 }

@@ -319,6 +319,11 @@ func (o clusterOptions) dialNode(ctx context.Context, owner inspect.Owner, t tar
 	defer cancel()
 	n, err := owner.Dial(ctx, t.Addr, t.Name)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// Not a refusal: the node may still be starting its
+			// socket-activated node service (slow on a VM short of CPU).
+			return nil, fmt.Errorf("%s did not answer within %s: run the command again, or pass a longer --timeout (%w)", t.label(), o.timeout, err)
+		}
 		return nil, fmt.Errorf("%s: %w", t.label(), err)
 	}
 	return n, nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,5 +208,36 @@ func TestInspectRefusesWhatIsNotTheOwners(t *testing.T) {
 	_, errOut, code = run(t, "", append([]string{"logs", "no-such-node"}, owner...)...)
 	if code == 0 || !strings.Contains(errOut, "name the nodes by address") {
 		t.Errorf("a name without an API server or mini: exit %d, %s", code, errOut)
+	}
+}
+
+// A node that takes the connection but never answers (one still starting
+// its node service) is reported as not answering in time, with what to
+// do, not as a refusal of what it said.
+func TestVerifySaysWhenANodeDidNotAnswer(t *testing.T) {
+	_, owner := runningNode(t, t.TempDir())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	out, errOut, code := run(t, "", append([]string{"verify", l.Addr().String()}, append(owner, "--timeout", "2s")...)...)
+	if code == 0 || !strings.Contains(out, "REFUSED: "+l.Addr().String()+" did not answer within 2s: run the command again, or pass a longer --timeout") {
+		t.Errorf("verify of a silent node: exit %d\n%s%s", code, out, errOut)
 	}
 }

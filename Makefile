@@ -104,7 +104,7 @@ image: deps components ## build the node's OS image and its predicted measuremen
 boot-test: ## boot build/image under OVMF + swtpm and check PCRs, state disk and bootstrapperd
 	image/boot-test.sh build/image
 
-cluster: deps image build ## bring up a local cluster of simulated SEV-SNP VMs: orrery mini up, then orrery init (root; 25-35 min the first time, 10-15 later)
+cluster: deps image build ## bring up a local cluster of simulated SEV-SNP VMs: orrery mini up, then orrery init (root; 50-65 min the first time, 10-15 later)
 	build/bin/orrery mini up --sev-snp
 	build/bin/orrery init --replace-workspace --measurements build/image/measurements-sev-snp.json --snp-test-root orrery-mini/snp-test-root.json
 	@echo "kubectl: build/components/hostbin/kubectl --kubeconfig orrery-admin.conf get nodes"

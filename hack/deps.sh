@@ -63,8 +63,12 @@ if ((${#missing[@]})); then
 	apt_install "Debian packages" -- "${missing[@]}"
 fi
 
-# From bookworm-backports (-t: only these packages; everything else stays
-# bookworm's):
+# From bookworm-backports, named as PACKAGE/bookworm-backports: apt takes
+# only these, and those of their dependencies whose version bookworm lacks,
+# from there. ('-t bookworm-backports' would also take every new
+# dependency from there: on a machine without udev, the kernel's
+# initramfs-tools pulled udev 254 and with it systemd and systemd-boot-efi
+# 254, whose stub measures one more section into PCR 11.)
 # - the node's kernel, which the image, the initrd and the local cloud's
 #   tests take from /boot (the newest vmlinuz-*-cloud-amd64): Debian's
 #   6.12 cloud kernel, the first for Debian 12 with the SEV-SNP and TDX
@@ -82,7 +86,16 @@ qemu=$(qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator versi
 ((${qemu:-0} >= 10)) || backports+=(qemu-system-x86 qemu-utils)
 if ((${#backports[@]})); then
 	[[ $(id -u) != 0 || -f $BACKPORTS ]] || echo "deb http://deb.debian.org/debian bookworm-backports main" >"$BACKPORTS"
-	apt_install "from bookworm-backports" -t bookworm-backports -- "${backports[@]}"
+	apt_install "from bookworm-backports" -- "${backports[@]/%//bookworm-backports}"
+fi
+
+# The UKI's stub must be bookworm's systemd-stub 252: the PCR 11 prediction
+# follows what it measures (internal/imagebuild/uki). A machine that took
+# systemd from backports gets bookworm's stub back; systemd-boot-efi holds
+# only EFI binaries, so the installed systemd keeps working.
+stub=$(dpkg-query -W -f='${Version}' systemd-boot-efi 2>/dev/null || true)
+if [[ $stub != 252.* ]]; then
+	apt_install "bookworm's systemd-stub 252 in place of ${stub:-none}" --allow-downgrades -- systemd-boot-efi/bookworm
 fi
 
 command -v go >/dev/null || {

@@ -9,10 +9,12 @@
 package uki
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/orrery-dev/orrery/internal/imagebuild/pe"
 )
@@ -35,6 +37,41 @@ const (
 // measurements and cannot be part of them.
 var MeasuredSections = []string{Linux, OSRel, Cmdline, Initrd, Splash, DTB, PCRPKey}
 
+// StubRelease is the systemd release whose stub MeasuredSections
+// describes. Later stubs measure more: 254's also measures its own .sbat
+// section into PCR 11, so a UKI built on one would never match the
+// prediction.
+const StubRelease = "252"
+
+// StubVersion reads the version systemd-stub records in its .sdmagic
+// section ("#### LoaderInfo: systemd-stub 252.39-1~deb12u2 ####").
+func StubVersion(stub []byte) (string, error) {
+	secs, err := Sections(stub)
+	if err != nil {
+		return "", fmt.Errorf("parse stub: %w", err)
+	}
+	magic := string(bytes.TrimRight(secs[".sdmagic"], "\x00"))
+	v, ok := strings.CutPrefix(magic, "#### LoaderInfo: systemd-stub ")
+	v, ok2 := strings.CutSuffix(v, " ####")
+	if !ok || !ok2 || v == "" {
+		return "", errors.New("not a systemd-stub: it has no .sdmagic section naming systemd-stub's version")
+	}
+	return v, nil
+}
+
+// checkStub refuses a stub of another systemd release than StubRelease.
+func checkStub(stub []byte) error {
+	v, err := StubVersion(stub)
+	if err != nil {
+		return err
+	}
+	if release, _, _ := strings.Cut(v, "."); release != StubRelease {
+		return fmt.Errorf("systemd-stub %s: the PCR 11 prediction follows systemd-stub %s (Debian 12's systemd-boot-efi), and other releases measure other sections; "+
+			"install Debian 12's stub with 'make deps' (it runs apt-get install --allow-downgrades systemd-boot-efi/bookworm)", v, StubRelease)
+	}
+	return nil
+}
+
 // Section is a section to add to the stub.
 type Section struct {
 	Name string
@@ -55,6 +92,9 @@ func Assemble(stub []byte, sections []Section) ([]byte, error) {
 	h, err := pe.Parse(stub)
 	if err != nil {
 		return nil, fmt.Errorf("parse stub: %w", err)
+	}
+	if err := checkStub(stub); err != nil {
+		return nil, err
 	}
 	if err := checkSections(h, sections); err != nil {
 		return nil, err

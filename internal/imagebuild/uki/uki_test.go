@@ -97,3 +97,23 @@ func TestAssembleErrors(t *testing.T) {
 		})
 	}
 }
+
+// A stub of another systemd release measures other sections into PCR 11
+// (254's also measures its .sbat), so a UKI on it would never match the
+// prediction: Assemble refuses it and says how to get the right one.
+func TestAssembleRefusesAnotherStub(t *testing.T) {
+	stub := readStub(t)
+	v, err := StubVersion(stub)
+	if err != nil || !strings.HasPrefix(v, StubRelease+".") {
+		t.Fatalf("the installed stub's version: %q, %v; want systemd %s's ('make deps' installs it)", v, err, StubRelease)
+	}
+	sections := []Section{{Name: Linux, Data: []byte{1}}}
+	newer := bytes.Replace(stub, []byte("systemd-stub "+StubRelease+"."), []byte("systemd-stub 254."), 1)
+	if _, err := Assemble(newer, sections); err == nil || !strings.Contains(err.Error(), "systemd-stub 254.") || !strings.Contains(err.Error(), "make deps") {
+		t.Errorf("a 254 stub: %v", err)
+	}
+	notStub := bytes.Replace(stub, []byte("#### LoaderInfo: systemd-stub"), []byte("#### LoaderInfo: another-stub"), 1)
+	if _, err := Assemble(notStub, sections); err == nil || !strings.Contains(err.Error(), "not a systemd-stub") {
+		t.Errorf("a stub that is not systemd's: %v", err)
+	}
+}

@@ -2,7 +2,10 @@
 // shows its owner: journal entries, kubeadm's output, support bundles.
 package redact
 
-import "regexp"
+import (
+	"regexp"
+	"strings"
+)
 
 // Redacted replaces what Secrets removes.
 const Redacted = "[REDACTED]"
@@ -15,25 +18,76 @@ const Redacted = "[REDACTED]"
 var secretPatterns = []struct {
 	re   *regexp.Regexp
 	with string
+	// may is false only when re cannot match: most journal lines hold
+	// no secret, and five regexps on each of them were most of a support
+	// bundle's cost (BenchmarkSecrets).
+	may func(string) bool
 }{
 	// PEM private keys of any kind, also cut off before their END line.
-	{regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`), Redacted},
+	{regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`), Redacted,
+		func(s string) bool { return strings.Contains(s, "-----BEGIN ") }},
 	// kubeadm bootstrap tokens: [a-z0-9]{6}.[a-z0-9]{16}.
-	{regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`), Redacted},
+	{regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`), Redacted, mayHoldToken},
 	// kubeadm's certificate key (--certificate-key, "certificate key:"),
 	// which decrypts the control-plane certificates it uploads.
-	{regexp.MustCompile(`(?i)(certificate[-_ ]key[:= ]+)[0-9a-f]{64}`), "${1}" + Redacted},
+	{regexp.MustCompile(`(?i)(certificate[-_ ]key[:= ]+)[0-9a-f]{64}`), "${1}" + Redacted,
+		func(s string) bool { return mayContainFold(s, "certificate") }},
 	// A kubeconfig's inline private key, as a tool that prints one shows
 	// it.
-	{regexp.MustCompile(`(?i)((?:client-key|private-key)-data:\s*)\S+`), "${1}" + Redacted},
+	{regexp.MustCompile(`(?i)((?:client-key|private-key)-data:\s*)\S+`), "${1}" + Redacted,
+		func(s string) bool { return mayContainFold(s, "key-data") }},
 	// Bearer tokens, as an HTTP client's debug output shows them.
-	{regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{16,}`), "${1}" + Redacted},
+	{regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{16,}`), "${1}" + Redacted,
+		func(s string) bool { return mayContainFold(s, "bearer") }},
+}
+
+// mayHoldToken reports whether s has a '.' with six of [a-z0-9] before it
+// and sixteen after it, which every bootstrap token has.
+func mayHoldToken(s string) bool {
+	for i := 6; i+16 < len(s); i++ {
+		if s[i] == '.' && tokenChars(s[i-6:i]) && tokenChars(s[i+1:i+17]) {
+			return true
+		}
+	}
+	return false
+}
+
+func tokenChars(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// mayContainFold reports whether s may hold lower (ASCII, lower case)
+// in any case. Text with a byte outside ASCII may: (?i) also folds
+// letters such as the Kelvin sign into ASCII ones.
+func mayContainFold(s, lower string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return true
+		}
+	}
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for j < len(lower) && s[i+j]|0x20 == lower[j] {
+			j++
+		}
+		if j == len(lower) {
+			return true
+		}
+	}
+	return false
 }
 
 // Secrets replaces anything in s that looks like a secret by Redacted.
 func Secrets(s string) string {
 	for _, p := range secretPatterns {
-		s = p.re.ReplaceAllString(s, p.with)
+		if p.may(s) {
+			s = p.re.ReplaceAllString(s, p.with)
+		}
 	}
 	return s
 }

@@ -45,6 +45,7 @@ type config struct {
 }
 
 func main() {
+	started := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c := config{
@@ -62,13 +63,13 @@ func main() {
 	logging.AddLevelFlag(fs, &c.level)
 	_ = fs.Parse(os.Args[1:])
 	log := logging.New(logging.Config{Program: "orrery-inspectd", Format: logging.Journal, Level: c.level, Output: os.Stderr})
-	if err := run(ctx, c, log); err != nil {
+	if err := run(ctx, c, log, started); err != nil {
 		fmt.Fprintf(os.Stderr, "orrery-inspectd: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, c config, log *slog.Logger) error {
+func run(ctx context.Context, c config, log *slog.Logger, started time.Time) error {
 	mlog := &pcrlog.Log{Path: c.measurementLog}
 	lock := nodelock.New(tpmdev.Open, mlog)
 	svc, err := inspectserver.New(inspectserver.Config{
@@ -88,6 +89,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		// one small request.
 		MaxRecvMsgSize: 16 << 10,
 		StopWait:       5 * time.Second,
+		Started:        started,
 		Log:            log,
 	}, func(srv *grpc.Server) { inspectpb.RegisterInspectServiceServer(srv, svc) })
 }

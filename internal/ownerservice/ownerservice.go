@@ -45,7 +45,12 @@ type Config struct {
 	// StopWait is how long a stop waits for running calls before it
 	// cuts them.
 	StopWait time.Duration
-	Log      *slog.Logger
+	// Started is when the program started, if known: the ready line
+	// gives the time since, so that a slow socket-activated start shows
+	// where it went (the rest is systemd's, between its "Starting" line
+	// and the program's start).
+	Started time.Time
+	Log     *slog.Logger
 }
 
 // Serve serves the services register adds until ctx ends, telling
@@ -55,6 +60,7 @@ func Serve(ctx context.Context, c Config, register func(*grpc.Server)) error {
 	if err != nil {
 		return err
 	}
+	detectStart := time.Now()
 	p, err := nodeattest.DetectUntil(ctx, &metadata.Client{BaseURL: c.MetadataURL}, func(_ int, err error) {
 		c.Log.Warn("cannot tell which attestation this node's platform offers yet; retrying", "error", err.Error())
 	})
@@ -79,7 +85,11 @@ func Serve(ctx context.Context, c Config, register func(*grpc.Server)) error {
 	register(srv)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	c.Log.Info("serving the owner", "listen", lis.Addr().String(), "attestation", p.Variant.String())
+	ready := []any{"listen", lis.Addr().String(), "attestation", p.Variant.String(), "detect_platform", time.Since(detectStart).Round(time.Millisecond)}
+	if !c.Started.IsZero() {
+		ready = append(ready, "startup", time.Since(c.Started).Round(time.Millisecond))
+	}
+	c.Log.Info("serving the owner", ready...)
 	_, _ = daemon.SdNotify(false, "READY=1\nSTATUS=serving the owner on "+lis.Addr().String())
 	select {
 	case <-ctx.Done():

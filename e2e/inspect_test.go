@@ -104,6 +104,11 @@ func (s *suite) readStoppedKubelet(node string) {
 	for {
 		out, err := s.orreryAsOwner("services", node, "kubelet.service", "-o", "json")
 		if err == nil && strings.Contains(out, `"active": "inactive"`) {
+			// The node reads these one property at a time, from the
+			// unit's and the service's D-Bus interfaces.
+			if !strings.Contains(out, `"since": "`) || !strings.Contains(out, `"result": "success"`) {
+				s.t.Errorf("%s's stopped kubelet without the time it stopped or its result:\n%s", node, out)
+			}
 			break
 		}
 		if time.Now().After(deadline) {

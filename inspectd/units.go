@@ -40,17 +40,18 @@ func (systemdUnits) Units(ctx context.Context, pattern string) ([]*inspectpb.Uni
 	units := make([]*inspectpb.Unit, 0, len(list))
 	for _, s := range list {
 		u := &inspectpb.Unit{Name: s.Name, Description: s.Description, LoadState: s.LoadState, ActiveState: s.ActiveState, SubState: s.SubState}
-		// A unit that vanishes between the list and this call keeps
-		// what the list said.
-		if props, err := conn.GetUnitPropertiesContext(ctx, s.Name); err == nil {
-			u.SinceUnixMicros = int64(since(props, s.ActiveState))
+		// One property at a time: GetAll makes systemd compute every
+		// property of the unit, cgroup counters included, which took a
+		// starved worker about half a second a unit. A unit that
+		// vanishes between the list and these calls keeps what the list
+		// said.
+		if v, ok := property[uint64](ctx, conn.GetUnitPropertyContext, s.Name, sinceProperty(s.ActiveState)); ok {
+			u.SinceUnixMicros = int64(v)
 		}
 		if strings.HasSuffix(s.Name, ".service") {
-			if props, err := conn.GetUnitTypePropertiesContext(ctx, s.Name, "Service"); err == nil {
-				u.MainPid, _ = props["MainPID"].(uint32)
-				u.Restarts, _ = props["NRestarts"].(uint32)
-				u.Result, _ = props["Result"].(string)
-			}
+			u.MainPid, _ = property[uint32](ctx, conn.GetServicePropertyContext, s.Name, "MainPID")
+			u.Restarts, _ = property[uint32](ctx, conn.GetServicePropertyContext, s.Name, "NRestarts")
+			u.Result, _ = property[string](ctx, conn.GetServicePropertyContext, s.Name, "Result")
 		}
 		units = append(units, u)
 	}
@@ -58,18 +59,27 @@ func (systemdUnits) Units(ctx context.Context, pattern string) ([]*inspectpb.Uni
 	return units, nil
 }
 
-// since is the time a unit entered its current state, as systemctl status
-// shows it ("active (running) since ...").
-func since(props map[string]any, activeState string) uint64 {
-	key := "InactiveEnterTimestamp"
+// property reads one property of unit with get, if it has the type T.
+func property[T any](ctx context.Context, get func(context.Context, string, string) (*sdbus.Property, error), unit, name string) (T, bool) {
+	var zero T
+	p, err := get(ctx, unit, name)
+	if err != nil {
+		return zero, false
+	}
+	v, ok := p.Value.Value().(T)
+	return v, ok
+}
+
+// sinceProperty names the timestamp of when a unit entered its current
+// state, as systemctl status shows it ("active (running) since ...").
+func sinceProperty(activeState string) string {
 	switch activeState {
 	case "active", "reloading":
-		key = "ActiveEnterTimestamp"
+		return "ActiveEnterTimestamp"
 	case "activating":
-		key = "InactiveExitTimestamp"
+		return "InactiveExitTimestamp"
 	case "deactivating":
-		key = "ActiveExitTimestamp"
+		return "ActiveExitTimestamp"
 	}
-	t, _ := props[key].(uint64)
-	return t
+	return "InactiveEnterTimestamp"
 }

@@ -199,8 +199,7 @@ func assertBalancesToControlPlane(t *testing.T, ctx context.Context, c *cloud.Cl
 
 // throughLoadBalancer asks for a name at the cloud's load balancer, from
 // inside the cloud's network; its health checks may take a few seconds to
-// pass first, and under 'make test', with other packages' tests beside
-// it, HAProxy was not listening yet after 30 s.
+// pass first.
 func throughLoadBalancer(t *testing.T, ctx context.Context, c *cloud.Cloud) string {
 	t.Helper()
 	var got string

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/orrery-dev/orrery/internal/childproc"
 )
 
 // Files in Config.Dir.
@@ -205,11 +207,15 @@ func Start(ctx context.Context, c Config) (*Balancer, error) {
 	cmd := exec.CommandContext(context.WithoutCancel(ctx), args[0], append(args[1:], "-db", "-f", path)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
+	// childproc: with a plain Start the SIGTERM is bound to whichever
+	// thread forked, and the cloud's network-namespace helper ends
+	// threads; HAProxy then stopped listening in the middle of a run.
+	wait, err := childproc.Start(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start haproxy: %w", err)
 	}
 	b := &Balancer{c: c, cmd: cmd, done: make(chan struct{})}
-	go func() { b.err = cmd.Wait(); close(b.done) }()
+	go func() { b.err = <-wait; close(b.done) }()
 	for {
 		if _, err := b.Servers(ctx); err == nil {
 			return b, nil

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -176,6 +177,43 @@ func reached(t *testing.T, addr string, n int) map[string]bool {
 		got[string(b)] = true
 	}
 	return got
+}
+
+// TestOutlivesTheThreadThatStartedIt starts the balancer from a goroutine
+// locked to a thread that then ends, as the cloud's network-namespace
+// helper ends every thread it used: HAProxy must go on serving. With a
+// plain exec.Cmd.Start it got its parent-death SIGTERM, and the cloud's
+// load balancer refused every connection for the rest of the run.
+func TestOutlivesTheThreadThatStartedIt(t *testing.T) {
+	port, p := freePort(t)
+	backend(t, "127.0.0.2:"+p, "cp-0")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var b *Balancer
+	var err error
+	started := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // and never unlocked: the thread ends with the goroutine
+		defer close(started)
+		b, err = Start(ctx, Config{
+			Dir: t.TempDir(), Address: netip.MustParseAddr("127.0.0.1"), Ports: []uint16{uint16(port)},
+			Backends: []Backend{{"cp-0", netip.MustParseAddr("127.0.0.2")}}, CheckEvery: 100 * time.Millisecond,
+		})
+	}()
+	<-started
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	select {
+	case <-b.done:
+		t.Fatalf("HAProxy exited with the thread that started it: %v", b.err)
+	case <-time.After(time.Second): // the signal is asynchronous
+	}
+	waitFor(t, b, map[string]bool{"cp-0": true})
+	if got := reached(t, "127.0.0.1:"+p, 2); !got["cp-0"] {
+		t.Errorf("connections reached %v, want cp-0", got)
+	}
 }
 
 // An address the machine does not have: HAProxy cannot bind it, exits,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/orrery-dev/orrery/internal/childproc"
 )
 
 // probeTimeout bounds the KVM probe's boot: under working KVM the kernel
@@ -48,11 +50,20 @@ func Probe(ctx context.Context, kernel string) (Accel, string) {
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second
-	stdout, err := cmd.StdoutPipe()
+	// A pipe of our own rather than StdoutPipe: childproc waits for QEMU
+	// as soon as it starts, and Wait would close StdoutPipe's end under
+	// the reader. childproc, because a plain Start binds the SIGKILL to
+	// the forking thread, which a network-namespace helper may end: QEMU
+	// would die at once and the probe would wrongly say KVM is broken.
+	stdout, w, err := os.Pipe()
 	if err != nil {
 		return AccelTCG, fmt.Sprintf("cannot test KVM: %v", err)
 	}
-	if err := cmd.Start(); err != nil {
+	defer stdout.Close()
+	cmd.Stdout = w
+	exited, err := childproc.Start(cmd)
+	w.Close()
+	if err != nil {
 		return AccelTCG, fmt.Sprintf("cannot test KVM: %v", err)
 	}
 	booted := make(chan bool, 1)
@@ -73,10 +84,10 @@ func Probe(ctx context.Context, kernel string) (Accel, string) {
 	case <-ctx.Done():
 	}
 	_ = cmd.Process.Kill()
+	<-exited
 	if !done {
-		<-booted // the pipe ends with QEMU; reads must end before Wait
+		<-booted // the pipe ends with QEMU, its only writer
 	}
-	_ = cmd.Wait()
 	switch {
 	case ok:
 		return AccelKVM, "a test kernel booted under KVM"

@@ -306,8 +306,9 @@ func (c *creds) ClientHandshake(ctx context.Context, _ string, raw net.Conn) (ne
 	if err != nil {
 		return nil, nil, err
 	}
-	// gRPC always passes a deadline (its connect timeout, 20 s or more),
-	// so ours must cut it short rather than only fill in a missing one.
+	// gRPC always passes a deadline (its connect timeout: 20 s, or what
+	// HandshakeWithin gives), so ours must cut it short rather than only
+	// fill in a missing one.
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.HandshakeTimeout)
 	defer cancel()
 	d, _ := ctx.Deadline()

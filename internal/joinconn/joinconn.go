@@ -394,7 +394,8 @@ func (d *Dialer) Call(ctx context.Context, addr string, call func(ctx context.Co
 		return err
 	}
 	hs := atls.NewRecorder(creds)
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(hs)}
+	// The service's attestation gets the whole call, not gRPC's 20 s.
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(hs), atls.HandshakeWithin(callTimeout)}
 	if d.cfg.DialNet != nil {
 		opts = append(opts, grpc.WithContextDialer(d.cfg.DialNet))
 	}

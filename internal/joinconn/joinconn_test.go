@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-tpm-tools/client"
 	"github.com/google/go-tpm/legacy/tpm2"
@@ -223,5 +224,49 @@ func TestOfClusterRefusesAnotherCluster(t *testing.T) {
 	}
 	if n := svc.calls.Load(); n != 2 {
 		t.Fatalf("the join service got %d requests, want 2", n)
+	}
+}
+
+// slowIssuer attests after delay, as a join service on a starved control
+// plane does.
+type slowIssuer struct {
+	attestation.Issuer
+	delay time.Duration
+}
+
+func (s slowIssuer) Issue(ctx context.Context, userData, nonce []byte) ([]byte, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Issuer.Issue(ctx, userData, nonce)
+}
+
+// A join service whose attestation takes longer than gRPC's own connect
+// deadline (20 s) still answers within the call's bound.
+func TestCallWaitsForASlowJoinService(t *testing.T) {
+	ca, err := platformca.New("test platform CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1")
+	cp := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1").Lock(t, "cluster A")
+	nodeCheck, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: pcrsOf(t, self, joinconn.ImagePCRs...), PlatformCAs: []*x509.Certificate{ca.Cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &joinService{}
+	d, err := joinconn.New(joinconn.Config{
+		Issuer: self.Issuer, OpenTPM: self.TPM.Open, PlatformCAs: []*x509.Certificate{ca.Cert},
+		DialNet: serveAs(t, slowIssuer{cp.Issuer, 22 * time.Second}, nodeCheck, svc),
+		Cmdline: func() ([]byte, error) { return []byte("console=ttyS0"), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := askTicket(d); err != nil || svc.calls.Load() != 1 {
+		t.Fatalf("after %v: %v, %d requests served; want the service's answer", time.Since(start).Round(time.Second), err, svc.calls.Load())
 	}
 }

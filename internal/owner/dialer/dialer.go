@@ -23,7 +23,8 @@ import (
 // Dialer opens connections to nodes whose attestation a validator accepts.
 type Dialer struct {
 	creds *atls.Recorder
-	// handshakeTimeout bounds one probe in WaitAttested.
+	// handshakeTimeout bounds one probe in WaitAttested, and a
+	// connection's attempt to connect and attest.
 	handshakeTimeout time.Duration
 	// retryEvery is the pause between WaitAttested's attempts.
 	retryEvery time.Duration
@@ -73,8 +74,11 @@ func (d *Dialer) HandshakeError(addr string, err error) error {
 // Conn returns a gRPC connection to addr (HOST:PORT). It connects lazily:
 // the node's attestation is checked on the first call, which fails with
 // an *atls.RejectedError inside its status if the node does not pass.
+// The call's context bounds the call, and atls the handshake; gRPC's own
+// shorter connect deadline is lifted (a node service that systemd starts
+// on the first connection is slow to answer it).
 func (d *Dialer) Conn(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(d.creds))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(d.creds), atls.HandshakeWithin(d.handshakeTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}

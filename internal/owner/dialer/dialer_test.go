@@ -7,9 +7,16 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
@@ -124,5 +131,54 @@ func TestWaitAttestedGivesUpOnRefusal(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "nothing listens on "+addr) || !strings.Contains(err.Error(), "orrery mini status") {
 		t.Errorf("error %q does not say what to check", err)
+	}
+}
+
+// slowAccept hands out its first connection only after delay, as systemd
+// does for a socket-activated service: the kernel accepts the connection
+// at once, and the service reads it once it has started.
+type slowAccept struct {
+	net.Listener
+	delay time.Duration
+	once  sync.Once
+}
+
+func (l *slowAccept) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	l.once.Do(func() { time.Sleep(l.delay) })
+	return c, err
+}
+
+// A node service that starts on the owner's first connection and takes
+// longer than gRPC's own connect deadline (20 s) to answer: the command's
+// first call still succeeds, within the command's timeout.
+func TestConnWaitsForASlowlyStartingService(t *testing.T) {
+	n := qemutest.NewNode(t)
+	creds, err := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(&slowAccept{Listener: lis, delay: 22 * time.Second})
+	t.Cleanup(srv.Stop)
+
+	d := dialerFor(t, n, make([]byte, 32))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := d.Conn(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	// The server has no health service: Unimplemented is its answer,
+	// given after the attestation passed.
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("after %v: %v, want the service's answer (Unimplemented)", time.Since(start).Round(time.Second), err)
 	}
 }

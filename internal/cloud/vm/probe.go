@@ -84,7 +84,7 @@ func Probe(ctx context.Context, kernel string) (Accel, string) {
 	case <-ctx.Done():
 	}
 	_ = cmd.Process.Kill()
-	<-exited
+	waitErr := <-exited
 	if !done {
 		<-booted // the pipe ends with QEMU, its only writer
 	}
@@ -96,7 +96,7 @@ func Probe(ctx context.Context, kernel string) (Accel, string) {
 	case ctx.Err() != nil:
 		return AccelTCG, fmt.Sprintf("KVM probe cancelled: %v", ctx.Err())
 	}
-	return AccelTCG, fmt.Sprintf("KVM does not work: QEMU failed under KVM: %s", firstLine(stderr.String()))
+	return AccelTCG, fmt.Sprintf("KVM does not work: QEMU failed under KVM: %s (%v)", firstLine(stderr.String()), waitErr)
 }
 
 func firstLine(s string) string {

@@ -227,22 +227,6 @@ func TestOfClusterRefusesAnotherCluster(t *testing.T) {
 	}
 }
 
-// slowIssuer attests after delay, as a join service on a starved control
-// plane does.
-type slowIssuer struct {
-	attestation.Issuer
-	delay time.Duration
-}
-
-func (s slowIssuer) Issue(ctx context.Context, userData, nonce []byte) ([]byte, error) {
-	select {
-	case <-time.After(s.delay):
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return s.Issuer.Issue(ctx, userData, nonce)
-}
-
 // A join service whose attestation takes longer than gRPC's own connect
 // deadline (20 s) still answers within the call's bound.
 func TestCallWaitsForASlowJoinService(t *testing.T) {
@@ -259,7 +243,7 @@ func TestCallWaitsForASlowJoinService(t *testing.T) {
 	svc := &joinService{}
 	d, err := joinconn.New(joinconn.Config{
 		Issuer: self.Issuer, OpenTPM: self.TPM.Open, PlatformCAs: []*x509.Certificate{ca.Cert},
-		DialNet: serveAs(t, slowIssuer{cp.Issuer, 22 * time.Second}, nodeCheck, svc),
+		DialNet: serveAs(t, atlstest.SlowIssuer{Issuer: cp.Issuer, Delay: 22 * time.Second}, nodeCheck, svc),
 		Cmdline: func() ([]byte, error) { return []byte("console=ttyS0"), nil },
 	})
 	if err != nil {

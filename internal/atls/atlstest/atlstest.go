@@ -3,12 +3,15 @@
 package atlstest
 
 import (
+	"context"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/attestation"
 )
 
 // Serve starts a gRPC server with attested-TLS credentials from cfg (and
@@ -36,4 +39,22 @@ func ServeAt(tb testing.TB, listen string, cfg atls.Config, register func(*grpc.
 	go srv.Serve(lis)
 	tb.Cleanup(srv.Stop)
 	return lis.Addr().String()
+}
+
+// SlowIssuer attests after Delay, as a node or join service does on a
+// starved VM, or a node service that systemd starts on the first
+// connection.
+type SlowIssuer struct {
+	attestation.Issuer
+	Delay time.Duration
+}
+
+// Issue waits Delay, then issues.
+func (s SlowIssuer) Issue(ctx context.Context, userData, nonce []byte) ([]byte, error) {
+	select {
+	case <-time.After(s.Delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Issuer.Issue(ctx, userData, nonce)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/orrery-dev/orrery/internal/atls"
+	"github.com/orrery-dev/orrery/internal/atls/atlstest"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu"
 	"github.com/orrery-dev/orrery/internal/attestation/qemu/qemutest"
@@ -134,42 +134,17 @@ func TestWaitAttestedGivesUpOnRefusal(t *testing.T) {
 	}
 }
 
-// slowAccept hands out its first connection only after delay, as systemd
-// does for a socket-activated service: the kernel accepts the connection
-// at once, and the service reads it once it has started.
-type slowAccept struct {
-	net.Listener
-	delay time.Duration
-	once  sync.Once
-}
-
-func (l *slowAccept) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	l.once.Do(func() { time.Sleep(l.delay) })
-	return c, err
-}
-
-// A node service that starts on the owner's first connection and takes
-// longer than gRPC's own connect deadline (20 s) to answer: the command's
-// first call still succeeds, within the command's timeout.
+// A node whose attested handshake takes longer than gRPC's own connect
+// deadline (20 s), as a node service that systemd starts on the owner's
+// first connection did on a starved VM: the command's first call still
+// succeeds, within the command's timeout.
 func TestConnWaitsForASlowlyStartingService(t *testing.T) {
 	n := qemutest.NewNode(t)
-	creds, err := atls.NewCredentials(atls.Config{Issuer: n.Issuer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(creds))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(&slowAccept{Listener: lis, delay: 22 * time.Second})
-	t.Cleanup(srv.Stop)
-
+	addr := atlstest.Serve(t, atls.Config{Issuer: atlstest.SlowIssuer{Issuer: n.Issuer, Delay: 22 * time.Second}}, func(*grpc.Server) {})
 	d := dialerFor(t, n, make([]byte, 32))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := d.Conn(lis.Addr().String())
+	conn, err := d.Conn(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func (s *suite) kubeletServingCertificates() {
 	if err := os.WriteFile(file, []byte(servingRequest(s, name, worker.Name, cp.IP.String())), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
-	if out, err := s.k(append([]string{"create", "-f", file}, workerIdentities[0]...)...); err != nil {
+	if out, err := s.k(append([]string{"create", "-f", file}, workerIdentities[0].as...)...); err != nil {
 		s.t.Fatalf("worker-0's kubelet credential could not even ask: %v\n%s", err, out)
 	}
 	var cond string

@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-tpm/tpmutil"
 	"google.golang.org/grpc"
 
-	"github.com/orrery-dev/orrery/internal/atls"
 	"github.com/orrery-dev/orrery/internal/atls/atlstest"
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/attestation/measurements"
@@ -65,16 +64,17 @@ func pcrsOf(t *testing.T, n *qemutest.Node, pcrs ...uint32) measurements.M {
 // it.
 func serve(t *testing.T, cp, self *qemutest.Node, svc *joinService) func(context.Context, string) (net.Conn, error) {
 	t.Helper()
+	return serveAs(t, cp.Issuer, attestsAs(t, self), svc)
+}
+
+// attestsAs accepts a node that attests as self does.
+func attestsAs(t *testing.T, self *qemutest.Node) attestation.Validator {
+	t.Helper()
 	v, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: pcrsOf(t, self, joinconn.ImagePCRs...), PlatformCAs: []*x509.Certificate{self.CA.Cert}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := atlstest.Serve(t, atls.Config{Issuer: cp.Issuer, Validators: []attestation.Validator{v}},
-		func(srv *grpc.Server) { joinpb.RegisterJoinServiceServer(srv, svc) })
-	return func(ctx context.Context, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", addr)
-	}
+	return v
 }
 
 // extendUnlogged extends pcr of n without a measurement-log entry, as
@@ -236,14 +236,10 @@ func TestCallWaitsForASlowJoinService(t *testing.T) {
 	}
 	self := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1")
 	cp := qemutest.NewNodeOf(t, ca).Boot(t, "image-1", "image-1").Lock(t, "cluster A")
-	nodeCheck, err := qemu.NewValidator(qemu.ValidatorConfig{Measurements: pcrsOf(t, self, joinconn.ImagePCRs...), PlatformCAs: []*x509.Certificate{ca.Cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	svc := &joinService{}
 	d, err := joinconn.New(joinconn.Config{
 		Issuer: self.Issuer, OpenTPM: self.TPM.Open, PlatformCAs: []*x509.Certificate{ca.Cert},
-		DialNet: serveAs(t, atlstest.SlowIssuer{Issuer: cp.Issuer, Delay: 22 * time.Second}, nodeCheck, svc),
+		DialNet: serveAs(t, atlstest.SlowIssuer{Issuer: cp.Issuer, Delay: 22 * time.Second}, attestsAs(t, self), svc),
 		Cmdline: func() ([]byte, error) { return []byte("console=ttyS0"), nil },
 	})
 	if err != nil {

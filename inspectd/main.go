@@ -1,5 +1,5 @@
 // Command orrery-inspectd lets the owner inspect a running node: it serves
-// inspectpb.InspectService (status, journal, units, kernel log, support bundle)
+// inspectpb.InspectService (status, journal, units, kernel log, usage, support bundle)
 // over attested TLS on port 9001, in which the node attests and the
 // client must prove the owner's access key. It only reads.
 //
@@ -77,6 +77,7 @@ func run(ctx context.Context, c config, log *slog.Logger, started time.Time) err
 		Journal: inspectserver.Journalctl{},
 		Units:   systemdUnits{},
 		Status:  inspectserver.Host{Stage: "system", ClusterID: lock.Cluster}.Status,
+		Usage:   inspectserver.Usage{}.Read,
 		Log:     log,
 	})
 	if err != nil {

@@ -40,6 +40,9 @@ type Config struct {
 	// Units is nil where no systemd runs (the initrd).
 	Units  UnitLister
 	Status func() *inspectpb.StatusResponse
+	// Usage reads the node's counters (Usage.Read); nil where they are
+	// not served (the initrd).
+	Usage func() (*inspectpb.UsageResponse, error)
 	// Log receives a line per call: who asked, and what.
 	Log *slog.Logger
 }
@@ -127,4 +130,19 @@ func (s *Server) Units(ctx context.Context, req *inspectpb.UnitsRequest) (*inspe
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	return &inspectpb.UnitsResponse{Units: units}, nil
+}
+
+// Usage implements inspectpb.InspectServiceServer.
+func (s *Server) Usage(ctx context.Context, _ *inspectpb.UsageRequest) (*inspectpb.UsageResponse, error) {
+	if err := s.authorize(ctx, "Usage"); err != nil {
+		return nil, err
+	}
+	if s.cfg.Usage == nil {
+		return nil, status.Error(codes.FailedPrecondition, "the node is still in its initrd, which does not report its usage: ask for its status and journal")
+	}
+	u, err := s.cfg.Usage()
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return u, nil
 }

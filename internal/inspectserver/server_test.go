@@ -59,6 +59,10 @@ func serveNode(t *testing.T, authorizeInHandshake bool) *node {
 		Owner:   func() (ed25519.PublicKey, error) { return pub, nil },
 		Journal: Journalctl{Dir: dir},
 		Units:   fakeUnits{},
+		Usage: func() (*inspectpb.UsageResponse, error) {
+			n.statusRead.Add(1)
+			return Usage{}.Read()
+		},
 		Status: func() *inspectpb.StatusResponse {
 			n.statusRead.Add(1)
 			return &inspectpb.StatusResponse{NodeName: "worker-0", Stage: "system"}
@@ -140,6 +144,10 @@ func TestOwnerReadsTheNode(t *testing.T) {
 	if _, err := c.Units(ctx(t), &inspectpb.UnitsRequest{Pattern: "kube$(reboot)"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a pattern with shell characters: %v, want InvalidArgument", err)
 	}
+	u, err := c.Usage(ctx(t), &inspectpb.UsageRequest{})
+	if err != nil || u.GetCpus() == 0 || len(u.GetProcesses()) == 0 {
+		t.Fatalf("Usage: %d CPUs, %d processes, %v", u.GetCpus(), len(u.GetProcesses()), err)
+	}
 	stream, err = c.Journal(ctx(t), &inspectpb.JournalRequest{Unit: "--merge"})
 	if err == nil {
 		_, err = stream.Recv()
@@ -210,6 +218,9 @@ func TestStrangersAreRefused(t *testing.T) {
 			if !inHandshake && status.Code(err) != codes.PermissionDenied {
 				t.Errorf("per-call check, %s: %v, want PermissionDenied", name, err)
 			}
+			if u, err := c.Usage(ctx(t), &inspectpb.UsageRequest{}); err == nil {
+				t.Errorf("handshake check %v, %s: Usage answered with %d processes", inHandshake, name, len(u.GetProcesses()))
+			}
 			stream, err := c.Support(ctx(t), &inspectpb.SupportRequest{})
 			if err == nil {
 				_, err = stream.Recv()
@@ -219,7 +230,7 @@ func TestStrangersAreRefused(t *testing.T) {
 			}
 		}
 		if got := n.statusRead.Load(); got != 0 {
-			t.Errorf("handshake check %v: the node read its status %d times for strangers", inHandshake, got)
+			t.Errorf("handshake check %v: the node read its status or usage %d times for strangers", inHandshake, got)
 		}
 	}
 }

@@ -473,6 +473,384 @@ func (x *UnitsResponse) GetUnits() []*Unit {
 	return nil
 }
 
+type UsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageRequest) Reset() {
+	*x = UsageRequest{}
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRequest) ProtoMessage() {}
+
+func (x *UsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRequest.ProtoReflect.Descriptor instead.
+func (*UsageRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{7}
+}
+
+// UsageResponse is a snapshot of the node's counters. Times are
+// microseconds of CPU time, summed over all CPUs.
+type UsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// uptime_micros is when the snapshot was read, as the time since the
+	// kernel started: the clock against which two snapshots are compared.
+	UptimeMicros int64  `protobuf:"varint,1,opt,name=uptime_micros,json=uptimeMicros,proto3" json:"uptime_micros,omitempty"`
+	Cpus         uint32 `protobuf:"varint,2,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	// The node's CPU time by kind, from /proc/stat (user includes nice).
+	UserMicros    uint64 `protobuf:"varint,3,opt,name=user_micros,json=userMicros,proto3" json:"user_micros,omitempty"`
+	SystemMicros  uint64 `protobuf:"varint,4,opt,name=system_micros,json=systemMicros,proto3" json:"system_micros,omitempty"`
+	IrqMicros     uint64 `protobuf:"varint,5,opt,name=irq_micros,json=irqMicros,proto3" json:"irq_micros,omitempty"`
+	SoftirqMicros uint64 `protobuf:"varint,6,opt,name=softirq_micros,json=softirqMicros,proto3" json:"softirq_micros,omitempty"`
+	IdleMicros    uint64 `protobuf:"varint,7,opt,name=idle_micros,json=idleMicros,proto3" json:"idle_micros,omitempty"`
+	IowaitMicros  uint64 `protobuf:"varint,8,opt,name=iowait_micros,json=iowaitMicros,proto3" json:"iowait_micros,omitempty"`
+	StealMicros   uint64 `protobuf:"varint,9,opt,name=steal_micros,json=stealMicros,proto3" json:"steal_micros,omitempty"`
+	// context_switches is the node's count since boot.
+	ContextSwitches      uint64 `protobuf:"varint,10,opt,name=context_switches,json=contextSwitches,proto3" json:"context_switches,omitempty"`
+	MemoryTotalBytes     uint64 `protobuf:"varint,11,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	MemoryAvailableBytes uint64 `protobuf:"varint,12,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3" json:"memory_available_bytes,omitempty"`
+	// cgroups are the cgroups down to the node's pods and services, at most
+	// inspectserver.MaxCgroups of them.
+	Cgroups []*CgroupUsage `protobuf:"bytes,13,rep,name=cgroups,proto3" json:"cgroups,omitempty"`
+	// processes are the node's processes, kernel threads included, at most
+	// inspectserver.MaxProcesses of them.
+	Processes     []*ProcessUsage `protobuf:"bytes,14,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageResponse) Reset() {
+	*x = UsageResponse{}
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageResponse) ProtoMessage() {}
+
+func (x *UsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageResponse.ProtoReflect.Descriptor instead.
+func (*UsageResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UsageResponse) GetUptimeMicros() int64 {
+	if x != nil {
+		return x.UptimeMicros
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetCpus() uint32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetUserMicros() uint64 {
+	if x != nil {
+		return x.UserMicros
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetSystemMicros() uint64 {
+	if x != nil {
+		return x.SystemMicros
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetIrqMicros() uint64 {
+	if x != nil {
+		return x.IrqMicros
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetSoftirqMicros() uint64 {
+	if x != nil {
+		return x.SoftirqMicros
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetIdleMicros() uint64 {
+	if x != nil {
+		return x.IdleMicros
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetIowaitMicros() uint64 {
+	if x != nil {
+		return x.IowaitMicros
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetStealMicros() uint64 {
+	if x != nil {
+		return x.StealMicros
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetContextSwitches() uint64 {
+	if x != nil {
+		return x.ContextSwitches
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetMemoryTotalBytes() uint64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetMemoryAvailableBytes() uint64 {
+	if x != nil {
+		return x.MemoryAvailableBytes
+	}
+	return 0
+}
+
+func (x *UsageResponse) GetCgroups() []*CgroupUsage {
+	if x != nil {
+		return x.Cgroups
+	}
+	return nil
+}
+
+func (x *UsageResponse) GetProcesses() []*ProcessUsage {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+type CgroupUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is relative to the cgroup root: "system.slice/kubelet.service".
+	Path        string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	CpuMicros   uint64 `protobuf:"varint,2,opt,name=cpu_micros,json=cpuMicros,proto3" json:"cpu_micros,omitempty"`
+	MemoryBytes uint64 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// working_set_bytes is memory less the inactive file cache: what the
+	// kernel cannot take back without swapping, as kubelet counts it.
+	WorkingSetBytes uint64 `protobuf:"varint,4,opt,name=working_set_bytes,json=workingSetBytes,proto3" json:"working_set_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CgroupUsage) Reset() {
+	*x = CgroupUsage{}
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CgroupUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CgroupUsage) ProtoMessage() {}
+
+func (x *CgroupUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CgroupUsage.ProtoReflect.Descriptor instead.
+func (*CgroupUsage) Descriptor() ([]byte, []int) {
+	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CgroupUsage) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CgroupUsage) GetCpuMicros() uint64 {
+	if x != nil {
+		return x.CpuMicros
+	}
+	return 0
+}
+
+func (x *CgroupUsage) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *CgroupUsage) GetWorkingSetBytes() uint64 {
+	if x != nil {
+		return x.WorkingSetBytes
+	}
+	return 0
+}
+
+type ProcessUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pid   int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	// name is the process's command name, as the kernel keeps it (at most
+	// 15 bytes).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// cgroup is the process's cgroup, as CgroupUsage.path.
+	Cgroup string `protobuf:"bytes,3,opt,name=cgroup,proto3" json:"cgroup,omitempty"`
+	// cpu_micros is its CPU time in user and kernel mode, all threads.
+	CpuMicros           uint64 `protobuf:"varint,4,opt,name=cpu_micros,json=cpuMicros,proto3" json:"cpu_micros,omitempty"`
+	VoluntarySwitches   uint64 `protobuf:"varint,5,opt,name=voluntary_switches,json=voluntarySwitches,proto3" json:"voluntary_switches,omitempty"`
+	InvoluntarySwitches uint64 `protobuf:"varint,6,opt,name=involuntary_switches,json=involuntarySwitches,proto3" json:"involuntary_switches,omitempty"`
+	RssBytes            uint64 `protobuf:"varint,7,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`
+	Threads             uint32 `protobuf:"varint,8,opt,name=threads,proto3" json:"threads,omitempty"`
+	// kernel_thread is set for the kernel's own threads.
+	KernelThread  bool `protobuf:"varint,9,opt,name=kernel_thread,json=kernelThread,proto3" json:"kernel_thread,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessUsage) Reset() {
+	*x = ProcessUsage{}
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessUsage) ProtoMessage() {}
+
+func (x *ProcessUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessUsage.ProtoReflect.Descriptor instead.
+func (*ProcessUsage) Descriptor() ([]byte, []int) {
+	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ProcessUsage) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProcessUsage) GetCgroup() string {
+	if x != nil {
+		return x.Cgroup
+	}
+	return ""
+}
+
+func (x *ProcessUsage) GetCpuMicros() uint64 {
+	if x != nil {
+		return x.CpuMicros
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetVoluntarySwitches() uint64 {
+	if x != nil {
+		return x.VoluntarySwitches
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetInvoluntarySwitches() uint64 {
+	if x != nil {
+		return x.InvoluntarySwitches
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetRssBytes() uint64 {
+	if x != nil {
+		return x.RssBytes
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetThreads() uint32 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
+func (x *ProcessUsage) GetKernelThread() bool {
+	if x != nil {
+		return x.KernelThread
+	}
+	return false
+}
+
 // Unit is one systemd unit, as `systemctl list-units` and `systemctl
 // status` show it.
 type Unit struct {
@@ -499,7 +877,7 @@ type Unit struct {
 
 func (x *Unit) Reset() {
 	*x = Unit{}
-	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[7]
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +889,7 @@ func (x *Unit) String() string {
 func (*Unit) ProtoMessage() {}
 
 func (x *Unit) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[7]
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +902,7 @@ func (x *Unit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unit.ProtoReflect.Descriptor instead.
 func (*Unit) Descriptor() ([]byte, []int) {
-	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{7}
+	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Unit) GetName() string {
@@ -598,7 +976,7 @@ type SupportRequest struct {
 
 func (x *SupportRequest) Reset() {
 	*x = SupportRequest{}
-	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[8]
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +988,7 @@ func (x *SupportRequest) String() string {
 func (*SupportRequest) ProtoMessage() {}
 
 func (x *SupportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[8]
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +1001,7 @@ func (x *SupportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportRequest.ProtoReflect.Descriptor instead.
 func (*SupportRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{8}
+	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{12}
 }
 
 type SupportChunk struct {
@@ -636,7 +1014,7 @@ type SupportChunk struct {
 
 func (x *SupportChunk) Reset() {
 	*x = SupportChunk{}
-	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[9]
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +1026,7 @@ func (x *SupportChunk) String() string {
 func (*SupportChunk) ProtoMessage() {}
 
 func (x *SupportChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[9]
+	mi := &file_internal_proto_inspectpb_inspect_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +1039,7 @@ func (x *SupportChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportChunk.ProtoReflect.Descriptor instead.
 func (*SupportChunk) Descriptor() ([]byte, []int) {
-	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{9}
+	return file_internal_proto_inspectpb_inspect_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SupportChunk) GetData() []byte {
@@ -706,7 +1084,44 @@ const file_internal_proto_inspectpb_inspect_proto_rawDesc = "" +
 	"\fUnitsRequest\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\">\n" +
 	"\rUnitsResponse\x12-\n" +
-	"\x05units\x18\x01 \x03(\v2\x17.orrery.inspect.v1.UnitR\x05units\"\x96\x02\n" +
+	"\x05units\x18\x01 \x03(\v2\x17.orrery.inspect.v1.UnitR\x05units\"\x0e\n" +
+	"\fUsageRequest\"\xc5\x04\n" +
+	"\rUsageResponse\x12#\n" +
+	"\ruptime_micros\x18\x01 \x01(\x03R\fuptimeMicros\x12\x12\n" +
+	"\x04cpus\x18\x02 \x01(\rR\x04cpus\x12\x1f\n" +
+	"\vuser_micros\x18\x03 \x01(\x04R\n" +
+	"userMicros\x12#\n" +
+	"\rsystem_micros\x18\x04 \x01(\x04R\fsystemMicros\x12\x1d\n" +
+	"\n" +
+	"irq_micros\x18\x05 \x01(\x04R\tirqMicros\x12%\n" +
+	"\x0esoftirq_micros\x18\x06 \x01(\x04R\rsoftirqMicros\x12\x1f\n" +
+	"\vidle_micros\x18\a \x01(\x04R\n" +
+	"idleMicros\x12#\n" +
+	"\riowait_micros\x18\b \x01(\x04R\fiowaitMicros\x12!\n" +
+	"\fsteal_micros\x18\t \x01(\x04R\vstealMicros\x12)\n" +
+	"\x10context_switches\x18\n" +
+	" \x01(\x04R\x0fcontextSwitches\x12,\n" +
+	"\x12memory_total_bytes\x18\v \x01(\x04R\x10memoryTotalBytes\x124\n" +
+	"\x16memory_available_bytes\x18\f \x01(\x04R\x14memoryAvailableBytes\x128\n" +
+	"\acgroups\x18\r \x03(\v2\x1e.orrery.inspect.v1.CgroupUsageR\acgroups\x12=\n" +
+	"\tprocesses\x18\x0e \x03(\v2\x1f.orrery.inspect.v1.ProcessUsageR\tprocesses\"\x8f\x01\n" +
+	"\vCgroupUsage\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"cpu_micros\x18\x02 \x01(\x04R\tcpuMicros\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x04R\vmemoryBytes\x12*\n" +
+	"\x11working_set_bytes\x18\x04 \x01(\x04R\x0fworkingSetBytes\"\xa9\x02\n" +
+	"\fProcessUsage\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06cgroup\x18\x03 \x01(\tR\x06cgroup\x12\x1d\n" +
+	"\n" +
+	"cpu_micros\x18\x04 \x01(\x04R\tcpuMicros\x12-\n" +
+	"\x12voluntary_switches\x18\x05 \x01(\x04R\x11voluntarySwitches\x121\n" +
+	"\x14involuntary_switches\x18\x06 \x01(\x04R\x13involuntarySwitches\x12\x1b\n" +
+	"\trss_bytes\x18\a \x01(\x04R\brssBytes\x12\x18\n" +
+	"\athreads\x18\b \x01(\rR\athreads\x12#\n" +
+	"\rkernel_thread\x18\t \x01(\bR\fkernelThread\"\x96\x02\n" +
 	"\x04Unit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1d\n" +
@@ -720,12 +1135,13 @@ const file_internal_proto_inspectpb_inspect_proto_rawDesc = "" +
 	"\x06result\x18\t \x01(\tR\x06result\"\x10\n" +
 	"\x0eSupportRequest\"\"\n" +
 	"\fSupportChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data2\xcf\x02\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data2\x9b\x03\n" +
 	"\x0eInspectService\x12M\n" +
 	"\x06Status\x12 .orrery.inspect.v1.StatusRequest\x1a!.orrery.inspect.v1.StatusResponse\x12Q\n" +
 	"\aJournal\x12!.orrery.inspect.v1.JournalRequest\x1a!.orrery.inspect.v1.JournalEntries0\x01\x12J\n" +
 	"\x05Units\x12\x1f.orrery.inspect.v1.UnitsRequest\x1a .orrery.inspect.v1.UnitsResponse\x12O\n" +
-	"\aSupport\x12!.orrery.inspect.v1.SupportRequest\x1a\x1f.orrery.inspect.v1.SupportChunk0\x01B7Z5github.com/orrery-dev/orrery/internal/proto/inspectpbb\x06proto3"
+	"\aSupport\x12!.orrery.inspect.v1.SupportRequest\x1a\x1f.orrery.inspect.v1.SupportChunk0\x01\x12J\n" +
+	"\x05Usage\x12\x1f.orrery.inspect.v1.UsageRequest\x1a .orrery.inspect.v1.UsageResponseB7Z5github.com/orrery-dev/orrery/internal/proto/inspectpbb\x06proto3"
 
 var (
 	file_internal_proto_inspectpb_inspect_proto_rawDescOnce sync.Once
@@ -739,7 +1155,7 @@ func file_internal_proto_inspectpb_inspect_proto_rawDescGZIP() []byte {
 	return file_internal_proto_inspectpb_inspect_proto_rawDescData
 }
 
-var file_internal_proto_inspectpb_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_internal_proto_inspectpb_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_internal_proto_inspectpb_inspect_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 0: orrery.inspect.v1.StatusRequest
 	(*StatusResponse)(nil), // 1: orrery.inspect.v1.StatusResponse
@@ -748,26 +1164,34 @@ var file_internal_proto_inspectpb_inspect_proto_goTypes = []any{
 	(*JournalEntry)(nil),   // 4: orrery.inspect.v1.JournalEntry
 	(*UnitsRequest)(nil),   // 5: orrery.inspect.v1.UnitsRequest
 	(*UnitsResponse)(nil),  // 6: orrery.inspect.v1.UnitsResponse
-	(*Unit)(nil),           // 7: orrery.inspect.v1.Unit
-	(*SupportRequest)(nil), // 8: orrery.inspect.v1.SupportRequest
-	(*SupportChunk)(nil),   // 9: orrery.inspect.v1.SupportChunk
+	(*UsageRequest)(nil),   // 7: orrery.inspect.v1.UsageRequest
+	(*UsageResponse)(nil),  // 8: orrery.inspect.v1.UsageResponse
+	(*CgroupUsage)(nil),    // 9: orrery.inspect.v1.CgroupUsage
+	(*ProcessUsage)(nil),   // 10: orrery.inspect.v1.ProcessUsage
+	(*Unit)(nil),           // 11: orrery.inspect.v1.Unit
+	(*SupportRequest)(nil), // 12: orrery.inspect.v1.SupportRequest
+	(*SupportChunk)(nil),   // 13: orrery.inspect.v1.SupportChunk
 }
 var file_internal_proto_inspectpb_inspect_proto_depIdxs = []int32{
-	4, // 0: orrery.inspect.v1.JournalEntries.entries:type_name -> orrery.inspect.v1.JournalEntry
-	7, // 1: orrery.inspect.v1.UnitsResponse.units:type_name -> orrery.inspect.v1.Unit
-	0, // 2: orrery.inspect.v1.InspectService.Status:input_type -> orrery.inspect.v1.StatusRequest
-	2, // 3: orrery.inspect.v1.InspectService.Journal:input_type -> orrery.inspect.v1.JournalRequest
-	5, // 4: orrery.inspect.v1.InspectService.Units:input_type -> orrery.inspect.v1.UnitsRequest
-	8, // 5: orrery.inspect.v1.InspectService.Support:input_type -> orrery.inspect.v1.SupportRequest
-	1, // 6: orrery.inspect.v1.InspectService.Status:output_type -> orrery.inspect.v1.StatusResponse
-	3, // 7: orrery.inspect.v1.InspectService.Journal:output_type -> orrery.inspect.v1.JournalEntries
-	6, // 8: orrery.inspect.v1.InspectService.Units:output_type -> orrery.inspect.v1.UnitsResponse
-	9, // 9: orrery.inspect.v1.InspectService.Support:output_type -> orrery.inspect.v1.SupportChunk
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4,  // 0: orrery.inspect.v1.JournalEntries.entries:type_name -> orrery.inspect.v1.JournalEntry
+	11, // 1: orrery.inspect.v1.UnitsResponse.units:type_name -> orrery.inspect.v1.Unit
+	9,  // 2: orrery.inspect.v1.UsageResponse.cgroups:type_name -> orrery.inspect.v1.CgroupUsage
+	10, // 3: orrery.inspect.v1.UsageResponse.processes:type_name -> orrery.inspect.v1.ProcessUsage
+	0,  // 4: orrery.inspect.v1.InspectService.Status:input_type -> orrery.inspect.v1.StatusRequest
+	2,  // 5: orrery.inspect.v1.InspectService.Journal:input_type -> orrery.inspect.v1.JournalRequest
+	5,  // 6: orrery.inspect.v1.InspectService.Units:input_type -> orrery.inspect.v1.UnitsRequest
+	12, // 7: orrery.inspect.v1.InspectService.Support:input_type -> orrery.inspect.v1.SupportRequest
+	7,  // 8: orrery.inspect.v1.InspectService.Usage:input_type -> orrery.inspect.v1.UsageRequest
+	1,  // 9: orrery.inspect.v1.InspectService.Status:output_type -> orrery.inspect.v1.StatusResponse
+	3,  // 10: orrery.inspect.v1.InspectService.Journal:output_type -> orrery.inspect.v1.JournalEntries
+	6,  // 11: orrery.inspect.v1.InspectService.Units:output_type -> orrery.inspect.v1.UnitsResponse
+	13, // 12: orrery.inspect.v1.InspectService.Support:output_type -> orrery.inspect.v1.SupportChunk
+	8,  // 13: orrery.inspect.v1.InspectService.Usage:output_type -> orrery.inspect.v1.UsageResponse
+	9,  // [9:14] is the sub-list for method output_type
+	4,  // [4:9] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_inspectpb_inspect_proto_init() }
@@ -781,7 +1205,7 @@ func file_internal_proto_inspectpb_inspect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_inspectpb_inspect_proto_rawDesc), len(file_internal_proto_inspectpb_inspect_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

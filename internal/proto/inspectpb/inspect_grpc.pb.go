@@ -23,6 +23,7 @@ const (
 	InspectService_Journal_FullMethodName = "/orrery.inspect.v1.InspectService/Journal"
 	InspectService_Units_FullMethodName   = "/orrery.inspect.v1.InspectService/Units"
 	InspectService_Support_FullMethodName = "/orrery.inspect.v1.InspectService/Support"
+	InspectService_Usage_FullMethodName   = "/orrery.inspect.v1.InspectService/Usage"
 )
 
 // InspectServiceClient is the client API for InspectService service.
@@ -39,6 +40,10 @@ type InspectServiceClient interface {
 	// Support streams a gzip-compressed tar archive of the node's status,
 	// units, journal and kernel log, bounded in size (see SupportRequest).
 	Support(ctx context.Context, in *SupportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SupportChunk], error)
+	// Usage reads the node's CPU, memory and context-switch counters: the
+	// whole node's, each cgroup's and each process's. The counters only
+	// grow, so two answers some seconds apart give rates (orrery top).
+	Usage(ctx context.Context, in *UsageRequest, opts ...grpc.CallOption) (*UsageResponse, error)
 }
 
 type inspectServiceClient struct {
@@ -107,6 +112,16 @@ func (c *inspectServiceClient) Support(ctx context.Context, in *SupportRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type InspectService_SupportClient = grpc.ServerStreamingClient[SupportChunk]
 
+func (c *inspectServiceClient) Usage(ctx context.Context, in *UsageRequest, opts ...grpc.CallOption) (*UsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UsageResponse)
+	err := c.cc.Invoke(ctx, InspectService_Usage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InspectServiceServer is the server API for InspectService service.
 // All implementations must embed UnimplementedInspectServiceServer
 // for forward compatibility.
@@ -121,6 +136,10 @@ type InspectServiceServer interface {
 	// Support streams a gzip-compressed tar archive of the node's status,
 	// units, journal and kernel log, bounded in size (see SupportRequest).
 	Support(*SupportRequest, grpc.ServerStreamingServer[SupportChunk]) error
+	// Usage reads the node's CPU, memory and context-switch counters: the
+	// whole node's, each cgroup's and each process's. The counters only
+	// grow, so two answers some seconds apart give rates (orrery top).
+	Usage(context.Context, *UsageRequest) (*UsageResponse, error)
 	mustEmbedUnimplementedInspectServiceServer()
 }
 
@@ -142,6 +161,9 @@ func (UnimplementedInspectServiceServer) Units(context.Context, *UnitsRequest) (
 }
 func (UnimplementedInspectServiceServer) Support(*SupportRequest, grpc.ServerStreamingServer[SupportChunk]) error {
 	return status.Error(codes.Unimplemented, "method Support not implemented")
+}
+func (UnimplementedInspectServiceServer) Usage(context.Context, *UsageRequest) (*UsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Usage not implemented")
 }
 func (UnimplementedInspectServiceServer) mustEmbedUnimplementedInspectServiceServer() {}
 func (UnimplementedInspectServiceServer) testEmbeddedByValue()                        {}
@@ -222,6 +244,24 @@ func _InspectService_Support_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type InspectService_SupportServer = grpc.ServerStreamingServer[SupportChunk]
 
+func _InspectService_Usage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServiceServer).Usage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InspectService_Usage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServiceServer).Usage(ctx, req.(*UsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InspectService_ServiceDesc is the grpc.ServiceDesc for InspectService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -236,6 +276,10 @@ var InspectService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Units",
 			Handler:    _InspectService_Units_Handler,
+		},
+		{
+			MethodName: "Usage",
+			Handler:    _InspectService_Usage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

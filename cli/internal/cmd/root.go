@@ -42,7 +42,7 @@ node's vTPM attestation before it trusts the node with any secret.`,
 	root.PersistentFlags().Var(level, "log-level", logging.LevelUsage)
 	root.PersistentFlags().String("workspace", ".", "the owner's directory: 'orrery init' writes the master secret, state and admin kubeconfig there, and the other commands read them from it")
 	root.AddCommand(newVerifyCmd(), newInitCmd(), newRecoverCmd(), newMiniCmd(), newControlPlaneCmd(), newVersionCmd(), newUpgradeCmd(), newStatusCmd(), newNodeCmd(),
-		newLogsCmd(), newServicesCmd(), newDmesgCmd(), newSupportCmd())
+		newLogsCmd(), newServicesCmd(), newDmesgCmd(), newTopCmd(), newSupportCmd())
 	return root
 }
 

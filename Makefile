@@ -31,8 +31,15 @@ E2E_SMOKE_TIMEOUT ?= 60m
 # and room for a slower host and the teardown.
 E2E_KUBERNETES_UPGRADE_TIMEOUT ?= 90m
 E2E_HA_TIMEOUT ?= 120m
+# 'make idle-cost': how many workers beside the control plane, how long
+# the measured window is, and how long the cluster is then watched for
+# staying up (0: not watched; the lighter-node target is an hour).
+IDLE_WORKERS ?= 0
+IDLE_WINDOW ?= 10m
+IDLE_WATCH ?= 0
+IDLE_TIMEOUT ?= 240m
 
-.PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke e2e-kubernetes-upgrade e2e-ha cluster
+.PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke e2e-kubernetes-upgrade e2e-ha idle-cost cluster
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -125,6 +132,10 @@ e2e-kubernetes-upgrade: deps image build ## a cluster at the image's older Kuber
 
 e2e-ha: deps image build ## three control planes behind the cloud's load balancer: two join once approved, one is hard-reset while the cluster serves, one is removed (root)
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_HA_TIMEOUT) -v ./e2e -args $(E2E_ARGS) -set ha
+
+idle-cost: deps image build ## what an idle cluster costs: host cores per VM, the guests' CPU per process and cgroup, switches, journal, memory (root; IDLE_WORKERS=1, IDLE_WINDOW=10m, IDLE_WATCH=60m)
+	$(GO) test -tags e2e -count=1 -timeout $(IDLE_TIMEOUT) -v -run TestCluster ./e2e -args $(E2E_ARGS) -set idle \
+		-idle-workers $(IDLE_WORKERS) -idle-window $(IDLE_WINDOW) -idle-watch $(IDLE_WATCH)
 
 clean: ## remove build outputs
 	rm -rf build

@@ -30,7 +30,7 @@ var (
 	kubectl  = flag.String("kubectl", "build/components/hostbin/kubectl", "kubectl")
 	logsDir  = flag.String("logs-dir", "build/e2e-logs", "where a failed run leaves its logs, in a folder named by its start time")
 	slowdown = flag.Float64("slowdown", 1, "how many times longer than usual the suite waits for the cluster: for a host that runs other work (hack/stress-e2e.sh)")
-	set      = flag.String("set", fullSet, "which cases to run: "+fullSet+" (make e2e), "+smokeSet+" (make e2e-smoke, CI: init, join, a Service across nodes, the worker's credentials, a modified image refused) "+kubernetesUpgradeSet+" (make e2e-kubernetes-upgrade: init at the image's older Kubernetes, the cluster upgraded to its newer one) or "+haSet+" (make e2e-ha: three control planes behind the cloud's load balancer, one lost, one removed)")
+	set      = flag.String("set", fullSet, "which cases to run: "+fullSet+" (make e2e), "+smokeSet+" (make e2e-smoke, CI: init, join, a Service across nodes, the worker's credentials, a modified image refused) "+kubernetesUpgradeSet+" (make e2e-kubernetes-upgrade: init at the image's older Kubernetes, the cluster upgraded to its newer one) , "+haSet+" (make e2e-ha: three control planes behind the cloud's load balancer, one lost, one removed) or "+idleSet+" (make idle-cost: what an idle cluster costs, see -idle-*)")
 )
 
 // The sets of cases -set names.
@@ -39,6 +39,7 @@ const (
 	smokeSet             = "smoke"
 	kubernetesUpgradeSet = "kubernetes-upgrade"
 	haSet                = "ha"
+	idleSet              = "idle"
 )
 
 // patience is how long to wait for what takes up to d on a host that
@@ -264,7 +265,7 @@ func TestCluster(t *testing.T) {
 	}
 	cases, ok := caseSets()[*set]
 	if !ok {
-		t.Fatalf("-set %q: want %s, %s, %s or %s", *set, fullSet, smokeSet, kubernetesUpgradeSet, haSet)
+		t.Fatalf("-set %q: want %s, %s, %s, %s or %s", *set, fullSet, smokeSet, kubernetesUpgradeSet, haSet, idleSet)
 	}
 	s := newSuite(t)
 	defer s.p.print()
@@ -305,6 +306,7 @@ func caseSets() map[string][]clusterCase {
 		smokeSet:             append(slices.Clone(coreCases), smokeCases...),
 		kubernetesUpgradeSet: kubernetesUpgradeCases,
 		haSet:                haCases,
+		idleSet:              idleCases,
 	}
 }
 

@@ -71,8 +71,11 @@ func newSuite(t *testing.T) *suite {
 func (s *suite) up() {
 	spares := map[string]int{fullSet: 2, smokeSet: 1}[*set]
 	controlPlanes, workers := 1, 1
-	if *set == haSet {
+	switch *set {
+	case haSet:
 		controlPlanes, workers = 3, 0
+	case idleSet:
+		workers = *idleWorkers
 	}
 	c, err := cloud.Up(s.ctx, cloud.Spec{
 		Dir: s.dir, ControlPlanes: controlPlanes, Workers: workers, Spares: spares, CPUs: 2, MemoryMiB: 3072, StateDiskMiB: 8192,

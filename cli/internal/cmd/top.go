@@ -50,9 +50,9 @@ processes outside the pods, and the kernel.`,
 			if err != nil {
 				return termtext.Error(err)
 			}
-			if output == "text" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "Reading %s's counters again in %s...\n", termtext.Line(args[0]), interval)
-			}
+			// On stderr with every output format: a script that times the
+			// same window from outside starts its clock here.
+			fmt.Fprintf(cmd.ErrOrStderr(), "Read %s's counters; reading them again in %s...\n", termtext.Line(args[0]), interval)
 			select {
 			case <-time.After(interval):
 			case <-cmd.Context().Done():

@@ -1,0 +1,368 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/owner/inspect"
+	"github.com/orrery-dev/orrery/internal/owner/workspace"
+)
+
+var (
+	idleWorkers = flag.Int("idle-workers", 0, "idle set: how many workers beside the control plane")
+	idleSettle  = flag.Duration("idle-settle", 3*time.Minute, "idle set: how long the cluster rests, every node and kube-system pod Ready, before the window")
+	idleWindow  = flag.Duration("idle-window", 10*time.Minute, "idle set: the window over which the cost is measured")
+	idleWatch   = flag.Duration("idle-watch", 0, "idle set: after the window, how long to watch that every node stays Ready with no container restarted and no probe failed (0: not watched)")
+)
+
+// idleCases measure what an idle cluster costs (make idle-cost): init,
+// rest until steady, then one window in which the host's QEMU time and
+// the guests' own counters are read side by side.
+var idleCases = []clusterCase{
+	{"", (*suite).init},
+	{"", (*suite).idleSteady},
+	{"", (*suite).idleMeasure},
+	{"", (*suite).idleWatchSteady},
+}
+
+// idleSteady waits until every node and every kube-system pod is Ready,
+// then lets the cluster rest: what init started (image unpacking, the
+// first reconciles) is not idle work.
+func (s *suite) idleSteady() {
+	var names []string
+	for _, n := range s.c.Nodes() {
+		names = append(names, n.Name)
+	}
+	s.waitFor("every node Ready", patience(20*time.Minute), s.ready(names...))
+	s.p.doing("every kube-system pod Ready")
+	if out, err := s.k("-n", "kube-system", "wait", "--for=condition=Ready", "pod", "--all", timeoutFlag(15*time.Minute)); err != nil {
+		s.t.Fatalf("kube-system pods not Ready: %v\n%s", err, out)
+	}
+	s.p.done("every kube-system pod Ready")
+	s.p.doing("rest " + idleSettle.String())
+	time.Sleep(*idleSettle)
+	s.p.done("rest " + idleSettle.String())
+}
+
+// idleReading is one node's part of the window.
+type idleReading struct {
+	node      string
+	hostCores float64
+	rates     *inspect.Rates
+	journal   map[string]int
+	err       error
+}
+
+// idleMeasure reads, over -idle-window, each node's QEMU CPU time on the
+// host and its own counters ('orrery top'), then its journal of the
+// window, and prints them.
+func (s *suite) idleMeasure() {
+	phase := "measure an idle window of " + idleWindow.String()
+	s.p.doing(phase)
+	start := time.Now()
+	readings := make([]*idleReading, len(s.c.Nodes()))
+	var wg sync.WaitGroup
+	for i, n := range s.c.Nodes() {
+		readings[i] = &idleReading{node: n.Name}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.readIdle(n, readings[i])
+		}()
+	}
+	wg.Wait()
+	for _, r := range readings {
+		if r.err != nil {
+			s.t.Fatalf("%s: %v", r.node, r.err)
+		}
+		if r.journal, r.err = s.journalCounts(r.node, start); r.err != nil {
+			s.t.Logf("%s's journal of the window: %v", r.node, r.err)
+		}
+	}
+	s.p.done(phase)
+	fmt.Print(idleReport(readings, s.podNames()))
+}
+
+// readIdle runs 'orrery top' over the window and reads the node's QEMU
+// CPU time from when top took its first snapshot to when it ended.
+func (s *suite) readIdle(n *cloud.Node, r *idleReading) {
+	args := []string{"netns", "exec", namespace, s.orr, "top", n.Name, "--workspace", s.out,
+		"--master-secret", filepath.Join(s.out, workspace.MasterSecretFile), "--kubeconfig", s.kubeconfig(), "--mini-dir", s.dir}
+	args = append(append(args, s.ownerChecks()...), "--interval", idleWindow.String(), "-o", "json", "--timeout", "5m")
+	cmd := exec.CommandContext(s.ctx, "ip", args...)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		r.err = err
+		return
+	}
+	if err := cmd.Start(); err != nil {
+		r.err = fmt.Errorf("orrery top: %w", err)
+		return
+	}
+	var began, ended float64
+	var beganAt time.Time
+	var errText strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		errText.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "reading them again") {
+			began, beganAt = qemuSeconds(n.VM().PID()), time.Now()
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		r.err = fmt.Errorf("orrery top: %w\n%s", err, errText.String())
+		return
+	}
+	ended = qemuSeconds(n.VM().PID())
+	if beganAt.IsZero() || began < 0 || ended < 0 {
+		r.err = fmt.Errorf("no QEMU CPU time for %s (pid %d); orrery top said:\n%s", n.Name, n.VM().PID(), errText.String())
+		return
+	}
+	r.hostCores = (ended - began) / time.Since(beganAt).Seconds()
+	r.rates = &inspect.Rates{}
+	if err := json.Unmarshal(stdout.Bytes(), r.rates); err != nil {
+		r.err = fmt.Errorf("orrery top's JSON: %w", err)
+	}
+}
+
+// qemuSeconds is the CPU time (user and system, every thread) of the
+// process pid, -1 if it cannot be read.
+func qemuSeconds(pid int) float64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	user, err1 := strconv.ParseFloat(f[11], 64)
+	sys, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return (user + sys) / 100 // USER_HZ
+}
+
+// journalCounts counts node's journal entries since start, by unit (by
+// program for those of no unit, the kernel's among them).
+func (s *suite) journalCounts(node string, start time.Time) (map[string]int, error) {
+	out, err := s.orreryAsOwner("logs", node, "--since", start.UTC().Format(time.RFC3339), "-n", "20000", "-o", "json")
+	if err != nil {
+		return nil, fmt.Errorf("orrery logs: %w\n%s", err, lastLines(out, 5))
+	}
+	counts := map[string]int{}
+	for line := range strings.Lines(out) {
+		var e struct{ Unit, Identifier string }
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		key := e.Unit
+		if key == "" {
+			key = "(" + e.Identifier + ")"
+		}
+		counts[key]++
+	}
+	return counts, nil
+}
+
+// podNames maps the cgroup name kubelet gives each pod to the pod's
+// name.
+func (s *suite) podNames() map[string]string {
+	out, err := s.k("get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.uid} {.metadata.namespace}/{.metadata.name}{"\n"}{end}`)
+	names := map[string]string{}
+	if err != nil {
+		return names
+	}
+	for line := range strings.Lines(out) {
+		uid, name, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok {
+			names["pod"+strings.ReplaceAll(uid, "-", "_")] = name
+		}
+	}
+	return names
+}
+
+// idleReport prints the window: a line per node, then each node's
+// busiest processes and cgroups and its journal's writers.
+func idleReport(rs []*idleReading, pods map[string]string) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nIDLE NODE\tHOST CORES (QEMU)\tGUEST vCPUs BUSY\tUSER\tSYSTEM\tIRQ+SOFTIRQ\tSWITCHES/S\tMEMORY USED MiB\tJOURNAL ENTRIES/MIN")
+	total := 0.0
+	for _, r := range rs {
+		total += r.hostCores
+		entries := 0
+		for _, n := range r.journal {
+			entries += n
+		}
+		x := r.rates
+		fmt.Fprintf(w, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.1f\n", r.node, r.hostCores, x.Busy, x.User, x.System, x.IRQ+x.SoftIRQ,
+			x.SwitchesPerSecond, float64(x.MemoryUsedBytes)/(1<<20), float64(entries)/x.Window.Minutes())
+	}
+	fmt.Fprintf(w, "all nodes\t%.2f\t\t\t\t\t\t\t\n", total)
+	w.Flush()
+	for _, r := range rs {
+		x := r.rates
+		fmt.Fprintf(&b, "\n%s over %s: processes (the busiest 20)\n", r.node, x.Window.Round(time.Second))
+		w = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "PROCESS\tvCPUs\tSWITCHES/S\tRSS MiB\tCGROUP")
+		for _, p := range x.Processes[:min(20, len(x.Processes))] {
+			fmt.Fprintf(w, "%s\t%.3f\t%.0f\t%.0f\t%s\n", p.Name, p.CPU, p.SwitchesPerSecond, float64(p.RSSBytes)/(1<<20), cgroupName(p.Cgroup, pods))
+		}
+		fmt.Fprintf(w, "(kernel threads)\t%.3f\t\t\t\n", x.KernelThreads)
+		w.Flush()
+		fmt.Fprintf(&b, "\n%s: cgroups (services and pods)\n", r.node)
+		w = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "CGROUP\tvCPUs\tWORKING SET MiB")
+		inGroups := 0.0
+		for _, c := range x.Cgroups {
+			if !leafGroup(c.Path) {
+				continue
+			}
+			inGroups += c.CPU
+			if c.CPU >= 0.001 || c.WorkingSetBytes >= 32<<20 {
+				fmt.Fprintf(w, "%s\t%.3f\t%.0f\n", cgroupName(c.Path, pods), c.CPU, float64(c.WorkingSetBytes)/(1<<20))
+			}
+		}
+		fmt.Fprintf(w, "(outside every service and pod: the kernel, interrupts)\t%.3f\t\n", x.Busy-inGroups)
+		w.Flush()
+		fmt.Fprintf(&b, "\n%s: journal entries a minute, by unit\n", r.node)
+		units := slices.Collect(func(yield func(string) bool) {
+			for u := range r.journal {
+				if !yield(u) {
+					return
+				}
+			}
+		})
+		slices.SortFunc(units, func(a, c string) int { return r.journal[c] - r.journal[a] })
+		w = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		for _, u := range units[:min(12, len(units))] {
+			fmt.Fprintf(w, "%s\t%.1f\n", u, float64(r.journal[u])/x.Window.Minutes())
+		}
+		w.Flush()
+	}
+	return b.String()
+}
+
+// leafGroup tells the cgroups that are a service, a scope or a pod: the
+// slices above them only sum them, the containers below only split them.
+func leafGroup(path string) bool {
+	base := filepath.Base(path)
+	switch {
+	case strings.HasPrefix(base, "cri-containerd-"):
+		return false
+	case strings.Contains(base, "-pod") && strings.HasSuffix(base, ".slice"):
+		return true
+	case strings.HasSuffix(base, ".service"), strings.HasSuffix(base, ".scope"):
+		return true
+	}
+	return false
+}
+
+// cgroupName is a cgroup as the report shows it: a pod by its name, a
+// service by its unit.
+func cgroupName(path string, pods map[string]string) string {
+	for _, part := range strings.Split(path, "/") {
+		if i := strings.Index(part, "-pod"); i >= 0 && strings.HasSuffix(part, ".slice") {
+			if name, ok := pods[strings.TrimSuffix(part[i+1:], ".slice")]; ok {
+				return name
+			}
+		}
+	}
+	if path == "" {
+		return "-"
+	}
+	return filepath.Base(path)
+}
+
+// idleWatchSteady watches the cluster for -idle-watch: every node must
+// stay Ready, no container restart, no probe fail.
+func (s *suite) idleWatchSteady() {
+	if *idleWatch <= 0 {
+		return
+	}
+	phase := "idle " + idleWatch.String() + ": every node Ready, no restart, no failed probe"
+	s.p.doing(phase)
+	start := time.Now()
+	before := s.restartCounts()
+	var notReady []string
+	for end := start.Add(*idleWatch); time.Now().Before(end); time.Sleep(30 * time.Second) {
+		out, err := s.k("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
+		if err != nil {
+			notReady = append(notReady, fmt.Sprintf("%s: the API server did not answer: %v", time.Since(start).Round(time.Second), err))
+			continue
+		}
+		for _, f := range strings.Fields(out) {
+			if !strings.HasSuffix(f, "=True") {
+				notReady = append(notReady, fmt.Sprintf("%s: %s", time.Since(start).Round(time.Second), f))
+			}
+		}
+	}
+	var restarted []string
+	for c, n := range s.restartCounts() {
+		if n > before[c] {
+			restarted = append(restarted, fmt.Sprintf("%s restarted %d times", c, n-before[c]))
+		}
+	}
+	var probes []string
+	for _, n := range s.c.Nodes() {
+		out, err := s.orreryAsOwner("logs", n.Name, "kubelet", "--since", start.UTC().Format(time.RFC3339), "-n", "20000")
+		if err != nil {
+			probes = append(probes, fmt.Sprintf("%s: its kubelet's journal could not be read: %v", n.Name, err))
+			continue
+		}
+		for line := range strings.Lines(out) {
+			if strings.Contains(line, "Probe failed") {
+				probes = append(probes, n.Name+": "+strings.TrimSpace(line))
+			}
+		}
+	}
+	slices.Sort(restarted)
+	fmt.Printf("\nIDLE FOR %s: %d times a node was not Ready (or the API server did not answer), %d containers restarted, %d failed probes\n",
+		idleWatch, len(notReady), len(restarted), len(probes))
+	for _, l := range slices.Concat(notReady, restarted, probes) {
+		fmt.Println("  " + l)
+	}
+	if len(notReady)+len(restarted)+len(probes) > 0 {
+		s.t.Fatalf("the idle cluster was not steady for %s (above)", idleWatch)
+	}
+	s.p.done(phase)
+}
+
+// restartCounts is each container's restart count, by namespace/pod/container.
+func (s *suite) restartCounts() map[string]int {
+	out, err := s.k("get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}={range .status.containerStatuses[*]}{.name}:{.restartCount},{end}{"\n"}{end}`)
+	counts := map[string]int{}
+	if err != nil {
+		s.t.Logf("restart counts: %v", err)
+		return counts
+	}
+	for line := range strings.Lines(out) {
+		pod, containers, _ := strings.Cut(strings.TrimSpace(line), "=")
+		for _, c := range strings.Split(containers, ",") {
+			name, v, ok := strings.Cut(c, ":")
+			if n, err := strconv.Atoi(v); ok && err == nil {
+				counts[pod+"/"+name] = n
+			}
+		}
+	}
+	return counts
+}

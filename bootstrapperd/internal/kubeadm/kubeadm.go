@@ -95,11 +95,13 @@ func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, e
 
 // Join runs kubeadm join.
 func (t *Tool) Join(ctx context.Context, p JoinParams, out io.Writer) error {
+	p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-patches")
+	patches := workerKubeletPatch
 	if p.ControlPlane {
-		p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-patches")
-		if err := writePatches(p.PatchDir, nil); err != nil {
-			return err
-		}
+		patches = patchFiles
+	}
+	if err := writePatchFiles(p.PatchDir, patches); err != nil {
+		return err
 	}
 	discovery, err := DiscoveryKubeconfig(p)
 	if err != nil {

@@ -314,11 +314,23 @@ func TestControlPlanePatches(t *testing.T) {
 	}
 	checkCoreDNSPatch(t, patchDir)
 
-	// A worker's join runs no control plane and gets no patches.
+	// A worker's join runs no control plane: its only patch takes the
+	// static pod path out of its kubelet's configuration.
 	r.onRun = func(c call) error {
 		raw, _ := os.ReadFile(c.args[2])
-		if get(splitDocs(t, raw)[0], "patches") != nil {
-			t.Errorf("a worker's join config names patches:\n%s", raw)
+		dir, _ := get(splitDocs(t, raw)[0], "patches", "directory").(string)
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) != 1 || entries[0].Name() != "kubeletconfiguration+merge.yaml" {
+			t.Errorf("a worker's join patches (%v): %v, want the kubelet configuration's alone", err, entries)
+			return nil
+		}
+		patch, _ := os.ReadFile(filepath.Join(dir, entries[0].Name()))
+		var m map[string]any
+		if err := yaml.Unmarshal(patch, &m); err != nil || len(m) != 1 || m["staticPodPath"] != nil {
+			t.Errorf("a worker's kubelet patch %q: %v, want staticPodPath removed (null) and nothing else", patch, err)
+		}
+		if v, ok := m["staticPodPath"]; !ok || v != nil {
+			t.Errorf("a worker's kubelet patch %q does not remove staticPodPath", patch)
 		}
 		return nil
 	}

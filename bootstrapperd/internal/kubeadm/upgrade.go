@@ -89,6 +89,15 @@ func UpgradeConfig(p UpgradeParams) ([]byte, error) {
 // kubeadm restores a control plane's static pods itself when one does not
 // come up; kubelet is left to the caller.
 func (t *Tool) Upgrade(ctx context.Context, p UpgradeParams, out io.Writer) error {
+	if !p.ControlPlane {
+		// kubeadm upgrade node writes the kubelet configuration again
+		// from the cluster's.
+		p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-upgrade-patches")
+		if err := writePatchFiles(p.PatchDir, workerKubeletPatch); err != nil {
+			return err
+		}
+		defer os.RemoveAll(p.PatchDir)
+	}
 	if p.ControlPlane {
 		p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-upgrade-patches")
 		var extra map[string]string

@@ -58,8 +58,9 @@ func TestUpgradeRunsTheTargetsKubeadmWithThePatches(t *testing.T) {
 			if got := get(doc, "timeouts", "upgradeManifests"); got != controlPlaneHealthCheck {
 				t.Errorf("timeouts.upgradeManifests = %v, want %s", got, controlPlaneHealthCheck)
 			}
-			if (len(patches) > 0) != c.wantPatches || slices.Contains(patches, coreDNSPatchFile) != c.wantCoreDNSPatch {
-				t.Errorf("patches %v; want control-plane patches %v, CoreDNS's %v", patches, c.wantPatches, c.wantCoreDNSPatch)
+			if slices.Contains(patches, "kube-apiserver+strategic.yaml") != c.wantPatches || slices.Contains(patches, coreDNSPatchFile) != c.wantCoreDNSPatch ||
+				slices.Contains(patches, "kubeletconfiguration+merge.yaml") == c.wantPatches {
+				t.Errorf("patches %v; want control-plane patches %v, CoreDNS's %v, a worker's kubelet patch %v", patches, c.wantPatches, c.wantCoreDNSPatch, !c.wantPatches)
 			}
 			if entries, _ := os.ReadDir(tool.ConfigDir); len(entries) != 0 {
 				t.Errorf("left %d files in the configuration directory", len(entries))

@@ -592,7 +592,9 @@ func checkKubeletConfig(b []byte) error {
 	}{
 		{"apiVersion", []any{"kubelet.config.k8s.io/v1beta1"}, false},
 		{"kind", []any{"KubeletConfiguration"}, false},
-		{"staticPodPath", []any{"/etc/kubernetes/manifests"}, false},
+		// A worker's has none (kubeadm.workerKubeletPatch): it then
+		// reads no static pod at all.
+		{"staticPodPath", []any{"/etc/kubernetes/manifests"}, true},
 		{"authentication.anonymous.enabled", []any{false}, false},
 		{"authentication.webhook.enabled", []any{true}, false},
 		{"authentication.x509.clientCAFile", []any{caCertPath}, false},

@@ -191,6 +191,12 @@ func worker(t testing.TB) node {
 	return n
 }
 
+func workerWithoutStaticPods(t testing.TB) node {
+	n := worker(t)
+	write(t, n.root, KubeletConfig, strings.Replace(kubeletConfig, "staticPodPath: /etc/kubernetes/manifests\n", "", 1))
+	return n
+}
+
 // controlPlane is a control plane's, with the baked image of its API
 // server.
 func controlPlane(t testing.TB) node {
@@ -235,6 +241,8 @@ func TestUntouchedNodesPass(t *testing.T) {
 		"control plane":          {controlPlane(t), func(n node) Facts { return Facts{ControlPlane: true, CACert: n.ca, Endpoint: endpoint} }},
 		"control plane recovery": {controlPlane(t), func(node) Facts { return Facts{ControlPlane: true} }},
 		"not joined yet":         {node{root: t.TempDir(), ca: newCA(t, "kubernetes")}, func(n node) Facts { return Facts{CACert: n.ca, Endpoint: endpoint} }},
+		// What a worker's join writes since its kubelet reads no static pods.
+		"worker without a static pod path": {workerWithoutStaticPods(t), func(n node) Facts { return Facts{CACert: n.ca, Endpoint: endpoint} }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			said, err := tt.n.check(t, tt.f(tt.n))

@@ -54,9 +54,37 @@ func (s *suite) idleSteady() {
 		s.t.Fatalf("kube-system pods not Ready: %v\n%s", err, out)
 	}
 	s.p.done("every kube-system pod Ready")
+	s.noFailedUnits()
 	s.p.doing("rest " + idleSettle.String())
 	time.Sleep(*idleSettle)
 	s.p.done("rest " + idleSettle.String())
+}
+
+// noFailedUnits: a unit that failed on a node (a tuning the kernel no
+// longer has, say) fails the run, since what it set is not in force.
+func (s *suite) noFailedUnits() {
+	for _, n := range s.c.Nodes() {
+		out, err := s.orreryAsOwner("services", n.Name, "-o", "json")
+		if err != nil {
+			s.t.Fatalf("orrery services %s: %v\n%s", n.Name, err, lastLines(out, 5))
+		}
+		var units []struct{ Name, Active, Result string }
+		// The output has the CLI's own notes (stderr) before the JSON.
+		if i := strings.IndexByte(out, '['); i > 0 {
+			out = out[i:]
+		}
+		if err := json.Unmarshal([]byte(out), &units); err != nil {
+			s.t.Fatalf("orrery services %s -o json: %v", n.Name, err)
+		}
+		for _, u := range units {
+			if u.Active == "failed" {
+				s.t.Errorf("%s: unit %s failed (%s): orrery logs %s %s says why", n.Name, u.Name, u.Result, n.Name, u.Name)
+			}
+		}
+	}
+	if s.t.Failed() {
+		s.t.FailNow()
+	}
 }
 
 // idleReading is one node's part of the window.
@@ -75,6 +103,7 @@ func (s *suite) idleMeasure() {
 	phase := "measure an idle window of " + idleWindow.String()
 	s.p.doing(phase)
 	start := time.Now()
+	gcBefore := s.goRuntimes()
 	readings := make([]*idleReading, len(s.c.Nodes()))
 	var wg sync.WaitGroup
 	for i, n := range s.c.Nodes() {
@@ -94,8 +123,76 @@ func (s *suite) idleMeasure() {
 			s.t.Logf("%s's journal of the window: %v", r.node, r.err)
 		}
 	}
+	gcAfter := s.goRuntimes()
 	s.p.done(phase)
 	fmt.Print(idleReport(readings, s.podNames()))
+	fmt.Print(gcReport(gcBefore, gcAfter, time.Since(start)))
+}
+
+// goRuntime is what a Go program's metrics say of its garbage collector.
+type goRuntime struct {
+	cycles, heapBytes, goalBytes float64
+}
+
+// goRuntimes reads the garbage collectors of the Go programs whose
+// metrics the API server serves: itself, and each node's kubelet.
+func (s *suite) goRuntimes() map[string]goRuntime {
+	paths := map[string]string{"kube-apiserver": "/metrics"}
+	for _, n := range s.c.Nodes() {
+		paths["kubelet on "+n.Name] = "/api/v1/nodes/" + n.Name + "/proxy/metrics"
+	}
+	out := map[string]goRuntime{}
+	for name, p := range paths {
+		text, err := s.k("get", "--raw", p)
+		if err != nil {
+			continue
+		}
+		var g goRuntime
+		for line := range strings.Lines(text) {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				continue
+			}
+			switch f[0] {
+			case "go_gc_duration_seconds_count":
+				g.cycles = v
+			case "go_memstats_heap_alloc_bytes":
+				g.heapBytes = v
+			case "go_memstats_next_gc_bytes":
+				g.goalBytes = v
+			}
+		}
+		out[name] = g
+	}
+	return out
+}
+
+// gcReport prints how often each Go program collected over the window.
+func gcReport(before, after map[string]goRuntime, window time.Duration) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nGO PROGRAM\tGC CYCLES/MIN\tHEAP MiB (END)\tNEXT GC AT MiB")
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range after {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	for _, n := range names {
+		a, ok := before[n]
+		if !ok {
+			continue
+		}
+		z := after[n]
+		fmt.Fprintf(w, "%s\t%.1f\t%.0f\t%.0f\n", n, (z.cycles-a.cycles)/window.Minutes(), z.heapBytes/(1<<20), z.goalBytes/(1<<20))
+	}
+	w.Flush()
+	return b.String()
 }
 
 // readIdle runs 'orrery top' over the window and reads the node's QEMU

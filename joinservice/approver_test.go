@@ -58,7 +58,9 @@ func TestServingApproverDecidesFromTheRecords(t *testing.T) {
 	submitServingCSR(t, worker, "control-plane", "worker-0", "10.42.1.100")
 
 	a := servingApprover(api, slog.New(slog.DiscardHandler))
-	a.Interval = 100 * time.Millisecond
+	// An hour between retries: the later request below is decided from
+	// the approver's watch, never from a second list.
+	a.Interval = time.Hour
 	go a.Run(ctx)
 
 	admin := kubernetes.NewForConfigOrDie(srv.Config)
@@ -78,6 +80,10 @@ func TestServingApproverDecidesFromTheRecords(t *testing.T) {
 	}
 	if c := decided("control-plane"); c.Type != certv1.CertificateDenied || !strings.Contains(c.Message, "10.42.1.100") {
 		t.Errorf("worker-0's request for the control plane's address: %+v, want denied naming it", c)
+	}
+	submitServingCSR(t, worker, "later", "worker-0", "10.42.1.0")
+	if c := decided("later"); c.Type != certv1.CertificateApproved {
+		t.Errorf("a request made while the approver watched: %+v, want approved", c)
 	}
 }
 

@@ -34,7 +34,9 @@ func TestApproverWithARealAPIServer(t *testing.T) {
 	submit("own", kubeletRequest("worker-0", "10.42.1.0"))
 	submit("neighbours", kubeletRequest("worker-0", "10.42.1.0", "10.42.1.1"))
 
-	go (&Approver{Requests: clientRequests{admin}, Lookup: admittedNodes, Interval: 100 * time.Millisecond}).Run(ctx)
+	// An hour between retries: what is decided below is decided from the
+	// first list or from the watch, never from a second look.
+	go (&Approver{Requests: clientRequests{admin}, Lookup: admittedNodes, Interval: time.Hour}).Run(ctx)
 
 	decided := func(name string) certv1.CertificateSigningRequestCondition {
 		for {
@@ -58,7 +60,8 @@ func TestApproverWithARealAPIServer(t *testing.T) {
 	if c := decided("neighbours"); c.Type != certv1.CertificateDenied || !strings.Contains(c.Message, "10.42.1.1") {
 		t.Errorf("worker-0's request for worker-1's address: %+v, want denied naming the address", c)
 	}
-	// A request made after the approver started is decided too.
+	// A request made after the approver started is decided too, as it
+	// comes (the watch).
 	submit("later", kubeletRequest("worker-0", "10.42.1.0"))
 	if c := decided("later"); c.Type != certv1.CertificateApproved {
 		t.Errorf("a later request: %+v, want approved", c)
@@ -68,12 +71,26 @@ func TestApproverWithARealAPIServer(t *testing.T) {
 // clientRequests reaches the requests through client-go.
 type clientRequests struct{ client kubernetes.Interface }
 
-func (c clientRequests) List(ctx context.Context) ([]certv1.CertificateSigningRequest, error) {
+func (c clientRequests) List(ctx context.Context) ([]certv1.CertificateSigningRequest, string, error) {
 	l, err := c.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + Signer})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return l.Items, nil
+	return l.Items, l.ResourceVersion, nil
+}
+
+func (c clientRequests) Watch(ctx context.Context, rv string, changed func(*certv1.CertificateSigningRequest)) error {
+	w, err := c.client.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + Signer, ResourceVersion: rv})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for e := range w.ResultChan() {
+		if csr, ok := e.Object.(*certv1.CertificateSigningRequest); ok && (e.Type == "ADDED" || e.Type == "MODIFIED") {
+			changed(csr)
+		}
+	}
+	return nil
 }
 
 func (c clientRequests) UpdateApproval(ctx context.Context, csr *certv1.CertificateSigningRequest) error {

@@ -349,6 +349,7 @@ type componentPatch struct {
 				HTTPGet *struct {
 					Path string `json:"path"`
 				} `json:"httpGet"`
+				PeriodSeconds    int `json:"periodSeconds"`
 				TimeoutSeconds   int `json:"timeoutSeconds"`
 				FailureThreshold int `json:"failureThreshold"`
 			} `json:"livenessProbe"`
@@ -386,8 +387,13 @@ func checkComponentPatch(t *testing.T, patchDir, target, wantPath string) {
 		t.Errorf("%s terminationMessagePolicy %q, want FallbackToLogsOnError", target, c.TerminationMessagePolicy)
 	}
 	lp := c.LivenessProbe
-	if lp.TimeoutSeconds*lp.FailureThreshold < 120 {
-		t.Errorf("%s is killed after %d s without an answer, want at least two minutes", target, lp.TimeoutSeconds*lp.FailureThreshold)
+	if lp.TimeoutSeconds*lp.FailureThreshold < 120 || lp.PeriodSeconds*lp.FailureThreshold < 120 {
+		t.Errorf("%s is killed after %d misses %d s apart (each waited %d s), want at least two minutes", target, lp.FailureThreshold, lp.PeriodSeconds, lp.TimeoutSeconds)
+	}
+	// Probed every 30 s, not kubeadm's 10 s: the same kill window with a
+	// third of the handshakes.
+	if lp.PeriodSeconds < 30 || lp.TimeoutSeconds > lp.PeriodSeconds {
+		t.Errorf("%s liveness probe every %d s with a %d s timeout, want every 30 s or slower, within its period", target, lp.PeriodSeconds, lp.TimeoutSeconds)
 	}
 	gotPath := ""
 	if lp.HTTPGet != nil {

@@ -236,6 +236,11 @@ func (s *suite) readIdle(n *cloud.Node, r *idleReading) {
 	r.rates = &inspect.Rates{}
 	if err := json.Unmarshal(stdout.Bytes(), r.rates); err != nil {
 		r.err = fmt.Errorf("orrery top's JSON: %w", err)
+		return
+	}
+	// kubelet, containerd, their shims and the kernel's threads at least.
+	if len(r.rates.Processes) < 20 {
+		r.err = fmt.Errorf("the node's inspect service sees %d processes: it must see every process (ProtectProc in orrery-inspectd.service)", len(r.rates.Processes))
 	}
 }
 
@@ -283,15 +288,16 @@ func (s *suite) journalCounts(node string, start time.Time) (map[string]int, err
 // podNames maps the cgroup name kubelet gives each pod to the pod's
 // name.
 func (s *suite) podNames() map[string]string {
-	out, err := s.k("get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.uid} {.metadata.namespace}/{.metadata.name}{"\n"}{end}`)
+	// A static pod's cgroup is named by its hash, not its mirror pod's UID.
+	out, err := s.k("get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {.metadata.uid} {.metadata.annotations.kubernetes\.io/config\.hash}{"\n"}{end}`)
 	names := map[string]string{}
 	if err != nil {
 		return names
 	}
 	for line := range strings.Lines(out) {
-		uid, name, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if ok {
-			names["pod"+strings.ReplaceAll(uid, "-", "_")] = name
+		f := strings.Fields(line)
+		for _, id := range f[min(1, len(f)):] {
+			names["pod"+strings.ReplaceAll(id, "-", "_")] = f[0]
 		}
 	}
 	return names
@@ -329,17 +335,17 @@ func idleReport(rs []*idleReading, pods map[string]string) string {
 		fmt.Fprintf(&b, "\n%s: cgroups (services and pods)\n", r.node)
 		w = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "CGROUP\tvCPUs\tWORKING SET MiB")
-		inGroups := 0.0
 		for _, c := range x.Cgroups {
 			if !leafGroup(c.Path) {
 				continue
 			}
-			inGroups += c.CPU
 			if c.CPU >= 0.001 || c.WorkingSetBytes >= 32<<20 {
 				fmt.Fprintf(w, "%s\t%.3f\t%.0f\n", cgroupName(c.Path, pods), c.CPU, float64(c.WorkingSetBytes)/(1<<20))
 			}
 		}
-		fmt.Fprintf(w, "(outside every service and pod: the kernel, interrupts)\t%.3f\t\n", x.Busy-inGroups)
+		// The kernel's own work is in no cgroup of these: its threads,
+		// and the interrupts it handled for whoever ran.
+		fmt.Fprintf(w, "(kernel threads)\t%.3f\t\n(interrupts, softirqs)\t%.3f\t\n", x.KernelThreads, x.IRQ+x.SoftIRQ)
 		w.Flush()
 		fmt.Fprintf(&b, "\n%s: journal entries a minute, by unit\n", r.node)
 		units := slices.Collect(func(yield func(string) bool) {

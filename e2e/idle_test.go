@@ -336,7 +336,7 @@ func idleReport(rs []*idleReading, pods map[string]string) string {
 		w = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "CGROUP\tvCPUs\tWORKING SET MiB")
 		for _, c := range x.Cgroups {
-			if !leafGroup(c.Path) {
+			if !inspect.ServiceOrPod(c.Path) {
 				continue
 			}
 			if c.CPU >= 0.001 || c.WorkingSetBytes >= 32<<20 {
@@ -363,21 +363,6 @@ func idleReport(rs []*idleReading, pods map[string]string) string {
 		w.Flush()
 	}
 	return b.String()
-}
-
-// leafGroup tells the cgroups that are a service, a scope or a pod: the
-// slices above them only sum them, the containers below only split them.
-func leafGroup(path string) bool {
-	base := filepath.Base(path)
-	switch {
-	case strings.HasPrefix(base, "cri-containerd-"):
-		return false
-	case strings.Contains(base, "-pod") && strings.HasSuffix(base, ".slice"):
-		return true
-	case strings.HasSuffix(base, ".service"), strings.HasSuffix(base, ".scope"):
-		return true
-	}
-	return false
 }
 
 // cgroupName is a cgroup as the report shows it: a pod by its name, a

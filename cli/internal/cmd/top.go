@@ -105,8 +105,7 @@ func writeRates(w io.Writer, r *inspect.Rates, rows int) error {
 		if shown == rows {
 			break
 		}
-		// A slice is the sum of what is below it; the leaves say who.
-		if strings.Count(c.Path, "/") == 0 && len(r.Cgroups) > 1 && c.Path != "init.scope" {
+		if !inspect.ServiceOrPod(c.Path) {
 			continue
 		}
 		shown++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/proto/inspectpb"
@@ -132,4 +133,17 @@ func (r *Rates) Process(name string) (cpu, switches float64, n int) {
 func (r *Rates) String() string {
 	return fmt.Sprintf("%.2f of %d CPUs busy over %s (user %.2f, system %.2f, irq %.2f), %.0f switches/s",
 		r.Busy, r.CPUs, r.Window.Round(time.Second), r.User, r.System, r.IRQ+r.SoftIRQ, r.SwitchesPerSecond)
+}
+
+// ServiceOrPod tells the cgroups that are a service, a scope or a pod:
+// the slices above them only sum them, a pod's containers only split it.
+func ServiceOrPod(path string) bool {
+	base := path[strings.LastIndexByte(path, '/')+1:]
+	switch {
+	case strings.HasPrefix(base, "cri-containerd-"):
+		return false
+	case strings.Contains(base, "-pod") && strings.HasSuffix(base, ".slice"):
+		return true
+	}
+	return strings.HasSuffix(base, ".service") || strings.HasSuffix(base, ".scope")
 }

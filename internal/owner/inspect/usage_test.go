@@ -70,3 +70,21 @@ func TestRatesRefuseSnapshotsOfTwoBoots(t *testing.T) {
 		}
 	}
 }
+
+func TestServiceOrPod(t *testing.T) {
+	for path, want := range map[string]bool{
+		"system.slice":                            false,
+		"system.slice/kubelet.service":            true,
+		"init.scope":                              true,
+		"kubepods.slice":                          false,
+		"kubepods.slice/kubepods-burstable.slice": false,
+		"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice":                        true,
+		"kubepods.slice/kubepods-pod2.slice":                                                           true,
+		"kubepods.slice/kubepods-pod2.slice/cri-containerd-abc.scope":                                  false,
+		"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-x.scope": false,
+	} {
+		if got := ServiceOrPod(path); got != want {
+			t.Errorf("ServiceOrPod(%q) = %v, want %v", path, got, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -42,8 +43,8 @@ type Requests interface {
 // It watches rather than polls: kubelets ask once per serving
 // certificate, and a LIST every 5 s was 12 of an idle API server's ~110
 // requests a minute, each answered from etcd. A request it cannot decide
-// yet (the records could not be read) it tries again every Interval, by
-// watching only that long while one is left.
+// yet (the records could not be read) it tries again an Interval later,
+// by ending the watch then and listing again.
 type Approver struct {
 	Requests Requests
 	Lookup   Lookup
@@ -110,11 +111,19 @@ func (a *Approver) Run(ctx context.Context) error {
 		for i := range csrs {
 			undecided = consider(&csrs[i]) || undecided
 		}
-		watchCtx, cancel := ctx, context.CancelFunc(func() {})
+		// A request left undecided ends the watch an Interval later, and
+		// the list that follows tries it again.
+		watchCtx, cancel := context.WithCancel(ctx)
+		var retry sync.Once
+		retryLater := func() { retry.Do(func() { time.AfterFunc(interval, cancel) }) }
 		if undecided {
-			watchCtx, cancel = context.WithTimeout(ctx, interval)
+			retryLater()
 		}
-		err = a.Requests.Watch(watchCtx, rv, func(csr *certv1.CertificateSigningRequest) { consider(csr) })
+		err = a.Requests.Watch(watchCtx, rv, func(csr *certv1.CertificateSigningRequest) {
+			if consider(csr) {
+				retryLater()
+			}
+		})
 		cancel()
 		if err != nil && ctx.Err() == nil && watchCtx.Err() == nil {
 			say("", "the watch of the kubelets' serving certificate requests ended; listing them again", "error", err.Error())

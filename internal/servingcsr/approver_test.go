@@ -2,7 +2,10 @@ package servingcsr
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,4 +99,72 @@ func (c clientRequests) Watch(ctx context.Context, rv string, changed func(*cert
 func (c clientRequests) UpdateApproval(ctx context.Context, csr *certv1.CertificateSigningRequest) error {
 	_, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
 	return err
+}
+
+// fakeRequests serves one list, then a watch that delivers watched and
+// blocks until its context ends; it records each decision.
+type fakeRequests struct {
+	listed  []certv1.CertificateSigningRequest
+	watched []certv1.CertificateSigningRequest
+	lists   atomic.Int32
+	decided chan string
+}
+
+func (f *fakeRequests) List(context.Context) ([]certv1.CertificateSigningRequest, string, error) {
+	f.lists.Add(1)
+	return slices.Clone(f.listed), "1", nil
+}
+
+func (f *fakeRequests) Watch(ctx context.Context, _ string, changed func(*certv1.CertificateSigningRequest)) error {
+	for i := range f.watched {
+		changed(&f.watched[i])
+	}
+	f.watched = nil
+	<-ctx.Done()
+	return nil
+}
+
+func (f *fakeRequests) UpdateApproval(_ context.Context, csr *certv1.CertificateSigningRequest) error {
+	f.decided <- csr.Name
+	return nil
+}
+
+// A request that could not be decided (the records did not answer) is
+// tried again an Interval later, whether the list or the watch brought
+// it: the watch ends, and the list after it decides.
+func TestApproverRetriesWhatItCouldNotDecide(t *testing.T) {
+	for _, via := range []string{"list", "watch"} {
+		t.Run(via, func(t *testing.T) {
+			csr := *kubeletRequest("worker-0", "10.42.1.0").csr(t)
+			csr.Name = "from-" + via
+			f := &fakeRequests{decided: make(chan string, 1)}
+			if via == "list" {
+				f.listed = append(f.listed, csr)
+			} else {
+				f.watched = append(f.watched, csr)
+				f.listed = nil
+			}
+			var failed atomic.Bool
+			lookup := func(ctx context.Context, name string) (Admitted, bool, error) {
+				if !failed.Swap(true) {
+					// The request is in the cluster from now on: a later
+					// list carries it.
+					f.listed = []certv1.CertificateSigningRequest{csr}
+					return Admitted{}, false, errors.New("the records did not answer")
+				}
+				return admittedNodes(ctx, name)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			go (&Approver{Requests: f, Lookup: lookup, Interval: 50 * time.Millisecond}).Run(ctx)
+			select {
+			case name := <-f.decided:
+				if name != csr.Name || f.lists.Load() < 2 {
+					t.Fatalf("decided %s after %d lists, want %s after a second list", name, f.lists.Load(), csr.Name)
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s was never decided after its lookup failed once (%d lists)", csr.Name, f.lists.Load())
+			}
+		})
+	}
 }

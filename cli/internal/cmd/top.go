@@ -41,6 +41,9 @@ processes outside the pods, and the kernel.`,
 			if interval < time.Second {
 				return fmt.Errorf("--interval %s: at least 1s, so that the counters move", interval)
 			}
+			if rows < 1 {
+				return fmt.Errorf("--rows %d: at least 1", rows)
+			}
 			n, err := dialOne(cmd.Context(), cmd, cluster, args[0])
 			if err != nil {
 				return err

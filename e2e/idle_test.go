@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/cloud"
+	"github.com/orrery-dev/orrery/internal/inspectserver"
 	"github.com/orrery-dev/orrery/internal/owner/inspect"
 	"github.com/orrery-dev/orrery/internal/owner/workspace"
 )
@@ -251,16 +252,11 @@ func qemuSeconds(pid int) float64 {
 	if err != nil {
 		return -1
 	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
+	p, err := inspectserver.ParseProcStat(b)
+	if err != nil {
 		return -1
 	}
-	user, err1 := strconv.ParseFloat(f[11], 64)
-	sys, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return (user + sys) / 100 // USER_HZ
+	return float64(p.GetCpuMicros()) / 1e6
 }
 
 // journalCounts counts node's journal entries since start, by unit (by

@@ -141,10 +141,15 @@ func kubectlRetrying(t tester, ctx context.Context, argv []string) (string, erro
 // is the API server's own 504 after its 60 s request timeout: a control
 // plane starved by a busy host (other load on the machine's two cores)
 // gave it to a pod's create once, and answered the same request later.
+// "context deadline exceeded" is kubectl's own 32 s limit on discovery
+// and OpenAPI requests: a starved control plane, building the OpenAPI
+// document that apply's validation asks for (the API server builds it on
+// the first request after a change, then keeps it), once took longer.
 func apiUnreachable(out string) bool {
 	for _, s := range []string{"connection refused", "i/o timeout", "TLS handshake timeout", "connection reset by peer",
 		"the server is currently unable to handle the request", "etcdserver: request timed out", "http2: client connection lost",
 		"unexpected EOF", "net/http: request canceled", "request did not complete within requested timeout",
+		"context deadline exceeded", "Client.Timeout exceeded",
 		// The load balancer with no control plane up closes at once.
 		"Unable to connect to the server: EOF"} {
 		if strings.Contains(out, s) {

@@ -128,3 +128,18 @@ func TestLinesWith(t *testing.T) {
 		t.Errorf("lastLine of no match = %q", got)
 	}
 }
+
+// The suite waits out a slow API server, and only that.
+func TestAPIUnreachable(t *testing.T) {
+	for out, want := range map[string]bool{
+		// kubectl apply on a starved control plane (CI, 2026-12-01).
+		`error: error validating "web.yaml": error validating data: failed to download openapi: Get "https://10.42.0.2:6443/openapi/v2?timeout=32s": context deadline exceeded`: true,
+		"dial tcp 10.42.0.2:6443: connect: connection refused":     true,
+		`Error from server (NotFound): pods "web" not found`:       false,
+		`Error from server (Forbidden): nodes "cp-0" is forbidden`: false,
+	} {
+		if got := apiUnreachable(out); got != want {
+			t.Errorf("apiUnreachable(%q) = %v, want %v", out, got, want)
+		}
+	}
+}

@@ -38,6 +38,9 @@ IDLE_WORKERS ?= 0
 IDLE_WINDOW ?= 10m
 IDLE_WATCH ?= 0
 IDLE_TIMEOUT ?= 240m
+# A folder for CPU profiles of the API server and the kubelets, taken in
+# the window's middle (empty: none).
+IDLE_PROFILE ?=
 
 .PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke e2e-kubernetes-upgrade e2e-ha idle-cost cluster
 
@@ -135,7 +138,7 @@ e2e-ha: deps image build ## three control planes behind the cloud's load balance
 
 idle-cost: deps image build ## what an idle cluster costs: host cores per VM, the guests' CPU per process and cgroup, switches, journal, memory (root; IDLE_WORKERS=1, IDLE_WINDOW=10m, IDLE_WATCH=60m)
 	$(GO) test -tags e2e -count=1 -timeout $(IDLE_TIMEOUT) -v -run TestCluster ./e2e -args $(E2E_ARGS) -set idle \
-		-idle-workers $(IDLE_WORKERS) -idle-window $(IDLE_WINDOW) -idle-watch $(IDLE_WATCH)
+		-idle-workers $(IDLE_WORKERS) -idle-window $(IDLE_WINDOW) -idle-watch $(IDLE_WATCH) -idle-profile "$(if $(IDLE_PROFILE),$(abspath $(IDLE_PROFILE)))"
 
 clean: ## remove build outputs
 	rm -rf build

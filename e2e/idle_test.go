@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -29,6 +30,7 @@ var (
 	idleSettle  = flag.Duration("idle-settle", 3*time.Minute, "idle set: how long the cluster rests, every node and kube-system pod Ready, before the window")
 	idleWindow  = flag.Duration("idle-window", 10*time.Minute, "idle set: the window over which the cost is measured")
 	idleWatch   = flag.Duration("idle-watch", 0, "idle set: after the window, how long to watch that every node stays Ready with no container restarted and no probe failed (0: not watched)")
+	idleProfile = flag.String("idle-profile", "", "idle set: a folder for CPU profiles of the API server and each kubelet, taken in the window's middle (empty: none)")
 )
 
 // idleCases measure what an idle cluster costs (make idle-cost): init,
@@ -104,7 +106,7 @@ func (s *suite) idleMeasure() {
 	phase := "measure an idle window of " + idleWindow.String()
 	s.p.doing(phase)
 	start := time.Now()
-	gcBefore := s.goRuntimes()
+	gcBefore, reqBefore := s.goRuntimes(), s.apiRequests()
 	readings := make([]*idleReading, len(s.c.Nodes()))
 	var wg sync.WaitGroup
 	for i, n := range s.c.Nodes() {
@@ -113,6 +115,14 @@ func (s *suite) idleMeasure() {
 		go func() {
 			defer wg.Done()
 			s.readIdle(n, readings[i])
+		}()
+	}
+	if *idleProfile != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(max(0, *idleWindow/2-profileSeconds*time.Second/2))
+			s.cpuProfiles(*idleProfile)
 		}()
 	}
 	wg.Wait()
@@ -124,10 +134,114 @@ func (s *suite) idleMeasure() {
 			s.t.Logf("%s's journal of the window: %v", r.node, r.err)
 		}
 	}
-	gcAfter := s.goRuntimes()
+	gcAfter, reqAfter := s.goRuntimes(), s.apiRequests()
 	s.p.done(phase)
 	fmt.Print(idleReport(readings, s.podNames()))
 	fmt.Print(gcReport(gcBefore, gcAfter, time.Since(start)))
+	fmt.Print(requestReport(reqBefore, reqAfter, time.Since(start)))
+}
+
+// profileSeconds is how long a CPU profile samples: the API server ends
+// any request to it (its profile handler too) after 60 s.
+const profileSeconds = 50
+
+// cpuProfiles writes a CPU profile of the API server and of each node's
+// kubelet into dir, all taken at once, and prints where each went and
+// how to read it. A profile costs little: Go samples 100 times a second.
+func (s *suite) cpuProfiles(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.t.Errorf("profiles: %v", err)
+		return
+	}
+	q := "/debug/pprof/profile?seconds=" + strconv.Itoa(profileSeconds)
+	paths := map[string]string{"kube-apiserver": q}
+	for _, n := range s.c.Nodes() {
+		paths["kubelet-"+n.Name] = "/api/v1/nodes/" + n.Name + "/proxy" + q
+	}
+	var wg sync.WaitGroup
+	for name, p := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			file := filepath.Join(dir, name+".pprof")
+			cmd := exec.CommandContext(s.ctx, "ip", "netns", "exec", namespace, s.kc, "--kubeconfig", s.kubeconfig(), "get", "--raw", p)
+			out, err := cmd.Output()
+			if err == nil {
+				err = os.WriteFile(file, out, 0o644)
+			}
+			if err != nil {
+				s.t.Logf("CPU profile of %s: %v", name, err)
+				return
+			}
+			s.t.Logf("CPU profile of %s over %d s: %s (go tool pprof -top %s)", name, profileSeconds, file, file)
+		}()
+	}
+	wg.Wait()
+}
+
+// apiRequests counts the requests the API server has answered so far
+// (apiserver_request_total), by verb, resource and answer code.
+func (s *suite) apiRequests() map[string]float64 {
+	text, err := s.k("get", "--raw", "/metrics")
+	if err != nil {
+		return nil
+	}
+	counts := map[string]float64{}
+	for line := range strings.Lines(text) {
+		labels, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(labels, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		l := map[string]string{}
+		for kv := range strings.SplitSeq(labels, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			l[k] = strings.Trim(val, `"`)
+		}
+		what := l["resource"]
+		if what == "" {
+			what = "(not a resource)"
+		}
+		if l["group"] != "" {
+			what += "." + l["group"]
+		}
+		if l["subresource"] != "" {
+			what += "/" + l["subresource"]
+		}
+		counts[l["verb"]+" "+what+" "+l["code"]] += v
+	}
+	return counts
+}
+
+// requestReport prints the API server's busiest kinds of request over
+// the window, a minute at a time.
+func requestReport(before, after map[string]float64, window time.Duration) string {
+	type row struct {
+		what string
+		rate float64
+	}
+	var rows []row
+	for what, n := range after {
+		if d := n - before[what]; d > 0 {
+			rows = append(rows, row{what, d / window.Minutes()})
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.rate, a.rate) })
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nAPI REQUEST (VERB RESOURCE CODE)\tA MINUTE")
+	for _, r := range rows[:min(len(rows), 15)] {
+		fmt.Fprintf(w, "%s\t%.1f\n", r.what, r.rate)
+	}
+	w.Flush()
+	return b.String()
 }
 
 // goRuntime is what a Go program's metrics say of its garbage collector.

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +97,64 @@ func submitServingCSR(t *testing.T, c kubernetes.Interface, name, node string, i
 			SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("submit %s: %v", name, err)
+	}
+}
+
+// countingTransport counts the requests that pass through it.
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+// An approver with nothing to decide waits on its watch: it must not ask
+// the API server again and again (an idle control plane pays for every
+// request twice, in the API server and in etcd).
+func TestServingApproverIsQuietWhenIdle(t *testing.T) {
+	srv := apiservertest.Start(t)
+	manifest, err := charts.CRDManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.InstallCRDs(t, manifest)
+	httpClient, err := rest.HTTPClientFor(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingTransport{next: httpClient.Transport}
+	httpClient.Transport = counting
+	api := &apiserver.Conn{Server: srv.Config.Host, HTTP: httpClient}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec := admitted.Record{DiskUUID: "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e60", Instance: attestation.Instance{Name: "cp-0", ID: "cp-0-id"},
+		Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.100")}}
+	store := &admissions.Store{Conn: api}
+	for err := store.Admit(ctx, rec); err != nil; err = store.Admit(ctx, rec) {
+		if !strings.Contains(err.Error(), "429") {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	node := kubernetes.NewForConfigOrDie(srv.ConfigAs(t, "system:node:cp-0", "system:nodes"))
+	submitServingCSR(t, node, "cp-0", "cp-0", "10.42.1.100")
+	go servingApprover(api, slog.New(slog.DiscardHandler)).Run(ctx)
+	admin := kubernetes.NewForConfigOrDie(srv.Config)
+	for ; ; time.Sleep(100 * time.Millisecond) {
+		csr, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, "cp-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(csr.Status.Conditions) > 0 {
+			break
+		}
+	}
+	before := counting.n.Load()
+	time.Sleep(5 * time.Second)
+	if n := counting.n.Load() - before; n > 1 {
+		t.Errorf("an approver with nothing left to decide made %d requests in 5 s, want at most one (a new watch)", n)
 	}
 }

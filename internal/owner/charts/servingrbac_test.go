@@ -36,6 +36,14 @@ func TestOnlyTheJoinServiceDecidesServingRequests(t *testing.T) {
 	if err != nil || len(l.Items) != 1 {
 		t.Fatalf("the join service listing the serving requests: %v, %v", l, err)
 	}
+	// Its approver waits on a watch: without the verb every watch was
+	// refused, and it listed every 5 s instead.
+	w, err := joinService.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{
+		FieldSelector: "spec.signerName=" + certv1.KubeletServingSignerName, ResourceVersion: l.ResourceVersion})
+	if err != nil {
+		t.Fatalf("the join service watching the serving requests: %v", err)
+	}
+	w.Stop()
 	if err := approve(ctx, joinService, serving); err != nil {
 		t.Errorf("the join service approving a serving request: %v", err)
 	}

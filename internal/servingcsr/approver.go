@@ -124,8 +124,11 @@ func (a *Approver) Run(ctx context.Context) error {
 				retryLater()
 			}
 		})
+		// Whether the retry ended the watch, read before cancel ends it
+		// in any case: a failed watch must wait, or list and watch loop.
+		retried := watchCtx.Err() != nil
 		cancel()
-		if err != nil && ctx.Err() == nil && watchCtx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !retried {
 			say("", "the watch of the kubelets' serving certificate requests ended; listing them again", "error", err.Error())
 			if !wait() {
 				break

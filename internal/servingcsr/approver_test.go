@@ -108,6 +108,8 @@ type fakeRequests struct {
 	watched []certv1.CertificateSigningRequest
 	lists   atomic.Int32
 	decided chan string
+	// watchErr, when set, is what every watch returns at once.
+	watchErr error
 }
 
 func (f *fakeRequests) List(context.Context) ([]certv1.CertificateSigningRequest, string, error) {
@@ -116,6 +118,9 @@ func (f *fakeRequests) List(context.Context) ([]certv1.CertificateSigningRequest
 }
 
 func (f *fakeRequests) Watch(ctx context.Context, _ string, changed func(*certv1.CertificateSigningRequest)) error {
+	if f.watchErr != nil {
+		return f.watchErr
+	}
 	for i := range f.watched {
 		changed(&f.watched[i])
 	}
@@ -127,6 +132,20 @@ func (f *fakeRequests) Watch(ctx context.Context, _ string, changed func(*certv1
 func (f *fakeRequests) UpdateApproval(_ context.Context, csr *certv1.CertificateSigningRequest) error {
 	f.decided <- csr.Name
 	return nil
+}
+
+// A watch the API server refuses (the account lacked the verb on a
+// cluster) is tried again an Interval later, not at once: an approver
+// that listed and watched in a loop cost an idle control plane half a
+// host core.
+func TestApproverWaitsAfterAFailedWatch(t *testing.T) {
+	f := &fakeRequests{watchErr: errors.New("watch: API server answered 403 Forbidden")}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	(&Approver{Requests: f, Lookup: admittedNodes, Interval: 200 * time.Millisecond}).Run(ctx)
+	if n := f.lists.Load(); n > 3 {
+		t.Errorf("%d lists in 500 ms with a failing watch and a 200 ms interval, want at most 3", n)
+	}
 }
 
 // A request that could not be decided (the records did not answer) is

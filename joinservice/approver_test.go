@@ -30,30 +30,11 @@ import (
 // kubelet's credential, gets a serving certificate approved for its own
 // address and denied for the control plane's.
 func TestServingApproverDecidesFromTheRecords(t *testing.T) {
-	srv := apiservertest.Start(t)
-	manifest, err := charts.CRDManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.InstallCRDs(t, manifest)
-	httpClient, err := rest.HTTPClientFor(srv.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := &apiserver.Conn{Server: srv.Config.Host, HTTP: httpClient}
+	srv, api, _ := approverCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := &admissions.Store{Conn: api}
 	for i, n := range []struct{ name, addr string }{{"cp-0", "10.42.1.100"}, {"worker-0", "10.42.1.0"}} {
-		rec := admitted.Record{DiskUUID: "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6" + string(rune('0'+i)), Instance: attestation.Instance{Name: n.name, ID: n.name + "-id"},
-			Addresses: []netip.Addr{netip.MustParseAddr(n.addr)}}
-		for err := store.Admit(ctx, rec); err != nil; err = store.Admit(ctx, rec) {
-			// A new CRD answers 429 until its cache started.
-			if !strings.Contains(err.Error(), "429") {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		admitNode(ctx, t, api, i, n.name, n.addr)
 	}
 	worker := kubernetes.NewForConfigOrDie(srv.ConfigAs(t, "system:node:worker-0", "system:nodes"))
 	submitServingCSR(t, worker, "own", "worker-0", "10.42.1.0")
@@ -66,17 +47,7 @@ func TestServingApproverDecidesFromTheRecords(t *testing.T) {
 	go a.Run(ctx)
 
 	admin := kubernetes.NewForConfigOrDie(srv.Config)
-	decided := func(name string) certv1.CertificateSigningRequestCondition {
-		for ; ; time.Sleep(100 * time.Millisecond) {
-			csr, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if len(csr.Status.Conditions) > 0 {
-				return csr.Status.Conditions[0]
-			}
-		}
-	}
+	decided := func(name string) certv1.CertificateSigningRequestCondition { return decision(ctx, t, admin, name) }
 	if c := decided("own"); c.Type != certv1.CertificateApproved {
 		t.Errorf("worker-0's request for its own address: %+v, want approved", c)
 	}
@@ -115,6 +86,25 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // the API server again and again (an idle control plane pays for every
 // request twice, in the API server and in etcd).
 func TestServingApproverIsQuietWhenIdle(t *testing.T) {
+	srv, api, counting := approverCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admitNode(ctx, t, api, 0, "cp-0", "10.42.1.100")
+	node := kubernetes.NewForConfigOrDie(srv.ConfigAs(t, "system:node:cp-0", "system:nodes"))
+	submitServingCSR(t, node, "cp-0", "cp-0", "10.42.1.100")
+	go servingApprover(api, slog.New(slog.DiscardHandler)).Run(ctx)
+	decision(ctx, t, kubernetes.NewForConfigOrDie(srv.Config), "cp-0")
+	before := counting.n.Load()
+	time.Sleep(5 * time.Second)
+	if n := counting.n.Load() - before; n > 1 {
+		t.Errorf("an approver with nothing left to decide made %d requests in 5 s, want at most one (a new watch)", n)
+	}
+}
+
+// approverCluster is a real API server with Orrery's CRDs, and the join
+// service's API client to it, whose requests are counted.
+func approverCluster(t *testing.T) (*apiservertest.Server, *apiserver.Conn, *countingTransport) {
+	t.Helper()
 	srv := apiservertest.Start(t)
 	manifest, err := charts.CRDManifest()
 	if err != nil {
@@ -127,34 +117,34 @@ func TestServingApproverIsQuietWhenIdle(t *testing.T) {
 	}
 	counting := &countingTransport{next: httpClient.Transport}
 	httpClient.Transport = counting
-	api := &apiserver.Conn{Server: srv.Config.Host, HTTP: httpClient}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rec := admitted.Record{DiskUUID: "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e60", Instance: attestation.Instance{Name: "cp-0", ID: "cp-0-id"},
-		Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.100")}}
+	return srv, &apiserver.Conn{Server: srv.Config.Host, HTTP: httpClient}, counting
+}
+
+// admitNode records node i, name, as admitted at addr.
+func admitNode(ctx context.Context, t *testing.T, api *apiserver.Conn, i int, name, addr string) {
+	t.Helper()
+	rec := admitted.Record{DiskUUID: "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e6" + string(rune('0'+i)), Instance: attestation.Instance{Name: name, ID: name + "-id"},
+		Addresses: []netip.Addr{netip.MustParseAddr(addr)}}
 	store := &admissions.Store{Conn: api}
 	for err := store.Admit(ctx, rec); err != nil; err = store.Admit(ctx, rec) {
+		// A new CRD answers 429 until its cache started.
 		if !strings.Contains(err.Error(), "429") {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	node := kubernetes.NewForConfigOrDie(srv.ConfigAs(t, "system:node:cp-0", "system:nodes"))
-	submitServingCSR(t, node, "cp-0", "cp-0", "10.42.1.100")
-	go servingApprover(api, slog.New(slog.DiscardHandler)).Run(ctx)
-	admin := kubernetes.NewForConfigOrDie(srv.Config)
+}
+
+// decision waits for the first condition of the request name.
+func decision(ctx context.Context, t *testing.T, admin kubernetes.Interface, name string) certv1.CertificateSigningRequestCondition {
+	t.Helper()
 	for ; ; time.Sleep(100 * time.Millisecond) {
-		csr, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, "cp-0", metav1.GetOptions{})
+		csr, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", name, err)
 		}
 		if len(csr.Status.Conditions) > 0 {
-			break
+			return csr.Status.Conditions[0]
 		}
-	}
-	before := counting.n.Load()
-	time.Sleep(5 * time.Second)
-	if n := counting.n.Load() - before; n > 1 {
-		t.Errorf("an approver with nothing left to decide made %d requests in 5 s, want at most one (a new watch)", n)
 	}
 }

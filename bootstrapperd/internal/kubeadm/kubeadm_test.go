@@ -114,7 +114,7 @@ func TestInitConfig(t *testing.T) {
 	}
 	for _, comp := range []string{"controllerManager", "scheduler"} {
 		args := extraArgs(docs[1], comp, "extraArgs")
-		if args["leader-elect-lease-duration"] != "120s" || args["leader-elect-renew-deadline"] != "100s" {
+		if args["leader-elect-lease-duration"] != "120s" || args["leader-elect-renew-deadline"] != "100s" || args["leader-elect-retry-period"] != "15s" {
 			t.Errorf("%s extraArgs = %v, want the relaxed leader election", comp, args)
 		}
 	}
@@ -128,6 +128,9 @@ func TestInitConfig(t *testing.T) {
 	}
 	if args := extraArgs(docs[1], "etcd", "local", "extraArgs"); args["election-timeout"] != "5000" || args["heartbeat-interval"] != "500" {
 		t.Errorf("etcd extraArgs = %v, want the slower raft clock", args)
+	}
+	if args := extraArgs(docs[1], "etcd", "local", "extraArgs"); args["watch-progress-notify-interval"] != "30s" {
+		t.Errorf("etcd extraArgs = %v, want progress notifications every 30 s", args)
 	}
 	if args := extraArgs(docs[1], "apiServer", "extraArgs"); args["etcd-healthcheck-timeout"] != "10s" || args["etcd-readycheck-timeout"] != "10s" {
 		t.Errorf("apiServer extraArgs = %v, want 10 s etcd checks", args)

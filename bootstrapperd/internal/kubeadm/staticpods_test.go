@@ -107,6 +107,8 @@ func cp0StaticPods(t *testing.T, tool *Tool, out *bytes.Buffer) map[string][]byt
 	}
 	if !bytes.Contains(want["kube-apiserver"], []byte("--advertise-address=10.42.1.100")) ||
 		!bytes.Contains(want["etcd"], []byte("--heartbeat-interval="+etcdHeartbeatMillis)) ||
+		!bytes.Contains(want["etcd"], []byte("--watch-progress-notify-interval="+etcdProgressNotifyInterval)) ||
+		bytes.Count(want["etcd"], []byte("--watch-progress-notify-interval=")) != 1 ||
 		!bytes.Contains(want["kube-apiserver"], []byte(apiServerLivenessPath)) {
 		t.Fatalf("kubeadm's static pods lack Orrery's configuration or its patches:\n%s\n%s", want["kube-apiserver"], want["etcd"])
 	}

@@ -22,16 +22,20 @@ type logLine struct {
 	text string
 }
 
-// lineLog keeps the initrd's newest log lines, for the inspect service.
+// lineLog keeps the initrd's newest log lines, for the inspect service,
+// redacted as they come: it sees them from the first, so a key printed a
+// line at a time goes whole, and a window into the log cannot start
+// inside one.
 type lineLog struct {
-	mu    sync.Mutex
-	lines []logLine
+	mu     sync.Mutex
+	lines  []logLine
+	redact redact.Lines
 }
 
 func (l *lineLog) add(at time.Time, text string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lines = append(l.lines, logLine{at: at, text: text})
+	l.lines = append(l.lines, logLine{at: at, text: l.redact.Line(text)})
 	if len(l.lines) > keptLines {
 		l.lines = append(l.lines[:0], l.lines[len(l.lines)-keptLines:]...)
 	}
@@ -72,7 +76,7 @@ func (l *lineLog) Read(ctx context.Context, q inspectserver.Query, emit func([]*
 		if len(lines) > 0 {
 			es := make([]*inspectpb.JournalEntry, len(lines))
 			for i, ln := range lines {
-				es[i] = &inspectpb.JournalEntry{TimeUnixMicros: ln.at.UnixMicro(), Identifier: "orrery-init", Pid: 1, Priority: 6, Message: redact.Secrets(ln.text)}
+				es[i] = &inspectpb.JournalEntry{TimeUnixMicros: ln.at.UnixMicro(), Identifier: "orrery-init", Pid: 1, Priority: 6, Message: ln.text}
 			}
 			if err := emit(es); err != nil {
 				return err

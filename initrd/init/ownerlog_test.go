@@ -39,6 +39,14 @@ func TestInitrdLogForTheOwner(t *testing.T) {
 	if len(got) != 3 || got[0] != fmt.Sprintf("rejoin: attempt %d", keptLines+8) || !strings.HasSuffix(got[2], redact.Redacted) {
 		t.Fatalf("the newest 3 lines: %q", got)
 	}
+	// A key logged a line at a time: a window that starts inside it shows
+	// none of its body.
+	for _, l := range []string{"-----BEGIN EC PRIVATE KEY-----", "MHcCAQEEIBkV3mXq0Qh9aXl2rK0PvWc1s2M1y8i8a0R2e1Zq5m1xoAoGCCqGSM49", "-----END EC PRIVATE KEY-----"} {
+		c.kept.add(time.Now(), l)
+	}
+	if got := collect(t, &c.kept, inspectserver.Query{Lines: 2}); len(got) != 2 || got[0] != redact.Redacted {
+		t.Fatalf("a window inside a key: %q", got)
+	}
 	if got := collect(t, &c.kept, inspectserver.Query{Lines: inspectserver.MaxLines}); len(got) != keptLines {
 		t.Fatalf("kept %d lines, want the newest %d", len(got), keptLines)
 	}

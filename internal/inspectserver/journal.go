@@ -89,7 +89,7 @@ func QueryOf(req *inspectpb.JournalRequest) (Query, error) {
 // Journalctl reads the journal by running journalctl, which knows every
 // journal format version; the node's own binary is the one that matches
 // its journald.
-// entryFields are the fields ParseEntry reads, besides
+// entryFields are the fields parseEntry reads, besides
 // __REALTIME_TIMESTAMP, which journalctl's JSON always has. Asking for
 // them alone keeps journalctl from writing, and the server from parsing,
 // the twenty-odd fields journald adds to each entry.
@@ -189,6 +189,9 @@ func readEntries(ctx context.Context, r io.Reader, follow bool, emit func([]*ins
 			}
 		}
 	}()
+	// Each process's entries are redacted in their order, so that a key it
+	// printed a line at a time goes whole; the window may start inside it.
+	var writers redact.Writers
 	var batch []*inspectpb.JournalEntry
 	flush := func() error {
 		if len(batch) == 0 {
@@ -209,7 +212,7 @@ func readEntries(ctx context.Context, r io.Reader, follow bool, emit func([]*ins
 				}
 				return flush()
 			}
-			e, err := ParseEntry(line)
+			e, err := parseEntry(line, &writers)
 			if err != nil {
 				continue
 			}
@@ -258,9 +261,16 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// ParseEntry reads one record of `journalctl --output=json`: only the
-// fields the owner is shown, the message cut and redacted.
-func ParseEntry(line []byte) (*inspectpb.JournalEntry, error) {
+// writerOf names the process that wrote e: its lines are redacted as one
+// text.
+func writerOf(e *inspectpb.JournalEntry) string {
+	return strconv.Itoa(int(e.GetPid())) + "/" + e.GetIdentifier()
+}
+
+// parseEntry reads one record of `journalctl --output=json`: only the
+// fields the owner is shown, the message redacted as the next line of its
+// process (w) and cut.
+func parseEntry(line []byte, w *redact.Writers) (*inspectpb.JournalEntry, error) {
 	var rec map[string]json.RawMessage
 	if err := json.Unmarshal(line, &rec); err != nil {
 		return nil, fmt.Errorf("journal record: %w", err)
@@ -278,15 +288,15 @@ func ParseEntry(line []byte) (*inspectpb.JournalEntry, error) {
 	if err != nil || prio < 0 || prio > 7 {
 		prio = 6
 	}
-	msg := redact.Secrets(field(rec, "MESSAGE"))
-	return &inspectpb.JournalEntry{
+	e := &inspectpb.JournalEntry{
 		TimeUnixMicros: ts,
 		Unit:           truncate(unit, 256),
 		Identifier:     truncate(field(rec, "SYSLOG_IDENTIFIER"), 256),
 		Pid:            int32(pid),
 		Priority:       int32(prio),
-		Message:        truncate(msg, MaxMessageBytes),
-	}, nil
+	}
+	e.Message = truncate(w.Line(writerOf(e), field(rec, "MESSAGE")), MaxMessageBytes)
+	return e, nil
 }
 
 // field reads a journal field, which journalctl writes as a string, as an

@@ -137,7 +137,7 @@ func TestQueryOfRefusesBadRequests(t *testing.T) {
 }
 
 func TestParseEntryFields(t *testing.T) {
-	e, err := ParseEntry([]byte(`{"__REALTIME_TIMESTAMP":"1700000000000000","MESSAGE":[104,105,255],"_PID":"9","PRIORITY":"9","UNIT":"x.service"}`))
+	e, err := parseEntry([]byte(`{"__REALTIME_TIMESTAMP":"1700000000000000","MESSAGE":[104,105,255],"_PID":"9","PRIORITY":"9","UNIT":"x.service"}`), &redact.Writers{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +145,8 @@ func TestParseEntryFields(t *testing.T) {
 		t.Fatalf("parsed %v", e)
 	}
 	for _, bad := range []string{``, `[]`, `{"MESSAGE":"no time"}`, `{"__REALTIME_TIMESTAMP":"soon"}`} {
-		if _, err := ParseEntry([]byte(bad)); err == nil {
-			t.Errorf("ParseEntry(%q) accepted", bad)
+		if _, err := parseEntry([]byte(bad), &redact.Writers{}); err == nil {
+			t.Errorf("parseEntry(%q) accepted", bad)
 		}
 	}
 }
@@ -155,7 +155,7 @@ func FuzzParseEntry(f *testing.F) {
 	f.Add([]byte(`{"__REALTIME_TIMESTAMP":"1700000000000000","MESSAGE":"hello","_PID":"1","PRIORITY":"6","_SYSTEMD_UNIT":"a.service"}`))
 	f.Add([]byte(`{"__REALTIME_TIMESTAMP":"1","MESSAGE":[[104],[105]]}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		e, err := ParseEntry(line)
+		e, err := parseEntry(line, &redact.Writers{})
 		if err != nil {
 			return
 		}
@@ -183,5 +183,48 @@ func TestReadLineDropsOverlongLines(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != "first" || got[1] != "last" {
 		t.Fatalf("lines %q, want first and last", got)
+	}
+}
+
+// A tool that prints a key file writes one journal entry a line, between
+// other processes' entries: neither the whole journal nor a window that
+// starts inside the key (-n, --since) shows the key's body.
+func TestJournalHidesAKeyPrintedALineAtATime(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now().Add(-time.Hour).Truncate(time.Second)
+	body := []string{
+		"MHcCAQEEIBkV3mXq0Qh9aXl2rK0PvWc1s2M1y8i8a0R2e1Zq5m1xoAoGCCqGSM49",
+		"AwEHoUQDQgAEq3Vh0Qx1n6m2TzYbXb2Q1n1q7w8eJmL0k9D1mYx6T1s3QfH2b5Rj",
+		"Zk8lR2mQw==",
+	}
+	tool := map[string]string{"_SYSTEMD_UNIT": "debug.service", "SYSLOG_IDENTIFIER": "cat", "_PID": "77", "PRIORITY": "6", "_TRANSPORT": "stdout"}
+	kubelet := map[string]string{"_SYSTEMD_UNIT": "kubelet.service", "SYSLOG_IDENTIFIER": "kubelet", "_PID": "42", "PRIORITY": "6", "_TRANSPORT": "stdout"}
+	lines := append(append([]string{"-----BEGIN EC PRIVATE KEY-----"}, body...), "-----END EC PRIVATE KEY-----", "cat done")
+	var es []journaltest.Entry
+	at := func(i int) time.Time { return start.Add(time.Duration(i) * time.Second) }
+	for i, l := range lines {
+		es = append(es,
+			journaltest.Entry{Time: at(2 * i), BootID: newBoot, Message: l, Fields: tool},
+			journaltest.Entry{Time: at(2*i + 1), BootID: newBoot, Message: "I1201 sync loop " + string(rune('a'+i)), Fields: kubelet})
+	}
+	journaltest.Write(t, dir, es)
+	j := Journalctl{Dir: dir}
+	for name, req := range map[string]*inspectpb.JournalRequest{
+		"whole journal":            {},
+		"window of the last 7":     {Lines: 7},
+		"window of the last 5":     {Lines: 5},
+		"since the key's 2nd line": {SinceUnixSeconds: at(4).Unix()},
+		"one unit, its last 3":     {Unit: "debug", Lines: 3},
+	} {
+		got := messages(read(t, j, req))
+		text := strings.Join(got, "\n")
+		for _, b := range body {
+			if strings.Contains(text, b) {
+				t.Errorf("%s: the key's line %q was served:\n%s", name, b, text)
+			}
+		}
+		if !strings.Contains(text, "cat done") || req.Unit == "" && !strings.Contains(text, "I1201 sync loop f") {
+			t.Errorf("%s: lines that hold no secret were not served:\n%s", name, text)
+		}
 	}
 }

@@ -99,13 +99,36 @@ var (
 
 // Lines redacts text that comes a line at a time, such as a program's
 // output: Secrets alone would see a private key's BEGIN line, and let the
-// key's body through on the lines after it. The zero Lines is ready.
+// key's body through on the lines after it. The zero Lines is ready, for
+// text read from its start; MidStream is one for text that may start
+// inside a key.
 type Lines struct {
 	inKey bool
+	// maybeInKey: the text may have started inside a key, and every line
+	// so far looked like part of one.
+	maybeInKey bool
 }
 
-// Line returns line, the next one, redacted.
+// MidStream returns a Lines for text whose reader may have started
+// anywhere, such as a window of a journal: its first lines are taken for
+// a key's body while they look like one.
+func MidStream() Lines {
+	return Lines{maybeInKey: true}
+}
+
+// Line returns line, the next one, redacted. A line may hold several of
+// the text's lines, as a journal entry does.
 func (l *Lines) Line(line string) string {
+	if l.maybeInKey {
+		consumed, sep, rest, more := keyTail(line)
+		l.maybeInKey = more
+		switch {
+		case more:
+			return Redacted
+		case consumed:
+			return Redacted + sep + l.Line(rest)
+		}
+	}
 	if l.inKey {
 		end := endKey.FindStringIndex(line)
 		if end == nil {
@@ -118,4 +141,94 @@ func (l *Lines) Line(line string) string {
 		l.inKey = true
 	}
 	return Secrets(line)
+}
+
+// keyTail reads the start of text as the rest of a key that began before
+// the reader did: the lines that look like the key's body, up to and with
+// its END line. It says whether it read any of text, what follows them
+// (after sep: "" when rest is the END line's remainder, "\n" when rest is
+// a line of its own), and whether all of text looked like the key's body.
+func keyTail(text string) (consumed bool, sep, rest string, more bool) {
+	for {
+		ln, after, nl := strings.Cut(text, "\n")
+		if end := endKey.FindStringIndex(ln); end != nil && beginKey.FindStringIndex(ln[:end[0]]) == nil {
+			if nl {
+				return true, "", ln[end[1]:] + "\n" + after, false
+			}
+			return true, "", ln[end[1]:], false
+		}
+		if !keyBody(ln) {
+			return consumed, "\n", text, false
+		}
+		if !nl {
+			return true, "", "", true
+		}
+		consumed, text = true, after
+	}
+}
+
+// keyBody reports whether s could be one line of a PEM block's body:
+// base64, wrapped at 64 (RFC 7468), with padding on the last. A short
+// line counts only when it holds something besides letters, so that a
+// window that starts on "Started" shows it.
+func keyBody(s string) bool {
+	s = strings.TrimRight(s, "\r")
+	body := strings.TrimRight(s, "=")
+	if body == "" || len(s) > 76 || len(s)-len(body) > 2 {
+		return false
+	}
+	nonLetter := len(body) != len(s)
+	for i := range len(body) {
+		switch c := body[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9', c == '+', c == '/':
+			nonLetter = true
+		default:
+			return false
+		}
+	}
+	return nonLetter || len(s) >= 16
+}
+
+// maxWriters bounds the writers that Writers remembers.
+const maxWriters = 4096
+
+// Writers redacts the lines of many writers that reach one reader
+// interleaved, as the processes' entries in a journal do: a key that one
+// process prints a line at a time goes whole, whatever others print
+// between its lines. The reader may start anywhere (MidStream). The zero
+// Writers is ready.
+type Writers struct {
+	byWriter map[string]*Lines
+}
+
+// Line returns the next line of writer, redacted.
+func (w *Writers) Line(writer, line string) string {
+	l, ok := w.byWriter[writer]
+	if !ok {
+		if w.byWriter == nil {
+			w.byWriter = make(map[string]*Lines)
+		}
+		if len(w.byWriter) >= maxWriters {
+			w.forget()
+		}
+		ml := MidStream()
+		l = &ml
+		w.byWriter[writer] = l
+	}
+	return l.Line(line)
+}
+
+// forget drops the writers that are not inside a key, or all of them if
+// that frees nothing: a writer met again starts MidStream, which takes
+// the rest of a key's body for one.
+func (w *Writers) forget() {
+	for k, l := range w.byWriter {
+		if !l.inKey {
+			delete(w.byWriter, k)
+		}
+	}
+	if len(w.byWriter) >= maxWriters {
+		clear(w.byWriter)
+	}
 }

@@ -95,3 +95,88 @@ func BenchmarkSecrets(b *testing.B) {
 		})
 	}
 }
+
+// testKeyLines is an EC private key as a tool that echoes a key file
+// prints it, a line at a time.
+var testKeyLines = []string{
+	"-----BEGIN EC PRIVATE KEY-----",
+	"MHcCAQEEIBkV3mXq0Qh9aXl2rK0PvWc1s2M1y8i8a0R2e1Zq5m1xoAoGCCqGSM49",
+	"AwEHoUQDQgAEq3Vh0Qx1n6m2TzYbXb2Q1n1q7w8eJmL0k9D1mYx6T1s3QfH2b5Rj",
+	"Zk8lR2mQw==",
+	"-----END EC PRIVATE KEY-----",
+}
+
+// A reader that starts inside a key, as 'orrery logs -n 3' can, does not
+// show the rest of its body; the text after the key it shows.
+func TestMidStream(t *testing.T) {
+	for name, c := range map[string]struct{ in, want []string }{
+		"body, end, more": {
+			in:   append(append([]string{}, testKeyLines[2:]...), "Started kubelet"),
+			want: []string{Redacted, Redacted, Redacted, "Started kubelet"},
+		},
+		"one entry with the body, the end and more": {
+			in:   []string{strings.Join(testKeyLines[1:], "\n") + " done\nnext line"},
+			want: []string{Redacted + " done\nnext line"},
+		},
+		"one entry with the body, then a line": {
+			in:   []string{strings.Join(testKeyLines[1:3], "\n") + "\nStarted kubelet"},
+			want: []string{Redacted + "\nStarted kubelet"},
+		},
+		"ordinary first lines": {
+			in:   []string{"Started", "Stopped kubelet", "abcdefghijKLMNOP and more"},
+			want: []string{"Started", "Stopped kubelet", "abcdefghijKLMNOP and more"},
+		},
+		"a whole key first": {
+			in:   append(append([]string{}, testKeyLines...), "after"),
+			want: []string{Redacted, Redacted, Redacted, Redacted, Redacted, "after"},
+		},
+		"a key on one line first": {
+			in:   []string{"x -----BEGIN PRIVATE KEY-----AAAA-----END PRIVATE KEY----- y"},
+			want: []string{"x " + Redacted + " y"},
+		},
+	} {
+		l := MidStream()
+		for i, line := range c.in {
+			if got := l.Line(line); got != c.want[i] {
+				t.Errorf("%s: line %d: %q, want %q", name, i, got, c.want[i])
+			}
+		}
+	}
+}
+
+// Several writers' lines interleaved, the reader starting anywhere: no
+// line of the key's body comes through, and the other writer's lines do.
+func FuzzWritersHideAKeyPrintedALineAtATime(f *testing.F) {
+	f.Add(uint64(0), uint8(0))
+	f.Add(uint64(0b1010101010), uint8(3))
+	f.Add(uint64(0xffff), uint8(9))
+	f.Fuzz(func(t *testing.T, interleave uint64, start uint8) {
+		type line struct{ writer, text string }
+		var all []line
+		key := 0
+		for i := 0; key < len(testKeyLines); i++ {
+			if interleave>>(i%64)&1 == 1 {
+				all = append(all, line{"kubelet[42]", "I1201 SyncLoop pod=" + string(rune('a'+i%26))})
+				continue
+			}
+			all = append(all, line{"tool[7]", testKeyLines[key]})
+			key++
+		}
+		all = append(all, line{"tool[7]", "tool done"})
+		var w Writers
+		for _, l := range all[int(start)%len(all):] {
+			got := w.Line(l.writer, l.text)
+			for _, body := range testKeyLines[1:4] {
+				if strings.Contains(got, body) {
+					t.Fatalf("key line %q came through as %q", body, got)
+				}
+			}
+			if l.writer == "kubelet[42]" && got != l.text {
+				t.Fatalf("another writer's line %q came out as %q", l.text, got)
+			}
+			if l.text == "tool done" && got != l.text {
+				t.Fatalf("the line after the key came out as %q", got)
+			}
+		}
+	})
+}

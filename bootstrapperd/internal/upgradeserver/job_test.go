@@ -47,3 +47,59 @@ func TestJobBoundsWhatItSends(t *testing.T) {
 		t.Errorf("%d lines, want %d", lines, 3+2*maxBatch)
 	}
 }
+
+// followAll is everything a job sent its follower, joined.
+func followAll(t *testing.T, j *job) string {
+	t.Helper()
+	var got strings.Builder
+	if err := j.follow(context.Background(), func(batch []string) error {
+		for _, l := range batch {
+			got.WriteString(l + "\n")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got.String()
+}
+
+// A secret in a line longer than a follower's line is redacted before
+// the line is split, wherever it falls; and a line so long that its rest
+// is dropped shows no part of a secret at its cut.
+func TestJobRedactsLongLinesWhole(t *testing.T) {
+	const token = "abcdef.0123456789abcdef"
+	var logged []string
+	j := newJob("v1.37.2", kubeupgradepb.Step_STEP_NODE, func(l string) { logged = append(logged, l) })
+	var writes []string
+	// the token straddles the split at maxLineBytes
+	writes = append(writes, strings.Repeat("x", maxLineBytes-10)+" --token "+token+"\n")
+	// written a byte at a time
+	for _, b := range "kubeadm join --token " + token + "\n" {
+		writes = append(writes, string(b))
+	}
+	// a line past maxPendingBytes whose newline comes later, cut inside
+	// the token, and one with no blank before the cut at all
+	writes = append(writes,
+		strings.Repeat("y ", (maxPendingBytes-12)/2)+"--token "+token, " and more\nnext\n",
+		strings.Repeat("z", maxPendingBytes-5)+"--token="+token, " more\nlast\n")
+	for _, w := range writes {
+		if _, err := j.Write([]byte(w)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.finish(nil)
+	got := followAll(t, j)
+	for _, part := range []string{token, "0123456789", "abcdef.012"} {
+		if strings.Contains(got, part) || strings.Contains(strings.Join(logged, "\n"), part) {
+			t.Errorf("the output shows %q", part)
+		}
+	}
+	for _, want := range []string{"--token [REDACTED]", lineCut, "\nnext\n", "\nlast\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
+	if strings.Contains(got, "and more") {
+		t.Error("the rest of a cut line was shown")
+	}
+}

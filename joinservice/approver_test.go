@@ -2,10 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/pem"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"path"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,24 +73,45 @@ func TestServingApproverDecidesFromTheRecords(t *testing.T) {
 
 func submitServingCSR(t *testing.T, c kubernetes.Interface, name, node string, ips ...string) {
 	t.Helper()
-	if _, err := c.CertificatesV1().CertificateSigningRequests().Create(context.Background(), &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: certv1.CertificateSigningRequestSpec{Request: csrtest.KubeletRequest(t, node, ips...),
-			SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CertificatesV1().CertificateSigningRequests().Create(context.Background(), servingCSR(t, name, node, ips...), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("submit %s: %v", name, err)
 	}
 }
 
-// countingTransport counts the requests that pass through it.
+// servingCSR is the request node's kubelet makes for a serving
+// certificate for ips.
+func servingCSR(t *testing.T, name, node string, ips ...string) *certv1.CertificateSigningRequest {
+	return &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certv1.CertificateSigningRequestSpec{Request: csrtest.KubeletRequest(t, node, ips...),
+			SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
+	}
+}
+
+// countingTransport counts the requests that pass through it, and
+// keeps the names of the requests whose approval was written, in order.
 type countingTransport struct {
 	next http.RoundTripper
 	n    atomic.Int64
+
+	mu        sync.Mutex
+	decisions []string
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
+	if name, ok := strings.CutSuffix(r.URL.Path, "/approval"); ok && r.Method == http.MethodPut {
+		c.mu.Lock()
+		c.decisions = append(c.decisions, path.Base(name))
+		c.mu.Unlock()
+	}
 	return c.next.RoundTrip(r)
+}
+
+func (c *countingTransport) decided() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.decisions)
 }
 
 // An approver with nothing to decide waits on its watch: it must not ask
@@ -147,4 +179,112 @@ func decision(ctx context.Context, t *testing.T, admin kubernetes.Interface, nam
 			return csr.Status.Conditions[0]
 		}
 	}
+}
+
+// Root on worker-0 floods the API server with serving certificate
+// requests under its kubelet's credential, some as large as the API
+// server stores. The approver still reads them all (no answer of the API
+// server's holds them), decides worker-1's request in its turn, not after
+// the flood, and denies worker-0's older requests and its large ones,
+// saying why.
+func TestServingApproverOutlastsAFlood(t *testing.T) {
+	srv, api, counting := approverCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	admitNode(ctx, t, api, 0, "worker-0", "10.42.1.0")
+	admitNode(ctx, t, api, 1, "worker-1", "10.42.1.1")
+	cfg := srv.ConfigAs(t, "system:node:worker-0", "system:nodes")
+	cfg.QPS, cfg.Burst = 1000, 1000
+	worker0 := kubernetes.NewForConfigOrDie(cfg)
+
+	// About 1.4 MiB of ordinary requests in one list, more than one
+	// answer the join service reads.
+	const flood = 700
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < flood; i += 4 {
+				if _, err := worker0.CertificatesV1().CertificateSigningRequests().Create(ctx, servingCSR(t, fmt.Sprintf("flood-%03d", i), "worker-0", "10.42.1.0"), metav1.CreateOptions{}); err != nil {
+					t.Errorf("flood-%03d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	// Two about 1.2 MiB each in JSON: more than a list page or a watch
+	// event used to hold.
+	for _, name := range []string{"large-0", "large-1"} {
+		if _, err := worker0.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: certv1.CertificateSigningRequestSpec{Request: largeKubeletRequest(t, "worker-0", 640<<10),
+				SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("submit %s: %v", name, err)
+		}
+	}
+	worker1 := kubernetes.NewForConfigOrDie(srv.ConfigAs(t, "system:node:worker-1", "system:nodes"))
+	submitServingCSR(t, worker1, "worker-1", "worker-1", "10.42.1.1")
+
+	a := servingApprover(api, slog.New(slog.DiscardHandler))
+	a.Interval = time.Hour
+	go a.Run(ctx)
+	admin := kubernetes.NewForConfigOrDie(srv.Config)
+	if c := decision(ctx, t, admin, "worker-1"); c.Type != certv1.CertificateApproved {
+		t.Fatalf("worker-1's request during worker-0's flood: %+v, want approved", c)
+	}
+	if at := slices.Index(counting.decided(), "worker-1"); at > 1 {
+		t.Errorf("worker-1's request was decided after %d of worker-0's, want at most one before it", at)
+	}
+
+	// Then the whole flood is decided: the newest three on their merits,
+	// the older ones denied as a flood.
+	var flooded, approved, tooLarge int
+	for i := range flood {
+		c := decision(ctx, t, admin, fmt.Sprintf("flood-%03d", i))
+		switch {
+		case c.Type == certv1.CertificateDenied && strings.Contains(c.Message, "newer serving certificate requests pending"):
+			flooded++
+		case c.Type == certv1.CertificateApproved:
+			approved++
+		default:
+			t.Errorf("flood-%03d: %+v", i, c)
+		}
+	}
+	for _, name := range []string{"large-0", "large-1"} {
+		if c := decision(ctx, t, admin, name); c.Type == certv1.CertificateDenied && strings.Contains(c.Message, "bytes") {
+			tooLarge++
+		} else {
+			t.Errorf("%s: %+v, want denied for its size", name, c)
+		}
+	}
+	if want := flood + 2 - servingcsr.MaxPendingPerNode; flooded != want || approved != 1 || tooLarge != 2 {
+		t.Errorf("%d denied as a flood (want %d), %d approved (want 1), %d denied for their size (want 2)", flooded, want, approved, tooLarge)
+	}
+}
+
+// largeKubeletRequest is a valid kubelet serving request for node,
+// carrying an extension of size bytes.
+func largeKubeletRequest(t *testing.T, node string, size int) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler, err := asn1.Marshal(make([]byte, size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:         pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		DNSNames:        []string{node},
+		ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 99999, 1}, Value: filler}},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -172,7 +173,7 @@ func newJoinServer(f joinFlags, api *apiserver.Conn, currentSet func(context.Con
 	}
 	js, err := joinserver.New(joinserver.Config{
 		Keys: kc, Admissions: &admissions.Store{Conn: api}, Nodes: api, Removed: api.RemovedNodes, CurrentSet: currentSet, CA: clusterCA, CAKey: clusterKey, PKIDir: f.pki,
-		Endpoint: f.endpoint, ClusterVersion: api.KubernetesVersion,
+		Endpoint: f.endpoint, ClusterVersion: api.KubernetesVersion, ControlPlaneVersions: api.ControlPlaneVersions, Reserved: reserved(api),
 		MeasurementSalt: func(context.Context) ([]byte, error) { return readSalt(f.salt) },
 		ControlPlanes:   func(context.Context) ([]string, error) { return readControlPlanes(f.controlPlanes) },
 		Logger:          log,
@@ -316,4 +317,31 @@ func loadClusterCA(dir string) (*x509.Certificate, crypto.Signer, error) {
 		return nil, nil, errors.New("cluster CA key cannot sign")
 	}
 	return cert, signer, nil
+}
+
+// reserved is what no joining node may state as its address or take as
+// its name: the cluster's Service and pod networks, and the names and
+// addresses of the API server's certificate.
+func reserved(api *apiserver.Conn) func(context.Context) (joinserver.Reserved, error) {
+	return func(ctx context.Context) (joinserver.Reserved, error) {
+		services, pods, sans, err := api.ClusterNetworks(ctx)
+		if err != nil {
+			return joinserver.Reserved{}, err
+		}
+		var r joinserver.Reserved
+		for _, p := range services {
+			r.Networks = append(r.Networks, joinserver.Network{Name: "the cluster's Service network", Prefix: p})
+		}
+		for _, p := range pods {
+			r.Networks = append(r.Networks, joinserver.Network{Name: "the cluster's pod network", Prefix: p})
+		}
+		for _, san := range sans {
+			if a, err := netip.ParseAddr(san); err == nil {
+				r.Networks = append(r.Networks, joinserver.Network{Name: "an address of the API server's certificate", Prefix: netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())})
+			} else {
+				r.Names = append(r.Names, san)
+			}
+		}
+		return r, nil
+	}
 }

@@ -23,9 +23,10 @@ const (
 // The join service reaches them through its own small API client, so
 // that it carries no Kubernetes client library.
 type Requests interface {
-	// List returns the requests to Signer and the resource version of
-	// the list.
-	List(ctx context.Context) ([]certv1.CertificateSigningRequest, string, error)
+	// List calls each with every request to Signer, and returns the
+	// resource version of the list. It must not hold them all at once:
+	// nodes may create as many as they like.
+	List(ctx context.Context, each func(*certv1.CertificateSigningRequest)) (string, error)
 	// Watch calls changed with each request to Signer added or changed
 	// after resourceVersion, until ctx ends or the watch ends (nil when
 	// the API server ended it, after a few minutes).
@@ -45,6 +46,11 @@ type Requests interface {
 // requests a minute, each answered from etcd. A request it cannot decide
 // yet (the records could not be read) it tries again an Interval later,
 // by ending the watch then and listing again.
+//
+// A node's credential may create requests without end. The approver
+// takes the requesters in turn, one request each, so that one node's
+// flood does not hold up another node's request; and it denies a node's
+// requests beyond the newest MaxPendingPerNode.
 type Approver struct {
 	Requests Requests
 	Lookup   Lookup
@@ -54,97 +60,149 @@ type Approver struct {
 	Interval time.Duration
 }
 
+// MaxPendingPerNode is how many pending requests of one requester the
+// approver decides on their merits; it denies the older ones. A kubelet
+// asks again only when a request has waited 15 minutes, so it has one
+// pending, two across a restart.
+const MaxPendingPerNode = 3
+
 // Run decides every pending request, and each new one as it comes, until
 // ctx ends.
 func (a *Approver) Run(ctx context.Context) error {
 	if a.Requests == nil || a.Lookup == nil {
 		return errors.New("servingcsr: an approver needs the requests and a lookup")
 	}
-	log := a.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	r := &run{Approver: a, ctx: ctx, log: a.Log, interval: a.Interval, said: map[string]string{}}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
 	}
-	interval := a.Interval
-	if interval == 0 {
-		interval = 5 * time.Second
-	}
-	// What was said last about each request or the list, so that a
-	// lasting failure is logged once, not every Interval.
-	said := map[string]string{}
-	say := func(key, msg string, args ...any) {
-		if said[key] != msg {
-			said[key] = msg
-			log.Warn(msg, args...)
-		}
-	}
-	// consider decides csr if it is pending; it tells whether csr is
-	// left undecided.
-	consider := func(csr *certv1.CertificateSigningRequest) bool {
-		if csr.Spec.SignerName != Signer || !isPending(csr) {
-			return false
-		}
-		if err := a.decide(ctx, csr, log); err != nil && ctx.Err() == nil {
-			say(csr.Name, "cannot decide a kubelet's serving certificate request yet; trying again", "csr", csr.Name, "error", err.Error())
-			return true
-		}
-		return false
-	}
-	wait := func() bool {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(interval):
-			return true
-		}
+	if r.interval == 0 {
+		r.interval = 5 * time.Second
 	}
 	for ctx.Err() == nil {
-		csrs, rv, err := a.Requests.List(ctx)
-		if err != nil {
-			say("", "cannot list the kubelets' serving certificate requests; trying again", "error", err.Error())
-			if !wait() {
-				break
-			}
-			continue
-		}
-		delete(said, "")
-		undecided := false
-		for i := range csrs {
-			undecided = consider(&csrs[i]) || undecided
-		}
-		// A request left undecided ends the watch an Interval later, and
-		// the list that follows tries it again.
-		watchCtx, cancel := context.WithCancel(ctx)
-		var retry sync.Once
-		retryLater := func() { retry.Do(func() { time.AfterFunc(interval, cancel) }) }
-		if undecided {
-			retryLater()
-		}
-		err = a.Requests.Watch(watchCtx, rv, func(csr *certv1.CertificateSigningRequest) {
-			if consider(csr) {
-				retryLater()
-			}
-		})
-		// Whether the retry ended the watch, read before cancel ends it
-		// in any case: a failed watch must wait, or list and watch loop.
-		retried := watchCtx.Err() != nil
-		cancel()
-		if err != nil && ctx.Err() == nil && !retried {
-			say("", "the watch of the kubelets' serving certificate requests ended; listing them again", "error", err.Error())
-			if !wait() {
-				break
-			}
-		}
+		r.once()
 	}
 	return nil
 }
 
-// decide approves or denies one request; an error leaves it pending.
-func (a *Approver) decide(ctx context.Context, csr *certv1.CertificateSigningRequest, log *slog.Logger) error {
-	verdict := Decide(ctx, csr, a.Lookup)
+// run is one Run of an approver.
+type run struct {
+	*Approver
+	ctx      context.Context
+	log      *slog.Logger
+	interval time.Duration
+	// said is what was said last about each request or the list, so that
+	// a lasting failure is logged once, not every Interval.
+	said map[string]string
+}
+
+func (r *run) say(key, msg string, args ...any) {
+	if r.said[key] != msg {
+		r.said[key] = msg
+		r.log.Warn(msg, args...)
+	}
+}
+
+// wait waits an interval; false if ctx ended first.
+func (r *run) wait() bool {
+	select {
+	case <-r.ctx.Done():
+		return false
+	case <-time.After(r.interval):
+		return true
+	}
+}
+
+// once lists the requests, decides the pending ones, and decides each
+// that the watch after the list brings, until the watch ends.
+func (r *run) once() {
+	q := newQueue()
+	rv, err := r.Requests.List(r.ctx, q.add)
+	if err != nil {
+		r.say("", "cannot list the kubelets' serving certificate requests; trying again", "error", err.Error())
+		r.wait()
+		return
+	}
+	delete(r.said, "")
+	// A request left undecided ends the watch an Interval later, and the
+	// list that follows tries it again.
+	watchCtx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	var retry sync.Once
+	retryLater := func() { retry.Do(func() { time.AfterFunc(r.interval, cancel) }) }
+	watched := make(chan error, 1)
+	go func() { watched <- r.Requests.Watch(watchCtx, rv, q.add) }()
+	for {
+		for {
+			it, behind, ok := q.next()
+			if !ok {
+				break
+			}
+			if r.consider(it, behind) {
+				retryLater()
+			}
+		}
+		select {
+		case <-q.ready:
+		case err := <-watched:
+			// Whether the retry ended the watch, read before cancel ends
+			// it in any case: a failed watch must wait, or list and watch
+			// loop.
+			retried := watchCtx.Err() != nil
+			if err != nil && r.ctx.Err() == nil && !retried {
+				r.say("", "the watch of the kubelets' serving certificate requests ended; listing them again", "error", err.Error())
+				r.wait()
+			}
+			return
+		}
+	}
+}
+
+// consider decides a request, of which behind newer ones of its
+// requester are pending; it tells whether the request is left undecided.
+func (r *run) consider(it queued, behind int) bool {
+	csr := it.csr
+	var verdict error
+	flood := false
+	switch {
+	case behind >= MaxPendingPerNode || it.overflow:
+		flood = true
+		verdict = &Refused{fmt.Sprintf("%s has %d newer serving certificate requests pending; its newest %d are decided, older ones denied", csr.Spec.Username, behind, MaxPendingPerNode)}
+	case it.tooLarge > 0:
+		verdict = &Refused{fmt.Sprintf("the request is %d bytes; a kubelet's serving certificate request is under %d", it.tooLarge, MaxRequestBytes)}
+	default:
+		verdict = Decide(r.ctx, csr, r.Lookup)
+	}
 	var refused *Refused
 	if verdict != nil && !errors.As(verdict, &refused) {
-		return verdict
+		return r.undecided(csr, verdict)
 	}
+	if err := r.record(csr, refused); err != nil {
+		return r.undecided(csr, err)
+	}
+	delete(r.said, csr.Name)
+	switch {
+	case flood:
+		// One line per requester for a flood, not one per request.
+		r.say("flood "+csr.Spec.Username, "denying the older of a requester's many pending serving certificate requests", "requester", csr.Spec.Username, "pending", behind+1)
+	case refused != nil:
+		r.log.Warn("denied a kubelet's serving certificate request", "csr", csr.Name, "requester", csr.Spec.Username, "reason", refused.Reason)
+	default:
+		r.log.Info("approved a kubelet's serving certificate request", "csr", csr.Name, "node", NodeName(csr))
+	}
+	return false
+}
+
+func (r *run) undecided(csr *certv1.CertificateSigningRequest, err error) bool {
+	if r.ctx.Err() == nil {
+		r.say(csr.Name, "cannot decide a kubelet's serving certificate request yet; trying again", "csr", csr.Name, "error", err.Error())
+	}
+	return true
+}
+
+// record writes the decision on csr: approved, or denied for refused's
+// reason.
+func (r *run) record(csr *certv1.CertificateSigningRequest, refused *Refused) error {
 	cond := certv1.CertificateSigningRequestCondition{
 		Type: certv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: ReasonApproved,
 		Message:        "node " + NodeName(csr) + " asks for its own admitted names and addresses",
@@ -155,13 +213,8 @@ func (a *Approver) decide(ctx context.Context, csr *certv1.CertificateSigningReq
 	}
 	csr = csr.DeepCopy()
 	csr.Status.Conditions = append(csr.Status.Conditions, cond)
-	if err := a.Requests.UpdateApproval(ctx, csr); err != nil {
+	if err := r.Requests.UpdateApproval(r.ctx, csr); err != nil {
 		return fmt.Errorf("record the decision on %s: %w", csr.Name, err)
-	}
-	if refused != nil {
-		log.Warn("denied a kubelet's serving certificate request", "csr", csr.Name, "requester", csr.Spec.Username, "reason", refused.Reason)
-	} else {
-		log.Info("approved a kubelet's serving certificate request", "csr", csr.Name, "node", NodeName(csr))
 	}
 	return nil
 }

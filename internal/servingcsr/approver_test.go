@@ -74,12 +74,20 @@ func TestApproverWithARealAPIServer(t *testing.T) {
 // clientRequests reaches the requests through client-go.
 type clientRequests struct{ client kubernetes.Interface }
 
-func (c clientRequests) List(ctx context.Context) ([]certv1.CertificateSigningRequest, string, error) {
-	l, err := c.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + Signer})
-	if err != nil {
-		return nil, "", err
+func (c clientRequests) List(ctx context.Context, each func(*certv1.CertificateSigningRequest)) (string, error) {
+	opts := metav1.ListOptions{FieldSelector: "spec.signerName=" + Signer, Limit: 100}
+	for {
+		l, err := c.client.CertificatesV1().CertificateSigningRequests().List(ctx, opts)
+		if err != nil {
+			return "", err
+		}
+		for i := range l.Items {
+			each(&l.Items[i])
+		}
+		if opts.Continue = l.Continue; opts.Continue == "" {
+			return l.ResourceVersion, nil
+		}
 	}
-	return l.Items, l.ResourceVersion, nil
 }
 
 func (c clientRequests) Watch(ctx context.Context, rv string, changed func(*certv1.CertificateSigningRequest)) error {
@@ -112,9 +120,12 @@ type fakeRequests struct {
 	watchErr error
 }
 
-func (f *fakeRequests) List(context.Context) ([]certv1.CertificateSigningRequest, string, error) {
+func (f *fakeRequests) List(_ context.Context, each func(*certv1.CertificateSigningRequest)) (string, error) {
 	f.lists.Add(1)
-	return slices.Clone(f.listed), "1", nil
+	for _, csr := range slices.Clone(f.listed) {
+		each(&csr)
+	}
+	return "1", nil
 }
 
 func (f *fakeRequests) Watch(ctx context.Context, _ string, changed func(*certv1.CertificateSigningRequest)) error {

@@ -13,10 +13,12 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/clusternet"
+	"github.com/orrery-dev/orrery/internal/records/admitted"
 )
 
 // CRISocket is containerd's socket on every Orrery node.
@@ -182,7 +184,7 @@ var leaderElection = []arg{
 // can still read what any node may. Kubelets renew theirs from 70 % of
 // its life on (kubeadm always turns rotation on), through the CSR flow
 // that the same policy closes to removed nodes.
-var kubeletCertLifetime = arg{Name: "cluster-signing-duration", Value: "168h"}
+var kubeletCertLifetime = arg{Name: "cluster-signing-duration", Value: strconv.Itoa(int(admitted.KubeletCertLifetime.Hours())) + "h"}
 
 type kubeletConfiguration struct {
 	APIVersion   string `json:"apiVersion"`

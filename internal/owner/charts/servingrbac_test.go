@@ -5,9 +5,11 @@ import (
 	"testing"
 
 	certv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
@@ -71,4 +73,37 @@ func approve(ctx context.Context, c kubernetes.Interface, csr *certv1.Certificat
 		Type: certv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test"})
 	_, err := c.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
 	return err
+}
+
+// The join service's account may create, read and take over the claims
+// (Leases in kube-system) that keep one address to one node; a worker's
+// kubelet may not create one there, so it cannot claim an address ahead
+// of the node that will have it.
+func TestOnlyTheJoinServiceClaimsAddresses(t *testing.T) {
+	srv := apiservertest.Start(t)
+	installCharts(t, srv)
+	ctx := context.Background()
+	worker := clientFor(t, srv.ConfigAs(t, "system:node:worker-0", "system:nodes"))
+	joinService := clientFor(t, srv.ConfigAs(t, "system:serviceaccount:kube-system:orrery-joinservice",
+		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
+	claim := func(name string) *coordinationv1.Lease {
+		holder := "0b5c1f3e-8d2a-4c6b-9e7f-1a2b3c4d5e60"
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+	}
+	if _, err := worker.CoordinationV1().Leases("kube-system").Create(ctx, claim("orrery-claim-worker"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a worker's kubelet creating a claim: %v, want forbidden", err)
+	}
+	leases := joinService.CoordinationV1().Leases("kube-system")
+	if _, err := leases.Create(ctx, claim("orrery-claim-join"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the join service creating a claim: %v", err)
+	}
+	if _, err := leases.Get(ctx, "orrery-claim-join", metav1.GetOptions{}); err != nil {
+		t.Errorf("the join service reading a claim: %v", err)
+	}
+	if _, err := leases.Patch(ctx, "orrery-claim-join", types.MergePatchType, []byte(`{"spec":{"holderIdentity":"11111111-1111-1111-1111-111111111111"}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("the join service taking a claim over: %v", err)
+	}
+	if err := leases.Delete(ctx, "orrery-claim-join", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the join service deleting a claim: %v, want forbidden", err)
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -120,6 +121,23 @@ func FormatAddresses(addrs []netip.Addr) []string {
 
 // Removed reports whether the owner removed the disk's node.
 func (r Record) Removed() bool { return r.RemovedAt != "" }
+
+// KubeletCertLifetime is how long the certificates that the controller
+// manager signs for kubelets last: kubeadm's configuration sets it, and
+// a removed node's addresses stay its own for as long (HeldUntil).
+const KubeletCertLifetime = 168 * time.Hour
+
+// HeldUntil is until when the node of a removed record may still hold a
+// valid kubelet serving certificate for its addresses, which no other
+// node may be admitted with before then: the certificate cannot be
+// revoked. A removal time that does not parse holds them for good.
+func (r Record) HeldUntil() (time.Time, bool) {
+	at, err := time.Parse(time.RFC3339, r.RemovedAt)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return at.Add(KubeletCertLifetime), true
+}
 
 // Name is the name of the object that records diskUUID, or an error for a
 // malformed UUID.

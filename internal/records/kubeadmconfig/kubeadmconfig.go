@@ -8,6 +8,8 @@ package kubeadmconfig
 
 import (
 	"fmt"
+	"net/netip"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -42,4 +44,57 @@ func ControlPlaneEndpoint(data map[string]string) (string, error) {
 		return "", fmt.Errorf("%s/%s holds no ClusterConfiguration with a controlPlaneEndpoint (%v)", Namespace, ConfigMapName, err)
 	}
 	return cc.ControlPlaneEndpoint, nil
+}
+
+// Networks reads the cluster's Service and pod networks from the
+// ConfigMap's data (each may list an IPv4 and an IPv6 range, comma
+// separated). A ClusterConfiguration without them is an error: a reader
+// that checks addresses against them must not take "none" for an answer.
+func Networks(data map[string]string) (services, pods []netip.Prefix, err error) {
+	var cc struct {
+		Networking struct {
+			ServiceSubnet string `json:"serviceSubnet"`
+			PodSubnet     string `json:"podSubnet"`
+		} `json:"networking"`
+	}
+	if err := yaml.Unmarshal([]byte(data["ClusterConfiguration"]), &cc); err != nil {
+		return nil, nil, fmt.Errorf("%s/%s holds no ClusterConfiguration (%v)", Namespace, ConfigMapName, err)
+	}
+	if services, err = prefixes("serviceSubnet", cc.Networking.ServiceSubnet); err != nil {
+		return nil, nil, err
+	}
+	if pods, err = prefixes("podSubnet", cc.Networking.PodSubnet); err != nil {
+		return nil, nil, err
+	}
+	return services, pods, nil
+}
+
+func prefixes(field, list string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, fmt.Errorf("%s/%s's ClusterConfiguration has no networking.%s", Namespace, ConfigMapName, field)
+	}
+	var out []netip.Prefix
+	for _, s := range strings.Split(list, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s's networking.%s: %w", Namespace, ConfigMapName, field, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// CertSANs reads the extra names and addresses of the API server's
+// serving certificate (apiServer.certSANs), which the owner chose at
+// init; none is fine.
+func CertSANs(data map[string]string) ([]string, error) {
+	var cc struct {
+		APIServer struct {
+			CertSANs []string `json:"certSANs"`
+		} `json:"apiServer"`
+	}
+	if err := yaml.Unmarshal([]byte(data["ClusterConfiguration"]), &cc); err != nil {
+		return nil, fmt.Errorf("%s/%s holds no ClusterConfiguration (%v)", Namespace, ConfigMapName, err)
+	}
+	return cc.APIServer.CertSANs, nil
 }

@@ -1,6 +1,9 @@
 package kubeadmconfig
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestKubernetesVersion(t *testing.T) {
 	for name, c := range map[string]struct {
@@ -35,6 +38,26 @@ func TestControlPlaneEndpoint(t *testing.T) {
 		got, err := ControlPlaneEndpoint(c.data)
 		if got != c.want || (err != nil) != c.wantErr {
 			t.Errorf("%s: ControlPlaneEndpoint = %q, %v; want %q, error %v", name, got, err, c.want, c.wantErr)
+		}
+	}
+}
+
+func TestNetworksAndCertSANs(t *testing.T) {
+	cc := map[string]string{"ClusterConfiguration": "kind: ClusterConfiguration\nnetworking:\n  serviceSubnet: 10.96.0.0/12,fd00:10:96::/112\n  podSubnet: 10.244.0.1/16\napiServer:\n  certSANs: [api.example.org, 10.42.7.7]\n"}
+	services, pods, err := Networks(cc)
+	if err != nil || fmt.Sprint(services) != "[10.96.0.0/12 fd00:10:96::/112]" || fmt.Sprint(pods) != "[10.244.0.0/16]" {
+		t.Fatalf("Networks = %v, %v, %v", services, pods, err)
+	}
+	if sans, err := CertSANs(cc); err != nil || fmt.Sprint(sans) != "[api.example.org 10.42.7.7]" {
+		t.Fatalf("CertSANs = %v, %v", sans, err)
+	}
+	for name, data := range map[string]string{
+		"no service subnet": "kind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n",
+		"a bad pod subnet":  "kind: ClusterConfiguration\nnetworking:\n  serviceSubnet: 10.96.0.0/12\n  podSubnet: 10.244.0.0/33\n",
+		"not YAML":          "networking: [x",
+	} {
+		if _, _, err := Networks(map[string]string{"ClusterConfiguration": data}); err == nil {
+			t.Errorf("%s: accepted", name)
 		}
 	}
 }

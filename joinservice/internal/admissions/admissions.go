@@ -11,9 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/orrery-dev/orrery/internal/records/admitted"
 	"github.com/orrery-dev/orrery/internal/records/orreryapi"
@@ -23,6 +26,15 @@ import (
 // Store reads and writes records through the API server.
 type Store struct {
 	Conn *apiserver.Conn
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (s *Store) now() time.Time {
+	if s.Now == nil {
+		return time.Now()
+	}
+	return s.Now()
 }
 
 // ErrOtherInstance is returned by Admit for a disk recorded for another VM.
@@ -66,8 +78,8 @@ func (s *Store) Lookup(ctx context.Context, diskUUID string) (rec admitted.Recor
 // recorded for that instance is fine (a retried join: its set and
 // addresses are written again); one recorded for another VM gives
 // ErrOtherInstance, one whose node the owner removed ErrRemoved. An
-// address recorded for another VM whose node was not removed gives
-// ErrAddressTaken, and nothing is written.
+// address or the name recorded for another VM whose node was not removed
+// gives ErrAddressTaken or ErrNameTaken, and nothing is written.
 func (s *Store) Admit(ctx context.Context, rec admitted.Record) error {
 	obj, err := rec.Object()
 	if err != nil {
@@ -77,7 +89,15 @@ func (s *Store) Admit(ctx context.Context, rec admitted.Record) error {
 	if err != nil {
 		return err
 	}
-	if err := addressesFree(all, rec); err != nil {
+	for _, have := range all {
+		if strings.EqualFold(have.DiskUUID, rec.DiskUUID) && have.Instance.ID != rec.Instance.ID {
+			return fmt.Errorf("%w (%s)", ErrOtherInstance, have.Instance)
+		}
+	}
+	if err := claimsFree(all, rec, s.now()); err != nil {
+		return err
+	}
+	if err := s.claim(ctx, rec); err != nil {
 		return err
 	}
 	code, body, err := s.Conn.Do(ctx, http.MethodPost, orreryapi.Path(orreryapi.AdmittedNodes, ""), obj)
@@ -180,22 +200,64 @@ func (s *Store) List(ctx context.Context) ([]admitted.Record, error) {
 // another VM whose node the owner has not removed.
 var ErrAddressTaken = errors.New("the address is recorded for another node")
 
-// addressesFree checks that none of rec's addresses is recorded for
-// another VM in all, except for nodes the owner removed: root on a node
-// must not get its kubelet a serving certificate for a neighbour's
-// address by joining a second VM under it.
-func addressesFree(all []admitted.Record, rec admitted.Record) error {
+// ErrNameTaken is returned by Admit for a node name recorded for another
+// VM whose node the owner has not removed.
+var ErrNameTaken = errors.New("the node name is recorded for another VM")
+
+// claimsFree checks that neither rec's name nor any of its addresses is
+// recorded for another VM in all: root on a node must not get its
+// kubelet a serving certificate for a neighbour's address, or a second
+// client certificate in a neighbour's name, by joining a second VM under
+// it. A node the owner removed gives up its name at once (the removed
+// list refuses it, and its client certificate, any request), but holds
+// its addresses until its serving certificate for them may have expired
+// (admitted.Record.HeldUntil), since nothing revokes it.
+func claimsFree(all []admitted.Record, rec admitted.Record, now time.Time) error {
 	for _, other := range all {
-		if other.Instance.ID == rec.Instance.ID || other.Removed() {
+		if other.Instance.ID == rec.Instance.ID {
+			continue
+		}
+		if !other.Removed() && other.Instance.Name == rec.Instance.Name {
+			return fmt.Errorf("%w: %s (state disk %s)", ErrNameTaken, other.Instance, other.DiskUUID)
+		}
+		if !addressHeld(other, now) {
 			continue
 		}
 		for _, a := range rec.Addresses {
 			if slices.Contains(other.Addresses, a) {
-				return fmt.Errorf("%w: %s belongs to %s (state disk %s)", ErrAddressTaken, a, other.Instance, other.DiskUUID)
+				return addressTaken(a, other)
 			}
 		}
 	}
 	return nil
+}
+
+// addressHeld reports whether the addresses of other are still its own
+// at now: while its node is in the cluster, and after the owner removed
+// it until its serving certificate may have expired.
+func addressHeld(other admitted.Record, now time.Time) bool {
+	if !other.Removed() {
+		return true
+	}
+	until, ok := other.HeldUntil()
+	return !ok || now.Before(until)
+}
+
+// addressTaken is the error for address a, which other holds.
+func addressTaken(a netip.Addr, other admitted.Record) error {
+	if !other.Removed() {
+		return fmt.Errorf("%w: %s belongs to %s (state disk %s)", ErrAddressTaken, a, other.Instance, other.DiskUUID)
+	}
+	until, ok := other.HeldUntil()
+	return fmt.Errorf("%w: %s was %s's (state disk %s), which the owner removed at %s; its kubelet's serving certificate for it may be valid until %s, and the address is not handed to another node before then",
+		ErrAddressTaken, a, other.Instance, other.DiskUUID, other.RemovedAt, heldUntil(until, ok))
+}
+
+func heldUntil(t time.Time, ok bool) string {
+	if !ok {
+		return "no known time (its removal time does not parse)"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // ErrNotFound is returned by CheckGeneration and RecordGeneration for a

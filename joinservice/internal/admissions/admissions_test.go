@@ -3,8 +3,11 @@ package admissions
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,6 +172,15 @@ func TestAdmitAddresses(t *testing.T) {
 	if _, found, _ := s.Lookup(ctx, w1.DiskUUID); found {
 		t.Fatal("the refused disk was recorded")
 	}
+	// A second VM under worker-0's certified name, with an address of its
+	// own, is refused while worker-0 is in the cluster.
+	twin := admitted.Record{DiskUUID: "22222222-2222-2222-2222-222222222222", Instance: attestation.Instance{Name: "worker-0", ID: "3"}, Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.9")}}
+	if err := s.Admit(ctx, twin); !errors.Is(err, ErrNameTaken) || !strings.Contains(err.Error(), "worker-0 (instance ID 1)") {
+		t.Fatalf("a second VM named worker-0: %v, want ErrNameTaken naming worker-0", err)
+	}
+	if _, found, _ := s.Lookup(ctx, twin.DiskUUID); found {
+		t.Fatal("the second VM under worker-0's name was recorded")
+	}
 	bad := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": orreryapi.APIVersion, "kind": orreryapi.AdmittedNodeKind,
 		"metadata": map[string]any{"name": "disk-" + w1.DiskUUID},
@@ -228,5 +240,72 @@ func TestAPIServerRefusal(t *testing.T) {
 	}
 	if _, _, err := s.Lookup(context.Background(), disk); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("err = %v, want the API server's refusal", err)
+	}
+}
+
+// Root on two VMs joins both at once with one address, hoping both
+// pass the check before either is recorded: of eight racing joins, one
+// is admitted, the others refused, and the one record holds it.
+func TestAdmitRacingForOneAddress(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	const racers = 8
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			errs[i] = s.Admit(ctx, admitted.Record{DiskUUID: fmt.Sprintf("33333333-3333-3333-3333-33333333333%d", i),
+				Instance: attestation.Instance{Name: fmt.Sprintf("racer-%d", i), ID: strconv.Itoa(100 + i)}, Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.50")}})
+		})
+	}
+	wg.Wait()
+	admittedOnes := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			admittedOnes++
+		case errors.Is(err, ErrAddressTaken) || errors.Is(err, ErrClaimPending):
+		default:
+			t.Errorf("racer %d: %v, want the address refused", i, err)
+		}
+	}
+	recs, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if admittedOnes != 1 || len(recs) != 1 {
+		t.Fatalf("%d racers admitted, %d records (%+v); want one of each", admittedOnes, len(recs), recs)
+	}
+}
+
+// A claim left by a join that never recorded its node stands for
+// claimGrace (its join may be recording now), then lapses; one whose
+// holder's record moved to other addresses lapses at once.
+func TestClaimsLapse(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	s.Now = func() time.Time { return now }
+	addr := []netip.Addr{netip.MustParseAddr("10.42.1.60")}
+	ghost := admitted.Record{DiskUUID: "44444444-4444-4444-4444-444444444444", Instance: attestation.Instance{Name: "ghost", ID: "44"}, Addresses: addr}
+	if err := s.claim(ctx, ghost); err != nil {
+		t.Fatal(err)
+	}
+	late := admitted.Record{DiskUUID: "55555555-5555-5555-5555-555555555555", Instance: attestation.Instance{Name: "late", ID: "55"}, Addresses: addr}
+	if err := s.Admit(ctx, late); !errors.Is(err, ErrClaimPending) || !strings.Contains(err.Error(), ghost.DiskUUID) {
+		t.Fatalf("an address claimed a moment ago by a join not yet recorded: %v, want ErrClaimPending naming its disk", err)
+	}
+	now = now.Add(claimGrace)
+	if err := s.Admit(ctx, late); err != nil {
+		t.Fatalf("an address whose claim lapsed: %v", err)
+	}
+	// late's retried join states another address: its old one is free.
+	late.Addresses = []netip.Addr{netip.MustParseAddr("10.42.1.61")}
+	if err := s.Admit(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	next := admitted.Record{DiskUUID: "66666666-6666-6666-6666-666666666666", Instance: attestation.Instance{Name: "next", ID: "66"}, Addresses: addr}
+	if err := s.Admit(ctx, next); err != nil {
+		t.Fatalf("the address late no longer states: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/records/admitted"
@@ -23,6 +24,8 @@ type Memory struct {
 	// gens are the disks' Generation and NextGeneration.
 	gens  map[string][2]uint64
 	addrs map[string][]netip.Addr
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
 }
 
 func (m *Memory) init() {
@@ -45,7 +48,7 @@ func (m *Memory) Admit(_ context.Context, rec admitted.Record) error {
 	if at, ok := m.removed[disk]; ok {
 		return fmt.Errorf("%w at %s", ErrRemoved, at)
 	}
-	if err := addressesFree(m.list(), rec); err != nil {
+	if err := claimsFree(m.list(), rec, (&Store{Now: m.Now}).now()); err != nil {
 		return err
 	}
 	m.init()

@@ -10,9 +10,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -68,19 +70,23 @@ func InCluster() (*Conn, error) {
 	}, nil
 }
 
+// ErrAnswerTooLong is returned for an answer longer than the caller reads.
+var ErrAnswerTooLong = errors.New("the API server's answer is longer than the join service reads")
+
 // Do sends body (JSON-encoded, or nothing if nil) to path and returns the
-// status code and up to 1 MiB of the answer. Only a transport failure is
-// an error; the caller judges the status.
+// status code and the answer, which may be up to 1 MiB (longer ones are
+// ErrAnswerTooLong). Only a transport failure or a long answer is an
+// error; the caller judges the status.
 func (c *Conn) Do(ctx context.Context, method, path string, body any) (int, []byte, error) {
-	return c.do(ctx, method, path, "application/json", body)
+	return c.do(ctx, method, path, "application/json", body, maxResponse)
 }
 
 // DoPatch sends body as a JSON merge patch of the object at path.
 func (c *Conn) DoPatch(ctx context.Context, path string, body any) (int, []byte, error) {
-	return c.do(ctx, http.MethodPatch, path, "application/merge-patch+json", body)
+	return c.do(ctx, http.MethodPatch, path, "application/merge-patch+json", body, maxResponse)
 }
 
-func (c *Conn) do(ctx context.Context, method, path, contentType string, body any) (int, []byte, error) {
+func (c *Conn) do(ctx context.Context, method, path, contentType string, body any, max int64) (int, []byte, error) {
 	var r io.Reader
 	if body != nil {
 		raw, err := json.Marshal(body)
@@ -104,9 +110,12 @@ func (c *Conn) do(ctx context.Context, method, path, contentType string, body an
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
 		return 0, nil, fmt.Errorf("read the API server's answer: %w", err)
+	}
+	if int64(len(out)) > max {
+		return 0, nil, fmt.Errorf("%w (%d bytes)", ErrAnswerTooLong, max)
 	}
 	return resp.StatusCode, out, nil
 }
@@ -186,18 +195,77 @@ func (c *Conn) RemovedNodes(ctx context.Context) (removednodes.List, error) {
 // of kubeadm's ClusterConfiguration. Only cluster administrators (kubeadm,
 // the owner) can write it.
 func (c *Conn) KubernetesVersion(ctx context.Context) (string, error) {
-	code, body, err := c.Do(ctx, http.MethodGet, kubeadmconfig.Path, nil)
+	data, err := c.kubeadmConfig(ctx)
 	if err != nil {
-		return "", fmt.Errorf("read kubeadm's cluster configuration: %w", err)
+		return "", err
+	}
+	return kubeadmconfig.KubernetesVersion(data)
+}
+
+// ControlPlaneVersions is the Kubernetes version each control plane's
+// kubelet reports (Nodes labelled node-role.kubernetes.io/control-plane,
+// a label no kubelet may set on itself).
+func (c *Conn) ControlPlaneVersions(ctx context.Context) ([]string, error) {
+	q := url.Values{"labelSelector": {"node-role.kubernetes.io/control-plane"}}
+	code, body, err := c.Do(ctx, http.MethodGet, "/api/v1/nodes?"+q.Encode(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("list the control planes' Nodes: %w", err)
 	}
 	if code != http.StatusOK {
-		return "", fmt.Errorf("read kubeadm's cluster configuration: API server answered %d %s: %s", code, http.StatusText(code), Excerpt(body))
+		return nil, fmt.Errorf("list the control planes' Nodes: API server answered %d %s: %s", code, http.StatusText(code), Excerpt(body))
+	}
+	var l struct {
+		Items []struct {
+			Status struct {
+				NodeInfo struct {
+					KubeletVersion string `json:"kubeletVersion"`
+				} `json:"nodeInfo"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		return nil, fmt.Errorf("decode the control planes' Nodes: %w", err)
+	}
+	var vs []string
+	for _, n := range l.Items {
+		if v := n.Status.NodeInfo.KubeletVersion; v != "" {
+			vs = append(vs, v)
+		}
+	}
+	return vs, nil
+}
+
+// ClusterNetworks is the cluster's Service and pod networks, and the
+// extra names of the API server's certificate, from kubeadm's
+// ClusterConfiguration.
+func (c *Conn) ClusterNetworks(ctx context.Context) (services, pods []netip.Prefix, sans []string, err error) {
+	data, err := c.kubeadmConfig(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if services, pods, err = kubeadmconfig.Networks(data); err != nil {
+		return nil, nil, nil, err
+	}
+	if sans, err = kubeadmconfig.CertSANs(data); err != nil {
+		return nil, nil, nil, err
+	}
+	return services, pods, sans, nil
+}
+
+// kubeadmConfig reads the data of kubeadm's ConfigMap.
+func (c *Conn) kubeadmConfig(ctx context.Context) (map[string]string, error) {
+	code, body, err := c.Do(ctx, http.MethodGet, kubeadmconfig.Path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeadm's cluster configuration: %w", err)
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("read kubeadm's cluster configuration: API server answered %d %s: %s", code, http.StatusText(code), Excerpt(body))
 	}
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
 	if err := json.Unmarshal(body, &cm); err != nil {
-		return "", fmt.Errorf("decode %s/%s: %w", kubeadmconfig.Namespace, kubeadmconfig.ConfigMapName, err)
+		return nil, fmt.Errorf("decode %s/%s: %w", kubeadmconfig.Namespace, kubeadmconfig.ConfigMapName, err)
 	}
-	return kubeadmconfig.KubernetesVersion(cm.Data)
+	return cm.Data, nil
 }

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -20,22 +21,49 @@ type SigningRequests struct {
 	Signer string
 }
 
-// List returns the requests to the signer, and the resource version to
-// watch from.
-func (r SigningRequests) List(ctx context.Context) ([]certv1.CertificateSigningRequest, string, error) {
-	q := url.Values{"fieldSelector": {"spec.signerName=" + r.Signer}}
-	code, body, err := r.Conn.Do(ctx, http.MethodGet, csrPath+"?"+q.Encode(), nil)
-	if err != nil {
-		return nil, "", fmt.Errorf("list the certificate signing requests to %s: %w", r.Signer, err)
+// csrPage is how many requests one answer of List's holds at most, and
+// maxCSRAnswer how much of it is read. A kubelet's request object is
+// about 2 KiB, so a page is about 100 KiB; but a node's credential may
+// create requests as large as the API server stores (etcd takes 1.5 MiB,
+// about 2 MiB in JSON), so a page that is longer is asked for again with
+// half as many, down to one.
+const (
+	csrPage      = 50
+	maxCSRAnswer = 4 << 20
+)
+
+// List calls each with every request to the signer, a page at a time,
+// and returns the resource version to watch from. Nodes' credentials may
+// create as many requests as they like: no answer holds them all.
+func (r SigningRequests) List(ctx context.Context, each func(*certv1.CertificateSigningRequest)) (string, error) {
+	limit, next := csrPage, ""
+	for {
+		q := url.Values{"fieldSelector": {"spec.signerName=" + r.Signer}, "limit": {strconv.Itoa(limit)}}
+		if next != "" {
+			q.Set("continue", next)
+		}
+		code, body, err := r.Conn.do(ctx, http.MethodGet, csrPath+"?"+q.Encode(), "", nil, maxCSRAnswer)
+		if errors.Is(err, ErrAnswerTooLong) && limit > 1 {
+			limit /= 2
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("list the certificate signing requests to %s: %w", r.Signer, err)
+		}
+		if code != http.StatusOK {
+			return "", fmt.Errorf("list the certificate signing requests to %s: API server answered %d %s: %s", r.Signer, code, http.StatusText(code), Excerpt(body))
+		}
+		var l certv1.CertificateSigningRequestList
+		if err := json.Unmarshal(body, &l); err != nil {
+			return "", fmt.Errorf("decode the certificate signing requests to %s: %w", r.Signer, err)
+		}
+		for i := range l.Items {
+			each(&l.Items[i])
+		}
+		if next = l.Continue; next == "" {
+			return l.ResourceVersion, nil
+		}
 	}
-	if code != http.StatusOK {
-		return nil, "", fmt.Errorf("list the certificate signing requests to %s: API server answered %d %s: %s", r.Signer, code, http.StatusText(code), Excerpt(body))
-	}
-	var l certv1.CertificateSigningRequestList
-	if err := json.Unmarshal(body, &l); err != nil {
-		return nil, "", fmt.Errorf("decode the certificate signing requests to %s (a list longer than %d bytes is cut): %w", r.Signer, maxResponse, err)
-	}
-	return l.Items, l.ResourceVersion, nil
 }
 
 // watchSeconds is how long one watch of the requests lasts before the

@@ -10,8 +10,11 @@ import (
 	"net/http"
 )
 
-// maxEvent bounds one event of a watch, as maxResponse bounds an answer.
-const maxEvent = maxResponse
+// maxEvent bounds one event of a watch. It is larger than an answer's
+// bound: a watched object may be as large as the API server stores
+// (etcd takes 1.5 MiB, about 2 MiB in JSON), and a watch that stopped at
+// one would stop at it again each time it started.
+const maxEvent = maxCSRAnswer
 
 // Event is one change a watch reports: Type is ADDED, MODIFIED, DELETED,
 // BOOKMARK or ERROR, Object the object as JSON.

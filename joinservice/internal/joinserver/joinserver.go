@@ -57,7 +57,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -93,7 +92,8 @@ type Admissions interface {
 	// Admit records rec: its disk for its instance, which attested with
 	// its measurement set and stated its addresses;
 	// admissions.ErrOtherInstance if the disk is recorded for another
-	// VM, admissions.ErrAddressTaken if an address is.
+	// VM, admissions.ErrAddressTaken if an address is,
+	// admissions.ErrNameTaken if the node's name is.
 	Admit(ctx context.Context, rec admitted.Record) error
 	// Lookup returns the record of diskUUID (the VM it was admitted
 	// for, whether the owner removed that node), if any.
@@ -139,13 +139,25 @@ type Config struct {
 	CAKey crypto.Signer
 	// PKIDir holds the control-plane files (/etc/kubernetes/pki).
 	PKIDir string
-	// Endpoint is the API server endpoint, host:port.
+	// Endpoint is the API server endpoint, host:port. No node may state
+	// its address, or take its name.
 	Endpoint string
+	// Reserved returns what is the cluster's own (its Services' and
+	// pods' networks, the API server's certificate names), asked for
+	// every join: no node may state an address in it or take a name of
+	// it. Nil reserves nothing beyond Endpoint.
+	Reserved func(ctx context.Context) (Reserved, error)
 	// ClusterVersion returns the Kubernetes version the cluster runs now
 	// (kubeadm's ClusterConfiguration), asked for every ticket: a node
 	// runs that release of its image. An error refuses the ticket
 	// (UNAVAILABLE). Required.
 	ClusterVersion func(ctx context.Context) (string, error)
+	// ControlPlaneVersions returns the Kubernetes version that each
+	// control plane's kubelet reports, asked with ClusterVersion: while
+	// an upgrade moves them one by one, a ticket names the oldest, so
+	// that no node the host reboots then gets a kubelet newer than an API
+	// server. Nil means every control plane runs ClusterVersion.
+	ControlPlaneVersions func(ctx context.Context) ([]string, error)
 	// MeasurementSalt returns the cluster's measurement salt.
 	MeasurementSalt func(ctx context.Context) ([]byte, error)
 	// ControlPlanes returns the instance IDs the owner approved as
@@ -225,7 +237,7 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "kubelet certificate request: %v", err)
 	}
-	addrs, err := nodeAddresses(req.GetNodeAddresses())
+	addrs, err := s.nodeAddresses(ctx, inst, req.GetNodeAddresses())
 	if err != nil {
 		log.Warn("refused a join: the node's addresses", "reason", err.Error())
 		return nil, err
@@ -268,18 +280,6 @@ func (s *Server) IssueJoinTicket(ctx context.Context, req *joinpb.IssueJoinTicke
 	}, nil
 }
 
-// nodeAddresses reads the addresses a joining node states.
-func nodeAddresses(text []string) ([]netip.Addr, error) {
-	if len(text) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "the join request states no node address: the node's image is older than this join service; boot the node from the cluster's current image")
-	}
-	addrs, err := admitted.ParseAddresses(text)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "the node's addresses: %v", err)
-	}
-	return addrs, nil
-}
-
 // authorizeJoin decides whether the instance of rec, whose CSR claims
 // node name claimed, gets a join ticket for req, and records rec. Every
 // refusal is logged.
@@ -312,6 +312,9 @@ func (s *Server) authorizeJoin(ctx context.Context, log *slog.Logger, req *joinp
 	case errors.Is(err, admissions.ErrAddressTaken):
 		log.Warn("refused a join: the node states an address of another node", "reason", err.Error())
 		return status.Errorf(codes.PermissionDenied, "%v; a node joins only with addresses of its own (if that node is gone for good, remove it with 'orrery node remove')", err)
+	case errors.Is(err, admissions.ErrNameTaken):
+		log.Warn("refused a join: another VM is admitted under the node's name", "reason", err.Error())
+		return status.Errorf(codes.PermissionDenied, "%v; one VM at a time joins under a name (if the other VM is gone for good, the owner removes its node first with 'orrery node remove')", err)
 	case errors.Is(err, admissions.ErrRemoved):
 		log.Warn("refused a join: the owner removed the state disk's node", "reason", err.Error())
 		return status.Errorf(codes.PermissionDenied, "state disk %s: %v; a removed node does not come back: recreate the VM with a new disk and name", strings.ToLower(req.GetDiskUuid()), err)
@@ -671,12 +674,28 @@ func (s *Server) controlPlaneFiles() ([]*joinpb.ControlPlaneFile, error) {
 	return out, nil
 }
 
-// clusterVersion is the Kubernetes version the cluster runs now.
+// clusterVersion is the Kubernetes version a ticket names: the one the
+// cluster runs, or, while an upgrade has not reached every control plane,
+// the oldest a control plane runs. A kubelet may not be newer than any
+// API server it talks to.
 func (s *Server) clusterVersion(ctx context.Context, log *slog.Logger) (string, error) {
 	v, err := s.cfg.ClusterVersion(ctx)
 	if err != nil {
 		log.Error("cannot read the cluster's Kubernetes version", "error", err.Error())
 		return "", status.Errorf(codes.Unavailable, "read the cluster's Kubernetes version: %v", err)
+	}
+	if s.cfg.ControlPlaneVersions == nil {
+		return v, nil
+	}
+	cps, err := s.cfg.ControlPlaneVersions(ctx)
+	if err != nil {
+		log.Error("cannot read the control planes' Kubernetes versions", "error", err.Error())
+		return "", status.Errorf(codes.Unavailable, "read the control planes' Kubernetes versions: %v", err)
+	}
+	for _, cp := range cps {
+		if versions.Compare(cp, v) < 0 && slices.Contains(versions.List(), cp) {
+			v = cp
+		}
 	}
 	return v, nil
 }

@@ -175,6 +175,8 @@ type envOptions struct {
 	// versionErr, if set, is what reading the cluster's Kubernetes
 	// version fails with.
 	versionErr error
+	// controlPlanes, if set, is what the control planes' kubelets report.
+	controlPlanes func() ([]string, error)
 }
 
 // clusterVersion is the Kubernetes version the test's cluster runs.
@@ -219,8 +221,20 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	}
 	srv, err := New(Config{
 		Keys: localKeys{}, Admissions: e.admissions, Nodes: e.nodes, CurrentSet: val.Current, CA: ca, CAKey: caKey, PKIDir: pki,
-		Endpoint:        "10.42.1.100:6443",
-		ClusterVersion:  func(context.Context) (string, error) { return clusterVersion, opts.versionErr },
+		Endpoint: "10.42.1.100:6443",
+		Reserved: func(context.Context) (Reserved, error) {
+			return Reserved{Networks: []Network{
+				{"the Service network", netip.MustParsePrefix("10.96.0.0/12")}, {"the pod network", netip.MustParsePrefix("10.244.0.0/16")},
+				{"an address of the API server's certificate", netip.MustParsePrefix("10.42.7.7/32")},
+			}, Names: []string{"api.example.org"}}, nil
+		},
+		ClusterVersion: func(context.Context) (string, error) { return clusterVersion, opts.versionErr },
+		ControlPlaneVersions: func(context.Context) ([]string, error) {
+			if opts.controlPlanes == nil {
+				return []string{clusterVersion}, nil
+			}
+			return opts.controlPlanes()
+		},
 		MeasurementSalt: func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{3}, 32), nil },
 		ControlPlanes: func(context.Context) ([]string, error) {
 			if opts.controlPlanesErr != nil {
@@ -349,6 +363,45 @@ func TestNoTicketWithoutTheClusterVersion(t *testing.T) {
 	}
 }
 
+// An upgrade moved kubeadm's record to v1.37.2 and cp-0, but cp-1 still
+// runs v1.36.3: a node the host reboots now gets v1.36.3, not a kubelet
+// newer than cp-1's API server. Once every control plane runs v1.37.2,
+// tickets name it. Control planes that cannot be read refuse the ticket.
+func TestTicketsWaitForEveryControlPlane(t *testing.T) {
+	var mu sync.Mutex
+	cps, cpErr := []string{"v1.37.2", "v1.36.3"}, error(nil)
+	e := newEnv(t, envOptions{controlPlanes: func() ([]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(cps), cpErr
+	}})
+	ctx := context.Background()
+	join := func() (*joinpb.IssueJoinTicketResponse, error) {
+		return e.attested.IssueJoinTicket(ctx, &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
+			DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+qemutest.DefaultName, []string{"system:nodes"})})
+	}
+	resp, err := join()
+	if err != nil || resp.GetKubernetesVersion() != "v1.36.3" || len(resp.GetKubernetesComponents()) == 0 {
+		t.Fatalf("ticket during the upgrade: %q (%d components), %v; want v1.36.3, cp-1's", resp.GetKubernetesVersion(), len(resp.GetKubernetesComponents()), err)
+	}
+	rejoin, err := e.attested.IssueRejoinTicket(ctx, &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid})
+	if err != nil || rejoin.GetKubernetesVersion() != "v1.36.3" {
+		t.Fatalf("rejoin ticket during the upgrade: %q, %v; want v1.36.3", rejoin.GetKubernetesVersion(), err)
+	}
+	mu.Lock()
+	cps = []string{"v1.37.2", "v1.37.2"}
+	mu.Unlock()
+	if rejoin, err := e.attested.IssueRejoinTicket(ctx, &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid}); err != nil || rejoin.GetKubernetesVersion() != clusterVersion {
+		t.Fatalf("rejoin ticket after the upgrade: %q, %v; want %s", rejoin.GetKubernetesVersion(), err, clusterVersion)
+	}
+	mu.Lock()
+	cpErr = errors.New("nodes is forbidden")
+	mu.Unlock()
+	if _, err := e.attested.IssueRejoinTicket(ctx, &joinpb.IssueRejoinTicketRequest{DiskUuid: uuid}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "control planes' Kubernetes versions") {
+		t.Fatalf("rejoin ticket without the control planes' versions: %v, want Unavailable", err)
+	}
+}
+
 // checkKubeletCert checks that der is a client certificate of the cluster
 // CA for node name and nothing else.
 func checkKubeletCert(t *testing.T, ca *x509.Certificate, der []byte, name string) {
@@ -466,7 +519,8 @@ var nodeAddrs = []string{"10.42.1.0"}
 // Root on one node joins a second VM under its neighbour's address, to
 // get its kubelet a serving certificate for that address: refused, and
 // nothing is recorded for the disk. Once the owner removed the
-// neighbour, its address is free again.
+// neighbour, its address is still refused while the neighbour's serving
+// certificate for it may be valid, and free after.
 func TestJoinWithAnotherNodesAddress(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
@@ -483,9 +537,17 @@ func TestJoinWithAnotherNodesAddress(t *testing.T) {
 	if _, found, _ := e.admissions.Lookup(ctx, uuid); found {
 		t.Fatal("the refused join's disk was recorded")
 	}
-	e.admissions.Remove(neighbour.DiskUUID, "2026-11-30T10:00:00Z")
+	removedAt := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	e.admissions.Remove(neighbour.DiskUUID, removedAt.Format(time.RFC3339))
+	now := removedAt.Add(admitted.KubeletCertLifetime - time.Minute)
+	e.admissions.Now = func() time.Time { return now }
+	_, err = e.attested.IssueJoinTicket(ctx, req)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "which the owner removed at 2026-11-30T10:00:00Z") || !strings.Contains(err.Error(), "valid until 2026-12-07T10:00:00Z") {
+		t.Fatalf("join with the address of a node removed 167 h ago: %v, want PermissionDenied saying until when it is held", err)
+	}
+	now = removedAt.Add(admitted.KubeletCertLifetime)
 	if _, err := e.attested.IssueJoinTicket(ctx, req); err != nil {
-		t.Fatalf("join with a removed node's address: %v", err)
+		t.Fatalf("join with the address of a node removed a certificate's lifetime ago: %v", err)
 	}
 	rec, _, _ := e.admissions.Lookup(ctx, uuid)
 	if len(rec.Addresses) != 1 || rec.Addresses[0] != netip.MustParseAddr("10.42.1.1") {

@@ -103,13 +103,11 @@ func (r *run) say(key, msg string, args ...any) {
 	}
 }
 
-// wait waits an interval; false if ctx ended first.
-func (r *run) wait() bool {
+// wait waits an interval, or until ctx ends.
+func (r *run) wait() {
 	select {
 	case <-r.ctx.Done():
-		return false
 	case <-time.After(r.interval):
-		return true
 	}
 }
 

@@ -96,15 +96,20 @@ type countingTransport struct {
 
 	mu        sync.Mutex
 	decisions []string
+	// pages are the limits of the lists of signing requests asked for.
+	pages []string
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
+	c.mu.Lock()
 	if name, ok := strings.CutSuffix(r.URL.Path, "/approval"); ok && r.Method == http.MethodPut {
-		c.mu.Lock()
 		c.decisions = append(c.decisions, path.Base(name))
-		c.mu.Unlock()
 	}
+	if limit := r.URL.Query().Get("limit"); strings.HasSuffix(r.URL.Path, "/certificatesigningrequests") && limit != "" {
+		c.pages = append(c.pages, limit)
+	}
+	c.mu.Unlock()
 	return c.next.RoundTrip(r)
 }
 
@@ -198,34 +203,13 @@ func TestServingApproverOutlastsAFlood(t *testing.T) {
 	worker0 := kubernetes.NewForConfigOrDie(cfg)
 
 	// About 1.4 MiB of ordinary requests in one list, more than one
-	// answer the join service reads.
+	// answer the join service reads; then four of about 1.2 MiB each in
+	// JSON: more than a list page or a watch event used to hold, and
+	// together more than a page of the approver's now, which it asks for
+	// again with fewer.
 	const flood = 700
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			for i := g; i < flood; i += 4 {
-				if _, err := worker0.CertificatesV1().CertificateSigningRequests().Create(ctx, servingCSR(t, fmt.Sprintf("flood-%03d", i), "worker-0", "10.42.1.0"), metav1.CreateOptions{}); err != nil {
-					t.Errorf("flood-%03d: %v", i, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	// Two about 1.2 MiB each in JSON: more than a list page or a watch
-	// event used to hold.
-	for _, name := range []string{"large-0", "large-1"} {
-		if _, err := worker0.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: certv1.CertificateSigningRequestSpec{Request: largeKubeletRequest(t, "worker-0", 640<<10),
-				SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("submit %s: %v", name, err)
-		}
-	}
+	large := []string{"large-0", "large-1", "large-2", "large-3"}
+	floodRequests(ctx, t, worker0, flood, large)
 	worker1 := kubernetes.NewForConfigOrDie(srv.ConfigAs(t, "system:node:worker-1", "system:nodes"))
 	submitServingCSR(t, worker1, "worker-1", "worker-1", "10.42.1.1")
 
@@ -235,6 +219,12 @@ func TestServingApproverOutlastsAFlood(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(srv.Config)
 	if c := decision(ctx, t, admin, "worker-1"); c.Type != certv1.CertificateApproved {
 		t.Fatalf("worker-1's request during worker-0's flood: %+v, want approved", c)
+	}
+	counting.mu.Lock()
+	pages := slices.Clone(counting.pages)
+	counting.mu.Unlock()
+	if !slices.Contains(pages, "50") || !slices.ContainsFunc(pages, func(l string) bool { return l != "50" }) {
+		t.Errorf("the list asked for pages of %v; want pages of 50, and a smaller one where the large requests made a page too long", pages)
 	}
 	if at := slices.Index(counting.decided(), "worker-1"); at > 1 {
 		t.Errorf("worker-1's request was decided after %d of worker-0's, want at most one before it", at)
@@ -254,15 +244,51 @@ func TestServingApproverOutlastsAFlood(t *testing.T) {
 			t.Errorf("flood-%03d: %+v", i, c)
 		}
 	}
-	for _, name := range []string{"large-0", "large-1"} {
-		if c := decision(ctx, t, admin, name); c.Type == certv1.CertificateDenied && strings.Contains(c.Message, "bytes") {
+	for _, name := range large {
+		switch c := decision(ctx, t, admin, name); {
+		case c.Type == certv1.CertificateDenied && strings.Contains(c.Message, "bytes"):
 			tooLarge++
-		} else {
-			t.Errorf("%s: %+v, want denied for its size", name, c)
+		case c.Type == certv1.CertificateDenied && strings.Contains(c.Message, "newer serving certificate requests pending"):
+			flooded++
+		default:
+			t.Errorf("%s: %+v, want denied for its size or as a flood", name, c)
 		}
 	}
-	if want := flood + 2 - servingcsr.MaxPendingPerNode; flooded != want || approved != 1 || tooLarge != 2 {
-		t.Errorf("%d denied as a flood (want %d), %d approved (want 1), %d denied for their size (want 2)", flooded, want, approved, tooLarge)
+	// The newest three are three of the large ones: the fourth is denied
+	// as a flood, and every ordinary request too.
+	if flooded != flood+1 || approved != 0 || tooLarge != 3 {
+		t.Errorf("%d denied as a flood (want %d), %d approved (want 0), %d denied for their size (want 3)", flooded, flood+1, approved, tooLarge)
+	}
+}
+
+// floodRequests has worker-0 ask for n ordinary serving certificates,
+// four at a time, then for one each named large, each with a 640 KiB
+// extension.
+func floodRequests(ctx context.Context, t *testing.T, worker0 kubernetes.Interface, n int, large []string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < n; i += 4 {
+				if _, err := worker0.CertificatesV1().CertificateSigningRequests().Create(ctx, servingCSR(t, fmt.Sprintf("flood-%03d", i), "worker-0", "10.42.1.0"), metav1.CreateOptions{}); err != nil {
+					t.Errorf("flood-%03d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, name := range large {
+		if _, err := worker0.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: certv1.CertificateSigningRequestSpec{Request: largeKubeletRequest(t, "worker-0", 640<<10),
+				SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("submit %s: %v", name, err)
+		}
 	}
 }
 

@@ -45,14 +45,9 @@ func (q *queue) add(csr *certv1.CertificateSigningRequest) {
 	if csr.Spec.SignerName != Signer || !isPending(csr) {
 		return
 	}
-	var it queued
+	it := queued{csr: csr.DeepCopy()}
 	if n := len(csr.Spec.Request); n > MaxRequestBytes {
-		body := csr.Spec.Request
-		csr.Spec.Request = nil
-		it = queued{csr: csr.DeepCopy(), tooLarge: n}
-		csr.Spec.Request = body
-	} else {
-		it = queued{csr: csr.DeepCopy()}
+		it.csr.Spec.Request, it.tooLarge = nil, n
 	}
 	user := csr.Spec.Username
 	q.mu.Lock()

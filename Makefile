@@ -67,7 +67,7 @@ build: deps ## build every program into build/bin/
 test: deps proto-check build unit ## all tests that need no OS image: unit tests, then a short run of every fuzz target
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
-testbin: deps ## etcd, kube-apiserver and kubeadm for the tests that run a real API server (into build/components)
+testbin: deps ## etcd, kube-apiserver, kube-controller-manager and kubeadm for the tests that run a real API server (into build/components)
 	ORRERY_COMPONENTS_ONLY=testbin image/components/build.sh build/components
 
 # The initrd's VM tests run after the rest, alone: beside the other

@@ -84,9 +84,13 @@ func servingCSR(t *testing.T, name, node string, ips ...string) *certv1.Certific
 	return &certv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: certv1.CertificateSigningRequestSpec{Request: csrtest.KubeletRequest(t, node, ips...),
-			SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
+			SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
+			// What the orrery-serving-lifetime admission policy sets.
+			ExpirationSeconds: &servingLifetime},
 	}
 }
+
+var servingLifetime = int32(admitted.ServingCertLifetime / time.Second)
 
 // countingTransport counts the requests that pass through it, and
 // keeps the names of the requests whose approval was written, in order.
@@ -285,7 +289,7 @@ func floodRequests(ctx context.Context, t *testing.T, worker0 kubernetes.Interfa
 		if _, err := worker0.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: certv1.CertificateSigningRequestSpec{Request: largeKubeletRequest(t, "worker-0", 640<<10),
-				SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}},
+				SignerName: servingcsr.Signer, Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}, ExpirationSeconds: &servingLifetime},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("submit %s: %v", name, err)
 		}

@@ -218,19 +218,24 @@ load_release() {
 	done
 }
 
-# build_testbin: etcd, kube-apiserver and kubeadm of the loaded release.
+# build_testbin: etcd, kube-apiserver, kube-controller-manager and kubeadm of
+# the loaded release.
 build_testbin() {
 	local modfile
 	modfile=$(k8s_apiserver_modfile "$REL_DIR" "$K8S_VERSION")
 	gobuild "kube-apiserver-$K8S_VERSION" "$REL_DIR/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver "$REL_OUT/imagebin/kube-apiserver" 0 "" "$k8s_ldflags" \
 		-modfile="$modfile"
 	gobuild "kubeadm-$K8S_VERSION" "$REL_DIR/kubernetes" k8s.io/kubernetes/cmd/kubeadm "$REL_OUT/bin/kubeadm" 0 "" "$k8s_ldflags"
+	# The controller manager signs with the CAs that kubeadm's
+	# configuration names (bootstrapperd/internal/kubeadm).
+	gobuild "kube-controller-manager-$K8S_VERSION" "$REL_DIR/kubernetes" k8s.io/kubernetes/cmd/kube-controller-manager "$REL_OUT/imagebin/kube-controller-manager" 0 "" "$k8s_ldflags"
 	gobuild "etcd-$ETCD_TAG" "$REL_DIR/etcd" ./cmd/etcd "$REL_OUT/imagebin/etcd" 0 "" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_COMMIT:0:9}"
 }
 
 # ---------------------------------------------------------------- binaries
 
-# ORRERY_COMPONENTS_ONLY=testbin builds etcd, kube-apiserver and kubeadm of
+# ORRERY_COMPONENTS_ONLY=testbin builds etcd, kube-apiserver,
+# kube-controller-manager and kubeadm of
 # the newest release alone, for the tests that run a real API server and
 # drive kubeadm against it (internal/testkit/apiservertest; 'make test'),
 # and stops: no other binary, no image, no manifest.
@@ -247,7 +252,7 @@ build_release_binaries() {
 		gobuild "$c-$K8S_VERSION" "$REL_DIR/kubernetes" "k8s.io/kubernetes/cmd/$c" "$REL_OUT/bin/$c" 0 "" "$k8s_ldflags"
 	done
 	build_testbin
-	for c in kube-controller-manager kube-scheduler kube-proxy; do
+	for c in kube-scheduler kube-proxy; do
 		gobuild "$c-$K8S_VERSION" "$REL_DIR/kubernetes" "k8s.io/kubernetes/cmd/$c" "$REL_OUT/imagebin/$c" 0 "" "$k8s_ldflags"
 	done
 	gobuild "pause-$PAUSE_TAG" . ./cmd/pause "$REL_OUT/imagebin/pause" 0 "" "-s -w -X main.version=orrery-$PAUSE_TAG"

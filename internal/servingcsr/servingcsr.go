@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 
@@ -124,6 +125,9 @@ func Decide(ctx context.Context, csr *certv1.CertificateSigningRequest, lookup L
 	if err := checkUsages(csr.Spec.Usages); err != nil {
 		return &Refused{err.Error()}
 	}
+	if err := checkLifetime(csr.Spec.ExpirationSeconds); err != nil {
+		return &Refused{err.Error()}
+	}
 	node, ok, err := lookup(ctx, name)
 	if err != nil {
 		return fmt.Errorf("read the admitted record of node %s: %w", name, err)
@@ -201,6 +205,23 @@ func checkUsages(usages []certv1.KeyUsage) error {
 	}
 	if !slices.Contains(usages, certv1.UsageServerAuth) {
 		return errors.New("the request does not ask for server auth")
+	}
+	return nil
+}
+
+// checkLifetime wants a request that asks for at most
+// admitted.ServingCertLifetime: without it the controller manager would
+// sign for its --cluster-signing-duration, a week. The first control
+// plane's kubelet asks before 'orrery init' installed the policy that
+// sets it; that request is denied, and the kubelet asks again within
+// seconds (its back-off starts at 2 s).
+func checkLifetime(seconds *int32) error {
+	limit := int64(admitted.ServingCertLifetime / time.Second)
+	switch {
+	case seconds == nil:
+		return fmt.Errorf("the request asks for no lifetime (spec.expirationSeconds), so it would be signed for a week; at most %s is approved: the orrery-serving-lifetime admission policy sets it on every request, check that it is installed (kubectl get mutatingadmissionpolicy orrery-serving-lifetime)", admitted.ServingCertLifetime)
+	case int64(*seconds) > limit:
+		return fmt.Errorf("the request asks for %s (spec.expirationSeconds), longer than the %s that is approved", time.Duration(*seconds)*time.Second, admitted.ServingCertLifetime)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 
@@ -39,8 +40,14 @@ type request struct {
 	groups   []string
 	signer   string
 	usages   []certv1.KeyUsage
-	tmpl     x509.CertificateRequest
+	// seconds is spec.expirationSeconds (nil: none asked for).
+	seconds *int32
+	tmpl    x509.CertificateRequest
 }
+
+// policyLifetime is what the orrery-serving-lifetime admission policy
+// sets on a kubelet's request.
+var policyLifetime = int32(admitted.ServingCertLifetime / time.Second)
 
 func kubeletRequest(node string, ips ...string) request {
 	r := request{
@@ -48,6 +55,7 @@ func kubeletRequest(node string, ips ...string) request {
 		groups:   []string{"system:nodes", "system:authenticated"},
 		signer:   Signer,
 		usages:   []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
+		seconds:  &policyLifetime,
 		tmpl: x509.CertificateRequest{
 			Subject:  pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
 			DNSNames: []string{node},
@@ -72,6 +80,7 @@ func (r request) csr(t testing.TB) *certv1.CertificateSigningRequest {
 	return &certv1.CertificateSigningRequest{Spec: certv1.CertificateSigningRequestSpec{
 		Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
 		SignerName: r.signer, Usages: r.usages, Username: r.username, Groups: r.groups,
+		ExpirationSeconds: r.seconds,
 	}}
 }
 
@@ -84,6 +93,9 @@ func TestDecide(t *testing.T) {
 	}{
 		"its own name and address":            {req: own},
 		"its own address, IPv4-mapped":        {req: kubeletRequest("worker-0", "::ffff:10.42.1.0")},
+		"its own, for less than allowed":      {req: with(own, func(r *request) { r.seconds = ptr(int32(600)) })},
+		"its own, for no lifetime asked":      {req: with(own, func(r *request) { r.seconds = nil }), refused: "asks for no lifetime"},
+		"its own, for a second too long":      {req: with(own, func(r *request) { r.seconds = ptr(policyLifetime + 1) }), refused: "longer than the 6h0m0s"},
 		"another node's address":              {req: kubeletRequest("worker-0", "10.42.1.0", "10.42.1.1"), refused: "address 10.42.1.1 is not one node worker-0 was admitted with (10.42.1.0)"},
 		"another node's name as DNS name":     {req: with(own, func(r *request) { r.tmpl.DNSNames = []string{"worker-1"} }), refused: `DNS name "worker-1" is not the node's name worker-0`},
 		"a wildcard DNS name":                 {req: with(own, func(r *request) { r.tmpl.DNSNames = []string{"*"} }), refused: "DNS name"},
@@ -216,7 +228,7 @@ func FuzzDecide(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, username string) {
 		csr := &certv1.CertificateSigningRequest{Spec: certv1.CertificateSigningRequestSpec{
 			Request: raw, SignerName: Signer, Username: username, Groups: []string{"system:nodes"},
-			Usages: []certv1.KeyUsage{certv1.UsageServerAuth},
+			Usages: []certv1.KeyUsage{certv1.UsageServerAuth}, ExpirationSeconds: &policyLifetime,
 		}}
 		if Decide(context.Background(), csr, admittedNodes) != nil {
 			return
@@ -235,3 +247,5 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+func ptr[T any](v T) *T { return &v }

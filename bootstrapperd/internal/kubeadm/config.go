@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -39,6 +40,12 @@ type InitParams struct {
 	// PatchDir holds kubeadm's patches for the control-plane static pods
 	// (see patchFiles); empty means none.
 	PatchDir string
+	// KubeletServingCA: kubelets' serving certificates come from the
+	// kubelet-serving CA (KubeletServingCACert), which must be in
+	// CertificatesDir. Without it they come from the cluster CA, as in
+	// the clusters made before that CA, whose control planes' static
+	// pods are written again at each boot as they were made.
+	KubeletServingCA bool
 }
 
 type arg struct {
@@ -183,7 +190,10 @@ var leaderElection = []arg{
 // admission policy refuses its writes at once, and this bounds how long it
 // can still read what any node may. Kubelets renew theirs from 70 % of
 // its life on (kubeadm always turns rotation on), through the CSR flow
-// that the same policy closes to removed nodes.
+// that the same policy closes to removed nodes. Their serving
+// certificates ask for less (admitted.ServingCertLifetime: the
+// orrery-serving-lifetime policy sets it on each request), which the
+// controller manager honours below this bound.
 var kubeletCertLifetime = arg{Name: "cluster-signing-duration", Value: strconv.Itoa(int(admitted.KubeletCertLifetime.Hours())) + "h"}
 
 type kubeletConfiguration struct {
@@ -222,12 +232,36 @@ type kubeletConfiguration struct {
 }
 
 // kubeletServingCA makes the API server check a kubelet's serving
-// certificate against the cluster CA when it connects for 'kubectl
-// exec', 'logs', 'port-forward' and a node's journal. Without it the API
-// server takes any certificate, and whoever answers at a node's address
-// (the host, or root on another node that took the address) reads what
-// the owner types into 'kubectl exec' and answers in the node's place.
-var kubeletServingCA = arg{Name: "kubelet-certificate-authority", Value: "/etc/kubernetes/pki/ca.crt"}
+// certificate against the kubelet-serving CA when it connects for
+// 'kubectl exec', 'logs', 'port-forward' and a node's journal. Without it
+// the API server takes any certificate, and whoever answers at a node's
+// address (the host, or root on another node that took the address)
+// reads what the owner types into 'kubectl exec' and answers in the
+// node's place. It names that CA alone, not the cluster CA: a certificate
+// kubeadm or the controller manager signed for anything else is no
+// kubelet's.
+var kubeletServingCA = arg{Name: "kubelet-certificate-authority", Value: filepath.Join(CertificatesDir, KubeletServingCACert)}
+
+// kubeletClusterCA is kubeletServingCA of a cluster made before the
+// kubelet-serving CA: the cluster CA, which signs every other certificate
+// too.
+var kubeletClusterCA = arg{Name: "kubelet-certificate-authority", Value: filepath.Join(CertificatesDir, "ca.crt")}
+
+// signers: the controller manager signs kubelets' serving certificates
+// with the kubelet-serving CA, and every other signer's with the cluster
+// CA, as kubeadm's --cluster-signing-{cert,key}-file had it. The
+// controller manager refuses that pair of flags beside any per-signer
+// one, so kubeadm's are overridden empty.
+var signers = func() []arg {
+	ca, key := filepath.Join(CertificatesDir, "ca.crt"), filepath.Join(CertificatesDir, "ca.key")
+	args := []arg{{Name: "cluster-signing-cert-file", Value: ""}, {Name: "cluster-signing-key-file", Value: ""}}
+	for _, s := range []string{"kubelet-client", "kube-apiserver-client", "legacy-unknown"} {
+		args = append(args, arg{Name: "cluster-signing-" + s + "-cert-file", Value: ca}, arg{Name: "cluster-signing-" + s + "-key-file", Value: key})
+	}
+	return append(args,
+		arg{Name: "cluster-signing-kubelet-serving-cert-file", Value: filepath.Join(CertificatesDir, KubeletServingCACert)},
+		arg{Name: "cluster-signing-kubelet-serving-key-file", Value: filepath.Join(CertificatesDir, KubeletServingCAKey)})
+}()
 
 // runtimeRequestTimeout is kubelet's RuntimeRequestTimeout.
 const runtimeRequestTimeout = "10m0s"
@@ -270,10 +304,14 @@ func InitConfig(p InitParams) ([]byte, error) {
 	cc.Networking.ServiceSubnet = p.ServiceCIDR
 	cc.Networking.PodSubnet = clusternet.PodCIDR
 	cc.APIServer.CertSANs = p.CertSANs
-	cc.APIServer.ExtraArgs = append(slices.Clone(apiServerArgs), kubeletServingCA)
+	cc.APIServer.ExtraArgs = append(slices.Clone(apiServerArgs), kubeletClusterCA)
+	cc.ControllerManager.ExtraArgs = append(slices.Clone(leaderElection), kubeletCertLifetime)
+	if p.KubeletServingCA {
+		cc.APIServer.ExtraArgs = append(slices.Clone(apiServerArgs), kubeletServingCA)
+		cc.ControllerManager.ExtraArgs = append(cc.ControllerManager.ExtraArgs, signers...)
+	}
 	cc.Etcd.Local.ExtraArgs = etcdArgs
 	cc.EncryptionAlgorithm = encryptionAlgorithm
-	cc.ControllerManager.ExtraArgs = append(slices.Clone(leaderElection), kubeletCertLifetime)
 	cc.Scheduler.ExtraArgs = leaderElection
 
 	kc := kubeletConfiguration{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration", CgroupDriver: "systemd", ImageGCHighThresholdPercent: 100,

@@ -132,7 +132,7 @@ func newKubeadmCluster(t *testing.T, bin, dir string) kubeadmCluster {
 	t.Helper()
 	c := kubeadmCluster{firstPKI: filepath.Join(dir, "cp-0-pki"), nodePKI: filepath.Join(dir, "cp-1-pki")}
 	cfg, err := InitConfig(InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"),
-		KubernetesVersion: versions.Default, ClusterName: "orrery", ServiceCIDR: clusternet.DefaultServiceCIDR})
+		KubernetesVersion: versions.Default, ClusterName: "orrery", ServiceCIDR: clusternet.DefaultServiceCIDR, KubeletServingCA: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,6 +149,9 @@ func newKubeadmCluster(t *testing.T, bin, dir string) kubeadmCluster {
 		}
 	}
 	kubeadm(c.firstPKI, "init", "phase", "certs", "all")
+	if err := EnsureKubeletServingCA(c.firstPKI, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	c.ca = readCert(t, filepath.Join(c.firstPKI, "ca.crt"))
 	c.caKey = readKey(t, filepath.Join(c.firstPKI, "ca.key"))
 	srv := apiservertest.StartWithCA(t, c.ca, c.caKey)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"github.com/orrery-dev/orrery/internal/attestation"
 	"github.com/orrery-dev/orrery/internal/keys"
@@ -55,6 +56,8 @@ type Tool struct {
 	ConfigDir string
 	// AdminKubeconfig is where kubeadm init writes the admin kubeconfig.
 	AdminKubeconfig string
+	// PKIDir is kubeadm's certificate directory ("": CertificatesDir).
+	PKIDir string
 	// Instance is this node's VM as its platform certified it (see
 	// qemu.ReadInstance). StoreMasterSecret writes its ID as the first
 	// approved control plane: the one the owner initialised. The zero
@@ -66,6 +69,7 @@ type Tool struct {
 // Init runs kubeadm init and returns the admin kubeconfig.
 func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, error) {
 	p.PatchDir = filepath.Join(t.ConfigDir, "kubeadm-patches")
+	p.KubeletServingCA = true
 	cfg, err := InitConfig(p)
 	if err != nil {
 		return nil, err
@@ -81,6 +85,11 @@ func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, e
 	if err != nil {
 		return nil, err
 	}
+	// The controller manager and API server that kubeadm starts name
+	// the kubelet-serving CA; kubeadm makes the other CAs itself.
+	if err := EnsureKubeletServingCA(t.pkiDir(), time.Now()); err != nil {
+		return nil, err
+	}
 	// The token kubeadm would print is useless here: nodes join with the
 	// client certificate the join service signs for them.
 	if err := t.Runner.Run(ctx, "kubeadm", []string{"init", "--config", path, "--skip-token-print"}, nil, out); err != nil {
@@ -91,6 +100,13 @@ func (t *Tool) Init(ctx context.Context, p InitParams, out io.Writer) ([]byte, e
 		return nil, fmt.Errorf("read the admin kubeconfig kubeadm wrote: %w", err)
 	}
 	return kubeconfig, nil
+}
+
+func (t *Tool) pkiDir() string {
+	if t.PKIDir != "" {
+		return t.PKIDir
+	}
+	return CertificatesDir
 }
 
 // Join runs kubeadm join.

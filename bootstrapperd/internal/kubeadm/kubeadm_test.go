@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
@@ -225,7 +226,16 @@ func TestInitRunsKubeadmAndReturnsKubeconfig(t *testing.T) {
 		// kubeadm writes the admin kubeconfig.
 		return os.WriteFile(admin, []byte("kubeconfig"), 0o600)
 	}}
-	tool := &Tool{Runner: r, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: admin}
+	pki := filepath.Join(dir, "pki")
+	r.onRun = func(c call) error {
+		// kubeadm finds the kubelet-serving CA that its controller
+		// manager and API server name.
+		if err := checkKubeletServingCA(filepath.Join(pki, KubeletServingCACert), filepath.Join(pki, KubeletServingCAKey), time.Now()); err != nil {
+			t.Errorf("when kubeadm init runs: %v", err)
+		}
+		return os.WriteFile(admin, []byte("kubeconfig"), 0o600)
+	}
+	tool := &Tool{Runner: r, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: admin, PKIDir: pki}
 	var out bytes.Buffer
 	kc, err := tool.Init(context.Background(), InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"), KubernetesVersion: "v1.36.3", ServiceCIDR: "10.96.0.0/12"}, &out)
 	if err != nil || string(kc) != "kubeconfig" {
@@ -301,7 +311,7 @@ func TestControlPlanePatches(t *testing.T) {
 	dir := t.TempDir()
 	admin := filepath.Join(dir, "admin.conf")
 	r := &fakeRunner{onRun: func(c call) error { return os.WriteFile(admin, []byte("kubeconfig"), 0o600) }}
-	tool := &Tool{Runner: r, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: admin}
+	tool := &Tool{Runner: r, ConfigDir: filepath.Join(dir, "run"), AdminKubeconfig: admin, PKIDir: filepath.Join(dir, "pki")}
 	if _, err := tool.Init(context.Background(), InitParams{NodeName: "cp-0", NodeIP: netip.MustParseAddr("10.42.1.100"), ControlPlaneEndpoint: "10.42.0.2:6443"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}

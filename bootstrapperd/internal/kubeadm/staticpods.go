@@ -32,7 +32,8 @@ var ErrKeptSettings = errors.New("the control plane's kept static pods do not sa
 
 // KeptSettings reads, from the static pods kept in dir, the settings that
 // made them: the node's name (from etcd's pod, when there is one) and
-// address and the cluster's name, service range and Kubernetes version.
+// address, the cluster's name, service range and Kubernetes version, and
+// which CA signs kubelets' serving certificates.
 // Everything else in a control plane's static pods is Orrery's kubeadm
 // configuration, which the root carries.
 //
@@ -84,6 +85,16 @@ func KeptSettings(dir string) (InitParams, error) {
 		return InitParams{}, fmt.Errorf("%w: kube-apiserver.yaml runs image %s, not %sVERSION", ErrKeptSettings, clustersettings.Quote(ref), image)
 	}
 	p.KubernetesVersion = strings.TrimPrefix(ref, image)
+	switch ca := want("kube-apiserver", "kubelet-certificate-authority"); ca {
+	case kubeletServingCA.Value:
+		p.KubeletServingCA = true
+	case kubeletClusterCA.Value:
+	default:
+		return InitParams{}, fmt.Errorf("%w: kube-apiserver.yaml checks kubelets against %s, neither %s nor %s", ErrKeptSettings, clustersettings.Quote(ca), kubeletServingCA.Value, kubeletClusterCA.Value)
+	}
+	if len(errs) > 0 {
+		return InitParams{}, fmt.Errorf("%w: %w", ErrKeptSettings, errors.Join(errs...))
+	}
 	return p, nil
 }
 

@@ -121,7 +121,8 @@ var controlPlaneFiles = func() map[string]kind {
 		"manifests": dir,
 	}
 	for _, pair := range []string{"ca", "apiserver", "apiserver-kubelet-client", "apiserver-etcd-client",
-		"front-proxy-ca", "front-proxy-client", "etcd/ca", "etcd/server", "etcd/peer", "etcd/healthcheck-client"} {
+		"front-proxy-ca", "front-proxy-client", "etcd/ca", "etcd/server", "etcd/peer", "etcd/healthcheck-client",
+		"kubelet-serving-ca"} {
 		m["pki/"+pair+".crt"] = certificate
 		m["pki/"+pair+".key"] = privateKey
 	}

@@ -127,6 +127,18 @@ func (r Record) Removed() bool { return r.RemovedAt != "" }
 // a removed node's addresses stay its own for as long (HeldUntil).
 const KubeletCertLifetime = 168 * time.Hour
 
+// ServingCertLifetime is the longest a kubelet's serving certificate may
+// last: the orrery-serving-lifetime admission policy asks it of every
+// request to the kubelet-serving signer, and the join service's approver
+// denies a request that asks for longer. Kubelets renew from 70-90 % of
+// its life on, so 36 min or more remain for a renewal: two of the
+// kubelet's 15-minute waits for a request to be decided, enough for a
+// control plane that the host restarts (its join service, the approver,
+// was back in 1m21s after 'orrery recover' under TCG, and 'orrery init'
+// took up to 24 min on a starved host). A serving certificate approved by
+// mistake is worth its holder this long at most.
+const ServingCertLifetime = 6 * time.Hour
+
 // HeldUntil is until when the node of a removed record may still hold a
 // valid kubelet serving certificate for its addresses, which no other
 // node may be admitted with before then: the certificate cannot be

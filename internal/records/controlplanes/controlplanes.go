@@ -26,13 +26,21 @@ const (
 // that the join service hands an approved control plane and the only ones
 // its join client writes: kubeadm's shared set (the cluster, front-proxy
 // and etcd CAs and the service-account key pair), from which `kubeadm
-// join --control-plane` makes every certificate of its own. Nothing the
-// node can make itself, and nothing of another node, is in it.
-var PKIFiles = []string{
+// join --control-plane` makes every certificate of its own, and the
+// kubelet-serving CA, with which its controller manager signs kubelets'
+// serving certificates. Nothing the node can make itself, and nothing of
+// another node, is in it.
+var PKIFiles = append(slices.Clone(KubeletServingCAFiles),
 	"ca.crt", "ca.key", "sa.key", "sa.pub",
 	"front-proxy-ca.crt", "front-proxy-ca.key",
 	"etcd/ca.crt", "etcd/ca.key",
-}
+)
+
+// KubeletServingCAFiles are the kubelet-serving CA's pair, which a
+// cluster made before that CA does not have: its control planes sign
+// kubelets' serving certificates with the cluster CA, and a joining one
+// gets that configuration from the cluster too.
+var KubeletServingCAFiles = []string{"kubelet-serving-ca.crt", "kubelet-serving-ca.key"}
 
 // MaxIDs bounds the list.
 const MaxIDs = 1000

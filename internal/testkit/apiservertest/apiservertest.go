@@ -108,6 +108,24 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 	}
 }
 
+// ControllerManager runs kube-controller-manager against s until the test
+// ends, as a member of system:masters, with no serving port and no leader
+// election, and args (which controllers, which CAs) after those. It skips
+// the test when the binary is not built.
+func (s *Server) ControllerManager(tb testing.TB, args ...string) {
+	tb.Helper()
+	bin, err := binDir()
+	if err != nil {
+		tb.Skip(err)
+	}
+	path := filepath.Join(bin, "kube-controller-manager")
+	if _, err := os.Stat(path); err != nil {
+		tb.Skipf("no kube-controller-manager (run 'make testbin'): %v", err)
+	}
+	base := []string{"--kubeconfig=" + s.Kubeconfig, "--leader-elect=false", "--secure-port=0"}
+	start(tb, path, append(base, args...), filepath.Join(s.dir, "kube-controller-manager.log"))
+}
+
 // apiserverArgs are the API server's flags, as kubeadm sets those that
 // matter to the tests.
 func apiserverArgs(etcdURL string, pki pki, dir string, port int) []string {

@@ -55,6 +55,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/big"
 	"os"
@@ -666,10 +667,17 @@ func (s *Server) controlPlaneFiles() ([]*joinpb.ControlPlaneFile, error) {
 	var out []*joinpb.ControlPlaneFile
 	for _, name := range controlplanes.PKIFiles {
 		data, err := os.ReadFile(filepath.Join(s.cfg.PKIDir, name))
+		if errors.Is(err, fs.ErrNotExist) && slices.Contains(controlplanes.KubeletServingCAFiles, name) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, &joinpb.ControlPlaneFile{Name: name, Data: data})
+	}
+	// A cluster made before the kubelet-serving CA has neither file.
+	if n := len(controlplanes.PKIFiles) - len(out); n != 0 && n != len(controlplanes.KubeletServingCAFiles) {
+		return nil, fmt.Errorf("%s holds half the kubelet-serving CA's pair %v", s.cfg.PKIDir, controlplanes.KubeletServingCAFiles)
 	}
 	return out, nil
 }

@@ -719,3 +719,36 @@ func FuzzCheckCSR(f *testing.F) {
 		}
 	})
 }
+
+// A control plane gets the kubelet-serving CA with the cluster's other
+// keys; a cluster made before that CA has none to give, and a pair half
+// there is an error, not a control plane whose controller manager cannot
+// start.
+func TestControlPlaneFilesOfTheKubeletServingCA(t *testing.T) {
+	names := func(files []*joinpb.ControlPlaneFile) []string {
+		var out []string
+		for _, f := range files {
+			out = append(out, f.GetName())
+		}
+		return out
+	}
+	pki := newPKIDir(t)
+	s := &Server{cfg: Config{PKIDir: pki}}
+	files, err := s.controlPlaneFiles()
+	if err != nil || !slices.Equal(names(files), controlplanes.PKIFiles) {
+		t.Fatalf("files %v, %v; want %v", names(files), err, controlplanes.PKIFiles)
+	}
+	os.Remove(filepath.Join(pki, controlplanes.KubeletServingCAFiles[1]))
+	if _, err := s.controlPlaneFiles(); err == nil || !strings.Contains(err.Error(), "half") {
+		t.Fatalf("with half the kubelet-serving CA: %v, want an error", err)
+	}
+	os.Remove(filepath.Join(pki, controlplanes.KubeletServingCAFiles[0]))
+	files, err = s.controlPlaneFiles()
+	if err != nil || len(files) != len(controlplanes.PKIFiles)-2 || slices.ContainsFunc(names(files), func(n string) bool { return strings.HasPrefix(n, "kubelet-serving") }) {
+		t.Fatalf("a cluster made before the kubelet-serving CA: %v, %v", names(files), err)
+	}
+	os.Remove(filepath.Join(pki, "ca.key"))
+	if _, err := s.controlPlaneFiles(); err == nil {
+		t.Fatal("without the cluster CA's key: no error")
+	}
+}

@@ -31,7 +31,7 @@ func KeptPods(tb testing.TB, version string) string {
 	}
 	defer os.Setenv("PATH", old)
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: tb.TempDir()}
-	pods, err := tool.StaticPods(context.Background(), kubeadm.InitParams{NodeName: "cp-0", NodeIP: NodeIP,
+	pods, err := tool.StaticPods(context.Background(), kubeadm.InitParams{NodeName: "cp-0", NodeIP: NodeIP, KubeletServingCA: true,
 		KubernetesVersion: version, ClusterName: "orrery", ServiceCIDR: clusternet.DefaultServiceCIDR}, &bytes.Buffer{})
 	if err != nil {
 		tb.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
@@ -28,6 +30,12 @@ import (
 // that never comes up costs the owner that wait before the node goes
 // back to its release.
 const kubeletWait = 5 * time.Minute
+
+// staticPodWait is how long a control plane's rewritten API server and
+// controller manager may take to run again: kubeadm waits as long for a
+// component it replaces in an upgrade (its upgradeManifests timeout is
+// 15 min); under TCG an API server took one to two minutes to be Ready.
+const staticPodWait = 15 * time.Minute
 
 // serveUpgrades serves the owner's Kubernetes upgrades of this node
 // ('bootstrapperd serve-upgrades', from orrery-kubernetes-upgrade.socket):
@@ -52,7 +60,17 @@ func serveUpgrades(ctx context.Context, args []string) error {
 		Kubelet:        systemdKubelet{runner: runner},
 		Etcd:           etcd.Kubeadm,
 		KubeletWait:    kubeletWait,
-		Log:            log,
+		PKIDir:         kubeadm.CertificatesDir,
+		KubeletPKI:     "/var/lib/kubelet/pki",
+		Cluster: func() (kubernetes.Interface, error) {
+			rc, err := clientcmd.BuildConfigFromFlags("", p.adminKubeconfig)
+			if err != nil {
+				return nil, err
+			}
+			return kubernetes.NewForConfig(rc)
+		},
+		PodWait: staticPodWait,
+		Log:     log,
 	})
 	err := ownerservice.Serve(ctx, ownerservice.Config{
 		Listen: *listen, Socket: "orrery-kubernetes-upgrade.socket", OwnerKey: p.ownerKey,

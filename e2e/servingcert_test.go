@@ -57,6 +57,22 @@ func (s *suite) kubeletServingCertificates() {
 		s.t.Fatalf("worker-0's request for %s's address %s: %q, want denied naming the address", cp.Name, cp.IP, cond)
 	}
 	s.k("delete", "csr", name, "--wait=false")
+	s.nothingToMove(cp.Name)
+}
+
+// nothingToMove: a cluster made with the kubelet-serving CA has nothing
+// to move there: the owner's upgrade reads each API server's CA from its
+// pod and reaches every kubelet through the API server, as 'kubectl logs'
+// does.
+func (s *suite) nothingToMove(cp string) {
+	running, err := s.k("get", "node", cp, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}")
+	if err != nil {
+		s.t.Fatalf("%s's kubelet version: %v", cp, err)
+	}
+	out, err := s.orreryAsOwner("upgrade", "apply", "--kubernetes-version", strings.TrimSpace(running), "--dry-run")
+	if err != nil || strings.Contains(out, "Kubelet serving certificates") || !strings.Contains(out, "nothing to do") {
+		s.t.Fatalf("upgrade apply --dry-run to the version the cluster runs: %v\n%s\nwant nothing to do, and no move to the kubelet-serving CA", err, out)
+	}
 }
 
 // servingRequest is a CertificateSigningRequest, as a kubelet makes it,

@@ -230,7 +230,7 @@ func TestInitRunsKubeadmAndReturnsKubeconfig(t *testing.T) {
 	r.onRun = func(c call) error {
 		// kubeadm finds the kubelet-serving CA that its controller
 		// manager and API server name.
-		if err := checkKubeletServingCA(filepath.Join(pki, KubeletServingCACert), filepath.Join(pki, KubeletServingCAKey), time.Now()); err != nil {
+		if _, _, err := readKubeletServingCA(pki, time.Now()); err != nil {
 			t.Errorf("when kubeadm init runs: %v", err)
 		}
 		return os.WriteFile(admin, []byte("kubeconfig"), 0o600)

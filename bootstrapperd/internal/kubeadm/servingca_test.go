@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/orrery-dev/orrery/internal/records/admitted"
+	"github.com/orrery-dev/orrery/internal/records/servingca"
 	"github.com/orrery-dev/orrery/internal/testkit/apiservertest"
 )
 
@@ -227,7 +228,11 @@ func readPEMCert(t *testing.T, path string) *x509.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := parsePEM(b, "CERTIFICATE", x509.ParseCertificate)
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s holds no PEM", path)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +294,7 @@ func TestEnsureKubeletServingCA(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, KubeletServingCAKey), swapped, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := EnsureKubeletServingCA(dir, now); err == nil || !strings.Contains(err.Error(), "does not hold the key") {
+	if err := EnsureKubeletServingCA(dir, now); err == nil || !strings.Contains(err.Error(), "the key is not the certificate's") {
 		t.Fatalf("a key of another CA: %v, want a refusal", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, KubeletServingCACert), []byte("garbage"), 0o644); err != nil {
@@ -298,7 +303,7 @@ func TestEnsureKubeletServingCA(t *testing.T) {
 	if err := EnsureKubeletServingCA(dir, now); err == nil || !strings.Contains(err.Error(), "remove both files") {
 		t.Fatalf("a certificate that is not PEM: %v, want a refusal", err)
 	}
-	if err := EnsureKubeletServingCA(other, now.Add(11*365*24*time.Hour)); err == nil || !strings.Contains(err.Error(), "not a CA valid now") {
+	if err := EnsureKubeletServingCA(other, now.Add(11*365*24*time.Hour)); err == nil || !strings.Contains(err.Error(), "not valid now") {
 		t.Fatalf("a pair long expired: %v, want a refusal", err)
 	}
 
@@ -311,4 +316,37 @@ func TestEnsureKubeletServingCA(t *testing.T) {
 		t.Fatalf("a key without its certificate (a write cut short): %v, want a new pair", err)
 	}
 	readPEMCert(t, filepath.Join(cut, KubeletServingCACert))
+}
+
+// A control plane moved to the kubelet-serving CA takes the pair it is
+// given, takes it again, and refuses another pair or one that is no pair.
+func TestInstallKubeletServingCA(t *testing.T) {
+	now := time.Now()
+	cert, key, err := servingca.New(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "pki")
+	if err := InstallKubeletServingCA(dir, cert, key, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallKubeletServingCA(dir, cert, key, now); err != nil {
+		t.Fatalf("the same pair again (a move resumed): %v", err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, KubeletServingCAKey)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the key's mode: %v, %v", st, err)
+	}
+	otherCert, otherKey, err := servingca.New(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallKubeletServingCA(dir, otherCert, otherKey, now); !errors.Is(err, ErrOtherKubeletServingCA) {
+		t.Fatalf("another pair: %v, want ErrOtherKubeletServingCA", err)
+	}
+	if err := InstallKubeletServingCA(t.TempDir(), cert, otherKey, now); !errors.Is(err, servingca.ErrInvalid) || strings.Contains(err.Error(), string(otherKey)) {
+		t.Fatalf("a certificate with another's key: %v, want servingca.ErrInvalid without the key", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, KubeletServingCACert)); !bytes.Equal(got, cert) {
+		t.Fatal("a refused pair replaced the one kept")
+	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kubeadm"
 	"github.com/orrery-dev/orrery/bootstrapperd/internal/kuberelease"
@@ -70,6 +71,14 @@ type Config struct {
 	KubeadmBackups string
 	Kubelet        Kubelet
 	Etcd           Etcd
+	// PKIDir is kubeadm's certificate directory (kubeadm.CertificatesDir),
+	// KubeletPKI kubelet's (/var/lib/kubelet/pki).
+	PKIDir, KubeletPKI string
+	// Cluster is a client of the cluster with the node's admin
+	// kubeconfig, for a control plane's move to the kubelet-serving CA.
+	Cluster func() (kubernetes.Interface, error)
+	// PodWait is how long a rewritten static pod may take to run again.
+	PodWait time.Duration
 	// KubeletWait is how long a switched kubelet may take to answer its
 	// health check before the node goes back to the release it ran.
 	KubeletWait time.Duration
@@ -89,6 +98,9 @@ type Server struct {
 
 	mu  sync.Mutex
 	job *job
+	// changing names a change other than an upgrade that runs (a move
+	// to the kubelet-serving CA), which an upgrade waits for.
+	changing string
 	// jobs counts the upgrades that run: Wait waits for them.
 	jobs sync.WaitGroup
 	// removing is held while an etcd member is removed.
@@ -193,6 +205,9 @@ func (s *Server) start(req *kubeupgradepb.UpgradeRequest) (*job, error) {
 			return s.job, nil
 		}
 		return nil, status.Errorf(codes.Unavailable, "this node is busy with an upgrade to Kubernetes %s (%s); ask again once it ended", s.job.version, stepName(s.job.step))
+	}
+	if s.changing != "" {
+		return nil, status.Errorf(codes.Unavailable, "this node is busy with %s; ask again once it ended", s.changing)
 	}
 	from, err := s.check(req)
 	if err != nil {

@@ -61,7 +61,19 @@ new release last; one that does not come up healthy goes back. A node
 that fails stops the upgrade there, on its old release, and is named.
 Run the same command again after an interruption (Ctrl-C, a lost
 connection, a reset node): it skips the nodes that run the new release
-and goes on.`
+and goes on.
+
+A cluster made before kubelets' serving certificates had a CA of their
+own (its API servers check kubelets against the cluster CA) moves to that
+CA first, after the snapshot and before any version changes; the same
+version the cluster runs moves it alone. Each control plane gets the same
+new pair (kept in the workspace until all have it), its API server and
+controller manager restart with it, then every kubelet asks for a new
+serving certificate. 'kubectl logs', 'exec' and 'port-forward' to a node
+fail from the first control plane's move until that node's kubelet holds
+its new certificate; the command prints how long that was for each node.
+The move needs the cluster's services of this orrery: run
+'orrery upgrade apply' without --kubernetes-version first.`
 
 func newUpgradeApplyCmd() *cobra.Command {
 	var o upgradeApplyOptions

@@ -56,12 +56,17 @@ func runKubernetesUpgrade(cmd *cobra.Command, in io.Reader, out io.Writer, o upg
 		return err
 	}
 	u := kubeUpgrade{o: o, cmd: cmd, out: out, owner: owner}
-	plan, err := u.plan(ctx, client, to)
+	plan, state, err := u.plan(ctx, client, to)
+	if err != nil {
+		return err
+	}
+	move, err := planServingCA(ctx, client, state)
 	if err != nil {
 		return err
 	}
 	writeKubePlan(out, plan)
-	if len(plan.Pending()) == 0 {
+	writeServingCAPlan(out, move)
+	if len(plan.Pending()) == 0 && !move.needed() {
 		fmt.Fprintf(out, "Every node runs Kubernetes %s: nothing to do.\n", to)
 		return nil
 	}
@@ -78,7 +83,7 @@ func runKubernetesUpgrade(cmd *cobra.Command, in io.Reader, out io.Writer, o upg
 			return err
 		}
 	}
-	return u.apply(ctx, client, plan)
+	return u.apply(ctx, client, plan, state, move)
 }
 
 // checkKubernetesFlags refuses options of the chart upgrade beside
@@ -94,10 +99,10 @@ func (o upgradeApplyOptions) checkKubernetesFlags(cmd *cobra.Command) error {
 
 // plan reads the cluster, asks every node which releases its image
 // carries, and plans the upgrade: every refusal comes before any change.
-func (u kubeUpgrade) plan(ctx context.Context, client kubernetes.Interface, to string) (kubeupgrade.Plan, error) {
+func (u kubeUpgrade) plan(ctx context.Context, client kubernetes.Interface, to string) (kubeupgrade.Plan, kubeupgrade.State, error) {
 	state, err := kubeupgrade.Read(ctx, client)
 	if err != nil {
-		return kubeupgrade.Plan{}, err
+		return kubeupgrade.Plan{}, state, err
 	}
 	told := map[string]kubeupgrade.Releases{}
 	var unreachable []string
@@ -111,9 +116,10 @@ func (u kubeUpgrade) plan(ctx context.Context, client kubernetes.Interface, to s
 		r.Close()
 	}
 	if len(unreachable) > 0 {
-		return kubeupgrade.Plan{}, fmt.Errorf("%w: these nodes' upgrade services did not answer, or did not pass your check:\n%s", kubeupgrade.ErrRefused, strings.Join(unreachable, "\n"))
+		return kubeupgrade.Plan{}, state, fmt.Errorf("%w: these nodes' upgrade services did not answer, or did not pass your check:\n%s", kubeupgrade.ErrRefused, strings.Join(unreachable, "\n"))
 	}
-	return kubeupgrade.MakePlan(state, to, told)
+	plan, err := kubeupgrade.MakePlan(state, to, told)
+	return plan, state, err
 }
 
 // dial reaches node n's upgrade service, which must prove it is n.
@@ -126,8 +132,9 @@ func (u kubeUpgrade) dial(ctx context.Context, n kubeupgrade.Node) (*kubeupgrade
 	return kubeupgrade.DialNode(ctx, u.owner, n.Name, n.Address)
 }
 
-// apply backs up etcd, then runs the plan.
-func (u kubeUpgrade) apply(ctx context.Context, client kubernetes.Interface, plan kubeupgrade.Plan) error {
+// apply backs up etcd, moves the cluster to the kubelet-serving CA if it
+// is not there, then runs the plan.
+func (u kubeUpgrade) apply(ctx context.Context, client kubernetes.Interface, plan kubeupgrade.Plan, state kubeupgrade.State, move servingCAMove) error {
 	started := time.Now()
 	say := func(format string, args ...any) { fmt.Fprintf(u.out, format+"\n", args...) }
 	nodeTimeout := kubeNodeTimeout
@@ -145,6 +152,11 @@ func (u kubeUpgrade) apply(ctx context.Context, client kubernetes.Interface, pla
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 	say("Backed up etcd of %s (%.1f MiB) to %s in %s ('etcdutl snapshot restore' restores it).", first.Name, float64(size)/(1<<20), path, time.Since(started).Round(time.Second))
+	if move.needed() {
+		if err := u.moveServingCA(ctx, client, state, nodeTimeout); err != nil {
+			return err
+		}
+	}
 	err = kubeupgrade.Run(ctx, cfg, plan)
 	if err == nil {
 		say("Every node runs Kubernetes %s; the upgrade took %s.", plan.To, time.Since(started).Round(time.Second))

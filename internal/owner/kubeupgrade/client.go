@@ -151,3 +151,22 @@ func etcdMembers(resp *kubeupgradepb.EtcdMembersResponse) []EtcdMember {
 	}
 	return out
 }
+
+// MoveKubeletServingCA implements ServingCAClient.
+func (r *Remote) MoveKubeletServingCA(ctx context.Context, certPEM, keyPEM []byte) ([]string, error) {
+	resp, err := r.client.MoveKubeletServingCA(ctx, &kubeupgradepb.MoveKubeletServingCARequest{Certificate: certPEM, Key: keyPEM})
+	if err != nil {
+		return nil, termtext.Error(err)
+	}
+	var out []string
+	for _, p := range resp.GetRewrote() {
+		out = append(out, termtext.Line(p))
+	}
+	return out, nil
+}
+
+// RenewKubeletServingCertificate implements ServingCAClient.
+func (r *Remote) RenewKubeletServingCertificate(ctx context.Context) error {
+	_, err := r.client.RenewKubeletServingCertificate(ctx, &kubeupgradepb.RenewKubeletServingCertificateRequest{})
+	return termtext.Error(err)
+}

@@ -58,6 +58,10 @@ type Node struct {
 	Components map[string]string
 	// Address is the node's internal IP.
 	Address string
+	// KubeletCA is the file a control plane's API server checks kubelets'
+	// serving certificates against (--kubelet-certificate-authority),
+	// from its pod.
+	KubeletCA string
 }
 
 // Components are the control-plane components whose version moves with
@@ -116,8 +120,12 @@ func readNode(n corev1.Node, pods []corev1.Pod) Node {
 		if p.Spec.NodeName != n.Name || len(p.Spec.Containers) == 0 {
 			continue
 		}
-		if c := p.Labels["component"]; slices.Contains(Components, c) {
+		c := p.Labels["component"]
+		if slices.Contains(Components, c) {
 			out.Components[c] = imageTag(p.Spec.Containers[0].Image)
+		}
+		if c == "kube-apiserver" {
+			out.KubeletCA = flagValue(p.Spec.Containers[0].Command, "kubelet-certificate-authority")
 		}
 	}
 	return out
@@ -131,4 +139,15 @@ func imageTag(ref string) string {
 		return ""
 	}
 	return ref[i+1:]
+}
+
+// flagValue is the value of the last --name=VALUE in command, "" if none.
+func flagValue(command []string, name string) string {
+	var v string
+	for _, a := range command {
+		if after, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			v = after
+		}
+	}
+	return v
 }

@@ -612,6 +612,178 @@ func (x *RemoveEtcdMemberRequest) GetAddress() string {
 	return ""
 }
 
+type MoveKubeletServingCARequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// certificate and key are the kubelet-serving CA's pair, PEM: the same
+	// on every control plane of the cluster.
+	Certificate   []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	Key           []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveKubeletServingCARequest) Reset() {
+	*x = MoveKubeletServingCARequest{}
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveKubeletServingCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveKubeletServingCARequest) ProtoMessage() {}
+
+func (x *MoveKubeletServingCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveKubeletServingCARequest.ProtoReflect.Descriptor instead.
+func (*MoveKubeletServingCARequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MoveKubeletServingCARequest) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *MoveKubeletServingCARequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type MoveKubeletServingCAResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rewrote names the static pods written anew; none if the control
+	// plane ran with the kubelet-serving CA already.
+	Rewrote       []string `protobuf:"bytes,1,rep,name=rewrote,proto3" json:"rewrote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveKubeletServingCAResponse) Reset() {
+	*x = MoveKubeletServingCAResponse{}
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveKubeletServingCAResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveKubeletServingCAResponse) ProtoMessage() {}
+
+func (x *MoveKubeletServingCAResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveKubeletServingCAResponse.ProtoReflect.Descriptor instead.
+func (*MoveKubeletServingCAResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MoveKubeletServingCAResponse) GetRewrote() []string {
+	if x != nil {
+		return x.Rewrote
+	}
+	return nil
+}
+
+type RenewKubeletServingCertificateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewKubeletServingCertificateRequest) Reset() {
+	*x = RenewKubeletServingCertificateRequest{}
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewKubeletServingCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewKubeletServingCertificateRequest) ProtoMessage() {}
+
+func (x *RenewKubeletServingCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewKubeletServingCertificateRequest.ProtoReflect.Descriptor instead.
+func (*RenewKubeletServingCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP(), []int{12}
+}
+
+type RenewKubeletServingCertificateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewKubeletServingCertificateResponse) Reset() {
+	*x = RenewKubeletServingCertificateResponse{}
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewKubeletServingCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewKubeletServingCertificateResponse) ProtoMessage() {}
+
+func (x *RenewKubeletServingCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewKubeletServingCertificateResponse.ProtoReflect.Descriptor instead.
+func (*RenewKubeletServingCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP(), []int{13}
+}
+
 var File_internal_proto_kubeupgradepb_kubeupgrade_proto protoreflect.FileDescriptor
 
 const file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc = "" +
@@ -647,19 +819,28 @@ const file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc = "" +
 	"\x17RemoveEtcdMemberRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fbreak_quorum\x18\x02 \x01(\bR\vbreakQuorum\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress*;\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"Q\n" +
+	"\x1bMoveKubeletServingCARequest\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"8\n" +
+	"\x1cMoveKubeletServingCAResponse\x12\x18\n" +
+	"\arewrote\x18\x01 \x03(\tR\arewrote\"'\n" +
+	"%RenewKubeletServingCertificateRequest\"(\n" +
+	"&RenewKubeletServingCertificateResponse*;\n" +
 	"\x04Step\x12\x14\n" +
 	"\x10STEP_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"STEP_APPLY\x10\x01\x12\r\n" +
-	"\tSTEP_NODE\x10\x022\x85\x04\n" +
+	"\tSTEP_NODE\x10\x022\xa6\x06\n" +
 	"\x18KubernetesUpgradeService\x12[\n" +
 	"\bReleases\x12&.orrery.kubeupgrade.v1.ReleasesRequest\x1a'.orrery.kubeupgrade.v1.ReleasesResponse\x12X\n" +
 	"\aUpgrade\x12%.orrery.kubeupgrade.v1.UpgradeRequest\x1a$.orrery.kubeupgrade.v1.UpgradeOutput0\x01\x12\\\n" +
 	"\n" +
 	"BackupEtcd\x12(.orrery.kubeupgrade.v1.BackupEtcdRequest\x1a\".orrery.kubeupgrade.v1.BackupChunk0\x01\x12d\n" +
 	"\vEtcdMembers\x12).orrery.kubeupgrade.v1.EtcdMembersRequest\x1a*.orrery.kubeupgrade.v1.EtcdMembersResponse\x12n\n" +
-	"\x10RemoveEtcdMember\x12..orrery.kubeupgrade.v1.RemoveEtcdMemberRequest\x1a*.orrery.kubeupgrade.v1.EtcdMembersResponseB;Z9github.com/orrery-dev/orrery/internal/proto/kubeupgradepbb\x06proto3"
+	"\x10RemoveEtcdMember\x12..orrery.kubeupgrade.v1.RemoveEtcdMemberRequest\x1a*.orrery.kubeupgrade.v1.EtcdMembersResponse\x12\x7f\n" +
+	"\x14MoveKubeletServingCA\x122.orrery.kubeupgrade.v1.MoveKubeletServingCARequest\x1a3.orrery.kubeupgrade.v1.MoveKubeletServingCAResponse\x12\x9d\x01\n" +
+	"\x1eRenewKubeletServingCertificate\x12<.orrery.kubeupgrade.v1.RenewKubeletServingCertificateRequest\x1a=.orrery.kubeupgrade.v1.RenewKubeletServingCertificateResponseB;Z9github.com/orrery-dev/orrery/internal/proto/kubeupgradepbb\x06proto3"
 
 var (
 	file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescOnce sync.Once
@@ -674,19 +855,23 @@ func file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_kubeupgradepb_kubeupgrade_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_internal_proto_kubeupgradepb_kubeupgrade_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_internal_proto_kubeupgradepb_kubeupgrade_proto_goTypes = []any{
-	(Step)(0),                       // 0: orrery.kubeupgrade.v1.Step
-	(*ReleasesRequest)(nil),         // 1: orrery.kubeupgrade.v1.ReleasesRequest
-	(*ReleasesResponse)(nil),        // 2: orrery.kubeupgrade.v1.ReleasesResponse
-	(*UpgradeRequest)(nil),          // 3: orrery.kubeupgrade.v1.UpgradeRequest
-	(*UpgradeOutput)(nil),           // 4: orrery.kubeupgrade.v1.UpgradeOutput
-	(*BackupEtcdRequest)(nil),       // 5: orrery.kubeupgrade.v1.BackupEtcdRequest
-	(*BackupChunk)(nil),             // 6: orrery.kubeupgrade.v1.BackupChunk
-	(*EtcdMembersRequest)(nil),      // 7: orrery.kubeupgrade.v1.EtcdMembersRequest
-	(*EtcdMembersResponse)(nil),     // 8: orrery.kubeupgrade.v1.EtcdMembersResponse
-	(*EtcdMember)(nil),              // 9: orrery.kubeupgrade.v1.EtcdMember
-	(*RemoveEtcdMemberRequest)(nil), // 10: orrery.kubeupgrade.v1.RemoveEtcdMemberRequest
+	(Step)(0),                                      // 0: orrery.kubeupgrade.v1.Step
+	(*ReleasesRequest)(nil),                        // 1: orrery.kubeupgrade.v1.ReleasesRequest
+	(*ReleasesResponse)(nil),                       // 2: orrery.kubeupgrade.v1.ReleasesResponse
+	(*UpgradeRequest)(nil),                         // 3: orrery.kubeupgrade.v1.UpgradeRequest
+	(*UpgradeOutput)(nil),                          // 4: orrery.kubeupgrade.v1.UpgradeOutput
+	(*BackupEtcdRequest)(nil),                      // 5: orrery.kubeupgrade.v1.BackupEtcdRequest
+	(*BackupChunk)(nil),                            // 6: orrery.kubeupgrade.v1.BackupChunk
+	(*EtcdMembersRequest)(nil),                     // 7: orrery.kubeupgrade.v1.EtcdMembersRequest
+	(*EtcdMembersResponse)(nil),                    // 8: orrery.kubeupgrade.v1.EtcdMembersResponse
+	(*EtcdMember)(nil),                             // 9: orrery.kubeupgrade.v1.EtcdMember
+	(*RemoveEtcdMemberRequest)(nil),                // 10: orrery.kubeupgrade.v1.RemoveEtcdMemberRequest
+	(*MoveKubeletServingCARequest)(nil),            // 11: orrery.kubeupgrade.v1.MoveKubeletServingCARequest
+	(*MoveKubeletServingCAResponse)(nil),           // 12: orrery.kubeupgrade.v1.MoveKubeletServingCAResponse
+	(*RenewKubeletServingCertificateRequest)(nil),  // 13: orrery.kubeupgrade.v1.RenewKubeletServingCertificateRequest
+	(*RenewKubeletServingCertificateResponse)(nil), // 14: orrery.kubeupgrade.v1.RenewKubeletServingCertificateResponse
 }
 var file_internal_proto_kubeupgradepb_kubeupgrade_proto_depIdxs = []int32{
 	0,  // 0: orrery.kubeupgrade.v1.UpgradeRequest.step:type_name -> orrery.kubeupgrade.v1.Step
@@ -696,13 +881,17 @@ var file_internal_proto_kubeupgradepb_kubeupgrade_proto_depIdxs = []int32{
 	5,  // 4: orrery.kubeupgrade.v1.KubernetesUpgradeService.BackupEtcd:input_type -> orrery.kubeupgrade.v1.BackupEtcdRequest
 	7,  // 5: orrery.kubeupgrade.v1.KubernetesUpgradeService.EtcdMembers:input_type -> orrery.kubeupgrade.v1.EtcdMembersRequest
 	10, // 6: orrery.kubeupgrade.v1.KubernetesUpgradeService.RemoveEtcdMember:input_type -> orrery.kubeupgrade.v1.RemoveEtcdMemberRequest
-	2,  // 7: orrery.kubeupgrade.v1.KubernetesUpgradeService.Releases:output_type -> orrery.kubeupgrade.v1.ReleasesResponse
-	4,  // 8: orrery.kubeupgrade.v1.KubernetesUpgradeService.Upgrade:output_type -> orrery.kubeupgrade.v1.UpgradeOutput
-	6,  // 9: orrery.kubeupgrade.v1.KubernetesUpgradeService.BackupEtcd:output_type -> orrery.kubeupgrade.v1.BackupChunk
-	8,  // 10: orrery.kubeupgrade.v1.KubernetesUpgradeService.EtcdMembers:output_type -> orrery.kubeupgrade.v1.EtcdMembersResponse
-	8,  // 11: orrery.kubeupgrade.v1.KubernetesUpgradeService.RemoveEtcdMember:output_type -> orrery.kubeupgrade.v1.EtcdMembersResponse
-	7,  // [7:12] is the sub-list for method output_type
-	2,  // [2:7] is the sub-list for method input_type
+	11, // 7: orrery.kubeupgrade.v1.KubernetesUpgradeService.MoveKubeletServingCA:input_type -> orrery.kubeupgrade.v1.MoveKubeletServingCARequest
+	13, // 8: orrery.kubeupgrade.v1.KubernetesUpgradeService.RenewKubeletServingCertificate:input_type -> orrery.kubeupgrade.v1.RenewKubeletServingCertificateRequest
+	2,  // 9: orrery.kubeupgrade.v1.KubernetesUpgradeService.Releases:output_type -> orrery.kubeupgrade.v1.ReleasesResponse
+	4,  // 10: orrery.kubeupgrade.v1.KubernetesUpgradeService.Upgrade:output_type -> orrery.kubeupgrade.v1.UpgradeOutput
+	6,  // 11: orrery.kubeupgrade.v1.KubernetesUpgradeService.BackupEtcd:output_type -> orrery.kubeupgrade.v1.BackupChunk
+	8,  // 12: orrery.kubeupgrade.v1.KubernetesUpgradeService.EtcdMembers:output_type -> orrery.kubeupgrade.v1.EtcdMembersResponse
+	8,  // 13: orrery.kubeupgrade.v1.KubernetesUpgradeService.RemoveEtcdMember:output_type -> orrery.kubeupgrade.v1.EtcdMembersResponse
+	12, // 14: orrery.kubeupgrade.v1.KubernetesUpgradeService.MoveKubeletServingCA:output_type -> orrery.kubeupgrade.v1.MoveKubeletServingCAResponse
+	14, // 15: orrery.kubeupgrade.v1.KubernetesUpgradeService.RenewKubeletServingCertificate:output_type -> orrery.kubeupgrade.v1.RenewKubeletServingCertificateResponse
+	9,  // [9:16] is the sub-list for method output_type
+	2,  // [2:9] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -719,7 +908,7 @@ func file_internal_proto_kubeupgradepb_kubeupgrade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc), len(file_internal_proto_kubeupgradepb_kubeupgrade_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

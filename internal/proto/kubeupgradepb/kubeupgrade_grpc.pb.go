@@ -19,11 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	KubernetesUpgradeService_Releases_FullMethodName         = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/Releases"
-	KubernetesUpgradeService_Upgrade_FullMethodName          = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/Upgrade"
-	KubernetesUpgradeService_BackupEtcd_FullMethodName       = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/BackupEtcd"
-	KubernetesUpgradeService_EtcdMembers_FullMethodName      = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/EtcdMembers"
-	KubernetesUpgradeService_RemoveEtcdMember_FullMethodName = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/RemoveEtcdMember"
+	KubernetesUpgradeService_Releases_FullMethodName                       = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/Releases"
+	KubernetesUpgradeService_Upgrade_FullMethodName                        = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/Upgrade"
+	KubernetesUpgradeService_BackupEtcd_FullMethodName                     = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/BackupEtcd"
+	KubernetesUpgradeService_EtcdMembers_FullMethodName                    = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/EtcdMembers"
+	KubernetesUpgradeService_RemoveEtcdMember_FullMethodName               = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/RemoveEtcdMember"
+	KubernetesUpgradeService_MoveKubeletServingCA_FullMethodName           = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/MoveKubeletServingCA"
+	KubernetesUpgradeService_RenewKubeletServingCertificate_FullMethodName = "/orrery.kubeupgrade.v1.KubernetesUpgradeService/RenewKubeletServingCertificate"
 )
 
 // KubernetesUpgradeServiceClient is the client API for KubernetesUpgradeService service.
@@ -54,6 +56,19 @@ type KubernetesUpgradeServiceClient interface {
 	// answer comes from a member that stays. NotFound: there is no such
 	// member.
 	RemoveEtcdMember(ctx context.Context, in *RemoveEtcdMemberRequest, opts ...grpc.CallOption) (*EtcdMembersResponse, error)
+	// MoveKubeletServingCA moves a control plane of a cluster made before
+	// the kubelet-serving CA to it: the node keeps the pair it is given
+	// (FailedPrecondition if it holds another), has the cluster's kubeadm
+	// configuration name it, and writes its API server's and controller
+	// manager's static pods anew, so that the one checks kubelets against
+	// that CA alone and the other signs their serving certificates with it.
+	// It answers once both run again. A control plane that runs it already
+	// answers at once, with nothing rewritten.
+	MoveKubeletServingCA(ctx context.Context, in *MoveKubeletServingCARequest, opts ...grpc.CallOption) (*MoveKubeletServingCAResponse, error)
+	// RenewKubeletServingCertificate has the node's kubelet ask for a new
+	// serving certificate now: it removes the one it has and restarts
+	// kubelet, and answers once kubelet is healthy again.
+	RenewKubeletServingCertificate(ctx context.Context, in *RenewKubeletServingCertificateRequest, opts ...grpc.CallOption) (*RenewKubeletServingCertificateResponse, error)
 }
 
 type kubernetesUpgradeServiceClient struct {
@@ -132,6 +147,26 @@ func (c *kubernetesUpgradeServiceClient) RemoveEtcdMember(ctx context.Context, i
 	return out, nil
 }
 
+func (c *kubernetesUpgradeServiceClient) MoveKubeletServingCA(ctx context.Context, in *MoveKubeletServingCARequest, opts ...grpc.CallOption) (*MoveKubeletServingCAResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveKubeletServingCAResponse)
+	err := c.cc.Invoke(ctx, KubernetesUpgradeService_MoveKubeletServingCA_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kubernetesUpgradeServiceClient) RenewKubeletServingCertificate(ctx context.Context, in *RenewKubeletServingCertificateRequest, opts ...grpc.CallOption) (*RenewKubeletServingCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewKubeletServingCertificateResponse)
+	err := c.cc.Invoke(ctx, KubernetesUpgradeService_RenewKubeletServingCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KubernetesUpgradeServiceServer is the server API for KubernetesUpgradeService service.
 // All implementations must embed UnimplementedKubernetesUpgradeServiceServer
 // for forward compatibility.
@@ -160,6 +195,19 @@ type KubernetesUpgradeServiceServer interface {
 	// answer comes from a member that stays. NotFound: there is no such
 	// member.
 	RemoveEtcdMember(context.Context, *RemoveEtcdMemberRequest) (*EtcdMembersResponse, error)
+	// MoveKubeletServingCA moves a control plane of a cluster made before
+	// the kubelet-serving CA to it: the node keeps the pair it is given
+	// (FailedPrecondition if it holds another), has the cluster's kubeadm
+	// configuration name it, and writes its API server's and controller
+	// manager's static pods anew, so that the one checks kubelets against
+	// that CA alone and the other signs their serving certificates with it.
+	// It answers once both run again. A control plane that runs it already
+	// answers at once, with nothing rewritten.
+	MoveKubeletServingCA(context.Context, *MoveKubeletServingCARequest) (*MoveKubeletServingCAResponse, error)
+	// RenewKubeletServingCertificate has the node's kubelet ask for a new
+	// serving certificate now: it removes the one it has and restarts
+	// kubelet, and answers once kubelet is healthy again.
+	RenewKubeletServingCertificate(context.Context, *RenewKubeletServingCertificateRequest) (*RenewKubeletServingCertificateResponse, error)
 	mustEmbedUnimplementedKubernetesUpgradeServiceServer()
 }
 
@@ -184,6 +232,12 @@ func (UnimplementedKubernetesUpgradeServiceServer) EtcdMembers(context.Context, 
 }
 func (UnimplementedKubernetesUpgradeServiceServer) RemoveEtcdMember(context.Context, *RemoveEtcdMemberRequest) (*EtcdMembersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveEtcdMember not implemented")
+}
+func (UnimplementedKubernetesUpgradeServiceServer) MoveKubeletServingCA(context.Context, *MoveKubeletServingCARequest) (*MoveKubeletServingCAResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveKubeletServingCA not implemented")
+}
+func (UnimplementedKubernetesUpgradeServiceServer) RenewKubeletServingCertificate(context.Context, *RenewKubeletServingCertificateRequest) (*RenewKubeletServingCertificateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewKubeletServingCertificate not implemented")
 }
 func (UnimplementedKubernetesUpgradeServiceServer) mustEmbedUnimplementedKubernetesUpgradeServiceServer() {
 }
@@ -283,6 +337,42 @@ func _KubernetesUpgradeService_RemoveEtcdMember_Handler(srv interface{}, ctx con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KubernetesUpgradeService_MoveKubeletServingCA_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveKubeletServingCARequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KubernetesUpgradeServiceServer).MoveKubeletServingCA(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KubernetesUpgradeService_MoveKubeletServingCA_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KubernetesUpgradeServiceServer).MoveKubeletServingCA(ctx, req.(*MoveKubeletServingCARequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KubernetesUpgradeService_RenewKubeletServingCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewKubeletServingCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KubernetesUpgradeServiceServer).RenewKubeletServingCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KubernetesUpgradeService_RenewKubeletServingCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KubernetesUpgradeServiceServer).RenewKubeletServingCertificate(ctx, req.(*RenewKubeletServingCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KubernetesUpgradeService_ServiceDesc is the grpc.ServiceDesc for KubernetesUpgradeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -301,6 +391,14 @@ var KubernetesUpgradeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveEtcdMember",
 			Handler:    _KubernetesUpgradeService_RemoveEtcdMember_Handler,
+		},
+		{
+			MethodName: "MoveKubeletServingCA",
+			Handler:    _KubernetesUpgradeService_MoveKubeletServingCA_Handler,
+		},
+		{
+			MethodName: "RenewKubeletServingCertificate",
+			Handler:    _KubernetesUpgradeService_RenewKubeletServingCertificate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

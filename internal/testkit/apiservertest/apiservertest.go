@@ -71,6 +71,20 @@ func Start(tb testing.TB) *Server {
 // the join service, say), as a cluster's does.
 func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server {
 	tb.Helper()
+	return startWith(tb, ca, key)
+}
+
+// StartWithKubeletCA is Start with an API server that checks kubelets'
+// serving certificates against the CA certificate in file, as a
+// cluster's does for 'kubectl logs' and 'exec'.
+func StartWithKubeletCA(tb testing.TB, file string) *Server {
+	tb.Helper()
+	ca, key := newCA(tb)
+	return startWith(tb, ca, key, "--kubelet-certificate-authority="+file)
+}
+
+func startWith(tb testing.TB, ca *x509.Certificate, key crypto.Signer, extra ...string) *Server {
+	tb.Helper()
 	bin, err := binDir()
 	if err != nil {
 		tb.Skip(err)
@@ -85,6 +99,7 @@ func StartWithCA(tb testing.TB, ca *x509.Certificate, key crypto.Signer) *Server
 		port := freePort(tb)
 		logPath := filepath.Join(dir, fmt.Sprintf("kube-apiserver-%d.log", attempt))
 		args := append(apiserverArgs(etcdURL, pki, dir, port), auditArgs(tb, dir)...)
+		args = append(args, extra...)
 		apiserver := start(tb, filepath.Join(bin, "kube-apiserver"), args, logPath)
 		cfg := &rest.Config{
 			Host: "https://127.0.0.1:" + strconv.Itoa(port),

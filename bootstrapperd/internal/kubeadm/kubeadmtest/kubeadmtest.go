@@ -23,6 +23,19 @@ var NodeIP = netip.MustParseAddr("10.42.1.100")
 // not built.
 func KeptPods(tb testing.TB, version string) string {
 	tb.Helper()
+	return keptPods(tb, version, true)
+}
+
+// KeptPodsWithClusterCA is KeptPods of a cluster made before the
+// kubelet-serving CA: its API server checks kubelets against the cluster
+// CA, and its controller manager signs their serving certificates with it.
+func KeptPodsWithClusterCA(tb testing.TB, version string) string {
+	tb.Helper()
+	return keptPods(tb, version, false)
+}
+
+func keptPods(tb testing.TB, version string, servingCA bool) string {
+	tb.Helper()
 	bin := apiservertest.Kubeadm(tb)
 	// tb.Setenv is testing.T's alone; kubeadm is found on PATH.
 	old := os.Getenv("PATH")
@@ -31,7 +44,7 @@ func KeptPods(tb testing.TB, version string) string {
 	}
 	defer os.Setenv("PATH", old)
 	tool := &kubeadm.Tool{Runner: kubeadm.ExecRunner{}, ConfigDir: tb.TempDir()}
-	pods, err := tool.StaticPods(context.Background(), kubeadm.InitParams{NodeName: "cp-0", NodeIP: NodeIP, KubeletServingCA: true,
+	pods, err := tool.StaticPods(context.Background(), kubeadm.InitParams{NodeName: "cp-0", NodeIP: NodeIP, KubeletServingCA: servingCA,
 		KubernetesVersion: version, ClusterName: "orrery", ServiceCIDR: clusternet.DefaultServiceCIDR}, &bytes.Buffer{})
 	if err != nil {
 		tb.Fatal(err)

@@ -14,11 +14,10 @@ import (
 	"slices"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/clustersettings"
 	"github.com/orrery-dev/orrery/internal/nodename"
+	"github.com/orrery-dev/orrery/internal/strictjson"
 )
 
 // StaticPods are the control plane's static pods, as kubeadm names their
@@ -115,7 +114,9 @@ func readPod(path, component string) (podSpec, error) {
 	var pod struct {
 		Spec podSpec `json:"spec"`
 	}
-	if err := yaml.Unmarshal(b, &pod); err != nil {
+	// As kubelet reads it: names match exactly, so the settings read here
+	// are the ones the kept pod ran with.
+	if err := strictjson.KubernetesYAML(b, &pod); err != nil {
 		return podSpec{}, fmt.Errorf("%w: %s is not a pod: %w", ErrKeptSettings, filepath.Base(path), err)
 	}
 	if len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != component {

@@ -41,11 +41,10 @@ import (
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/orrery-dev/orrery/internal/atomicfile"
 	"github.com/orrery-dev/orrery/internal/disk/handoff"
 	"github.com/orrery-dev/orrery/internal/pendingjoin"
+	"github.com/orrery-dev/orrery/internal/strictjson"
 )
 
 // ErrRefused means a kept file is not what the node wrote: root on the
@@ -81,11 +80,15 @@ type Checker struct {
 
 // Paths of the kept files, relative to the OS's root.
 const (
-	KubernetesDir  = "etc/kubernetes"
-	KubeletConfig  = "var/lib/kubelet/config.yaml"
-	KubeletFlags   = "var/lib/kubelet/kubeadm-flags.env"
-	BakedImagesDir = "usr/share/orrery/images"
-	caCertPath     = "/etc/kubernetes/pki/ca.crt"
+	KubernetesDir = "etc/kubernetes"
+	KubeletConfig = "var/lib/kubelet/config.yaml"
+	KubeletFlags  = "var/lib/kubelet/kubeadm-flags.env"
+	// KubeletInstanceConfig is a patch that kubeadm's upgrade merges into
+	// kubelet's configuration, after Orrery's own patches: kubeadm
+	// writes one line in it, and kubelet never reads it.
+	KubeletInstanceConfig = "var/lib/kubelet/instance-config.yaml"
+	BakedImagesDir        = "usr/share/orrery/images"
+	caCertPath            = "/etc/kubernetes/pki/ca.crt"
 	// containerdSocket is the CRI endpoint kubeadm is configured with.
 	containerdSocket = "unix:///run/containerd/containerd.sock"
 )
@@ -195,7 +198,43 @@ func (c *Checker) Check(f Facts) error {
 	if err := c.checkFile(KubeletConfig, checkKubeletConfig); err != nil {
 		return err
 	}
-	return c.checkFile(KubeletFlags, checkKubeletFlags)
+	if err := c.checkFile(KubeletFlags, checkKubeletFlags); err != nil {
+		return err
+	}
+	return c.restoreInstanceConfig()
+}
+
+// InstanceConfig is the kubelet instance configuration kubeadm writes for
+// Orrery's nodes (its CRI socket, nothing else).
+const InstanceConfig = "containerRuntimeEndpoint: \"" + containerdSocket + "\"\n"
+
+// restoreInstanceConfig makes a kept instance-config.yaml kubeadm's one
+// line again. The file changes nothing at boot, so it is not refused;
+// but kubeadm's next upgrade would merge whatever it holds into kubelet's
+// configuration (a static pod URL, anonymous access), and the boot after
+// would not see it come.
+func (c *Checker) restoreInstanceConfig() error {
+	path := filepath.Join(c.Root, KubeletInstanceConfig)
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read /%s: %w", KubeletInstanceConfig, err)
+	}
+	if fi.Mode().IsRegular() {
+		if b, err := os.ReadFile(path); err == nil && string(b) == InstanceConfig {
+			return nil
+		}
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return fmt.Errorf("remove /%s: %w", KubeletInstanceConfig, err)
+	}
+	if err := atomicfile.WriteFile(path, []byte(InstanceConfig), 0o644); err != nil {
+		return fmt.Errorf("write /%s: %w", KubeletInstanceConfig, err)
+	}
+	c.say("rewrote /%s: it was not what kubeadm writes (root on this node may have changed it)", KubeletInstanceConfig)
+	return nil
 }
 
 func refused(path string, err error) error {
@@ -426,7 +465,7 @@ type kubeconfigFile struct {
 // or a control-plane component would run on every start.
 func checkKubeconfig(b []byte, ca *x509.Certificate, endpoint string) error {
 	var kc kubeconfigFile
-	if err := yaml.Unmarshal(b, &kc); err != nil {
+	if err := strictjson.KubernetesYAML(b, &kc); err != nil {
 		return fmt.Errorf("is not a kubeconfig: %w", err)
 	}
 	if len(kc.Clusters) == 0 {
@@ -527,7 +566,7 @@ type container struct {
 // it whole from what kubeadm writes for this cluster (orrery-static-pods).
 func checkManifest(b []byte, component string, images map[string]bool) error {
 	var p staticPod
-	if err := yaml.Unmarshal(b, &p); err != nil {
+	if err := strictjson.KubernetesYAML(b, &p); err != nil {
 		return fmt.Errorf("is not a pod: %w", err)
 	}
 	if p.APIVersion != "v1" || p.Kind != "Pod" {
@@ -568,7 +607,7 @@ func firstOrEmpty(s []string) string {
 // from the cluster's configuration.
 func checkKubeletConfig(b []byte) error {
 	var cfg map[string]any
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
+	if err := strictjson.KubernetesYAML(b, &cfg); err != nil {
 		return fmt.Errorf("is not a kubelet configuration: %w", err)
 	}
 	get := func(path string) (any, bool) {
@@ -600,7 +639,7 @@ func checkKubeletConfig(b []byte) error {
 		{"authentication.webhook.enabled", []any{true}, false},
 		{"authentication.x509.clientCAFile", []any{caCertPath}, false},
 		{"authorization.mode", []any{"Webhook"}, false},
-		{"readOnlyPort", []any{float64(0)}, true},
+		{"readOnlyPort", []any{int64(0)}, true},
 		// kubeadm writes it empty: kubelet then takes the flag.
 		{"containerRuntimeEndpoint", []any{"", containerdSocket}, true},
 		{"resolvConf", []any{"/run/systemd/resolve/resolv.conf"}, false},

@@ -489,3 +489,43 @@ func TestPendingJoin(t *testing.T) {
 		})
 	}
 }
+
+// TestInstanceConfigIsKubeadmsOwn: kubeadm's upgrade merges the kept
+// instance-config.yaml into kubelet's configuration; what root on the
+// node planted there is gone after the next boot's check, before any
+// upgrade can merge it.
+func TestInstanceConfigIsKubeadmsOwn(t *testing.T) {
+	for name, plant := range map[string]func(t *testing.T, root string){
+		"static pod URL": func(t *testing.T, root string) {
+			write(t, root, KubeletInstanceConfig, InstanceConfig+"staticPodURL: http://203.0.113.9/pods\n")
+		},
+		"anonymous access": func(t *testing.T, root string) {
+			write(t, root, KubeletInstanceConfig, "authentication:\n  anonymous:\n    enabled: true\nauthorization:\n  mode: AlwaysAllow\n")
+		},
+		"a link": func(t *testing.T, root string) {
+			if err := os.Symlink("/var/lib/evil.yaml", filepath.Join(root, KubeletInstanceConfig)); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := worker(t)
+			plant(t, n.root)
+			said, err := n.check(t, Facts{CACert: n.ca, Endpoint: endpoint})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(filepath.Join(n.root, KubeletInstanceConfig)); err != nil || string(got) != InstanceConfig {
+				t.Fatalf("instance-config.yaml after the check: %q, %v; want kubeadm's line", got, err)
+			}
+			if !strings.Contains(strings.Join(said, "\n"), "rewrote /"+KubeletInstanceConfig) {
+				t.Errorf("the console was not told: %q", said)
+			}
+		})
+	}
+	n := worker(t)
+	write(t, n.root, KubeletInstanceConfig, InstanceConfig)
+	if said, err := n.check(t, Facts{CACert: n.ca, Endpoint: endpoint}); err != nil || len(said) != 0 {
+		t.Fatalf("kubeadm's own instance-config.yaml: said %q, %v; want it left alone", said, err)
+	}
+}

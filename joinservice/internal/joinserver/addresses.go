@@ -28,6 +28,14 @@ type Network struct {
 	Prefix netip.Prefix
 }
 
+// kubeadmAPIServerNames are the names kubeadm gives every API server's
+// certificate besides the configured ones (its default DNS domain,
+// cluster.local, which Orrery keeps): in-cluster clients reach the API
+// server by them. A node so named would get a serving certificate for
+// one; in a cluster whose kubelets' certificates come from the cluster CA
+// that is a certificate every pod takes for the API server's.
+var kubeadmAPIServerNames = []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+
 // nodeAddresses reads the addresses a joining node states, which come
 // from the host's metadata, and refuses those that are not the node's
 // to state: a serving certificate approved for the endpoint's address,
@@ -52,6 +60,7 @@ func (s *Server) nodeAddresses(ctx context.Context, inst attestation.Instance, t
 	if err != nil && host != "" {
 		reserved.Names = append(reserved.Names, host)
 	}
+	reserved.Names = append(reserved.Names, kubeadmAPIServerNames...)
 	for _, name := range reserved.Names {
 		if strings.EqualFold(strings.TrimSuffix(name, "."), inst.Name) {
 			return nil, status.Errorf(codes.PermissionDenied, "node %s has a name of the cluster's API server (%s): a node may not take it; give the VM another name", inst.Name, name)

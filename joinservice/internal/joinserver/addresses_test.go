@@ -50,13 +50,19 @@ func TestJoinWithAnAddressThatIsNoNodesRefused(t *testing.T) {
 // certificate) would get a kubelet serving certificate for that name:
 // it is refused.
 func TestJoinUnderTheAPIServersNameRefused(t *testing.T) {
-	inst := platformca.NewInstance("api.example.org")
+	for _, name := range []string{"api.example.org", "kubernetes", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"} {
+		t.Run(name, func(t *testing.T) { joinUnderTheAPIServersName(t, name) })
+	}
+}
+
+func joinUnderTheAPIServersName(t *testing.T, name string) {
+	inst := platformca.NewInstance(name)
 	e := newEnv(t, envOptions{instance: &inst})
 	_, err := e.attested.IssueJoinTicket(context.Background(), &joinpb.IssueJoinTicketRequest{NodeAddresses: nodeAddrs,
-		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:api.example.org", []string{"system:nodes"}),
+		DiskUuid: uuid, CertificateRequest: csr(t, "system:node:"+name, []string{"system:nodes"}),
 	})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "a name of the cluster's API server") {
-		t.Fatalf("a node named api.example.org: %v, want PermissionDenied", err)
+		t.Fatalf("a node named %s: %v, want PermissionDenied", name, err)
 	}
 	if recs, _ := e.admissions.List(context.Background()); len(recs) != 0 {
 		t.Fatalf("it was recorded: %+v", recs)

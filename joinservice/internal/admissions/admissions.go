@@ -208,20 +208,26 @@ var ErrNameTaken = errors.New("the node name is recorded for another VM")
 // recorded for another VM in all: root on a node must not get its
 // kubelet a serving certificate for a neighbour's address, or a second
 // client certificate in a neighbour's name, by joining a second VM under
-// it. A node the owner removed gives up its name at once (the removed
-// list refuses it, and its client certificate, any request), but holds
-// its addresses until its serving certificate for them may have expired
-// (admitted.Record.HeldUntil), since nothing revokes it.
+// it. A node the owner removed holds its name and its addresses until its
+// serving certificate for them may have expired
+// (admitted.Record.HeldUntil), since nothing revokes it; the removed list
+// refuses the name for good once 'orrery node remove' wrote it, but that
+// comes after the drain, and a VM admitted under the name before then
+// would have the removed kubelet's requests approved for its addresses.
 func claimsFree(all []admitted.Record, rec admitted.Record, now time.Time) error {
 	for _, other := range all {
 		if other.Instance.ID == rec.Instance.ID {
 			continue
 		}
-		if !other.Removed() && other.Instance.Name == rec.Instance.Name {
-			return fmt.Errorf("%w: %s (state disk %s)", ErrNameTaken, other.Instance, other.DiskUUID)
-		}
 		if !addressHeld(other, now) {
 			continue
+		}
+		if other.Instance.Name == rec.Instance.Name {
+			if other.Removed() {
+				until, ok := other.HeldUntil()
+				return fmt.Errorf("%w: it was %s's (state disk %s), which the owner removed at %s; it is not handed to another VM before %s", ErrNameTaken, other.Instance, other.DiskUUID, other.RemovedAt, heldUntil(until, ok))
+			}
+			return fmt.Errorf("%w: %s (state disk %s)", ErrNameTaken, other.Instance, other.DiskUUID)
 		}
 		for _, a := range rec.Addresses {
 			if slices.Contains(other.Addresses, a) {

@@ -309,3 +309,35 @@ func TestClaimsLapse(t *testing.T) {
 		t.Fatalf("the address late no longer states: %v", err)
 	}
 }
+
+// A removed node's name is not handed to another VM while the removed
+// node's certificates may be valid: 'orrery node remove' marks the records
+// first and lists the name only after the drain, and in between a VM
+// admitted under the name would have the removed kubelet's serving
+// requests approved for its addresses.
+func TestARemovedNodesNameIsHeld(t *testing.T) {
+	s, srv := newStore(t)
+	ctx := context.Background()
+	removedAt := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	now := removedAt.Add(time.Minute)
+	s.Now = func() time.Time { return now }
+	w0 := attestation.Instance{Name: "worker-0", ID: "1"}
+	if err := s.Admit(ctx, admitted.Record{DiskUUID: disk, Instance: w0, Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.70")}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := srv.Dynamic(t).Resource(admittedNodes).Patch(ctx, "disk-"+strings.ToLower(disk), types.MergePatchType,
+		[]byte(`{"spec":{"removedAt":"`+removedAt.Format(time.RFC3339)+`"}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := admitted.Record{DiskUUID: "77777777-7777-7777-7777-777777777777", Instance: attestation.Instance{Name: "worker-0", ID: "2"},
+		Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.71")}}
+	err = s.Admit(ctx, again)
+	if !errors.Is(err, ErrNameTaken) || !strings.Contains(err.Error(), "removed at "+removedAt.Format(time.RFC3339)) {
+		t.Fatalf("another VM under a name removed a minute ago: %v, want ErrNameTaken saying when it was removed", err)
+	}
+	now = removedAt.Add(admitted.KubeletCertLifetime + time.Minute)
+	if err := s.Admit(ctx, again); err != nil {
+		t.Fatalf("the name once every certificate of the removed node expired: %v", err)
+	}
+}

@@ -42,7 +42,7 @@ IDLE_TIMEOUT ?= 240m
 # the window's middle (empty: none).
 IDLE_PROFILE ?=
 
-.PHONY: help all deps build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke e2e-kubernetes-upgrade e2e-ha idle-cost cluster
+.PHONY: help all deps packages pin-packages build test testbin unit fuzz lint proto proto-check bench clean components initrd image boot-test e2e e2e-smoke e2e-kubernetes-upgrade e2e-ha idle-cost cluster
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -51,6 +51,12 @@ all: build
 
 deps: ## install missing Debian packages and pinned Go tools (idempotent)
 	@hack/deps.sh
+
+packages: deps ## fetch the node's pinned kernel and systemd-stub into build/packages, checked against image/packages/packages.lock
+	@image/packages/fetch.sh
+
+pin-packages: deps ## pin the Debian archive's current kernel, systemd-stub and OS tree packages in image/packages/packages.lock (the image's measurements change)
+	@hack/pin-packages.sh
 
 # The programs: directory -> binary name.
 PROGRAMS := cli:orrery bootstrapperd:bootstrapperd inspectd:orrery-inspectd joinservice:joinservice
@@ -75,7 +81,7 @@ testbin: deps ## etcd, kube-apiserver, kube-controller-manager and kubeadm for t
 # /init for the test's whole 6 minutes (a cold CI build on 2 cores).
 VMTEST = ./initrd/internal/vmtest
 
-unit: deps testbin ## go test with the race detector (TPM tests run against swtpm), also in the components' own modules
+unit: deps testbin packages ## go test with the race detector (TPM tests run against swtpm), also in the components' own modules
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -vx 'github.com/orrery-dev/orrery/initrd/internal/vmtest')
 	$(GO) test -race -count=1 $(VMTEST)
 	cd image/components && $(GO) test -count=1 ./...

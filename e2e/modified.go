@@ -12,10 +12,8 @@ import (
 
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
 	"github.com/orrery-dev/orrery/internal/imagebuild/uki"
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 )
-
-// stub is the systemd-stub the image build uses (systemd-boot-efi).
-const stub = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 
 // snpMeasurements is an image's measurements file for SEV-SNP VMs.
 const snpMeasurements = "measurements-sev-snp.json"
@@ -35,9 +33,14 @@ func modifiedImage(ctx context.Context, imgDir, dir, word string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("read the image's UKI: %w", err)
 	}
+	// The systemd-stub the image build pins and used.
+	stub, err := nodepackages.Stub()
+	if err != nil {
+		return "", err
+	}
 	stubImg, err := os.ReadFile(stub)
 	if err != nil {
-		return "", fmt.Errorf("%w (Debian package systemd-boot-efi; 'make deps')", err)
+		return "", err
 	}
 	cmdline := string(sections[uki.Cmdline]) + " " + word
 	img, err := uki.Assemble(stubImg, []uki.Section{

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# deps.sh installs, idempotently, everything the build and the tests need on
+# deps.sh installs, idempotently, the tools the build and the tests run on
 # a Debian 12 machine: Debian packages (only those missing; apt-get update
 # runs only if something is missing) and pinned Go tools into build/tools.
 # It is what 'make deps' runs, and every other make target runs it first.
+# It installs no kernel, bootloader or systemd on the host and downgrades
+# nothing: what goes into the node image (its kernel, systemd-stub, the OS
+# tree's packages) is pinned in image/packages/packages.lock and fetched
+# into build/packages (image/packages/fetch.sh), never installed here.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,7 +22,8 @@ readonly PACKAGES=(
 	cryptsetup-bin e2fsprogs # LUKS2 and ext4 for the state disk (initrd and its tests)
 	dmsetup          # the initrd checks the opened state disk's table with it
 	erofs-utils fdisk # the read-only root and its GPT in the initrd's VM test
-	mkosi systemd-boot-efi dosfstools mtools cpio busybox-static # 'make image': OS tree, UKI stub, ESP
+	mkosi dosfstools mtools cpio busybox-static # 'make image': OS tree, ESP
+	curl kmod        # 'make packages': fetch the pinned kernel and stub, depmod their modules
 	gcc libc6-dev libseccomp-dev iptables nftables jq # 'make components': runc and flanneld (cgo), iptables/nft in images
 	systemd          # systemd-measure: the PCR 11 prediction is checked against it
 	systemd-journal-remote # writes real journal files for the inspect service's tests
@@ -44,7 +49,7 @@ apt_install() {
 	shift
 	if [[ $(id -u) != 0 ]]; then
 		log "missing $what: $*"
-		log "run 'sudo make deps' once"
+		log "run 'make deps' once as root (for example 'sudo make deps'); it installs only what is missing"
 		exit 1
 	fi
 	log "installing $* ($what)"
@@ -63,39 +68,25 @@ if ((${#missing[@]})); then
 	apt_install "Debian packages" -- "${missing[@]}"
 fi
 
-# From bookworm-backports, named as PACKAGE/bookworm-backports: apt takes
-# only these, and those of their dependencies whose version bookworm lacks,
-# from there. ('-t bookworm-backports' would also take every new
-# dependency from there: on a machine without udev, the kernel's
-# initramfs-tools pulled udev 254 and with it systemd and systemd-boot-efi
-# 254, whose stub measures one more section into PCR 11.)
-# - the node's kernel, which the image, the initrd and the local cloud's
-#   tests take from /boot (the newest vmlinuz-*-cloud-amd64): Debian's
-#   6.12 cloud kernel, the first for Debian 12 with the SEV-SNP and TDX
-#   guest drivers and configfs-tsm (CONFIG_SEV_GUEST,
-#   CONFIG_TDX_GUEST_DRIVER, CONFIG_TSM_REPORTS) and CONFIG_INTEL_TDX_GUEST;
-#   bookworm's 6.1 has none of them.
-# - QEMU 10, which the local cloud's VMs run in: under bookworm's QEMU 7.2,
-#   TCG broke the 6.12 kernel at random (double faults, spurious debug
-#   exceptions, garbage RFLAGS; 3 of 4 boots of the initrd's VM test died,
-#   with one host thread per vCPU or one for all, with AVX off or on).
+# QEMU 10 from bookworm-backports, named as PACKAGE/bookworm-backports:
+# apt takes only these, and those of their dependencies whose version
+# bookworm lacks, from there ('-t bookworm-backports' would take every
+# new dependency from there). Under bookworm's QEMU 7.2, TCG broke the
+# node's 6.12 kernel at random (double faults, spurious debug exceptions,
+# garbage RFLAGS; 3 of 4 boots of the initrd's VM test died). It is the one
+# thing from outside bookworm's main archive, said before it is added.
 readonly BACKPORTS=/etc/apt/sources.list.d/orrery-bookworm-backports.list
-backports=()
-grep -qs '^CONFIG_SEV_GUEST=[ym]' /boot/config-*-cloud-amd64 || backports+=(linux-image-cloud-amd64)
 qemu=$(qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')
-((${qemu:-0} >= 10)) || backports+=(qemu-system-x86 qemu-utils)
-if ((${#backports[@]})); then
-	[[ $(id -u) != 0 || -f $BACKPORTS ]] || echo "deb http://deb.debian.org/debian bookworm-backports main" >"$BACKPORTS"
-	apt_install "from bookworm-backports" -- "${backports[@]/%//bookworm-backports}"
-fi
-
-# The UKI's stub must be bookworm's systemd-stub 252: the PCR 11 prediction
-# follows what it measures (internal/imagebuild/uki). A machine that took
-# systemd from backports gets bookworm's stub back; systemd-boot-efi holds
-# only EFI binaries, so the installed systemd keeps working.
-stub=$(dpkg-query -W -f='${Version}' systemd-boot-efi 2>/dev/null || true)
-if [[ $stub != 252.* ]]; then
-	apt_install "bookworm's systemd-stub 252 in place of ${stub:-none}" --allow-downgrades -- systemd-boot-efi/bookworm
+if ((${qemu:-0} < 10)); then
+	log "the local cloud needs QEMU 10 (this machine has ${qemu:-none}), from bookworm-backports:"
+	if [[ ! -f $BACKPORTS ]]; then
+		log "  adding the apt source $BACKPORTS: deb http://deb.debian.org/debian bookworm-backports main"
+	fi
+	log "  installing qemu-system-x86/bookworm-backports qemu-utils/bookworm-backports (nothing else is taken from backports)"
+	if [[ $(id -u) == 0 && ! -f $BACKPORTS ]]; then
+		echo "deb http://deb.debian.org/debian bookworm-backports main" >"$BACKPORTS"
+	fi
+	apt_install "QEMU 10 from bookworm-backports" -- qemu-system-x86/bookworm-backports qemu-utils/bookworm-backports
 fi
 
 command -v go >/dev/null || {

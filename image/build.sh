@@ -20,7 +20,6 @@ if [[ ${DEBUG:-0} == 1 ]]; then
 	out=${out%/}-debug
 fi
 readonly cache=$repo/build/cache/image
-readonly stub=/usr/lib/systemd/boot/efi/linuxx64.efi.stub
 export PATH=$PATH:/usr/local/go/bin
 
 started=$(date +%s.%N)
@@ -52,23 +51,32 @@ need qemu-img qemu-utils
 need cpio cpio
 need jq jq
 need busybox busybox-static
+need curl curl
+need depmod kmod
 need go "Go 1.26, see hack/deps.sh"
-[[ -f $stub ]] || missing+=("$stub (Debian package systemd-boot-efi)")
-kernel=$(ls /boot/vmlinuz-*-cloud-amd64 2>/dev/null | sort -V | tail -n1 || true)
-[[ -n $kernel ]] || missing+=("/boot/vmlinuz-*-cloud-amd64 (Debian package linux-image-cloud-amd64)")
 if ((${#missing[@]})); then
 	printf 'image: missing: %s\n' "${missing[@]}" >&2
 	die "run 'make deps' to install what is missing"
 fi
-kver=${kernel#/boot/vmlinuz-}
-[[ -d /lib/modules/$kver ]] || die "no modules for kernel $kver in /lib/modules: reinstall linux-image-$kver ('make deps')"
+# The kernel, its modules and systemd-stub: the Debian packages
+# image/packages/packages.lock pins, fetched and checked into
+# build/packages; nothing of the build host's /boot or /lib/modules.
+. image/packages/packages.sh
+fetched=$(image/packages/fetch.sh)
+kernel_dir=$(awk '$1 == "kernel" {print $2}' <<<"$fetched")
+stub=$(awk '$1 == "stub" {print $2}' <<<"$fetched")/usr/lib/systemd/boot/efi/linuxx64.efi.stub
+[[ -f $stub ]] || die "the pinned systemd-boot-efi holds no $stub"
+kernel=$(ls "$kernel_dir"/boot/vmlinuz-* 2>/dev/null | head -n1 || true)
+[[ -n $kernel ]] || die "the pinned kernel package holds no boot/vmlinuz-*"
+kver=${kernel##*/vmlinuz-}
 # A node must be able to get its SEV-SNP report or TDX quote from its
 # kernel: an image without the guest drivers would boot on a confidential
 # VM and never attest.
 for opt in CONFIG_SEV_GUEST CONFIG_TDX_GUEST_DRIVER CONFIG_INTEL_TDX_GUEST CONFIG_TSM_REPORTS; do
-	grep -qs "^$opt=[ym]" "/boot/config-$kver" ||
-		die "kernel $kver lacks $opt (a confidential guest's drivers): run 'make deps', which installs the cloud kernel from bookworm-backports"
+	grep -qs "^$opt=[ym]" "$kernel_dir/boot/config-$kver" ||
+		die "kernel $kver lacks $opt (a confidential guest's drivers): pin a 6.12 cloud kernel ('make pin-packages')"
 done
+packages_lock=$(packages_digest)
 mkdir -p "$cache" "$out"
 # Everything that ends up in the image is dated at the commit's time.
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
@@ -78,8 +86,8 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 JOINSERVICE_REF=localhost/orrery/joinservice:v1
 printf 'image: %s variant into %s (kernel %s, commit %s)\n' "$variant" "$out" "$kver" "$commit"
 
-# --- the OS tree (mkosi), cached by the hash of mkosi.conf ------------------
-key=$( (cat mkosi.conf; mkosi --version) | sha256sum | cut -c1-16)
+# --- the OS tree (mkosi), cached by the hash of mkosi.conf and the lock ----
+key=$( (cat mkosi.conf; mkosi --version; packages_lines tree) | sha256sum | cut -c1-16)
 tree=$cache/tree-$key
 if [[ -f $tree.done ]]; then
 	phase tree "cached ($tree)"
@@ -92,6 +100,10 @@ else
 		die "mkosi failed; its log: $cache/mkosi.log"
 	mv "$tree.tmp" "$tree"
 	mv "$tree.tmp.manifest" "$tree.manifest"
+	# mkosi installs what the archive serves today; the image takes only
+	# what the lock pins. A refused tree is not cached; its manifest stays
+	# for 'make pin-packages'.
+	packages_check_tree "$tree.manifest" "$cache/mkosi-packages/debian~bookworm"
 	# Drop trees of older mkosi.conf versions.
 	for old in "$cache"/tree-*.done; do
 		[[ $old == "$tree.done" ]] || rm -rf "${old%.done}" "$old" "${old%.done}.manifest"
@@ -136,10 +148,10 @@ rm -rf "$root"/usr/share/{doc,man,info,locale,lintian,linda,bug,doc-base,menu} "
 mkdir -p "$root/usr/share/doc" "$root/usr/share/man"
 # The kernel's modules, for the one kernel in the UKI.
 mkdir -p "$root/usr/lib/modules"
-cp -a "/lib/modules/$kver" "$root/usr/lib/modules/"
+cp -a "$kernel_dir/lib/modules/$kver" "$root/usr/lib/modules/"
 # kubeadm's preflight reads the kernel's configuration from /boot.
 mkdir -p "$root/boot"
-cp "/boot/config-$kver" "$root/boot/"
+cp "$kernel_dir/boot/config-$kver" "$root/boot/"
 # Defaults of the image: /etc/hosts, /etc/fstab.
 cp -r --no-preserve=ownership image/rootfs/. "$root/"
 
@@ -261,6 +273,9 @@ version=$(awk -F= '$1=="VERSION_ID"{gsub(/"/,"",$2); print $2}' "$tree/usr/lib/o
 	printf 'NAME="Orrery"\nID=orrery\nID_LIKE=debian\nPRETTY_NAME="Orrery node (Debian %s)"\n' "$version"
 	printf 'VERSION_ID=%s\nIMAGE_ID=orrery-node\nIMAGE_VERSION=%s\nVARIANT_ID=%s\n' "$version" "$commit" "$variant"
 	printf 'HOME_URL="https://github.com/orrery-dev/orrery"\n'
+	# The digest of image/packages/packages.lock: in the UKI's .osrel, so
+	# in PCR 11's prediction, it ties the measurements to the packages.
+	printf 'ORRERY_PACKAGES_LOCK=sha256:%s\n' "$packages_lock"
 } >"$cache/os-release"
 install -m 0644 "$cache/os-release" "$root/usr/lib/os-release"
 ln -sf ../usr/lib/os-release "$root/etc/os-release"
@@ -367,8 +382,9 @@ components_manifest=()
 "$cache/nodeimage" manifest -dir "$out.tmp" -packages "$tree.manifest" "${components_manifest[@]}" \
 	-info "variant=$variant" -info "commit=$commit" -info "kernel=$kver" -info "roothash=$roothash" \
 	-info "initrd=$initrd_kind" -info "bootstrapperd=$have_bootstrapperd" -info "components=$have_components" \
-	-info "systemd-stub=$(dpkg-query -W -f='${Version}' systemd-boot-efi 2>/dev/null || echo unknown)" \
-	-info "kernel-package=$(dpkg-query -S "$kernel" 2>/dev/null | cut -d: -f1)" \
+	-info "systemd-stub=$(packages_lines stub | awk '{print $3}')" \
+	-info "kernel-package=$(packages_lines kernel | awk '{print $2 " " $3}')" \
+	-info "packages-lock=sha256:$packages_lock" \
 	-out "$out.tmp/manifest.json"
 rm -rf "$out"
 mv "$out.tmp" "$out"

@@ -1,8 +1,10 @@
 // Command mkinitrd builds the node's initrd into a directory:
 //
-//	go run ./initrd/mkinitrd [-release 6.1.0-...-cloud-amd64] OUTDIR
+//	go run ./initrd/mkinitrd OUTDIR
 //
-// It prints progress and per-phase timings; initrd/build.sh wraps it.
+// with the modules of the kernel image/packages/packages.lock pins
+// ('make packages' fetches it). It prints progress and per-phase timings;
+// initrd/build.sh wraps it.
 package main
 
 import (
@@ -14,9 +16,8 @@ import (
 )
 
 func main() {
-	release := flag.String("release", "", "kernel release whose modules to include (default: newest Debian cloud kernel in /boot)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: mkinitrd [-release R] OUTDIR\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: mkinitrd OUTDIR\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -24,7 +25,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if _, err := initrdbuild.Build(flag.Arg(0), initrdbuild.Options{Release: *release}); err != nil {
+	if _, err := initrdbuild.Build(flag.Arg(0), initrdbuild.Options{}); err != nil {
 		fmt.Fprintf(os.Stderr, "mkinitrd: %v\n", err)
 		os.Exit(1)
 	}

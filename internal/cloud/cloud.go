@@ -38,8 +38,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/cloud/netenv"
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
 	"github.com/orrery-dev/orrery/internal/clusternet"
-	"github.com/orrery-dev/orrery/internal/hostkernel"
 	"github.com/orrery-dev/orrery/internal/metadata"
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 	"github.com/orrery-dev/orrery/internal/proto/joinpb"
 	"github.com/orrery-dev/orrery/internal/role"
 )
@@ -470,14 +470,15 @@ func (s Spec) validate() error {
 	return nil
 }
 
-// probeKernel is what the KVM probe boots: the test kernel, or the host's
-// cloud kernel for image boots.
+// probeKernel is what the KVM probe boots: the test kernel, or the
+// node's pinned kernel for image boots ("" if it is not fetched: the probe
+// then says so).
 func (s Spec) probeKernel() string {
 	if s.Kernel != "" {
 		return s.Kernel
 	}
-	k, _, _ := hostkernel.Newest()
-	return k
+	k, _ := nodepackages.Kernel()
+	return k.Path
 }
 
 func (c *Cloud) progress(format string, args ...any) {

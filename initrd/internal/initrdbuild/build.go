@@ -18,7 +18,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/orrery-dev/orrery/initrd/internal/modules"
-	"github.com/orrery-dev/orrery/internal/hostkernel"
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 	"github.com/u-root/mkuimage/cpio"
 	"github.com/u-root/mkuimage/uimage"
 	"github.com/u-root/uio/llog"
@@ -44,12 +44,12 @@ var configFiles = []string{"/etc/mke2fs.conf"}
 // OutputName is the initrd's file name in the output directory.
 const OutputName = "initrd.cpio.zst"
 
-// Options configure Build. The zero value builds for the newest Debian
-// cloud kernel in /boot and reports progress to stderr.
+// Options configure Build. The zero value builds for the kernel the
+// checkout pins (nodepackages) and reports progress to stderr.
 type Options struct {
-	// Release is the kernel release whose modules go in; "" means the
-	// newest /boot/vmlinuz-*-cloud-amd64.
-	Release string
+	// Kernel is the kernel whose modules go in; the zero value means the
+	// one the checkout pins.
+	Kernel nodepackages.KernelPackage
 	// Log receives progress lines; nil means os.Stderr.
 	Log io.Writer
 }
@@ -76,17 +76,18 @@ func Build(outDir string, o Options) (Result, error) {
 	}
 
 	start := time.Now()
-	res.Release = o.Release
-	if res.Release == "" {
+	k := o.Kernel
+	if k.Root == "" {
 		var err error
-		if _, res.Release, err = hostkernel.Newest(); err != nil {
+		if k, err = nodepackages.Kernel(); err != nil {
 			return res, err
 		}
 	}
+	res.Release = k.Release
 	if err := checkTools(); err != nil {
 		return res, err
 	}
-	base, err := baseArchive(res.Release)
+	base, err := baseArchive(k.Root, res.Release)
 	if err != nil {
 		return res, fmt.Errorf("kernel modules of %s: %w", res.Release, err)
 	}
@@ -182,8 +183,8 @@ func addTools(base *cpio.Archive, tmp, rawPath string, logw io.Writer) error {
 }
 
 // baseArchive holds the directories /init needs and the kernel modules.
-func baseArchive(release string) (*cpio.Archive, error) {
-	mods, err := modules.Files("/", release)
+func baseArchive(root, release string) (*cpio.Archive, error) {
+	mods, err := modules.Files(root, release)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func baseArchive(release string) (*cpio.Archive, error) {
 	}
 	modDir := filepath.Join("lib/modules", release)
 	for _, rel := range append(modules.MetaFiles, mods...) {
-		b, err := os.ReadFile(filepath.Join("/", modDir, rel))
+		b, err := os.ReadFile(filepath.Join(root, modDir, rel))
 		if err != nil {
 			return nil, fmt.Errorf("kernel modules: %w", err)
 		}

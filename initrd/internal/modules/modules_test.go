@@ -13,7 +13,7 @@ import (
 	"github.com/ulikunitz/xz"
 	"golang.org/x/sys/unix"
 
-	"github.com/orrery-dev/orrery/internal/hostkernel"
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 )
 
 func TestFiles(t *testing.T) {
@@ -89,15 +89,16 @@ func TestGuestDriver(t *testing.T) {
 	}
 }
 
-// TestFilesOfTheBuildKernel resolves the initrd's modules in the build
-// host's newest cloud kernel, the one the image boots: it must have every
-// module the initrd loads, the guest drivers included.
+// TestFilesOfTheBuildKernel resolves the initrd's modules in the kernel
+// the image pins, the one it boots: it must have every module the initrd
+// loads, the guest drivers included.
 func TestFilesOfTheBuildKernel(t *testing.T) {
-	_, release, err := hostkernel.Newest()
+	k, err := nodepackages.Kernel()
 	if err != nil {
 		t.Skip(err)
 	}
-	files, err := Files("/", release)
+	release := k.Release
+	files, err := Files(k.Root, release)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
 	"github.com/orrery-dev/orrery/internal/disk/cryptsetup/headertest"
 	"github.com/orrery-dev/orrery/internal/disk/handoff"
-	"github.com/orrery-dev/orrery/internal/hostkernel"
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 	"github.com/orrery-dev/orrery/internal/tpm/pcrlog"
 )
 
@@ -89,13 +89,14 @@ func build() (f fixture, err error) {
 	if setupDir, err = os.MkdirTemp("", "orrery-initrd-vmtest-"); err != nil {
 		return f, err
 	}
-	var release string
-	if f.kernel, release, err = hostkernel.Newest(); err != nil {
+	k, err := nodepackages.Kernel()
+	if err != nil {
 		return f, err
 	}
+	f.kernel = k.Path
 	var log bytes.Buffer
 	start := time.Now()
-	res, err := initrdbuild.Build(filepath.Join(setupDir, "initrd"), initrdbuild.Options{Release: release, Log: &log})
+	res, err := initrdbuild.Build(filepath.Join(setupDir, "initrd"), initrdbuild.Options{Kernel: k, Log: &log})
 	if err != nil {
 		return f, fmt.Errorf("build initrd: %w\n%s", err, log.String())
 	}

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/orrery-dev/orrery/internal/hostkernel"
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 	"github.com/u-root/u-root/pkg/cpio"
 )
 
@@ -45,7 +45,7 @@ func Guest(tb testing.TB) (kernel, initrd string) {
 }
 
 func buildGuest() (string, string, error) {
-	kernel, release, err := hostkernel.Newest()
+	k, err := nodepackages.Kernel()
 	if err != nil {
 		return "", "", err
 	}
@@ -60,14 +60,15 @@ func buildGuest() (string, string, error) {
 		return "", "", fmt.Errorf("go build testguest: %v\n%s", err, out)
 	}
 	initrd := filepath.Join(dir, "initrd.cpio")
-	if err := writeInitrd(initrd, initBin, release); err != nil {
+	if err := writeInitrd(initrd, initBin, k); err != nil {
 		return "", "", err
 	}
-	return kernel, initrd, nil
+	return k.Path, initrd, nil
 }
 
-func writeInitrd(path, initBin, release string) error {
-	modDir := filepath.Join("/lib/modules", release)
+func writeInitrd(path, initBin string, k nodepackages.KernelPackage) error {
+	release := k.Release
+	modDir := filepath.Join(k.Root, "lib/modules", release)
 	files := map[string]string{"init": initBin}
 	deps, err := moduleFiles(modDir, GuestModules)
 	if err != nil {

@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/internal/cloud/vm"
-	"github.com/orrery-dev/orrery/internal/hostkernel"
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 )
 
 // A node VM booting an image with UEFI, with a state disk and a vTPM that
 // is provisioned before its first boot.
 func ExampleStart() {
 	ctx := context.Background()
-	kernel, _, _ := hostkernel.Newest()
-	accel, why := vm.Probe(ctx, kernel)
+	kernel, _ := nodepackages.Kernel()
+	accel, why := vm.Probe(ctx, kernel.Path)
 	log.Printf("accelerator %s: %s", accel, why)
 
 	v, err := vm.Start(ctx, vm.Config{

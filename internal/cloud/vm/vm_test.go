@@ -21,7 +21,7 @@ import (
 	"github.com/u-root/u-root/pkg/cpio"
 	"go.uber.org/goleak"
 
-	"github.com/orrery-dev/orrery/internal/hostkernel"
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 )
 
 // guestMarker starts the line testdata/guestinit prints at every boot.
@@ -30,11 +30,11 @@ const guestMarker = "ORRERY-VMTEST boot "
 // testKernel is the kernel the VM tests boot.
 func testKernel(t *testing.T) string {
 	t.Helper()
-	k, _, err := hostkernel.Newest()
+	kernel, err := nodepackages.Kernel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	return kernel.Path
 }
 
 var initrd struct {

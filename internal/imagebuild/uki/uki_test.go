@@ -6,15 +6,21 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/orrery-dev/orrery/internal/nodepackages"
 )
 
-const stubPath = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
-
+// readStub reads the systemd-stub the image pins; the test skips before
+// 'make packages' fetched it.
 func readStub(t *testing.T) []byte {
 	t.Helper()
-	stub, err := os.ReadFile(stubPath)
+	path, err := nodepackages.Stub()
 	if err != nil {
-		t.Skipf("no systemd-stub (Debian package systemd-boot-efi): %v", err)
+		t.Skip(err)
+	}
+	stub, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return stub
 }

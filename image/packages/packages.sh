@@ -48,10 +48,11 @@ packages_fetch() {
 				packages_die "$name $version from $PACKAGES_ARCHIVE/$path has SHA-256 $got, the lock pins $sha: refusing it (the mirror serves another file under that name)"
 			mv "$deb.part" "$deb"
 		fi
-		if [[ ! -f $dir.done ]]; then
-			rm -rf "$dir"
+		# .done holds the digest of the .deb unpacked there.
+		if [[ $(cat "$dir.done" 2>/dev/null) != "$sha" ]]; then
+			rm -rf "$dir" "$dir.done"
 			dpkg-deb -x "$deb" "$dir" || packages_die "cannot unpack $deb"
-			touch "$dir.done"
+			printf '%s\n' "$sha" >"$dir.done"
 		fi
 		printf '%s\n' "$dir"
 	done < <(packages_lines "$role")

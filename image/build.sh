@@ -294,7 +294,10 @@ ln -sf ../usr/lib/os-release "$root/etc/os-release"
 # --- erofs + dm-verity ------------------------------------------------------
 phase erofs "mkfs.erofs (lz4hc) and veritysetup format"
 rm -f "$cache/root.erofs" "$cache/root.verity"
-mkfs.erofs --quiet -zlz4hc -T "$SOURCE_DATE_EPOCH" -U 6f727265-7279-4000-8000-726f6f746673 \
+# --ignore-mtime: every inode takes -T's time, not its file's mtime in the
+# staged tree (erofs-utils 1.5 keeps per-file mtimes otherwise, which
+# differ between two builds of one commit).
+mkfs.erofs --quiet -zlz4hc -T "$SOURCE_DATE_EPOCH" --ignore-mtime -U 6f727265-7279-4000-8000-726f6f746673 \
 	"$cache/root.erofs" "$root"
 # Salt and UUID follow from the file system, so the hash tree is
 # reproducible.

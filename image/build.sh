@@ -294,10 +294,12 @@ ln -sf ../usr/lib/os-release "$root/etc/os-release"
 # --- erofs + dm-verity ------------------------------------------------------
 phase erofs "mkfs.erofs (lz4hc) and veritysetup format"
 rm -f "$cache/root.erofs" "$cache/root.verity"
-# --ignore-mtime: every inode takes -T's time, not its file's mtime in the
-# staged tree (erofs-utils 1.5 keeps per-file mtimes otherwise, which
-# differ between two builds of one commit).
-mkfs.erofs --quiet -zlz4hc -T "$SOURCE_DATE_EPOCH" --ignore-mtime -U 6f727265-7279-4000-8000-726f6f746673 \
+# Every file takes the commit's time: erofs-utils 1.5 keeps each file's
+# mtime in its (extended) inode whatever -T says, and the staged tree's
+# mtimes are those of this build's copies, so two builds of one commit
+# would differ in every inode.
+find "$root" -exec touch --no-dereference --date="@$SOURCE_DATE_EPOCH" {} +
+mkfs.erofs --quiet -zlz4hc -T "$SOURCE_DATE_EPOCH" -U 6f727265-7279-4000-8000-726f6f746673 \
 	"$cache/root.erofs" "$root"
 # Salt and UUID follow from the file system, so the hash tree is
 # reproducible.

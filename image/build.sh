@@ -112,8 +112,10 @@ else
 fi
 
 # --- initrd -----------------------------------------------------------------
-phase initrd "initrd/build.sh build/initrd"
-initrd/build.sh build/initrd
+phase initrd "initrd/build.sh build/initrd, with the tree's tools"
+# The initrd's cryptsetup, veritysetup, dmsetup and mke2fs, and their
+# libraries, come from the pinned tree, not from this machine.
+initrd/build.sh build/initrd "$tree"
 initrd=
 for f in build/initrd/initrd.cpio.zst build/initrd/initrd.cpio.gz; do
 	[[ -f $f ]] && initrd=$f && break

@@ -1,10 +1,11 @@
 // Command mkinitrd builds the node's initrd into a directory:
 //
-//	go run ./initrd/mkinitrd OUTDIR
+//	go run ./initrd/mkinitrd [-tools-root TREE] OUTDIR
 //
 // with the modules of the kernel image/packages/packages.lock pins
-// ('make packages' fetches it). It prints progress and per-phase timings;
-// initrd/build.sh wraps it.
+// ('make packages' fetches it), and the tools of the OS tree TREE (the
+// image's) or else of the build host. It prints progress and per-phase
+// timings; initrd/build.sh wraps it.
 package main
 
 import (
@@ -16,8 +17,9 @@ import (
 )
 
 func main() {
+	toolsRoot := flag.String("tools-root", "", "an OS tree whose cryptsetup, veritysetup, dmsetup and mke2fs (with their libraries) go in (default: the build host's)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: mkinitrd OUTDIR\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: mkinitrd [-tools-root TREE] OUTDIR\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -25,7 +27,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if _, err := initrdbuild.Build(flag.Arg(0), initrdbuild.Options{}); err != nil {
+	if _, err := initrdbuild.Build(flag.Arg(0), initrdbuild.Options{ToolsRoot: *toolsRoot}); err != nil {
 		fmt.Fprintf(os.Stderr, "mkinitrd: %v\n", err)
 		os.Exit(1)
 	}

@@ -50,6 +50,10 @@ type Options struct {
 	// Kernel is the kernel whose modules go in; the zero value means the
 	// one the checkout pins.
 	Kernel nodepackages.KernelPackage
+	// ToolsRoot is an OS tree (the image's, whose packages the lock pins)
+	// whose tools, their libraries and configuration go in; "" means the
+	// build host's, which the tests' initrds take.
+	ToolsRoot string
 	// Log receives progress lines; nil means os.Stderr.
 	Log io.Writer
 }
@@ -84,8 +88,10 @@ func Build(outDir string, o Options) (Result, error) {
 		}
 	}
 	res.Release = k.Release
-	if err := checkTools(); err != nil {
-		return res, err
+	if o.ToolsRoot == "" {
+		if err := checkTools(); err != nil {
+			return res, err
+		}
 	}
 	base, err := baseArchive(k.Root, res.Release)
 	if err != nil {
@@ -111,7 +117,12 @@ func Build(outDir string, o Options) (Result, error) {
 
 	start = time.Now()
 	rawPath := filepath.Join(tmp, "initrd.cpio")
-	if err := addTools(base, tmp, rawPath, logw); err != nil {
+	if o.ToolsRoot != "" {
+		if err := addTreeTools(base, o.ToolsRoot); err != nil {
+			return res, fmt.Errorf("the tools of the OS tree %s: %w", o.ToolsRoot, err)
+		}
+	}
+	if err := addTools(base, tmp, rawPath, o.ToolsRoot == "", logw); err != nil {
 		return res, err
 	}
 	phase("mkuimage", start)
@@ -161,12 +172,15 @@ func addInit(base *cpio.Archive, tmp string) error {
 	return nil
 }
 
-// addTools has mkuimage write base with the tools and configuration files
-// (and the libraries they need, found by ldd) to the cpio at rawPath.
-func addTools(base *cpio.Archive, tmp, rawPath string, logw io.Writer) error {
+// addTools has mkuimage write base to the cpio at rawPath, with the build
+// host's tools and configuration files (and the libraries they need,
+// found by ldd) if fromHost; an image's initrd has its tree's in base.
+func addTools(base *cpio.Archive, tmp, rawPath string, fromHost bool, logw io.Writer) error {
 	var files []string
 	for _, t := range append(append([]string{}, Tools...), configFiles...) {
-		files = append(files, t+":"+strings.TrimPrefix(t, "/"))
+		if fromHost {
+			files = append(files, t+":"+strings.TrimPrefix(t, "/"))
+		}
 	}
 	l := llog.New(slog.LevelWarn, llog.WritePrintf(logw))
 	err := uimage.Create(l,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -32,5 +33,32 @@ func TestCompressIsDeterministic(t *testing.T) {
 	got, err := dec.DecodeAll(outs[0], nil)
 	if err != nil || !bytes.Equal(got, content) {
 		t.Fatalf("round trip: %v", err)
+	}
+}
+
+// The image's initrd takes its tools from the OS tree: each with its
+// interpreter and libraries, found in the tree and not on the build host.
+func TestTreeFilesComeFromTheTree(t *testing.T) {
+	trees, _ := filepath.Glob("../../../build/cache/image/tree-*/usr/sbin/cryptsetup")
+	if len(trees) == 0 {
+		t.Skip("no OS tree built (make image)")
+	}
+	root := strings.TrimSuffix(trees[0], "/usr/sbin/cryptsetup")
+	files, err := treeFiles(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"usr/sbin/cryptsetup", "usr/sbin/dmsetup", "usr/sbin/mke2fs", "etc/mke2fs.conf", "lib64/ld-linux-x86-64.so.2", "lib/x86_64-linux-gnu/libcryptsetup.so.12"} {
+		src, ok := files[want]
+		if !ok {
+			t.Errorf("the initrd lacks %s: %v", want, files)
+			continue
+		}
+		if !strings.HasPrefix(src, root) {
+			t.Errorf("%s comes from %s, not from the tree", want, src)
+		}
+	}
+	if got, err := inTree(root, "/usr/sbin/../../../../etc/passwd"); err != nil || !strings.HasPrefix(got, root+"/") {
+		t.Errorf("a path climbing above the tree resolved to %s, %v; want the tree's own", got, err)
 	}
 }

@@ -204,10 +204,9 @@ func (s *Server) start(req *kubeupgradepb.UpgradeRequest) (*job, error) {
 		if s.job.version == req.GetKubernetesVersion() && s.job.step == req.GetStep() {
 			return s.job, nil
 		}
-		return nil, status.Errorf(codes.Unavailable, "this node is busy with an upgrade to Kubernetes %s (%s); ask again once it ended", s.job.version, stepName(s.job.step))
 	}
-	if s.changing != "" {
-		return nil, status.Errorf(codes.Unavailable, "this node is busy with %s; ask again once it ended", s.changing)
+	if err := s.busyLocked(); err != nil {
+		return nil, err
 	}
 	from, err := s.check(req)
 	if err != nil {

@@ -211,11 +211,8 @@ func (s *Server) RenewKubeletServingCertificate(ctx context.Context, _ *kubeupgr
 func (s *Server) exclusive(what string) (done func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.job != nil && s.job.running() {
-		return nil, status.Errorf(codes.Unavailable, "this node is busy with an upgrade to Kubernetes %s (%s); ask again once it ended", s.job.version, stepName(s.job.step))
-	}
-	if s.changing != "" {
-		return nil, status.Errorf(codes.Unavailable, "this node is busy with %s; ask again once it ended", s.changing)
+	if err := s.busyLocked(); err != nil {
+		return nil, err
 	}
 	s.changing = what
 	return func() {
@@ -223,4 +220,16 @@ func (s *Server) exclusive(what string) (done func(), err error) {
 		defer s.mu.Unlock()
 		s.changing = ""
 	}, nil
+}
+
+// busyLocked says, as Unavailable, what runs on the node: an upgrade or
+// another change. The caller holds s.mu.
+func (s *Server) busyLocked() error {
+	if s.job != nil && s.job.running() {
+		return status.Errorf(codes.Unavailable, "this node is busy with an upgrade to Kubernetes %s (%s); ask again once it ended", s.job.version, stepName(s.job.step))
+	}
+	if s.changing != "" {
+		return status.Errorf(codes.Unavailable, "this node is busy with %s; ask again once it ended", s.changing)
+	}
+	return nil
 }
